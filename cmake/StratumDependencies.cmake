@@ -1,0 +1,67 @@
+# Finds every dependency once, for all targets.
+#   torch    from the Python environment given by STRATUM_PYTHON (CUDA if that torch has it)
+#   MPI      OpenMPI (CPU collectives, launch)
+#   NCCL     the one that ships with a CUDA torch wheel (nvidia-nccl-*), CUDA builds only
+#   nlohmann_json, CLI11, GTest   system packages (or unpacked .deb under STRATUM_DEPS_DIR)
+
+set(STRATUM_PYTHON "python3" CACHE STRING "Python interpreter whose torch we build against")
+set(STRATUM_DEPS_DIR "" CACHE PATH "Root of unpacked header-only Debian packages (device builds)")
+if(STRATUM_DEPS_DIR)
+  list(APPEND CMAKE_PREFIX_PATH "${STRATUM_DEPS_DIR}/usr" "${STRATUM_DEPS_DIR}/usr/lib/x86_64-linux-gnu")
+endif()
+
+execute_process(
+  COMMAND ${STRATUM_PYTHON} -c "import torch, sys; print(torch.utils.cmake_prefix_path); print(torch.__version__); print(torch.version.cuda or '')"
+  OUTPUT_VARIABLE _torch_info OUTPUT_STRIP_TRAILING_WHITESPACE
+  RESULT_VARIABLE _torch_rc ERROR_VARIABLE _torch_err)
+if(NOT _torch_rc EQUAL 0)
+  message(FATAL_ERROR "Cannot import torch with STRATUM_PYTHON='${STRATUM_PYTHON}': ${_torch_err}\n"
+                      "Run scripts/setup.sh (or `make build`) to install it.")
+endif()
+string(REPLACE "\n" ";" _torch_info "${_torch_info}")
+list(GET _torch_info 0 STRATUM_TORCH_PREFIX)
+list(GET _torch_info 1 STRATUM_TORCH_VERSION)
+list(LENGTH _torch_info _n)
+set(STRATUM_TORCH_CUDA "")
+if(_n GREATER 2)
+  list(GET _torch_info 2 STRATUM_TORCH_CUDA)
+endif()
+list(APPEND CMAKE_PREFIX_PATH "${STRATUM_TORCH_PREFIX}")
+
+if(STRATUM_TORCH_CUDA)
+  set(STRATUM_WITH_CUDA ON)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
+  endif()
+else()
+  set(STRATUM_WITH_CUDA OFF)
+endif()
+
+find_package(Torch REQUIRED)
+message(STATUS "Stratum: torch ${STRATUM_TORCH_VERSION} (CUDA: ${STRATUM_TORCH_CUDA}) from ${STRATUM_TORCH_PREFIX}")
+# Only the torch libraries, not TORCH_CXX_FLAGS globally: targets get them through `torch`.
+
+find_package(MPI REQUIRED COMPONENTS C)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 REQUIRED)
+if(STRATUM_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+
+set(STRATUM_WITH_NCCL OFF)
+if(STRATUM_WITH_CUDA)
+  execute_process(
+    COMMAND ${STRATUM_PYTHON} -c "import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])"
+    OUTPUT_VARIABLE _nccl_root OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _nccl_rc ERROR_QUIET)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_root}/include $ENV{NCCL_HOME}/include)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_nccl_root}/lib $ENV{NCCL_HOME}/lib)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(STRATUM_WITH_NCCL ON)
+    add_library(stratum_nccl INTERFACE)
+    target_include_directories(stratum_nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
+    target_link_libraries(stratum_nccl INTERFACE ${NCCL_LIBRARY})
+    message(STATUS "Stratum: NCCL ${NCCL_LIBRARY}")
+  else()
+    message(FATAL_ERROR "torch has CUDA but nccl.h / libnccl were not found (looked in '${_nccl_root}' and NCCL_HOME)")
+  endif()
+endif()

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs what the build needs, idempotently, and prints the Python that has torch.
+# Fast when everything is already there: it only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { echo "[setup] $*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"
+  elif command -v sudo >/dev/null; then sudo "$@"
+  else log "need root (or sudo) to run: $*"; exit 1; fi
+}
+
+# --- system packages (Debian/Ubuntu names) -----------------------------------
+packages=(g++ cmake ninja-build ccache make python3-venv
+          libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev libgtest-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  command -v apt-get >/dev/null || { log "missing ${missing[*]} and no apt-get: install them by hand"; exit 1; }
+  log "installing system packages: ${missing[*]}"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+fi
+
+# --- torch ---------------------------------------------------------------------
+# A torch >= 2.11 already importable (e.g. the CUDA build on a GPU machine) wins;
+# otherwise the project venv gets the CPU wheel.
+torch_ok() {
+  "$1" - <<'PY' 2>/dev/null
+import sys, torch
+major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+sys.exit(0 if (major, minor) >= (2, 11) else 1)
+PY
+}
+python=""
+if [ -n "${STRATUM_PYTHON:-}" ]; then python="$STRATUM_PYTHON"
+elif [ -x .venv/bin/python ] && torch_ok .venv/bin/python; then python="$PWD/.venv/bin/python"
+elif command -v python3 >/dev/null && torch_ok python3; then python="$(command -v python3)"
+else
+  log "no torch >= 2.11 importable: installing torch==2.13.0 into .venv"
+  [ -x .venv/bin/python ] || python3 -m venv .venv >&2
+  .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 >&2
+  python="$PWD/.venv/bin/python"
+fi
+torch_ok "$python" || { log "$python cannot import torch >= 2.11"; exit 1; }
+echo "$python"
