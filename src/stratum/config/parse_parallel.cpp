@@ -1,1 +1,87 @@
-// placeholder
+#include <regex>
+
+#include "stratum/config/parse_sections.h"
+
+namespace stratum::config {
+namespace {
+
+constexpr int64_t kMax = KeyReader::kIntMax;
+
+void parse_pipeline(KeyReader& root, Config& config) {
+  KeyReader pipe = root.child("pipeline");
+  PipelineConfig& p = config.pipeline;
+  Diagnostics& diag = pipe.diagnostics();
+  p.stages = pipe.get_int("stages", 1, 1, kMax);
+  p.partition_method = pipe.get_string("partition_method", p.partition_method);
+  if (p.partition_method.rfind("type:", 0) == 0) {
+    try {
+      std::regex(p.partition_method.substr(5), std::regex::icase);
+    } catch (const std::regex_error& e) {
+      diag.error(pipe.path_of("partition_method"), "invalid regular expression after \"type:\": " +
+                                                       std::string(e.what()));
+    }
+  } else if (p.partition_method != "parameters" && p.partition_method != "uniform") {
+    diag.error(pipe.path_of("partition_method"),
+               "expected \"parameters\", \"uniform\" or \"type:<regex>\", got \"" + p.partition_method + "\"" +
+                   did_you_mean(p.partition_method, {"parameters", "uniform"}));
+  }
+  p.activation_checkpoint_interval = pipe.get_int("activation_checkpoint_interval", 0, 0, kMax);
+  const std::string schedule = pipe.get_enum("schedule", "1f1b", {"1f1b", "gpipe", "interleaved"}, true);
+  p.schedule = schedule == "gpipe"         ? PipelineSchedule::gpipe
+               : schedule == "interleaved" ? PipelineSchedule::interleaved
+                                           : PipelineSchedule::one_f_one_b;
+  p.virtual_stages = pipe.get_int("virtual_stages", 1, 1, kMax);
+  if (p.virtual_stages > 1 && p.schedule != PipelineSchedule::interleaved)
+    diag.error(pipe.path_of("virtual_stages"), "is " + std::to_string(p.virtual_stages) +
+                                                   " but only the \"interleaved\" schedule uses virtual stages");
+  pipe.unsupported("partition", "best", "use \"partition_method\": \"parameters\" | \"uniform\" | \"type:<regex>\"");
+  pipe.unsupported("seed_layers", false);
+  // DeepSpeed splits P2P activations/gradients over tensor-parallel ranks; Stratum sends them whole.
+  pipe.unsupported("pipe_partitioned", true);
+  pipe.unsupported("grad_partitioned", true);
+  pipe.finish();
+}
+
+void parse_tensor_parallel(KeyReader& root, Config& config) {
+  KeyReader tp = root.child("tensor_parallel");
+  Diagnostics& diag = tp.diagnostics();
+  auto autotp = tp.get_opt_int("autotp_size", 0, kMax);
+  KeyReader nested = tp.child("tp");
+  auto tp_size = nested.get_opt_int("tp_size", 1, kMax);
+  nested.unsupported("tp_grain_size", 1);
+  nested.finish();
+  if (autotp && tp_size && std::max<int64_t>(*autotp, 1) != *tp_size)
+    diag.error(tp.path_of("autotp_size"), "is " + std::to_string(*autotp) + " but tp.tp_size is " +
+                                              std::to_string(*tp_size) + "; give one of them");
+  config.tensor_parallel.size = std::max<int64_t>(1, autotp.value_or(tp_size.value_or(1)));
+  tp.unsupported("tp_overlap_comm", false);
+  tp.unsupported("partition_config", Json(nullptr), "Stratum's tensor parallelism is Megatron-style on its own layers");
+  tp.unsupported("injection_policy_tuple", Json(nullptr));
+  tp.unsupported("preset_model", Json(nullptr));
+  tp.unsupported("keep_module_on_host", false);
+  tp.alias("kernel_inject", "replace_with_kernel_inject", false);
+  tp.unsupported("replace_with_kernel_inject", false);
+  tp.unsupported("dtype", Json(nullptr), "the precision comes from the fp16/bf16 sections");
+  tp.finish();
+}
+
+void parse_activation_checkpointing(KeyReader& root, Config& config) {
+  KeyReader ac = root.child("activation_checkpointing");
+  config.activation_checkpointing.number_checkpoints = ac.get_opt_int("number_checkpoints", 1, kMax);
+  config.activation_checkpointing.cpu_checkpointing = ac.get_bool("cpu_checkpointing", false);
+  ac.unsupported("partition_activations", false);
+  ac.unsupported("contiguous_memory_optimization", false);
+  ac.unsupported("synchronize_checkpoint_boundary", false);
+  ac.unsupported("profile", false);
+  ac.finish();
+}
+
+}  // namespace
+
+void parse_parallel(KeyReader& root, Config& config) {
+  parse_pipeline(root, config);
+  parse_tensor_parallel(root, config);
+  parse_activation_checkpointing(root, config);
+}
+
+}  // namespace stratum::config

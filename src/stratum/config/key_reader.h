@@ -1,0 +1,94 @@
+#pragma once
+// Reading one JSON object of a ds_config.json, strictly: each getter checks the
+// type and range of its key and records a problem (with the JSON path) instead
+// of throwing, so that one pass reports every problem at once. finish() names
+// the keys nobody asked for, with a did-you-mean.
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace stratum::config {
+
+using Json = nlohmann::json;
+
+// Every problem (errors) and every note the user should see (warnings).
+struct Diagnostics {
+  std::vector<std::string> errors;
+  std::vector<std::string> warnings;
+  void error(const std::string& path, const std::string& message) { errors.push_back(path + ": " + message); }
+  void warning(const std::string& path, const std::string& message) { warnings.push_back(path + ": " + message); }
+};
+
+// The closest candidate to `word` by edit distance, or "" if none is close.
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
+// " (did you mean 'x'?)" or "".
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+// Short rendering of a JSON value for messages ("4", "\"yes\"", "{...}").
+std::string show(const Json& value);
+
+class KeyReader {
+ public:
+  static constexpr int64_t kIntMin = std::numeric_limits<int64_t>::min();
+  static constexpr int64_t kIntMax = std::numeric_limits<int64_t>::max();
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+
+  // `object` may be null (section absent: every getter returns its default).
+  KeyReader(const Json* object, std::string path, Diagnostics& diag);
+
+  bool present() const { return object_ != nullptr; }
+  bool has(const std::string& key) const;
+  std::string path_of(const std::string& key) const;
+  Diagnostics& diagnostics() { return diag_; }
+
+  bool get_bool(const std::string& key, bool def);
+  std::optional<bool> get_opt_bool(const std::string& key);
+  // Integers written as floats with no fraction (5e8) are accepted, as DeepSpeed does.
+  int64_t get_int(const std::string& key, int64_t def, int64_t min = kIntMin, int64_t max = kIntMax);
+  std::optional<int64_t> get_opt_int(const std::string& key, int64_t min = kIntMin, int64_t max = kIntMax);
+  double get_double(const std::string& key, double def, double min = -kInf, double max = kInf,
+                    bool min_exclusive = false);
+  std::optional<double> get_opt_double(const std::string& key, double min = -kInf, double max = kInf,
+                                       bool min_exclusive = false);
+  std::string get_string(const std::string& key, const std::string& def);
+  // One of `allowed` (compared case-insensitively when `ignore_case`); returns the canonical spelling.
+  std::string get_enum(const std::string& key, const std::string& def, const std::vector<std::string>& allowed,
+                       bool ignore_case = false);
+  std::vector<std::string> get_string_list(const std::string& key);
+  std::vector<double> get_number_list(const std::string& key, const std::vector<double>& def, size_t size);
+
+  // A nested object; an absent key gives a reader with present() == false.
+  KeyReader child(const std::string& key);
+
+  // A key DeepSpeed knows and Stratum does not implement: accepted only at
+  // DeepSpeed's default (which changes nothing), named as unsupported otherwise.
+  void unsupported(const std::string& key, const Json& deepspeed_default, const std::string& hint = "");
+  // A whole DeepSpeed feature section: accepted only when absent, empty or {"enabled": false}.
+  void unsupported_section(const std::string& key, const std::string& feature);
+  // The key is known and consumed by the caller, which reads raw() itself.
+  const Json* raw(const std::string& key);
+  // `old_key` is a deprecated spelling of `new_key` (in the same object): reading
+  // `new_key` afterwards finds the value under either name; both given is an error.
+  void alias(const std::string& old_key, const std::string& new_key, bool deprecated);
+
+  // Records "unknown key" for every key no getter asked about.
+  void finish();
+
+ private:
+  // The value of `key` if present and not "auto"; marks the key known.
+  const Json* lookup(const std::string& key);
+  std::string resolved_name(const std::string& key) const;
+
+  const Json* object_;
+  std::string path_;
+  Diagnostics& diag_;
+  std::vector<std::string> known_;
+  std::set<std::string> consumed_;
+  std::vector<std::pair<std::string, std::string>> aliases_;  // (new, old) when old was used
+};
+
+}  // namespace stratum::config

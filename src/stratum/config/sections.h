@@ -1,0 +1,171 @@
+#pragma once
+// Typed sections of a DeepSpeed ds_config.json, with DeepSpeed's key names (as
+// field names) and DeepSpeed's defaults. Parsing and validation live in the
+// parse_*.cpp files; this header is plain data.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace stratum::config {
+
+enum class DType { fp32, fp16, bf16 };
+const char* dtype_name(DType d);
+
+// --- batch ------------------------------------------------------------------
+// The three keys as written; any two give the third (see batch.h).
+struct BatchConfig {
+  std::optional<int64_t> train_batch_size;
+  std::optional<int64_t> train_micro_batch_size_per_gpu;
+  std::optional<int64_t> gradient_accumulation_steps;
+};
+
+// --- optimizer ----------------------------------------------------------------
+enum class OptimizerType { Adam, AdamW };
+const char* optimizer_name(OptimizerType t);
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::AdamW;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false.
+  bool adam_w_mode = true;
+};
+
+// --- scheduler ----------------------------------------------------------------
+enum class WarmupType { log, linear };
+
+struct WarmupLRParams {
+  double warmup_min_lr = 0.0;
+  std::optional<double> warmup_max_lr;  // unset: the optimizer's lr
+  int64_t warmup_num_steps = 1000;
+  WarmupType warmup_type = WarmupType::log;
+  int64_t last_batch_iteration = -1;
+};
+struct WarmupDecayLRParams {
+  int64_t total_num_steps = 0;  // required
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 0.001;
+  int64_t warmup_num_steps = 1000;
+  WarmupType warmup_type = WarmupType::log;
+  int64_t last_batch_iteration = -1;
+};
+struct WarmupCosineLRParams {
+  int64_t total_num_steps = 0;  // required
+  double warmup_min_ratio = 0.0;
+  int64_t warmup_num_steps = 1000;
+  double cos_min_ratio = 0.0001;
+  WarmupType warmup_type = WarmupType::log;
+  int64_t last_batch_iteration = -1;
+};
+struct OneCycleParams {
+  double cycle_min_lr = 0.0;  // required
+  double cycle_max_lr = 0.0;  // required
+  double decay_lr_rate = 0.0;
+  int64_t cycle_first_step_size = 2000;
+  std::optional<int64_t> cycle_second_step_size;  // unset: cycle_first_step_size
+  int64_t cycle_first_stair_count = 0;
+  std::optional<int64_t> cycle_second_stair_count;  // unset: cycle_first_stair_count
+  int64_t decay_step_size = 0;
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8;
+  double cycle_max_mom = 0.9;
+  double decay_mom_rate = 0.0;
+  int64_t last_batch_iteration = -1;
+};
+using SchedulerConfig = std::variant<WarmupLRParams, WarmupDecayLRParams, WarmupCosineLRParams, OneCycleParams>;
+const char* scheduler_name(const SchedulerConfig& s);
+
+// --- precision ----------------------------------------------------------------
+struct Fp16Config {
+  bool enabled = false;
+  double loss_scale = 0.0;  // 0: dynamic
+  int64_t initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+  bool dynamic() const { return loss_scale == 0.0; }
+};
+struct Bf16Config {
+  bool enabled = false;
+};
+
+// --- ZeRO -----------------------------------------------------------------------
+enum class OffloadDevice { none, cpu };
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::none;
+  bool pin_memory = true;
+  double cpuadam_cores_perc = 0.8;
+};
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::none;
+  bool pin_memory = true;
+};
+struct ZeroConfig {
+  int64_t stage = 0;
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  int64_t reduce_bucket_size = 500'000'000;
+  bool allgather_partitions = true;
+  int64_t allgather_bucket_size = 500'000'000;
+  bool overlap_comm = false;  // DeepSpeed: defaults to true at stage 3 only
+  bool load_from_fp32_weights = true;
+  int64_t sub_group_size = 1'000'000'000;
+  OffloadOptimizerConfig offload_optimizer;
+  OffloadParamConfig offload_param;
+  int64_t stage3_prefetch_bucket_size = 50'000'000;
+  int64_t stage3_param_persistence_threshold = 100'000;
+  int64_t stage3_max_live_parameters = 1'000'000'000;
+  int64_t stage3_max_reuse_distance = 1'000'000'000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  bool ignore_unused_parameters = true;
+};
+
+// --- activation checkpointing -------------------------------------------------------
+struct ActivationCheckpointingConfig {
+  std::optional<int64_t> number_checkpoints;  // unset: every layer
+  bool cpu_checkpointing = false;
+};
+
+// --- pipeline and tensor parallelism ---------------------------------------------------
+enum class PipelineSchedule { one_f_one_b, gpipe, interleaved };
+const char* pipeline_schedule_name(PipelineSchedule s);
+
+struct PipelineConfig {
+  int64_t stages = 1;
+  // "parameters", "uniform" or "type:<regex>" (DeepSpeed PipelineModule's partition_method).
+  std::string partition_method = "parameters";
+  int64_t activation_checkpoint_interval = 0;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;  // Stratum extension
+  int64_t virtual_stages = 1;                                  // Stratum extension (interleaved)
+};
+
+struct TensorParallelConfig {
+  int64_t size = 1;  // DeepSpeed "autotp_size" (or "tp": {"tp_size"}); 0 and 1 mean off
+};
+
+// --- diagnostics ------------------------------------------------------------------------
+struct CommsLoggerConfig {
+  bool enabled = false;
+  bool verbose = false;
+  bool prof_all = true;
+  std::vector<std::string> prof_ops;
+  bool debug = false;
+};
+
+struct MonitorWriterConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
+};
+struct MonitorConfig {
+  MonitorWriterConfig tensorboard;
+  MonitorWriterConfig csv_monitor;
+};
+
+}  // namespace stratum::config

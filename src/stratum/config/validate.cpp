@@ -1,0 +1,44 @@
+// Rules that involve more than one key; each message names every key involved.
+#include <string>
+
+#include "stratum/config/parse_sections.h"
+
+namespace stratum::config {
+
+void check_cross_field_rules(const Config& c, Diagnostics& diag) {
+  if (c.fp16.enabled && c.bf16.enabled)
+    diag.error("fp16.enabled", "fp16 and bf16 are both enabled; enable one of them");
+
+  const ZeroConfig& z = c.zero_optimization;
+  if (z.offload_optimizer.device == OffloadDevice::cpu && z.stage == 0)
+    diag.error("zero_optimization.offload_optimizer.device",
+               "\"cpu\" needs ZeRO stage 1, 2 or 3, but zero_optimization.stage is 0");
+  if (z.offload_param.device == OffloadDevice::cpu && z.stage != 3)
+    diag.error("zero_optimization.offload_param.device",
+               "\"cpu\" needs ZeRO stage 3, but zero_optimization.stage is " + std::to_string(z.stage));
+
+  if (c.communication_data_type == DType::fp16 && c.bf16.enabled)
+    diag.error("communication_data_type", "\"fp16\" with bf16 training loses range; use \"bf16\" or \"fp32\"");
+
+  const BatchConfig& b = c.batch;
+  if (!b.train_batch_size && !b.train_micro_batch_size_per_gpu)
+    diag.error("train_batch_size",
+               "neither train_batch_size nor train_micro_batch_size_per_gpu is given; give at least one");
+  if (b.train_batch_size && b.train_micro_batch_size_per_gpu && b.gradient_accumulation_steps) {
+    const int64_t per_rank = *b.train_micro_batch_size_per_gpu * *b.gradient_accumulation_steps;
+    if (*b.train_batch_size % per_rank != 0)
+      diag.error("train_batch_size",
+                 std::to_string(*b.train_batch_size) + " is not a multiple of train_micro_batch_size_per_gpu (" +
+                     std::to_string(*b.train_micro_batch_size_per_gpu) + ") x gradient_accumulation_steps (" +
+                     std::to_string(*b.gradient_accumulation_steps) + ") = " + std::to_string(per_rank) +
+                     ", so no data-parallel size fits");
+  }
+
+  const PipelineConfig& p = c.pipeline;
+  if (p.schedule == PipelineSchedule::interleaved && p.virtual_stages < 2)
+    diag.error("pipeline.schedule", "\"interleaved\" needs pipeline.virtual_stages >= 2");
+  if (p.stages == 1 && p.schedule != PipelineSchedule::one_f_one_b)
+    diag.warning("pipeline.schedule", "has no effect with a single pipeline stage");
+}
+
+}  // namespace stratum::config
