@@ -1,1 +1,88 @@
-// placeholder
+// stratum-config check: exit 0 and the resolved config, or exit 1 and every problem.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace {
+
+struct RunResult {
+  int status;
+  std::string output;
+};
+
+RunResult run(const std::string& args) {
+  std::string cmd = std::string(STRATUM_BIN_DIR) + "/stratum-config " + args + " 2>&1";
+  RunResult r{-1, ""};
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+  int st = ::pclose(pipe);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  auto p = std::filesystem::temp_directory_path() / ("stratum_cli_" + std::to_string(::getpid()) + "_" + name);
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+const char* kUserConfig = R"({"train_batch_size": 64, "gradient_accumulation_steps": 2,
+  "fp16": {"enabled": true}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+  "pipeline": {"stages": 4, "partition_method": "parameters"}})";
+
+TEST(StratumConfigCli, ValidConfigResolvesTheBatchForAWorldSize) {
+  std::string p = write_temp("user.json", kUserConfig);
+  RunResult r = run("check " + p + " --world-size 8");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("\"train_micro_batch_size_per_gpu\": 16"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("micro 16 x accumulation 2 x data-parallel 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(": OK"), std::string::npos) << r.output;
+  std::filesystem::remove(p);
+}
+
+TEST(StratumConfigCli, WithoutWorldSizePrintsTheConfigAsWritten) {
+  std::string p = write_temp("plain.json", R"({"train_batch_size": 8, "bf16": {"enabled": true}})");
+  RunResult r = run("check " + p);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("\"bf16\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--world-size"), std::string::npos) << r.output;
+  std::filesystem::remove(p);
+}
+
+TEST(StratumConfigCli, InvalidConfigPrintsEveryProblemAndExits1) {
+  std::string p = write_temp("bad.json", R"({"train_batch_size": 8, "zero_optimization": {"stage": 4},
+      "fp16": {"enabled": true}, "bf16": {"enabled": true}, "optimizr": {}})");
+  RunResult r = run("check " + p);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("zero_optimization.stage: expected 0..3, got 4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("optimizr: unknown key (did you mean 'optimizer'?)"), std::string::npos) << r.output;
+  std::filesystem::remove(p);
+}
+
+TEST(StratumConfigCli, BatchThatDoesNotFitTheWorldExits1) {
+  std::string p = write_temp("user2.json", kUserConfig);
+  RunResult r = run("check " + p + " --world-size 6");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("world size 6 is not a multiple of pipeline.stages (4)"), std::string::npos) << r.output;
+  std::filesystem::remove(p);
+}
+
+TEST(StratumConfigCli, MissingFileExits1) {
+  RunResult r = run("check /nonexistent/ds_config.json");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("/nonexistent/ds_config.json"), std::string::npos) << r.output;
+}
+
+TEST(StratumConfigCli, NoSubcommandIsAUsageError) {
+  RunResult r = run("");
+  EXPECT_NE(r.status, 0);
+}
+
+}  // namespace
