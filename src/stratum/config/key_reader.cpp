@@ -116,6 +116,7 @@ const Json* KeyReader::lookup(const std::string& key) {
   auto it = object_->find(name);
   if (it == object_->end()) return nullptr;
   consumed_.insert(name);
+  if (it->is_null()) return nullptr;  // null is Python's None: "not given", as in DeepSpeed
   if (it->is_string() && it->get<std::string>() == "auto") {
     diag_.error(path_of(name),
                 "\"auto\" is a placeholder that the Hugging Face Trainer fills in; Stratum needs an explicit "
