@@ -13,12 +13,14 @@ as_root() {
 }
 
 # --- system packages (Debian/Ubuntu names) -----------------------------------
-packages=(g++ cmake ninja-build ccache make python3-venv
+packages=(g++ cmake ninja-build ccache make
           libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev libgtest-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The venv module only matters when we must create .venv (pyenv/conda Pythons have it built in).
+python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   command -v apt-get >/dev/null || { log "missing ${missing[*]} and no apt-get: install them by hand"; exit 1; }
   log "installing system packages: ${missing[*]}"
