@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Fetches the build dependencies that the GPU machine lacks and cannot download
+# itself (it has no network): header-only / static Debian packages, unpacked
+# under .deps/ (git-ignored). Run it HERE, then carry `.deps` to the device and
+# configure with -DSTRATUM_DEPS_DIR=$PWD/.deps (scripts/device_build.sh does).
+#
+# The packages' CMake config files compute their prefix relative to themselves,
+# so they work from .deps/usr as well as from /usr.
+# Idempotent: a package already downloaded is not fetched again; unpacking is
+# cheap and always redone, so a half-unpacked tree heals.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(nlohmann-json3-dev libcli11-dev libgtest-dev googletest)
+deps=.deps
+debs=$deps/debs
+
+log() { echo "[device_deps] $*" >&2; }
+
+mkdir -p "$debs"
+missing=()
+for p in "${packages[@]}"; do
+  compgen -G "$debs/${p}_*.deb" >/dev/null || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  log "downloading: ${missing[*]}"
+  # `apt-get download` needs package lists; refresh them once if it fails.
+  if ! (cd "$debs" && apt-get download -q "${missing[@]}" >&2); then
+    log "download failed; refreshing package lists and retrying"
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq >&2; else sudo apt-get update -qq >&2; fi
+    (cd "$debs" && apt-get download -q "${missing[@]}" >&2)
+  fi
+fi
+
+for deb in "$debs"/*.deb; do
+  dpkg -x "$deb" "$deps"
+done
+
+# What CMake will look for; a missing one means a package changed its layout.
+for f in usr/include/nlohmann/json.hpp \
+         usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake \
+         usr/include/CLI/CLI.hpp \
+         usr/share/cmake/CLI11/CLI11Config.cmake \
+         usr/include/gtest/gtest.h \
+         usr/lib/x86_64-linux-gnu/libgtest.a \
+         usr/lib/x86_64-linux-gnu/cmake/GTest/GTestConfig.cmake; do
+  [ -e "$deps/$f" ] || { log "expected $deps/$f after unpacking, not there"; exit 1; }
+done
+log "ready: $(ls "$debs" | tr '\n' ' ')($(du -sh "$deps" | cut -f1) in $deps)"
