@@ -44,8 +44,23 @@ message(STATUS "Stratum: torch ${STRATUM_TORCH_VERSION} (CUDA: ${STRATUM_TORCH_C
 find_package(MPI REQUIRED COMPONENTS C)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
+# A prebuilt libgtest.a from another compiler can break the One Definition Rule
+# (its libstdc++ template instances win over ours: seen as crashes in file I/O
+# with Debian 12's gtest under GCC 13). Where that can happen, build googletest
+# from its sources with our compiler.
+set(STRATUM_GTEST_SOURCE_DIR "" CACHE PATH "googletest sources to build with this compiler (device builds)")
 if(STRATUM_BUILD_TESTS)
-  find_package(GTest REQUIRED)
+  if(STRATUM_GTEST_SOURCE_DIR)
+    set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
+    set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+    add_subdirectory(${STRATUM_GTEST_SOURCE_DIR} ${CMAKE_BINARY_DIR}/_googletest EXCLUDE_FROM_ALL SYSTEM)
+    if(NOT TARGET GTest::gtest)
+      add_library(GTest::gtest ALIAS gtest)
+      add_library(GTest::gtest_main ALIAS gtest_main)
+    endif()
+  else()
+    find_package(GTest REQUIRED)
+  endif()
 endif()
 
 set(STRATUM_WITH_NCCL OFF)

@@ -107,7 +107,8 @@ step "configure"
 # No CMAKE_CUDA_ARCHITECTURES: the project compiles no .cu yet, and leaving it
 # unset lets cmake/StratumDependencies.cmake pick TORCH_CUDA_ARCH_LIST=9.0 (H200).
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATUM_PYTHON=python3 \
-  -DSTRATUM_DEPS_DIR="$PWD/.deps" 2>&1 | tee "$logs/configure.log"
+  -DSTRATUM_DEPS_DIR="$PWD/.deps" -DSTRATUM_GTEST_SOURCE_DIR="$PWD/.deps/usr/src/googletest" \
+  -DCMAKE_POLICY_VERSION_MINIMUM=3.5 2>&1 | tee "$logs/configure.log"
 
 step "build"
 cmake --build "$build_dir" -j "$(nproc)" 2>&1 | tee "$logs/build.log"
