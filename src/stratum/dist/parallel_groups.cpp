@@ -1,0 +1,20 @@
+#include "stratum/dist/parallel_groups.h"
+
+namespace stratum::dist {
+
+ParallelGroups make_parallel_groups(const Topology& topology, const std::shared_ptr<Communicator>& world) {
+  if (world->size() != topology.world_size())
+    throw Error("parallel groups: the " + std::string(world->backend()) + " world has " +
+                std::to_string(world->size()) + " ranks but the topology has " +
+                std::to_string(topology.world_size()) + " (dp " + std::to_string(topology.dp()) + " x pp " +
+                std::to_string(topology.pp()) + " x tp " + std::to_string(topology.tp()) + ")");
+  ParallelGroups g;
+  g.world = world;
+  g.dp = world->split(topology.groups(Axis::dp), "dp");
+  g.pp = world->split(topology.groups(Axis::pp), "pp");
+  g.tp = world->split(topology.groups(Axis::tp), "tp");
+  g.dp_tp = world->split(topology.dp_tp_groups(), "dp_tp");
+  return g;
+}
+
+}  // namespace stratum::dist
