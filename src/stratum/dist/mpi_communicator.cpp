@@ -294,8 +294,11 @@ std::shared_ptr<Communicator> MpiCommunicator::split(const std::vector<std::vect
         key = static_cast<int>(i);
       }
     }
-  if (color < 0)
-    throw Error("split into '" + name + "': rank " + std::to_string(rank()) + " is in none of the groups");
+  // Checked identically on every rank before any MPI call, so a bad partition is an error everywhere, not a hang.
+  for (int r = 0; r < size(); ++r)
+    if (!seen[r])
+      throw Error("split of group '" + this->name() + "' into '" + name + "': rank " + std::to_string(r) +
+                  " is in none of the groups; the groups must partition all " + std::to_string(size()) + " ranks");
   MPI_Comm sub;
   check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
   std::vector<int64_t> members;

@@ -1,0 +1,59 @@
+// Whole-job behaviour of the runtime, run as real mpirun jobs: a collective
+// that a peer never joins ends the job with a report instead of hanging.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "stratum/dist/communicator.h"
+
+namespace {
+
+struct RunResult {
+  int status;
+  std::string output;
+  double seconds;
+};
+
+// Root may run Open MPI here (tests run as root on CI machines).
+const char* kEnv = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
+
+RunResult run(const std::string& cmd) {
+  auto t0 = std::chrono::steady_clock::now();
+  RunResult r{-1, "", 0};
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+TEST(DistProcess, CollectiveTimeoutEndsTheJobNamingTheCollective) {
+  RunResult r = run(std::string("timeout 60 ") + kEnv + "STRATUM_COMM_TIMEOUT=1 " STRATUM_MPIEXEC " -np 2 " STRATUM_BIN_DIR "/timeout_probe");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] error: all_reduce #1 (4.0 KiB Float) on mpi group 'world' [ranks 0, 1] timed out"),
+            std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 30.0) << r.output;
+}
+
+TEST(DistProcess, TimeoutFromEnvironment) {
+  setenv("STRATUM_COMM_TIMEOUT", "2.5", 1);
+  EXPECT_EQ(stratum::dist::CommOptions::from_env().timeout.count(), 2500);
+  setenv("STRATUM_COMM_TIMEOUT", "soon", 1);
+  EXPECT_THROW(stratum::dist::CommOptions::from_env(), stratum::Error);
+  unsetenv("STRATUM_COMM_TIMEOUT");
+  EXPECT_EQ(stratum::dist::CommOptions::from_env().timeout, std::chrono::minutes(10));
+}
+
+TEST(DistProcess, SingleProcessWithoutLauncher) {
+  RunResult r = run(std::string("timeout 100 ") + kEnv + STRATUM_BIN_DIR "/test_collectives --gtest_brief=1");
+  EXPECT_EQ(r.status, 0) << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,20 @@
+// A 2-rank program in which rank 1 never joins rank 0's all_reduce: rank 0
+// must report the collective and its peers, and end the job (no hang).
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <thread>
+
+#include "stratum/dist/init.h"
+
+int main() {
+  auto ctx = stratum::dist::init();
+  if (ctx.rank == 0) {
+    at::Tensor t = at::ones({1024});
+    ctx.cpu_world->all_reduce(t, stratum::dist::ReduceOp::sum)->wait();
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+  }
+  stratum::dist::finalize();
+  return 0;
+}
