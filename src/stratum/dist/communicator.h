@@ -45,6 +45,9 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
+  // Blocks the host until the operation has finished on its device (for NCCL
+  // wait() only orders streams). For timing (comms logger) and shutdown.
+  virtual void synchronize() { wait(); }
   // Non-blocking: has it finished (for NCCL: on the device)?
   virtual bool completed() = 0;
 };
