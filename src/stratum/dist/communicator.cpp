@@ -82,4 +82,27 @@ void check_collective_args(CommOp op, const Communicator& comm, const at::Tensor
                 std::to_string(b->numel()) + " x group size " + std::to_string(n) + " = " + std::to_string(b->numel() * n));
 }
 
+std::pair<int, int> split_color_key(const Communicator& comm, const std::vector<std::vector<int64_t>>& groups,
+                                    const std::string& new_name) {
+  const std::string where = "split of group '" + comm.name() + "' into '" + new_name + "': ";
+  std::vector<int> seen(comm.size(), 0);
+  int color = -1, key = 0;
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      const int64_t r = groups[g][i];
+      if (r < 0 || r >= comm.size())
+        throw Error(where + "rank " + std::to_string(r) + " is outside 0.." + std::to_string(comm.size() - 1));
+      if (seen[r]++) throw Error(where + "rank " + std::to_string(r) + " is in two groups");
+      if (r == comm.rank()) {
+        color = static_cast<int>(g);
+        key = static_cast<int>(i);
+      }
+    }
+  for (int r = 0; r < comm.size(); ++r)
+    if (!seen[r])
+      throw Error(where + "rank " + std::to_string(r) + " is in none of the groups; the groups must partition all " +
+                  std::to_string(comm.size()) + " ranks");
+  return {color, key};
+}
+
 }  // namespace stratum::dist

@@ -109,4 +109,10 @@ void check_collective_args(CommOp op, const Communicator& comm, const at::Tensor
 
 std::string format_bytes(int64_t bytes);
 
+// For split(): checks that `groups` partition 0..comm.size()-1 (identically on
+// every rank, so a bad partition is an error everywhere rather than a hang) and
+// returns this rank's (color, key) = (its group's index, its place in it).
+std::pair<int, int> split_color_key(const Communicator& comm, const std::vector<std::vector<int64_t>>& groups,
+                                    const std::string& new_name);
+
 }  // namespace stratum::dist

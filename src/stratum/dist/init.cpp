@@ -56,8 +56,15 @@ DistContext init(const InitOptions& options) {
   ctx.cpu_world = MpiCommunicator::world(ctx.options);
 #ifdef STRATUM_WITH_NCCL
   const char* disable = std::getenv("STRATUM_DISABLE_NCCL");
-  if (options.use_nccl && !(disable && std::string(disable) == "1") && cuda_device_count() > 0) {
-    ctx.cuda_device = ctx.local_rank % cuda_device_count();
+  const int gpus = cuda_device_count();
+  if (options.use_nccl && !(disable && std::string(disable) == "1") && gpus > 0) {
+    if (ctx.local_world_size > gpus) {
+      // NCCL refuses two ranks on one GPU; such runs (CPU tests on a GPU box) get MPI only.
+      log::warn(std::to_string(ctx.local_world_size) + " ranks on this node but " + std::to_string(gpus) +
+                " GPUs: no NCCL communicator, CPU (MPI) only");
+      return ctx;
+    }
+    ctx.cuda_device = ctx.local_rank;
     ctx.gpu_world = NcclCommunicator::world(*ctx.cpu_world, ctx.cuda_device, ctx.options);
   }
 #endif

@@ -280,25 +280,7 @@ WorkPtr MpiCommunicator::barrier() {
 
 std::shared_ptr<Communicator> MpiCommunicator::split(const std::vector<std::vector<int64_t>>& groups,
                                                      const std::string& name) {
-  std::vector<int> seen(size(), 0);
-  int color = -1, key = 0;
-  for (size_t g = 0; g < groups.size(); ++g)
-    for (size_t i = 0; i < groups[g].size(); ++i) {
-      const int64_t r = groups[g][i];
-      if (r < 0 || r >= size())
-        throw Error("split of group '" + this->name() + "' into '" + name + "': rank " + std::to_string(r) +
-                    " is outside 0.." + std::to_string(size() - 1));
-      if (seen[r]++) throw Error("split into '" + name + "': rank " + std::to_string(r) + " is in two groups");
-      if (r == rank()) {
-        color = static_cast<int>(g);
-        key = static_cast<int>(i);
-      }
-    }
-  // Checked identically on every rank before any MPI call, so a bad partition is an error everywhere, not a hang.
-  for (int r = 0; r < size(); ++r)
-    if (!seen[r])
-      throw Error("split of group '" + this->name() + "' into '" + name + "': rank " + std::to_string(r) +
-                  " is in none of the groups; the groups must partition all " + std::to_string(size()) + " ranks");
+  const auto [color, key] = split_color_key(*this, groups, name);
   MPI_Comm sub;
   check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
   std::vector<int64_t> members;
