@@ -1,0 +1,78 @@
+// Collective bandwidth of Stratum's communicator (NCCL on GPUs, MPI on CPUs),
+// measured like nccl-tests: `iters` back-to-back operations, host-timed after a
+// barrier, bus bandwidth from algorithm bandwidth with nccl-tests' factors.
+// Prints CSV lines: system,op,bytes,time_us,algbw_GBps,busbw_GBps
+// Run: mpirun -np 2 build/bin/bench_collectives [--max-bytes N] [--dtype bf16]
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "stratum/dist/init.h"
+
+using namespace stratum::dist;
+
+namespace {
+
+double bus_factor(CommOp op, int n) {
+  if (op == CommOp::all_reduce) return 2.0 * (n - 1) / n;
+  return static_cast<double>(n - 1) / n;
+}
+
+int iterations_for(int64_t bytes) {
+  // Enough work to time (>= ~50 ms at 400 GB/s), bounded for small messages.
+  const int64_t target = int64_t(20) << 30;
+  return static_cast<int>(std::max<int64_t>(10, std::min<int64_t>(500, target / std::max<int64_t>(bytes, 1))));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t max_bytes = int64_t(1) << 30;
+  at::ScalarType dtype = at::kBFloat16;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--max-bytes") && i + 1 < argc) max_bytes = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = std::string(argv[++i]) == "fp32" ? at::kFloat : at::kBFloat16;
+  }
+  DistContext ctx = init();
+  auto comm = ctx.device_world();
+  const int n = comm->size();
+  const auto opts = at::TensorOptions().dtype(dtype).device(ctx.gpu_world ? c10::Device(c10::kCUDA, ctx.cuda_device)
+                                                                           : c10::Device(c10::kCPU));
+  const int64_t elem = at::elementSize(dtype);
+  if (ctx.rank == 0) std::printf("system,op,bytes,time_us,algbw_GBps,busbw_GBps\n");
+  for (CommOp op : {CommOp::all_reduce, CommOp::reduce_scatter, CommOp::all_gather}) {
+    for (int64_t bytes = 4 << 10; bytes <= max_bytes; bytes *= 4) {
+      const int64_t numel = bytes / elem;  // the full buffer (nccl-tests' size convention)
+      at::Tensor full = at::ones({numel}, opts);
+      at::Tensor shard = at::ones({numel / n}, opts);
+      auto issue = [&]() -> WorkPtr {
+        if (op == CommOp::all_reduce) return comm->all_reduce(full, ReduceOp::sum);
+        if (op == CommOp::reduce_scatter) return comm->reduce_scatter(shard, full, ReduceOp::sum);
+        return comm->all_gather(full, shard);
+      };
+      for (int i = 0; i < 5; ++i) issue()->wait();  // warm-up
+      comm->barrier()->wait();
+      const int iters = iterations_for(bytes);
+      auto t0 = std::chrono::steady_clock::now();
+      WorkPtr last;
+      for (int i = 0; i < iters; ++i) {
+        last = issue();
+        last->wait();
+      }
+      last->synchronize();
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+      const double algbw = bytes / seconds / 1e9;
+      if (ctx.rank == 0)
+        std::printf("stratum,%s,%lld,%.2f,%.2f,%.2f\n", comm_op_name(op), static_cast<long long>(bytes), seconds * 1e6,
+                    algbw, algbw * bus_factor(op, n));
+      std::fflush(stdout);
+    }
+  }
+  ctx.cpu_world.reset();
+  ctx.gpu_world.reset();
+  finalize();
+  return 0;
+}
