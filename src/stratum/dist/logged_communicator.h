@@ -3,10 +3,12 @@
 // Communicator: what it forwards is unchanged; what it adds is
 //  - profiling (`enabled` with `prof_all` or `prof_ops`): the latency from
 //    issue to completion of each profiled op, recorded once into a CommsLog
-//    (`verbose`: one log line per op). To time it, the returned Work's wait()
-//    blocks the host until the op has finished on its device (synchronize()),
-//    as DeepSpeed does: profiled NCCL ops no longer overlap the host, and
-//    latencies include whatever the caller did between issue and wait;
+//    (`verbose`: one log line per op). To time it, as DeepSpeed does, a
+//    profiled op on a GPU first waits for the device's queued work, and its
+//    Work's wait() blocks the host until the op has finished (synchronize()):
+//    profiled NCCL ops no longer overlap compute. Latency runs to the first
+//    wait()/synchronize()/completed() that sees the op done, so it includes
+//    whatever the caller did between issue and wait (wait promptly);
 //  - the desync detector (`debug`): before every collective (not
 //    point-to-point) the ranks exchange a fingerprint of the call over a CPU
 //    `control` communicator and end the job naming the first mismatch, rank by
@@ -51,7 +53,7 @@ class LoggedCommunicator : public Communicator {
   void check_in_sync(CollectiveFingerprint call);
   [[noreturn]] void fail(const std::string& message, int exit_code, bool timeout) const;
   template <class Issue>
-  WorkPtr issue(CommOp op, int64_t bytes, Issue&& call);
+  WorkPtr issue(CommOp op, int64_t bytes, const at::Tensor& operand, Issue&& call);
 
   std::shared_ptr<Communicator> inner_;
   std::shared_ptr<Communicator> control_;
