@@ -35,7 +35,7 @@ RunResult run(const std::string& cmd) {
 }
 
 TEST(DistProcess, CollectiveTimeoutEndsTheJobNamingTheCollective) {
-  RunResult r = run(std::string("timeout 60 ") + kEnv + "STRATUM_COMM_TIMEOUT=1 " STRATUM_MPIEXEC " -np 2 " STRATUM_BIN_DIR "/timeout_probe");
+  RunResult r = run(std::string("timeout 60 ") + kEnv + "STRATUM_DISABLE_NCCL=1 STRATUM_COMM_TIMEOUT=1 " STRATUM_MPIEXEC " -np 2 " STRATUM_BIN_DIR "/timeout_probe");
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 0] error: all_reduce #1 (4.0 KiB Float) on mpi group 'world' [ranks 0, 1] timed out"),
             std::string::npos) << r.output;

@@ -1,5 +1,6 @@
 // A 2-rank program in which rank 1 never joins rank 0's all_reduce: rank 0
 // must report the collective and its peers, and end the job (no hang).
+// Run with STRATUM_DISABLE_NCCL=1 on GPU machines: it tests the MPI path.
 #include <ATen/ATen.h>
 
 #include <chrono>
