@@ -1,5 +1,7 @@
 #include "stratum/dist/parallel_groups.h"
 
+#include "stratum/core/log.h"
+
 namespace stratum::dist {
 
 ParallelGroups make_parallel_groups(const Topology& topology, const std::shared_ptr<Communicator>& world) {
@@ -8,6 +10,8 @@ ParallelGroups make_parallel_groups(const Topology& topology, const std::shared_
                 std::to_string(world->size()) + " ranks but the topology has " +
                 std::to_string(topology.world_size()) + " (dp " + std::to_string(topology.dp()) + " x pp " +
                 std::to_string(topology.pp()) + " x tp " + std::to_string(topology.tp()) + ")");
+  // Every job states its grid once, at start, so a user can check placement.
+  if (world->rank() == 0) log::info(topology.table());
   ParallelGroups g;
   g.world = world;
   g.dp = world->split(topology.groups(Axis::dp), "dp");

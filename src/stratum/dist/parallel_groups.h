@@ -18,6 +18,7 @@ struct ParallelGroups {
 };
 
 // Collective over `world`, whose size must equal the topology's world size.
+// Rank 0 logs the rank-to-group table.
 ParallelGroups make_parallel_groups(const Topology& topology, const std::shared_ptr<Communicator>& world);
 
 }  // namespace stratum::dist
