@@ -119,6 +119,7 @@ TEST(CommsLog, SummaryTableHasHeaderAndOneRowPerOpAndSize) {
                           "tput_avg (Gbps)", "busbw_avg (Gbps)"})
     EXPECT_NE(header.find(col), std::string::npos) << col << "\n" << table;
   EXPECT_EQ(count_of(table, "\n"), 1 + 2 + 3) << table;  // header, two op lines, three size rows
+  EXPECT_EQ(table.find(" \n"), std::string::npos) << "trailing blanks\n" << table;
   EXPECT_NE(table.find("\nall_reduce\n"), std::string::npos) << table;
   EXPECT_NE(table.find("\nall_gather\n"), std::string::npos) << table;
   // 4.0 KiB x2: 4.00 ms in total, 2.00 ms on average, 8 KiB x 8 bit / 4 ms.

@@ -12,11 +12,12 @@ bool key_less(const CommStats& s, CommOp op, int64_t bytes) {
   return s.op != op ? static_cast<int>(s.op) < static_cast<int>(op) : s.bytes < bytes;
 }
 
-// DeepSpeed's table: every column 20 characters wide, left-aligned.
-void append_cell(std::string& out, const std::string& text) {
+// DeepSpeed's table: every column 20 characters wide, left-aligned; a row
+// ends at its last cell's text (no trailing blanks).
+void append_cell(std::string& out, const std::string& text, bool last = false) {
   out += text;
-  if (text.size() < 20) out.append(20 - text.size(), ' ');
-  else out += ' ';
+  if (last) out += '\n';
+  else out.append(text.size() < 20 ? 20 - text.size() : 1, ' ');
 }
 
 std::string fixed2(double x) {
@@ -84,9 +85,9 @@ std::string CommsLog::summary() const {
   const std::vector<CommStats> rows = stats();
   std::string out;
   for (const char* h : {"Comm. Op", "Message Size", "Count", "Total Latency(ms)", "Avg Latency(ms)",
-                        "tput_avg (Gbps)", "busbw_avg (Gbps)"})
+                        "tput_avg (Gbps)"})
     append_cell(out, h);
-  out += '\n';
+  append_cell(out, "busbw_avg (Gbps)", true);
   for (size_t i = 0; i < rows.size(); ++i) {
     const CommStats& s = rows[i];
     if (i == 0 || rows[i - 1].op != s.op) out += std::string(comm_op_name(s.op)) + '\n';
@@ -96,8 +97,7 @@ std::string CommsLog::summary() const {
     append_cell(out, fixed2(s.total_seconds * 1e3));
     append_cell(out, fixed2(s.avg_seconds() * 1e3));
     append_cell(out, fixed2(s.algbw_gbps()));
-    append_cell(out, fixed2(s.busbw_gbps()));
-    out += '\n';
+    append_cell(out, fixed2(s.busbw_gbps()), true);
   }
   return out;
 }

@@ -3,7 +3,8 @@
 // Communicator: what it forwards is unchanged; what it adds is
 //  - profiling (`enabled` with `prof_all` or `prof_ops`): the latency from
 //    issue to completion of each profiled op, recorded once into a CommsLog
-//    (`verbose`: one log line per op). To time it, as DeepSpeed does, a
+//    (`verbose`: one log line per op, on every rank: latencies differ by rank
+//    and a group need not contain rank 0). To time it, as DeepSpeed does, a
 //    profiled op on a GPU first waits for the device's queued work, and its
 //    Work's wait() blocks the host until the op has finished (synchronize()):
 //    profiled NCCL ops no longer overlap compute. Latency runs to the first
