@@ -12,6 +12,7 @@
 #include "dist_test_context.h"
 #include "stratum/core/log.h"
 #include "stratum/dist/logged_communicator.h"
+#include "stratum/dist/parallel_groups.h"
 
 using namespace stratum;
 using namespace stratum::dist;
@@ -402,4 +403,36 @@ TEST(CommsLogger, DebugModeThrowsOnDesyncOnEveryRank) {
   at::Tensor ok = at::ones({8});
   comm->all_reduce(ok, ReduceOp::sum)->wait();
   EXPECT_TRUE(at::equal(ok, at::full({8}, n, at::kFloat)));
+}
+
+TEST(CommsLogger, ParallelGroupsOfALoggedWorldAreLoggedAndChecked) {
+  const test::Backend b = backends()[0];
+  const int n = b.world->size();
+  auto cfg = profile_all();
+  cfg.debug = true;
+  auto log = std::make_shared<CommsLog>();
+  auto world = logged(b, cfg, log, DesyncAction::throw_error);
+  const int64_t dp = n % 2 == 0 ? 2 : n;
+  ParallelGroups groups = make_parallel_groups(Topology::create(n, dp, 1, n / dp), world);
+  for (const auto* g : {&groups.dp, &groups.pp, &groups.tp, &groups.dp_tp})
+    ASSERT_NE(std::dynamic_pointer_cast<LoggedCommunicator>(*g), nullptr);
+  at::Tensor t = at::ones({32});
+  groups.tp->all_reduce(t, ReduceOp::sum)->wait();
+  EXPECT_TRUE(at::equal(t, at::full({32}, n / dp, at::kFloat)));
+  const CommStats* s = find(log->stats(), CommOp::all_reduce, 128);
+  ASSERT_NE(s, nullptr) << log->summary();
+  EXPECT_EQ(s->count, 1);
+
+  if (groups.dp->size() < 2) return;
+  // A desync inside one dp group is reported with that group's world ranks.
+  std::string ranks;
+  for (int64_t r : groups.dp->global_ranks()) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  try {
+    if (groups.dp->rank() == 1) groups.dp->barrier();
+    else groups.dp->all_reduce(t, ReduceOp::sum);
+    ADD_FAILURE() << "no desync reported";
+  } catch (const CommDesync& e) {
+    EXPECT_NE(std::string(e.what()).find("desync on group 'dp' [ranks " + ranks + "] at collective #1: "),
+              std::string::npos) << e.what();
+  }
 }
