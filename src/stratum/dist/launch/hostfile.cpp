@@ -100,7 +100,10 @@ std::vector<HostfileEntry> parse_hostfile(std::string_view text, const std::stri
       if (words.size() == 1)
         throw Error(where + ": missing slots: expected 'hostname slots=N', got " + quoted(words[0]));
       std::string got(words[0]);
-      for (size_t i = 1; i < words.size(); ++i) got += " " + std::string(words[i]);
+      for (size_t i = 1; i < words.size(); ++i) {
+        got += ' ';
+        got += words[i];
+      }
       throw Error(where + ": expected 'hostname slots=N', got " + quoted(got));
     }
     check_hostname(words[0], where);

@@ -101,6 +101,16 @@ std::string LinePrefixer::take_partial() {
   return out;
 }
 
+std::string LinePrefixer::finish() {
+  std::string out = take_partial();
+  if (!at_line_start_) {
+    out += '\n';
+    at_line_start_ = true;
+    last_ = '\n';
+  }
+  return out;
+}
+
 // ---- processes ----
 
 void set_nonblocking(int fd) {
@@ -160,6 +170,7 @@ pid_t spawn(const SpawnOptions& options) {
       prctl(PR_SET_PDEATHSIG, options.parent_death_signal);
       if (getppid() != parent) _exit(128 + options.parent_death_signal);
     }
+    if (options.new_process_group) setpgid(0, 0);
     for (int sig : kHandledSignals) signal(sig, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
@@ -265,7 +276,7 @@ std::optional<std::string> find_program(const std::string& name) {
   while (start <= path.size()) {
     size_t colon = path.find(':', start);
     std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-    if (dir.empty()) dir = ".";
+    if (dir.empty()) dir.assign(1, '.');
     const std::string candidate = dir + "/" + name;
     if (runnable(candidate)) return candidate;
     if (colon == std::string::npos) break;

@@ -29,6 +29,9 @@ class LinePrefixer {
   // empty when there is none.
   std::string take_partial();
   bool has_partial() const { return !partial_.empty(); }
+  // At the end of the stream: the tail, and a newline if the last line was left
+  // open (so the next rank's output starts on a line of its own).
+  std::string finish();
 
  private:
   void emit(std::string& out, std::string_view piece);
@@ -43,6 +46,7 @@ struct SpawnOptions {
   std::vector<std::pair<std::string, std::string>> set_env;  // added to / replacing this process's environment
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;         // -1: inherit
   int parent_death_signal = 0;                               // Linux PR_SET_PDEATHSIG, 0: none
+  bool new_process_group = false;                            // setpgid(0, 0) in the child
 };
 
 // fork + execvp (never a shell). The child starts with default dispositions

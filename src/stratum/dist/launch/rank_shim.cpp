@@ -100,7 +100,7 @@ ShimArgs parse_shim_arguments(const std::vector<std::string>& args) {
   if (out.program.empty()) throw Error(std::string(kRankShimFlag) + ": no program after '--'");
   for (size_t c : colons) {
     if (c >= out.program.size()) throw Error(std::string(kRankShimFlag) + ": --colons index past the arguments");
-    out.program[c] = ":";
+    out.program[c].assign(1, ':');
   }
   return out;
 }

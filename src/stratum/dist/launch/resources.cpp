@@ -140,7 +140,9 @@ std::vector<SelectedHost> select_resources(const std::vector<PoolHost>& pool, co
     }
   } else {
     for (const auto& host : pool) chosen[host.name] = all_slots(host);
-    for (auto& item : parse_filter(request.exclude, "--exclude", pool)) {
+    const auto excluded =
+        request.exclude.empty() ? std::vector<FilterItem>{} : parse_filter(request.exclude, "--exclude", pool);
+    for (const auto& item : excluded) {
       if (!item.slots) {
         chosen[item.host].clear();
       } else {

@@ -1,0 +1,499 @@
+// stratum-run: the launcher. DeepSpeed's launcher flags and hostfile; the ranks
+// run under Open MPI's mpirun (the MPI backend needs MPI_COMM_WORLD, the NCCL
+// backend bootstraps over MPI), each through a small shim (this same program
+// with --rank-shim) that sets RANK / LOCAL_RANK / WORLD_SIZE / LOCAL_WORLD_SIZE /
+// NODE_RANK / CUDA_VISIBLE_DEVICES, prefixes output with "[rank N] " and names a
+// rank that fails. Nothing goes through a shell: mpirun and the program are
+// exec'd from argv vectors.
+//
+//   stratum-run [--hostfile F] [--include S | --exclude S] [--num_nodes K]
+//               [--num_gpus N | --num_procs N] [--master_addr A] [--master_port P]
+//               [--export NAME[=VALUE]]... PROGRAM [ARGS...]
+#include <CLI/CLI.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "stratum/build_info.h"
+#include "stratum/core/error.h"
+#include "stratum/dist/launch/hostfile.h"
+#include "stratum/dist/launch/mpirun_command.h"
+#include "stratum/dist/launch/process.h"
+#include "stratum/dist/launch/rank_shim.h"
+#include "stratum/dist/launch/resources.h"
+
+extern char** environ;
+
+namespace launch = stratum::dist::launch;
+
+namespace {
+
+constexpr int kBadInput = 2;
+
+long long now_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<long long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+void say(const std::string& line) { launch::write_all(STDERR_FILENO, "stratum-run: " + line + "\n"); }
+
+const char* env_or_null(const char* name) { return ::getenv(name); }
+
+std::vector<std::string> environ_entries() {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) out.emplace_back(*e);
+  return out;
+}
+
+std::string this_host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0 || !launch::is_valid_hostname(buf)) return "127.0.0.1";
+  return buf;
+}
+
+// ---------------------------------------------------------------------------
+// The rank shim: one per rank, started by mpirun.
+// ---------------------------------------------------------------------------
+
+// A pty for the program's stdout when ours is one (mpirun gives ranks a pty, so
+// programs keep line-buffered output), else a pipe. Returns {read end, write end}.
+std::pair<int, int> output_channel(bool want_pty) {
+  if (want_pty) {
+    const int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master >= 0 && grantpt(master) == 0 && unlockpt(master) == 0) {
+      if (const char* name = ptsname(master)) {
+        const int slave = ::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (slave >= 0) {
+          termios t{};
+          if (tcgetattr(slave, &t) == 0) {
+            t.c_oflag &= ~static_cast<tcflag_t>(OPOST);  // no "\n" -> "\r\n"
+            t.c_lflag &= ~static_cast<tcflag_t>(ECHO | ICANON | ISIG | IEXTEN);
+            tcsetattr(slave, TCSANOW, &t);
+          }
+          launch::set_nonblocking(master);
+          return {master, slave};
+        }
+      }
+    }
+    if (master >= 0) ::close(master);
+  }
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) throw stratum::Error(std::string("pipe: ") + std::strerror(errno));
+  launch::set_nonblocking(p[0]);
+  return {p[0], p[1]};
+}
+
+int run_rank_shim(int argc, char** argv) {
+  launch::ShimArgs args;
+  launch::RankInfo rank;
+  try {
+    args = launch::parse_shim_arguments(std::vector<std::string>(argv + 2, argv + argc));
+    rank = launch::rank_info_from_env(env_or_null);
+    for (const auto& [k, v] : launch::rank_environment(rank, args, env_or_null)) setenv(k.c_str(), v.c_str(), 1);
+  } catch (const stratum::Error& e) {
+    say(std::string("error: ") + e.what());
+    return kBadInput;
+  }
+  const std::string who = "rank " + std::to_string(rank.rank) + " (host " + args.node + ", local rank " +
+                          std::to_string(rank.local_rank) + ")";
+
+  int log_fd = -1;
+  if (!args.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(args.log_dir, ec);
+    const std::string path = args.log_dir + "/rank_" + std::to_string(rank.rank) + ".log";
+    log_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log_fd < 0) {
+      say(who + ": cannot write " + path + ": " + std::strerror(errno));
+      return kBadInput;
+    }
+  }
+  const bool relay = args.prefix || log_fd >= 0;
+
+  launch::SignalPipe signals({SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD});
+  int out_r = -1, out_w = -1, err_r = -1, err_w = -1;
+  launch::SpawnOptions spawn;
+  spawn.argv = args.program;
+  spawn.parent_death_signal = SIGKILL;
+  if (relay) {
+    std::tie(out_r, out_w) = output_channel(isatty(STDOUT_FILENO) == 1);
+    std::tie(err_r, err_w) = output_channel(false);
+    spawn.stdout_fd = out_w;
+    spawn.stderr_fd = err_w;
+  }
+  pid_t child = -1;
+  try {
+    child = launch::spawn(spawn);
+  } catch (const stratum::Error& e) {
+    say(who + ": " + e.what());
+    return 127;
+  }
+  if (relay) {
+    ::close(out_w);
+    ::close(err_w);
+  }
+
+  launch::LinePrefixer out_prefix(launch::rank_prefix(rank)), err_prefix(launch::rank_prefix(rank));
+  auto deliver = [&](int to_fd, launch::LinePrefixer& prefixer, std::string_view data) {
+    if (log_fd >= 0) launch::write_all(log_fd, data);
+    if (args.prefix) {
+      launch::write_all(to_fd, prefixer.feed(data));
+    } else if (log_fd < 0) {
+      launch::write_all(to_fd, data);
+    }
+  };
+  auto flush_partials = [&] {
+    if (!args.prefix) return;
+    if (out_prefix.has_partial()) launch::write_all(STDOUT_FILENO, out_prefix.take_partial());
+    if (err_prefix.has_partial()) launch::write_all(STDERR_FILENO, err_prefix.take_partial());
+  };
+  auto finish_stream = [&](int i) {
+    if (args.prefix) launch::write_all(i == 1 ? STDOUT_FILENO : STDERR_FILENO, (i == 1 ? out_prefix : err_prefix).finish());
+  };
+
+  bool exited = false, stop_requested = false;
+  int status = 0;
+  long long drain_deadline = 0;
+  while (true) {
+    if (exited && ((out_r < 0 && err_r < 0) || now_ms() >= drain_deadline)) break;
+    pollfd fds[3] = {{signals.fd(), POLLIN, 0}, {out_r, POLLIN, 0}, {err_r, POLLIN, 0}};
+    int timeout = 1000;
+    if (out_prefix.has_partial() || err_prefix.has_partial()) timeout = 100;
+    if (exited) timeout = static_cast<int>(std::min<long long>(timeout, std::max(0LL, drain_deadline - now_ms())));
+    const int ready = ::poll(fds, 3, timeout);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready == 0) flush_partials();  // an unfinished line, quiet for 100 ms: show it
+
+    for (const auto& ev : signals.drain()) {
+      if (ev.signo == SIGCHLD) continue;  // reaped below
+      if (ev.signo == SIGINT || ev.signo == SIGTERM || ev.signo == SIGHUP) stop_requested = true;
+      // mpirun/orted (our parent) signals the whole process group, which the
+      // program shares: it has the signal already. Anyone else's, pass on.
+      if (!exited && ev.sender != getppid()) kill(child, ev.signo);
+    }
+    if (!exited) {
+      const pid_t r = waitpid(child, &status, WNOHANG);
+      if (r == child) {
+        exited = true;
+        drain_deadline = now_ms() + 1000;  // a background grandchild may hold the pipes open
+      }
+    }
+    for (int i = 1; i < 3; ++i) {
+      int& fd = (i == 1) ? out_r : err_r;
+      if (fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[65536];
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n > 0) {
+        deliver(i == 1 ? STDOUT_FILENO : STDERR_FILENO, i == 1 ? out_prefix : err_prefix,
+                std::string_view(buf, static_cast<size_t>(n)));
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {  // EOF, or EIO from a pty whose writers left
+        ::close(fd);
+        fd = -1;
+        finish_stream(i);
+      }
+    }
+  }
+  for (int i = 1; i < 3; ++i) {
+    int& fd = (i == 1) ? out_r : err_r;
+    if (fd < 0) continue;
+    ::close(fd);
+    fd = -1;
+    finish_stream(i);
+  }
+  if (log_fd >= 0) ::close(log_fd);
+
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  // A rank told to stop (the job is ending) is not the one to blame.
+  if (!stop_requested) launch::write_all(STDERR_FILENO, launch::rank_failure_line(rank, args, status) + "\n");
+  return launch::exit_code_of(status);
+}
+
+// ---------------------------------------------------------------------------
+// The launcher.
+// ---------------------------------------------------------------------------
+
+struct Flags {
+  std::string hostfile, include, exclude, master_addr, launcher_agent, launcher_args, log_dir;
+  std::string mpirun = "mpirun";
+  std::optional<int> num_nodes, num_gpus, num_procs;
+  int master_port = 29500;
+  int grace_period = 1;
+  std::vector<std::string> exports;
+  bool no_prefix = false, dry_run = false;
+  std::vector<std::string> program;
+};
+
+std::string describe_hosts(const std::vector<launch::SelectedHost>& hosts) {
+  std::string out;
+  for (const auto& h : hosts) {
+    out += (out.empty() ? "" : ", ") + h.name + " [";
+    for (size_t i = 0; i < h.devices.size(); ++i) out += (i ? "," : "") + h.devices[i];
+    out += "]";
+  }
+  return out;
+}
+
+launch::LaunchPlan make_plan(const Flags& f) {
+  launch::LaunchPlan plan;
+  if (f.program.empty()) throw stratum::Error("no program given: stratum-run [flags] PROGRAM [ARGS...]");
+  if (f.num_gpus && f.num_procs) throw stratum::Error("--num_gpus and --num_procs cannot be used together");
+
+  launch::SelectionRequest request;
+  request.include = f.include;
+  request.exclude = f.exclude;
+  request.num_nodes = f.num_nodes;
+  std::vector<launch::PoolHost> pool;
+  if (!f.hostfile.empty()) {
+    pool = launch::pool_from_hostfile(launch::read_hostfile(f.hostfile));
+    plan.gpu = !f.num_procs;
+    request.per_node = f.num_procs ? f.num_procs : f.num_gpus;
+    request.per_node_flag = f.num_procs ? "--num_procs" : "--num_gpus";
+  } else {
+    const auto gpus = launch::detect_local_gpus();
+    plan.gpu = !f.num_procs && !gpus.devices.empty();
+    if (plan.gpu) {
+      pool.push_back(launch::make_pool_host("localhost", static_cast<int>(gpus.devices.size()), gpus.devices));
+      request.per_node = f.num_gpus;
+      if (f.num_gpus && *f.num_gpus > static_cast<int>(gpus.devices.size()))
+        throw stratum::Error("--num_gpus " + std::to_string(*f.num_gpus) + ": this machine has " +
+                             std::to_string(gpus.devices.size()) + " GPU" + (gpus.devices.size() == 1 ? "" : "s") +
+                             " (" + gpus.source + ")");
+    } else {
+      if (f.num_gpus)
+        throw stratum::Error("--num_gpus " + std::to_string(*f.num_gpus) + ": no GPUs found on this machine (" +
+                             gpus.source + "); use --num_procs N for CPU ranks");
+      const int procs = f.num_procs.value_or(2);
+      if (procs < 1) throw stratum::Error("--num_procs must be at least 1, got " + std::to_string(procs));
+      pool.push_back(launch::make_pool_host("localhost", procs));
+    }
+  }
+  plan.hosts = launch::select_resources(pool, request);
+
+  plan.master_addr = f.master_addr.empty() ? launch::default_master_addr(plan.hosts, this_host_name()) : f.master_addr;
+  launch::check_hostname(plan.master_addr, "--master_addr");
+  if (f.master_port < 1 || f.master_port > 65535)
+    throw stratum::Error("--master_port must be in 1..65535, got " + std::to_string(f.master_port));
+  plan.master_port = f.master_port;
+
+  plan.exports = launch::passthrough_exports(environ_entries());
+  for (const auto& [k, v] : launch::parse_exports(f.exports, env_or_null)) {
+    bool replaced = false;
+    for (auto& e : plan.exports)
+      if (e.first == k) e.second = v, replaced = true;
+    if (!replaced) plan.exports.emplace_back(k, v);
+  }
+  if (const char* nvls = ::getenv("NCCL_NVLS_ENABLE"); nvls && std::string(nvls) != "0")
+    say("warning: NCCL_NVLS_ENABLE=" + std::string(nvls) + " in the environment is overridden: ranks get NCCL_NVLS_ENABLE=0");
+
+  const auto mpirun = launch::find_program(f.mpirun);
+  if (!mpirun)
+    throw stratum::Error("--mpirun '" + f.mpirun + "': not found (stratum-run needs Open MPI's mpirun; install it or "
+                         "pass its path)");
+  plan.mpirun = *mpirun;
+  if (!f.launcher_agent.empty()) {
+    const auto agent = launch::find_program(f.launcher_agent);
+    if (!agent) throw stratum::Error("--launcher_agent '" + f.launcher_agent + "': not found or not executable");
+    plan.launcher_agent = std::filesystem::absolute(*agent).lexically_normal().string();
+  }
+  std::istringstream words(f.launcher_args);
+  for (std::string w; words >> w;) plan.launcher_args.push_back(w);
+  if (!f.log_dir.empty()) {
+    plan.log_dir = std::filesystem::absolute(f.log_dir).lexically_normal().string();
+    std::error_code ec;
+    std::filesystem::create_directories(plan.log_dir, ec);
+    if (ec) throw stratum::Error("--log_dir " + f.log_dir + ": " + ec.message());
+  }
+  plan.prefix_output = !f.no_prefix;
+  if (f.grace_period < 1) throw stratum::Error("--grace_period must be at least 1 second");
+  plan.grace_period_s = f.grace_period;
+  plan.shim = launch::self_executable();
+  plan.program = f.program;
+
+  bool all_local = true;
+  for (const auto& h : plan.hosts) all_local = all_local && launch::is_local_name(h.name);
+  if (all_local && !launch::find_program(plan.program.front()))
+    throw stratum::Error("program '" + plan.program.front() + "' not found" +
+                         (plan.program.front().find('/') == std::string::npos ? " in PATH" : "") +
+                         " or not executable");
+  return plan;
+}
+
+// Runs mpirun, relaying its stderr (where the shims name failed ranks) and
+// forwarding SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 to it.
+int run_mpirun(const std::vector<std::string>& argv, int total_ranks) {
+  launch::SignalPipe signals({SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD});
+  int err[2];
+  if (pipe2(err, O_CLOEXEC) != 0) throw stratum::Error(std::string("pipe: ") + std::strerror(errno));
+  launch::set_nonblocking(err[0]);
+  launch::SpawnOptions spawn;
+  spawn.argv = argv;
+  spawn.set_env = launch::mpirun_environment(geteuid() == 0);
+  spawn.stderr_fd = err[1];
+  const pid_t child = launch::spawn(spawn);
+  ::close(err[1]);
+  int err_fd = err[0];
+  (void)total_ranks;
+
+  std::string line_buf;
+  std::optional<std::string> failure;  // the first rank a shim named
+  auto scan = [&](std::string_view data) {
+    line_buf.append(data);
+    size_t nl;
+    while ((nl = line_buf.find('\n')) != std::string::npos) {
+      const std::string line = line_buf.substr(0, nl);
+      line_buf.erase(0, nl + 1);
+      const std::string tag = "stratum-run: rank ";
+      if (!failure && line.rfind(tag, 0) == 0) failure = line.substr(std::string("stratum-run: ").size());
+    }
+    if (line_buf.size() > 65536) line_buf.clear();
+  };
+
+  bool exited = false;
+  int status = 0;
+  std::optional<int> stop_signal;
+  long long drain_deadline = 0;
+  while (true) {
+    if (exited && (err_fd < 0 || now_ms() >= drain_deadline)) break;
+    pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {err_fd, POLLIN, 0}};
+    int timeout = 1000;
+    if (exited) timeout = static_cast<int>(std::max(0LL, drain_deadline - now_ms()));
+    const int ready = ::poll(fds, 2, timeout);
+    if (ready < 0 && errno != EINTR) break;
+    for (const auto& ev : signals.drain()) {
+      if (ev.signo == SIGCHLD || exited) continue;
+      if ((ev.signo == SIGINT || ev.signo == SIGTERM || ev.signo == SIGHUP) && !stop_signal) stop_signal = ev.signo;
+      // A terminal's ^C reaches mpirun too (same process group): don't double it.
+      if (ev.code == SI_KERNEL) continue;
+      kill(child, ev.signo);
+    }
+    if (!exited && waitpid(child, &status, WNOHANG) == child) {
+      exited = true;
+      drain_deadline = now_ms() + 2000;
+    }
+    if (err_fd >= 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+      char buf[65536];
+      const ssize_t n = ::read(err_fd, buf, sizeof buf);
+      if (n > 0) {
+        launch::write_all(STDERR_FILENO, std::string_view(buf, static_cast<size_t>(n)));
+        scan(std::string_view(buf, static_cast<size_t>(n)));
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        ::close(err_fd);
+        err_fd = -1;
+      }
+    }
+  }
+  if (err_fd >= 0) ::close(err_fd);
+
+  const std::string mpirun_result = "mpirun " + launch::describe_wait_status(status);
+  if (stop_signal) {
+    say("job stopped by " + launch::signal_name(*stop_signal) + " (" + mpirun_result + ")");
+    return 128 + *stop_signal;
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  say("job failed: " + (failure ? *failure + " (" + mpirun_result + ")" : mpirun_result));
+  const int code = launch::exit_code_of(status);
+  return code == 0 ? 1 : code;
+}
+
+int run_launcher(int argc, char** argv) {
+  CLI::App app{"Start one process per device (per CPU rank without GPUs) on one or many hosts, through Open MPI's "
+               "mpirun, with DeepSpeed's launcher flags and hostfile.\n"
+               "Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT "
+               "(and CUDA_VISIBLE_DEVICES on GPU launches); its output lines start with \"[rank N] \"."};
+  app.set_version_flag("--version", std::string("stratum ") + STRATUM_VERSION + " (" + STRATUM_GIT_SHA + ")");
+  app.prefix_command();
+  Flags f;
+  app.add_option("-H,--hostfile", f.hostfile, "DeepSpeed hostfile: lines 'hostname slots=N', '#' comments");
+  app.add_option("-i,--include", f.include, "Use only these hosts/slots, e.g. 'host1:0,2@host2'");
+  app.add_option("-e,--exclude", f.exclude, "Leave out these hosts/slots, e.g. 'host1:0@host2'");
+  app.add_option("--num_nodes", f.num_nodes, "Use the first K hosts");
+  app.add_option("--num_gpus", f.num_gpus, "GPUs (ranks) per host: the first N slots");
+  app.add_option("--num_procs", f.num_procs,
+                 "CPU ranks per host (GPU-less runs; default 2 on a machine without GPUs); no CUDA_VISIBLE_DEVICES");
+  app.add_option("--master_addr", f.master_addr, "MASTER_ADDR for every rank (default: 127.0.0.1, or the first host)");
+  app.add_option("--master_port", f.master_port, "MASTER_PORT for every rank")->capture_default_str();
+  app.add_option("--export", f.exports, "Export NAME (its value here) or NAME=VALUE to every rank; repeatable")
+      ->allow_extra_args(false);  // one value per --export: the program follows
+  app.add_option("--launcher_agent", f.launcher_agent,
+                 "Program mpirun uses instead of ssh to reach other hosts (Open MPI's plm_rsh_agent)")
+      ->envname("STRATUM_LAUNCHER_AGENT");
+  app.add_option("--launcher_args", f.launcher_args, "Extra mpirun arguments, split at spaces (no quoting)");
+  app.add_option("--mpirun", f.mpirun, "The mpirun to use")->envname("STRATUM_MPIRUN")->capture_default_str();
+  app.add_option("--log_dir", f.log_dir, "Also write each rank's output to DIR/rank_<N>.log (on its host)");
+  app.add_flag("--no_prefix", f.no_prefix, "Do not put \"[rank N] \" before output lines");
+  app.add_option("--grace_period", f.grace_period,
+                 "When the job is stopped, Open MPI sends SIGCONT, waits this long, SIGTERM, waits again, "
+                 "then SIGKILL (its odls_base_sigkill_timeout)")
+      ->capture_default_str();
+  app.add_flag("--dry_run", f.dry_run, "Print the mpirun command and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    say(std::string("error: ") + e.what());
+    return kBadInput;
+  }
+  f.program = app.remaining();
+  if (!f.program.empty() && f.program.front() == "--") f.program.erase(f.program.begin());
+  else if (!f.program.empty() && f.program.front().size() > 1 && f.program.front()[0] == '-') {
+    say("error: unknown flag '" + f.program.front() + "' (see --help; put the program after '--' if it starts with '-')");
+    return kBadInput;
+  }
+
+  launch::LaunchPlan plan;
+  std::vector<std::string> command;
+  try {
+    plan = make_plan(f);
+    command = launch::build_mpirun_argv(plan);
+  } catch (const stratum::Error& e) {
+    say(std::string("error: ") + e.what());
+    return kBadInput;
+  }
+  int ranks = 0;
+  for (const auto& h : plan.hosts) ranks += static_cast<int>(h.slots.size());
+  if (f.dry_run) {
+    std::string env;
+    for (const auto& [k, v] : launch::mpirun_environment(geteuid() == 0)) env += k + "=" + v + " ";
+    std::cout << env << launch::format_command(command) << std::endl;
+    return 0;
+  }
+  say(std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " on " + std::to_string(plan.hosts.size()) +
+      (plan.hosts.size() == 1 ? " host" : " hosts") + (plan.gpu ? " (GPU slots): " : " (CPU ranks): ") +
+      describe_hosts(plan.hosts) + "; MASTER_ADDR=" + plan.master_addr + " MASTER_PORT=" +
+      std::to_string(plan.master_port));
+  try {
+    return run_mpirun(command, ranks);
+  } catch (const stratum::Error& e) {
+    say(std::string("error: ") + e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == launch::kRankShimFlag) return run_rank_shim(argc, argv);
+  return run_launcher(argc, argv);
+}
