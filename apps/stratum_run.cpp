@@ -337,7 +337,7 @@ launch::LaunchPlan make_plan(const Flags& f) {
 
 // Runs mpirun, relaying its stderr (where the shims name failed ranks) and
 // forwarding SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 to it.
-int run_mpirun(const std::vector<std::string>& argv, int total_ranks) {
+int run_mpirun(const std::vector<std::string>& argv) {
   launch::SignalPipe signals({SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD});
   int err[2];
   if (pipe2(err, O_CLOEXEC) != 0) throw stratum::Error(std::string("pipe: ") + std::strerror(errno));
@@ -346,10 +346,10 @@ int run_mpirun(const std::vector<std::string>& argv, int total_ranks) {
   spawn.argv = argv;
   spawn.set_env = launch::mpirun_environment(geteuid() == 0);
   spawn.stderr_fd = err[1];
+  spawn.parent_death_signal = SIGTERM;  // if stratum-run is killed outright, mpirun still stops the job
   const pid_t child = launch::spawn(spawn);
   ::close(err[1]);
   int err_fd = err[0];
-  (void)total_ranks;
 
   std::string line_buf;
   std::optional<std::string> failure;  // the first rank a shim named
@@ -419,6 +419,14 @@ int run_launcher(int argc, char** argv) {
                "(and CUDA_VISIBLE_DEVICES on GPU launches); its output lines start with \"[rank N] \"."};
   app.set_version_flag("--version", std::string("stratum ") + STRATUM_VERSION + " (" + STRATUM_GIT_SHA + ")");
   app.prefix_command();
+  app.footer(
+      "PROGRAM [ARGS...] follows the flags ('--' may separate them) and is run as given, without a shell.\n"
+      "Without --hostfile the job runs on this machine: one rank per GPU, or --num_procs CPU ranks (2 by default)\n"
+      "where there is no GPU. A failing rank stops the job; stratum-run names it and exits non-zero.\n"
+      "Examples:\n"
+      "  stratum-run --num_gpus 4 ./train --config ds_config.json\n"
+      "  stratum-run --hostfile hosts --include 'node1:0,2@node2' ./train --config ds_config.json\n"
+      "  stratum-run --num_procs 4 ./train --config ds_config.json   # CPU ranks, MPI backend");
   Flags f;
   app.add_option("-H,--hostfile", f.hostfile, "DeepSpeed hostfile: lines 'hostname slots=N', '#' comments");
   app.add_option("-i,--include", f.include, "Use only these hosts/slots, e.g. 'host1:0,2@host2'");
@@ -484,7 +492,7 @@ int run_launcher(int argc, char** argv) {
       describe_hosts(plan.hosts) + "; MASTER_ADDR=" + plan.master_addr + " MASTER_PORT=" +
       std::to_string(plan.master_port));
   try {
-    return run_mpirun(command, ranks);
+    return run_mpirun(command);
   } catch (const stratum::Error& e) {
     say(std::string("error: ") + e.what());
     return 1;

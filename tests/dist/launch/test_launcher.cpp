@@ -245,6 +245,25 @@ TEST(Launcher, SigintReachesEveryRank) {
   EXPECT_HAS(last_line(run.err), "stratum-run: job stopped by SIGINT");
 }
 
+TEST(Launcher, KillingTheLauncherOutrightStillStopsTheRanks) {
+  const std::string dir = make_temp_dir();
+  RunOptions o;
+  o.env = kCpuEnv;
+  o.signal = SIGKILL;  // nothing to forward: mpirun gets SIGTERM as its parent dies
+  o.signal_when = {"[rank 0] ready", "[rank 1] ready"};
+  const auto run = run_launcher(
+      {"--num_procs", "2", "/bin/sh", "-c",
+       "trap 'echo caught > " + dir + "/marker.$RANK; exit 0' TERM\necho ready\nsleep 60 & wait\n"},
+      o);
+  ASSERT_FALSE(run.timed_out);
+  EXPECT_EQ(run.exit_code, 128 + SIGKILL);
+  const auto start = std::chrono::steady_clock::now();
+  while (!(exists(dir + "/marker.0") && exists(dir + "/marker.1")) && seconds_since(start) < 15)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(exists(dir + "/marker.0"));
+  EXPECT_TRUE(exists(dir + "/marker.1"));
+}
+
 TEST(Launcher, OutputLinesCarryRankPrefixesAndLogFiles) {
   const std::string dir = make_temp_dir() + "/logs";
   RunOptions o;

@@ -255,10 +255,16 @@ TEST(RankShim, EnvironmentFromOpenMpi) {
   args.devices = std::vector<std::string>{"2", "3"};
   args.program = {"p"};
   const auto vars = rank_environment(rank, args, lookup(env));
-  const std::vector<EnvVar> expected = {{"RANK", "3"},      {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "4"},
-                                        {"LOCAL_WORLD_SIZE", "2"}, {"NODE_RANK", "1"}, {"CUDA_VISIBLE_DEVICES", "2,3"}};
+  const std::vector<EnvVar> expected = {{"RANK", "3"},
+                                        {"LOCAL_RANK", "1"},
+                                        {"WORLD_SIZE", "4"},
+                                        {"LOCAL_WORLD_SIZE", "2"},
+                                        {"NODE_RANK", "1"},
+                                        {"STRATUM_OUTPUT_PREFIXED", "1"},
+                                        {"CUDA_VISIBLE_DEVICES", "2,3"}};
   EXPECT_EQ(vars, expected);
   args.devices.reset();  // CPU ranks: CUDA_VISIBLE_DEVICES left alone
+  args.prefix = false;   // nor is STRATUM_OUTPUT_PREFIXED set
   EXPECT_EQ(rank_environment(rank, args, lookup(env)).size(), 5u);
 }
 

@@ -137,6 +137,8 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const RankInfo
       {"LOCAL_WORLD_SIZE", std::to_string(rank.local_world_size)},
       {"NODE_RANK", std::to_string(args.node_rank)},
   };
+  // Lines already get "[rank N] " from the shim; Stratum's logger can leave its own out.
+  if (args.prefix) env.emplace_back("STRATUM_OUTPUT_PREFIXED", "1");
   if (args.devices) {
     if (rank.local_rank >= static_cast<int>(args.devices->size()))
       throw Error("rank " + std::to_string(rank.rank) + " on host " + args.node + " has local rank " +

@@ -39,7 +39,8 @@ using GetEnv = std::function<const char*(const char*)>;
 RankInfo rank_info_from_env(const GetEnv& getenv);
 
 // The variables the shim sets for the program: RANK, LOCAL_RANK, WORLD_SIZE,
-// LOCAL_WORLD_SIZE, NODE_RANK and, with devices, CUDA_VISIBLE_DEVICES. Throws
+// LOCAL_WORLD_SIZE, NODE_RANK, STRATUM_OUTPUT_PREFIXED=1 when it prefixes output
+// lines, and, with devices, CUDA_VISIBLE_DEVICES. Throws
 // when MASTER_ADDR/MASTER_PORT are not set or the local rank has no device.
 std::vector<std::pair<std::string, std::string>> rank_environment(const RankInfo& rank, const ShimArgs& args,
                                                                   const GetEnv& getenv);
