@@ -354,6 +354,32 @@ TEST(Launcher, TwoHostsWithIncludeAndARemoteFailure) {
   EXPECT_HAS(last_line(run.err), "job failed: rank 3 (host 127.0.0.2, local rank 1) exited with status 5");
 }
 
+// The MPI backend (the dist layer's collective tests) under stratum-run, on one
+// host and on two loopback "hosts". Two hosts on one machine would share Open
+// MPI's shared-memory segment names (same host name, same local ranks), so that
+// run keeps to TCP; real hosts need nothing of the sort.
+TEST(Launcher, MpiBackendRunsUnderTheLauncher) {
+  const std::string program = std::string(STRATUM_BIN_DIR) + "/test_collectives";
+  if (!exists(program)) GTEST_SKIP() << program << " is not built";
+  RunOptions o;
+  o.env = {{"STRATUM_NUM_GPUS", "0"}, {"OMPI_MCA_btl_vader_single_copy_mechanism", "none"},
+           {"STRATUM_COMM_TIMEOUT", "60"}};
+  o.timeout_s = 100;
+  auto run = run_launcher({"--num_procs", "2", program}, o);
+  ASSERT_FALSE(run.timed_out) << run.out << run.err;
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_HAS(run.out, "PASSED");
+
+  const std::string dir = make_temp_dir();
+  run = run_launcher({"--hostfile", two_host_hostfile(dir), "--num_procs", "2", "--launcher_agent", kFakeSsh,
+                      "--launcher_args", "--mca btl self,tcp", program},
+                     o);
+  ASSERT_FALSE(run.timed_out) << run.out << run.err;
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_HAS(run.out, "world 4 = ");
+  EXPECT_HAS(run.out, "PASSED");
+}
+
 TEST(Launcher, BadInputIsRefusedBeforeAnythingRuns) {
   const std::string dir = make_temp_dir();
   const std::string marker = dir + "/mpirun-ran";
