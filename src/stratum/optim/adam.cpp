@@ -1,0 +1,71 @@
+#include "stratum/optim/adam.h"
+
+#include <string>
+
+#include <ATen/ops/_fused_adam.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+
+#include "stratum/core/error.h"
+
+namespace stratum::optim {
+namespace {
+
+void check_like_params(const at::Tensor& params, const at::Tensor& t, const char* what) {
+  if (!t.defined() || t.scalar_type() != at::kFloat || t.device() != params.device() ||
+      t.numel() != params.numel())
+    throw Error(std::string("adam_step: ") + what + " must be an fp32 tensor of " + std::to_string(params.numel()) +
+                " elements on " + params.device().str() +
+                (t.defined() ? std::string(", got ") + std::string(c10::toString(t.scalar_type())) + " of " +
+                                   std::to_string(t.numel()) + " on " + t.device().str()
+                             : std::string(", got an undefined tensor")));
+}
+
+}  // namespace
+
+bool decoupled_weight_decay(const config::OptimizerConfig& optimizer) {
+  return optimizer.type == config::OptimizerType::AdamW || optimizer.adam_w_mode;
+}
+
+AdamState make_adam_state(const at::Tensor& params_fp32) {
+  const auto options = params_fp32.options().dtype(at::kFloat);
+  return AdamState{at::zeros_like(params_fp32, options), at::zeros_like(params_fp32, options),
+                   at::zeros({}, options)};
+}
+
+void adam_step(at::Tensor& params_fp32, const at::Tensor& grads_fp32, AdamState& state,
+               const config::OptimizerConfig& optimizer, double lr, std::optional<double> beta1_override,
+               double grad_scale, const std::optional<at::Tensor>& found_inf) {
+  if (!params_fp32.defined() || params_fp32.scalar_type() != at::kFloat)
+    throw Error("adam_step: params must be a defined fp32 tensor");
+  check_like_params(params_fp32, grads_fp32, "grads");
+  check_like_params(params_fp32, state.exp_avg, "state.exp_avg");
+  check_like_params(params_fp32, state.exp_avg_sq, "state.exp_avg_sq");
+  if (!state.step.defined() || state.step.numel() != 1 || state.step.scalar_type() != at::kFloat ||
+      state.step.device() != params_fp32.device())
+    throw Error("adam_step: state.step must be a 1-element fp32 tensor on " + params_fp32.device().str());
+  if (found_inf && (found_inf->numel() != 1 || found_inf->scalar_type() != at::kFloat ||
+                    found_inf->device() != params_fp32.device()))
+    throw Error("adam_step: found_inf must be a 1-element fp32 tensor on " + params_fp32.device().str());
+
+  std::optional<at::Tensor> scale;
+  if (grad_scale != 1.0) scale = at::full({}, grad_scale, params_fp32.options().dtype(at::kFloat));
+
+  // The kernels read the step count (for bias correction) but leave incrementing
+  // it to the caller, as torch.optim does; a found_inf step is taken back.
+  state.step.add_(1);
+  const double beta1 = beta1_override.value_or(optimizer.beta1);
+  const at::Tensor params[] = {params_fp32}, grads[] = {grads_fp32}, exp_avgs[] = {state.exp_avg},
+                   exp_avg_sqs[] = {state.exp_avg_sq}, steps[] = {state.step};
+  if (decoupled_weight_decay(optimizer))
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1, optimizer.beta2,
+                      optimizer.weight_decay, optimizer.eps, /*amsgrad=*/false, /*maximize=*/false, scale, found_inf);
+  else
+    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1, optimizer.beta2,
+                     optimizer.weight_decay, optimizer.eps, /*amsgrad=*/false, /*maximize=*/false, scale, found_inf);
+  if (found_inf) state.step.sub_(found_inf->reshape({}));
+}
+
+}  // namespace stratum::optim

@@ -1,0 +1,43 @@
+#pragma once
+// Adam / AdamW from the `optimizer` section over one flat fp32 tensor (what a
+// ZeRO rank owns), through torch's fused kernels, which exist for CPU and CUDA:
+// the same call runs on either device.
+//   - AdamW, and Adam with adam_w_mode true (DeepSpeed's default): decoupled
+//     weight decay, p <- p (1 - lr wd) - lr m^ / (sqrt(v^) + eps)  (at::_fused_adamw_)
+//   - Adam with adam_w_mode false: L2, g <- g + wd p, then Adam  (at::_fused_adam_)
+// Bias correction is always on (DeepSpeed's default); no amsgrad.
+#include <optional>
+
+#include <ATen/core/Tensor.h>
+
+#include "stratum/config/sections.h"
+
+namespace stratum::optim {
+
+struct AdamState {
+  at::Tensor exp_avg;     // fp32, like the params
+  at::Tensor exp_avg_sq;  // fp32, like the params
+  at::Tensor step;        // 0-dim fp32 on the params' device: applied steps so far
+};
+
+// Zero moments and step 0, on the params' device.
+AdamState make_adam_state(const at::Tensor& params_fp32);
+
+// One Adam step in place on `params_fp32` (and `state`).
+//   lr:            this step's lr (LrScheduler::lr()).
+//   beta1_override: LrScheduler::beta1() (OneCycle's cycled momentum), else the config's beta1.
+//   grad_scale:    the kernel uses grads / grad_scale and writes that unscaled
+//                  gradient back into `grads_fp32` (fp16 loss scale, possibly
+//                  folded with clipping: loss_scale / clip_coefficient).
+//   found_inf:     optional 1-element fp32 tensor on the params' device; when it
+//                  holds 1 the kernel changes nothing (step count included),
+//                  without a host sync.
+// Throws stratum::Error when the tensors are not fp32, of equal size, on one device.
+void adam_step(at::Tensor& params_fp32, const at::Tensor& grads_fp32, AdamState& state,
+               const config::OptimizerConfig& optimizer, double lr, std::optional<double> beta1_override,
+               double grad_scale = 1.0, const std::optional<at::Tensor>& found_inf = std::nullopt);
+
+// Whether this config decays weights decoupled (AdamW) rather than as L2.
+bool decoupled_weight_decay(const config::OptimizerConfig& optimizer);
+
+}  // namespace stratum::optim

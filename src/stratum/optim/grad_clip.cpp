@@ -1,0 +1,29 @@
+#include "stratum/optim/grad_clip.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
+
+namespace stratum::optim {
+
+at::Tensor squared_norm(const std::vector<at::Tensor>& grads) {
+  std::vector<at::Tensor> norms;
+  norms.reserve(grads.size());
+  // linalg_vector_norm with dtype fp32 upcasts inside the reduction: no fp32
+  // copy of an fp16 buffer, and no fp16 overflow of the squares.
+  for (const at::Tensor& g : grads)
+    if (g.numel() > 0) norms.push_back(at::linalg_vector_norm(g, 2, std::nullopt, false, at::kFloat));
+  if (norms.empty())
+    return at::zeros({}, grads.empty() ? at::TensorOptions(at::kFloat) : grads.front().options().dtype(at::kFloat));
+  return at::stack(norms).square().sum();
+}
+
+double clip_coefficient(double total_norm, double max_norm) {
+  if (max_norm <= 0.0 || !std::isfinite(total_norm)) return 1.0;
+  return std::min(1.0, max_norm / (total_norm + 1e-6));
+}
+
+}  // namespace stratum::optim

@@ -1,0 +1,152 @@
+// adam_step (torch's fused kernels) against torch::optim::AdamW / Adam over 20
+// steps with a changing lr. Tolerance: max abs difference <= 1e-6 on params of
+// order 1 (both are fp32; they differ only in rounding order).
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "stratum/core/error.h"
+#include "stratum/optim/adam.h"
+
+using namespace stratum;
+using namespace stratum::optim;
+
+namespace {
+
+constexpr double kTol = 1e-6;
+constexpr int kSteps = 20;
+constexpr int64_t kNumel = 4099;
+
+double lr_at(int step) { return 1e-2 * (1.0 + 0.5 * std::sin(0.7 * step)); }
+double beta1_at(int step) { return 0.85 + 0.005 * step; }
+
+config::OptimizerConfig make_config(config::OptimizerType type, bool adam_w_mode, double weight_decay) {
+  config::OptimizerConfig c;
+  c.type = type;
+  c.adam_w_mode = adam_w_mode;
+  c.lr = 1e-2;
+  c.beta1 = 0.9;
+  c.beta2 = 0.98;
+  c.eps = 1e-7;
+  c.weight_decay = weight_decay;
+  return c;
+}
+
+std::vector<at::Tensor> random_grads(int64_t seed) {
+  torch::manual_seed(seed);
+  std::vector<at::Tensor> grads;
+  for (int k = 0; k < kSteps; ++k) grads.push_back(torch::randn({kNumel}) * (0.1 + k));
+  return grads;
+}
+
+// Runs both for kSteps; returns the max abs difference of the params seen after any step.
+template <class TorchOptimizer, class TorchOptions>
+double max_diff_against(const config::OptimizerConfig& c, bool vary_beta1) {
+  torch::manual_seed(1);
+  const at::Tensor init = torch::randn({kNumel});
+  const auto grads = random_grads(2);
+
+  at::Tensor ours = init.clone();
+  AdamState state = make_adam_state(ours);
+  at::Tensor theirs = init.clone().requires_grad_(true);
+  TorchOptimizer reference({theirs}, TorchOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(
+                                         c.weight_decay));
+  auto& options = static_cast<TorchOptions&>(reference.param_groups()[0].options());
+
+  double worst = 0.0;
+  for (int k = 0; k < kSteps; ++k) {
+    const std::optional<double> beta1 = vary_beta1 ? std::optional<double>(beta1_at(k)) : std::nullopt;
+    adam_step(ours, grads[k].clone(), state, c, lr_at(k), beta1);
+
+    options.lr(lr_at(k));
+    options.betas({beta1.value_or(c.beta1), c.beta2});
+    theirs.mutable_grad() = grads[k].clone();
+    reference.step();
+    worst = std::max(worst, (ours - theirs.detach()).abs().max().item<double>());
+  }
+  EXPECT_EQ(state.step.item<float>(), static_cast<float>(kSteps));
+  EXPECT_GT((ours - init).abs().max().item<double>(), 1e-2);  // it did move
+  return worst;
+}
+
+}  // namespace
+
+TEST(Adam, AdamWMatchesTorchWithoutWeightDecay) {
+  const auto c = make_config(config::OptimizerType::AdamW, true, 0.0);
+  EXPECT_LE((max_diff_against<torch::optim::AdamW, torch::optim::AdamWOptions>(c, false)), kTol);
+}
+
+TEST(Adam, AdamWMatchesTorchWithWeightDecay) {
+  const auto c = make_config(config::OptimizerType::AdamW, true, 0.1);
+  EXPECT_LE((max_diff_against<torch::optim::AdamW, torch::optim::AdamWOptions>(c, false)), kTol);
+}
+
+// DeepSpeed's "Adam" is AdamW unless adam_w_mode is false.
+TEST(Adam, AdamWithAdamWModeIsDecoupled) {
+  const auto c = make_config(config::OptimizerType::Adam, true, 0.1);
+  EXPECT_TRUE(decoupled_weight_decay(c));
+  EXPECT_LE((max_diff_against<torch::optim::AdamW, torch::optim::AdamWOptions>(c, false)), kTol);
+}
+
+TEST(Adam, AdamL2MatchesTorchAdam) {
+  auto c = make_config(config::OptimizerType::Adam, false, 0.1);
+  EXPECT_FALSE(decoupled_weight_decay(c));
+  EXPECT_LE((max_diff_against<torch::optim::Adam, torch::optim::AdamOptions>(c, false)), kTol);
+  c.weight_decay = 0.0;
+  EXPECT_LE((max_diff_against<torch::optim::Adam, torch::optim::AdamOptions>(c, false)), kTol);
+}
+
+TEST(Adam, Beta1OverrideMatchesTorchWithChangingBetas) {
+  const auto c = make_config(config::OptimizerType::AdamW, true, 0.01);
+  EXPECT_LE((max_diff_against<torch::optim::AdamW, torch::optim::AdamWOptions>(c, true)), kTol);
+}
+
+// grad_scale: the kernel divides the grads, so scaled grads + grad_scale equal
+// pre-divided grads (bit for bit with a power of two), and the grads it was given
+// come back unscaled.
+TEST(Adam, GradScaleUnscalesInsideTheKernel) {
+  const auto c = make_config(config::OptimizerType::AdamW, true, 0.1);
+  const auto grads = random_grads(3);
+  torch::manual_seed(4);
+  const at::Tensor init = torch::randn({kNumel});
+  for (double scale : {1024.0, 3.0}) {
+    at::Tensor plain = init.clone(), scaled = init.clone();
+    AdamState plain_state = make_adam_state(plain), scaled_state = make_adam_state(scaled);
+    for (int k = 0; k < kSteps; ++k) {
+      adam_step(plain, grads[k].clone(), plain_state, c, lr_at(k), std::nullopt);
+      at::Tensor g = grads[k] * scale;
+      adam_step(scaled, g, scaled_state, c, lr_at(k), std::nullopt, scale);
+      EXPECT_LE((g - grads[k]).abs().max().item<double>(), 1e-5) << "grads not unscaled in place";
+    }
+    const double diff = (plain - scaled).abs().max().item<double>();
+    if (scale == 1024.0)
+      EXPECT_EQ(diff, 0.0);
+    else
+      EXPECT_LE(diff, kTol) << "scale " << scale;
+  }
+}
+
+TEST(Adam, FoundInfLeavesEverythingUntouched) {
+  const auto c = make_config(config::OptimizerType::AdamW, true, 0.1);
+  at::Tensor p = torch::randn({kNumel});
+  const at::Tensor before = p.clone();
+  AdamState state = make_adam_state(p);
+  adam_step(p, torch::randn({kNumel}), state, c, 1e-2, std::nullopt, 1.0, torch::ones({1}));
+  EXPECT_TRUE(torch::equal(p, before));
+  EXPECT_EQ(state.step.item<float>(), 0.0f);
+  EXPECT_EQ(state.exp_avg.abs().max().item<float>(), 0.0f);
+  adam_step(p, torch::randn({kNumel}), state, c, 1e-2, std::nullopt, 1.0, torch::zeros({1}));
+  EXPECT_FALSE(torch::equal(p, before));
+  EXPECT_EQ(state.step.item<float>(), 1.0f);
+}
+
+TEST(Adam, RejectsWrongTensors) {
+  const auto c = make_config(config::OptimizerType::AdamW, true, 0.0);
+  at::Tensor p = torch::zeros({8});
+  AdamState state = make_adam_state(p);
+  EXPECT_EQ(state.step.dim(), 0);
+  EXPECT_THROW(adam_step(p, torch::zeros({7}), state, c, 1e-3, std::nullopt), Error);
+  EXPECT_THROW(adam_step(p, torch::zeros({8}, torch::kHalf), state, c, 1e-3, std::nullopt), Error);
+  at::Tensor half = torch::zeros({8}, torch::kHalf);
+  EXPECT_THROW(adam_step(half, torch::zeros({8}), state, c, 1e-3, std::nullopt), Error);
+}
