@@ -1,0 +1,91 @@
+#pragma once
+// The engine API, DeepSpeed's shape in C++:
+//
+//   auto engine = stratum::initialize(config, model, dist_context);
+//   for (...) {
+//     auto loss = engine.forward(batch...);   // calls model->forward(batch...)
+//     engine.backward(loss);
+//     engine.step();                           // updates at accumulation boundaries
+//   }
+//
+// Any torch::nn::Module works for ZeRO stages 0-2 (only gradient hooks are
+// needed). Floating-point tensor arguments of forward() are cast to the
+// training dtype (bf16/fp16), integer ones (token ids) are passed as they are.
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include "stratum/dist/init.h"
+#include "stratum/engine/engine_core.h"
+
+namespace stratum {
+
+namespace engine_detail {
+// The trainable parameters of a module, in registration order, with their names.
+void trainable_parameters(torch::nn::Module& module, std::vector<at::Tensor>& params, std::vector<std::string>& names);
+// Moves the module to `device` and casts its floating parameters and buffers to `dtype`.
+void prepare_module(torch::nn::Module& module, c10::Device device, at::ScalarType dtype);
+at::ScalarType training_dtype(const Config& config);
+at::Tensor cast_input(const at::Tensor& t, at::ScalarType dtype);
+}  // namespace engine_detail
+
+template <class Model>
+class Engine {
+ public:
+  Engine(std::shared_ptr<Model> model, std::unique_ptr<EngineCore> core)
+      : model_(std::move(model)), core_(std::move(core)) {}
+
+  template <class... Args>
+  auto forward(Args&&... args) {
+    return model_->forward(cast(std::forward<Args>(args))...);
+  }
+  void backward(const at::Tensor& loss) { core_->backward(loss); }
+  bool step() { return core_->step(); }
+
+  Model& module() { return *model_; }
+  const std::shared_ptr<Model>& model() const { return model_; }
+  EngineCore& core() { return *core_; }
+  const EngineCore& core() const { return *core_; }
+  int64_t global_steps() const { return core_->global_steps(); }
+  double lr() const { return core_->lr(); }
+  double loss_scale() const { return core_->loss_scale(); }
+  bool last_step_skipped() const { return core_->last_step_skipped(); }
+  bool is_gradient_accumulation_boundary() const { return core_->is_gradient_accumulation_boundary(); }
+
+ private:
+  template <class T>
+  decltype(auto) cast(T&& v) {
+    if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) return engine_detail::cast_input(v, core_->model_dtype());
+    else return std::forward<T>(v);
+  }
+
+  std::shared_ptr<Model> model_;
+  std::unique_ptr<EngineCore> core_;
+};
+
+// Data parallel over `dp` with the model on `device`.
+template <class Model>
+Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, std::shared_ptr<dist::Communicator> dp,
+                         c10::Device device) {
+  const at::ScalarType dtype = engine_detail::training_dtype(config);
+  engine_detail::prepare_module(*model, device, dtype);
+  std::vector<at::Tensor> params;
+  std::vector<std::string> names;
+  engine_detail::trainable_parameters(*model, params, names);
+  auto core = std::make_unique<EngineCore>(config, std::move(params), std::move(names), dtype, std::move(dp));
+  return Engine<Model>(std::move(model), std::move(core));
+}
+
+// Data parallel over the whole job: the NCCL world and this rank's GPU when
+// there is one, else the MPI world on the CPU.
+template <class Model>
+Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, const dist::DistContext& ctx) {
+  const c10::Device device = ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
+                                           : c10::Device(c10::kCPU);
+  return initialize(config, std::move(model), ctx.device_world(), device);
+}
+
+}  // namespace stratum

@@ -1,0 +1,148 @@
+#include "stratum/engine/engine_core.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+
+#include "stratum/core/log.h"
+#include "stratum/optim/adam.h"
+#include "stratum/optim/grad_clip.h"
+#include "stratum/optim/loss_scaler.h"
+#include "stratum/optim/lr_schedule.h"
+
+namespace stratum {
+namespace {
+
+zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype) {
+  zero::ZeroOptions o;
+  o.stage = static_cast<int>(c.zero_optimization.stage);
+  o.bucket_elems = c.zero_optimization.reduce_bucket_size;
+  o.overlap_comm = c.zero_optimization.overlap_comm;
+  o.reduce_scatter = c.zero_optimization.reduce_scatter;
+  o.prescale_gradients = c.prescale_gradients;
+  o.gradient_predivide_factor = c.gradient_predivide_factor;
+  // 16-bit gradients travel in fp32 unless communication_data_type says otherwise.
+  if (c.communication_data_type)
+    o.comm_dtype = *c.communication_data_type == config::DType::bf16   ? at::kBFloat16
+                   : *c.communication_data_type == config::DType::fp16 ? at::kHalf
+                                                                       : at::kFloat;
+  else
+    o.comm_dtype = at::kFloat;
+  (void)model_dtype;
+  return o;
+}
+
+// Checks that need no communication, so every rank fails the same way before any collective.
+void check_supported(const Config& c, const std::vector<at::Tensor>& params) {
+  if (!c.optimizer)
+    throw ConfigError(c.source, {"optimizer: missing; the engine needs an \"optimizer\" section (Adam or AdamW)"});
+  if (c.pipeline.stages > 1)
+    throw ConfigError(c.source, {"pipeline.stages: pipeline parallelism is not available in the engine yet"});
+  if (c.tensor_parallel.size > 1)
+    throw ConfigError(c.source, {"tensor_parallel: tensor parallelism is not available in the engine yet"});
+  if (c.zero_optimization.stage == 3)
+    throw ConfigError(c.source, {"zero_optimization.stage: 3 needs a LayerStack model and is not available yet"});
+  if (c.zero_optimization.offload_optimizer.device != config::OffloadDevice::none)
+    throw ConfigError(c.source, {"zero_optimization.offload_optimizer: CPU offload is not available yet"});
+  if (params.empty())
+    throw Error("stratum::initialize: the model has no trainable parameters (none with requires_grad); nothing to train");
+}
+
+}  // namespace
+
+EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std::vector<std::string> names,
+                       at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp)
+    : config_(config), model_dtype_(model_dtype), dp_(std::move(dp)) {
+  check_supported(config_, params);
+  batch_ = config_.resolve_batch(dp_->size());
+  strategy_ = zero::make_zero_strategy(zero_options(config_, model_dtype_), std::move(params), std::move(names),
+                                       model_dtype_, dp_);
+  for (auto& seg : strategy_->segments()) adam_.push_back(optim::make_adam_state(seg.master));
+  scheduler_ = std::make_unique<optim::LrScheduler>(config_.scheduler, config_.optimizer->lr);
+  config::Fp16Config fp16 = config_.fp16;
+  if (!fp16.enabled) fp16.loss_scale = 1.0;  // static 1: no scaling outside fp16
+  scaler_ = std::make_unique<optim::LossScaler>(fp16, dp_->rank() == 0);
+}
+
+EngineCore::~EngineCore() = default;
+
+double EngineCore::lr() const { return scheduler_->lr(); }
+double EngineCore::loss_scale() const { return scaler_->scale(); }
+
+bool EngineCore::is_gradient_accumulation_boundary() const {
+  return (micro_steps_ + 1) % batch_.gradient_accumulation_steps == 0;
+}
+
+void EngineCore::backward(const at::Tensor& loss) {
+  if (!loss.defined() || loss.numel() != 1)
+    throw Error("engine.backward: expected a scalar loss, got a tensor of " +
+                std::to_string(loss.defined() ? loss.numel() : 0) + " elements");
+  strategy_->prepare_backward(is_gradient_accumulation_boundary());
+  // Gradients are averaged over the accumulation window; fp16 scales the loss up.
+  const double factor = scaler_->scale() / static_cast<double>(batch_.gradient_accumulation_steps);
+  at::Tensor scaled = factor == 1.0 ? loss : loss * factor;
+  torch::autograd::backward({scaled});
+  strategy_->finish_backward();
+}
+
+bool EngineCore::step() {
+  const bool boundary = is_gradient_accumulation_boundary();
+  ++micro_steps_;
+  if (!boundary) return false;
+  strategy_->wait_gradients();
+  last_skipped_ = false;
+  const bool overflow = config_.fp16.enabled && check_overflow();
+  if (scaler_->update(overflow)) {
+    last_skipped_ = true;
+    ++skipped_steps_;
+    ++global_steps_;
+    strategy_->zero_gradients();
+    return false;
+  }
+  last_grad_norm_ = global_grad_norm();
+  const double clip = optim::clip_coefficient(last_grad_norm_, config_.gradient_clipping);
+  // Unscaling and clipping in one factor, applied inside the fused Adam kernel.
+  apply_optimizer(scaler_->scale() / clip);
+  strategy_->publish_params();
+  strategy_->zero_gradients();
+  scheduler_->step();
+  ++global_steps_;
+  return true;
+}
+
+bool EngineCore::check_overflow() {
+  std::vector<at::Tensor> grads;
+  for (auto& s : strategy_->segments()) grads.push_back(s.grad);
+  at::Tensor flag = optim::local_overflow_flag(grads).to(strategy_->segments().front().grad.device());
+  dp_->all_reduce(flag, dist::ReduceOp::max)->wait();
+  return flag.item<float>() > 0;
+}
+
+double EngineCore::global_grad_norm() {
+  std::vector<at::Tensor> grads;
+  for (auto& s : strategy_->segments()) grads.push_back(s.grad);
+  at::Tensor sq = optim::squared_norm(grads).to(strategy_->segments().front().grad.device());
+  // Partitioned gradients: each rank holds a disjoint part of the sum.
+  if (strategy_->partitioned()) dp_->all_reduce(sq, dist::ReduceOp::sum)->wait();
+  return std::sqrt(sq.item<double>()) / scaler_->scale();
+}
+
+void EngineCore::apply_optimizer(double grad_scale) {
+  auto& segments = strategy_->segments();
+  const double lr = scheduler_->lr();
+  const std::optional<double> beta1 = scheduler_->beta1();
+  for (size_t i = 0; i < segments.size(); ++i) {
+    at::Tensor grad = segments[i].grad.scalar_type() == at::kFloat ? segments[i].grad : segments[i].grad.to(at::kFloat);
+    optim::adam_step(segments[i].master, grad, adam_[i], *config_.optimizer, lr, beta1, grad_scale);
+  }
+}
+
+ModelStateBytes EngineCore::model_state_bytes() const {
+  zero::ModelStateBytes z = strategy_->bytes();
+  ModelStateBytes b{z.params, z.grads, z.master, 0};
+  for (const auto& a : adam_) b.optimizer += a.exp_avg.nbytes() + a.exp_avg_sq.nbytes();
+  return b;
+}
+
+}  // namespace stratum

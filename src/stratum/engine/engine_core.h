@@ -1,0 +1,79 @@
+#pragma once
+// The training step, independent of the model's type: a thin orchestrator over
+// a ZeRO strategy (where parameters, gradients and master weights live and how
+// they are reduced), the optimizer states, the LR schedule and the loss scaler.
+// Engine<Model> (engine.h) puts the model's forward in front of it.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "stratum/config/config.h"
+#include "stratum/dist/communicator.h"
+#include "stratum/zero/strategy.h"
+
+namespace stratum {
+namespace optim {
+class LossScaler;
+class LrScheduler;
+struct AdamState;
+}  // namespace optim
+
+struct ModelStateBytes {
+  int64_t params = 0, grads = 0, master = 0, optimizer = 0;
+  int64_t total() const { return params + grads + master + optimizer; }
+};
+
+class EngineCore {
+ public:
+  // `params`/`names`: the trainable parameters in registration order, already on
+  // their device. Collective over `dp`. Throws stratum::Error / ConfigError on
+  // bad input before any collective, identically on every rank.
+  EngineCore(const Config& config, std::vector<at::Tensor> params, std::vector<std::string> names,
+             at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp);
+  ~EngineCore();
+
+  // loss.backward() with the loss scaled for fp16 and divided by the accumulation steps.
+  void backward(const at::Tensor& loss);
+  // Counts the micro-step; at an accumulation boundary reduces, checks, clips
+  // and updates. Returns true when the optimizer ran (false between boundaries
+  // and on a skipped fp16 overflow step).
+  bool step();
+
+  bool is_gradient_accumulation_boundary() const;
+  int64_t global_steps() const { return global_steps_; }   // optimizer steps taken or skipped
+  int64_t micro_steps() const { return micro_steps_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  bool last_step_skipped() const { return last_skipped_; }
+  double lr() const;
+  double loss_scale() const;
+  double last_grad_norm() const { return last_grad_norm_; }  // unscaled, before clipping
+  const config::BatchSizes& batch() const { return batch_; }
+  at::ScalarType model_dtype() const { return model_dtype_; }
+  const std::shared_ptr<dist::Communicator>& dp() const { return dp_; }
+  const zero::ZeroStrategy& strategy() const { return *strategy_; }
+  // Bytes of this rank's persistent model states (parameters, gradients, fp32
+  // master weights, optimizer states), counted from the buffers that hold them.
+  ModelStateBytes model_state_bytes() const;
+
+ private:
+  bool check_overflow();
+  double global_grad_norm();
+  void apply_optimizer(double grad_scale);
+
+  Config config_;
+  config::BatchSizes batch_;
+  at::ScalarType model_dtype_;
+  std::shared_ptr<dist::Communicator> dp_;
+  std::unique_ptr<zero::ZeroStrategy> strategy_;
+  std::vector<optim::AdamState> adam_;
+  std::unique_ptr<optim::LrScheduler> scheduler_;
+  std::unique_ptr<optim::LossScaler> scaler_;
+  int64_t micro_steps_ = 0, global_steps_ = 0, skipped_steps_ = 0;
+  bool last_skipped_ = false;
+  double last_grad_norm_ = 0.0;
+  bool in_backward_window_ = false;
+};
+
+}  // namespace stratum

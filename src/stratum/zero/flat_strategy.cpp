@@ -1,0 +1,144 @@
+#include "stratum/zero/flat_strategy.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+namespace stratum::zero {
+namespace {
+
+// Tells the strategy that autograd finished accumulating one parameter's gradient.
+class GradReadyHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  GradReadyHook(FlatStrategy* owner, int index) : owner_(owner), index_(index) {}
+  void operator()(const torch::autograd::Variable&) override { owner_->on_grad_ready(index_); }
+
+ private:
+  FlatStrategy* owner_;
+  int index_;
+};
+
+std::vector<ParamSpec> specs_of(const std::vector<at::Tensor>& params, const std::vector<std::string>& names) {
+  std::vector<ParamSpec> specs;
+  for (size_t i = 0; i < params.size(); ++i)
+    specs.push_back(ParamSpec{i < names.size() ? names[i] : "param" + std::to_string(i), params[i].sizes().vec(),
+                              params[i].numel()});
+  return specs;
+}
+
+}  // namespace
+
+FlatStrategy::FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> params, std::vector<std::string> names,
+                           at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp)
+    : options_(options),
+      layout_(FlatLayout::build(specs_of(params, names), options.bucket_elems, dp->size())),
+      params_(std::move(params)),
+      model_dtype_(model_dtype),
+      dp_(std::move(dp)) {
+  const c10::Device device = params_.front().device();
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].device() != device)
+      throw Error("ZeRO: parameter '" + (i < names.size() ? names[i] : std::to_string(i)) + "' is on " +
+                  params_[i].device().str() + " but the first is on " + device.str() + "; move the model first");
+  // Parameters become views into one buffer; set_data keeps each tensor's identity.
+  flat_params_ = at::zeros({layout_.total_numel()}, at::TensorOptions().dtype(model_dtype_).device(device));
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const ParamSlot& s = layout_.params()[i];
+      at::Tensor view = flat_params_.narrow(0, s.offset, s.numel).view(params_[i].sizes());
+      view.copy_(params_[i].detach());
+      params_[i].set_data(view);
+    }
+  }
+  // Every rank starts from rank 0's weights.
+  dp_->broadcast(flat_params_, 0)->wait();
+  const double n = dp_->size();
+  pre_scale_ = options_.prescale_gradients ? 1.0 / n : 1.0 / options_.gradient_predivide_factor;
+  post_scale_ = options_.prescale_gradients ? 1.0 : options_.gradient_predivide_factor / n;
+  pending_.assign(layout_.buckets().size(), 0);
+  launched_.assign(layout_.buckets().size(), false);
+}
+
+FlatStrategy::~FlatStrategy() {
+  for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+}
+
+void FlatStrategy::install_hooks() {
+  for (size_t i = 0; i < params_.size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<GradReadyHook>(this, static_cast<int>(i)));
+}
+
+void FlatStrategy::reset_pending() {
+  const auto& buckets = layout_.buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    pending_[b] = static_cast<int>(buckets[b].params.size());
+    launched_[b] = false;
+  }
+}
+
+bool FlatStrategy::count_ready(int index) {
+  const int b = layout_.params()[index].bucket;
+  return --pending_[b] == 0;
+}
+
+at::Tensor FlatStrategy::slice_of(const at::Tensor& flat, int b) const {
+  const BucketSpan& s = layout_.buckets()[b];
+  return flat.narrow(0, layout_.slice_offset(b, dp_->rank()), s.slice_numel(dp_->size()));
+}
+
+at::Tensor FlatStrategy::bucket_of(const at::Tensor& flat, int b) const {
+  const BucketSpan& s = layout_.buckets()[b];
+  return flat.narrow(0, s.offset, s.numel);
+}
+
+void FlatStrategy::launch_reduction(const at::Tensor& grads, at::Tensor dest, bool accumulate, bool scatter) {
+  at::NoGradGuard no_grad;
+  // The wire copy: a wider dtype (fp32 for 16-bit training), or the bucket itself.
+  at::Tensor wire = grads.scalar_type() == options_.comm_dtype ? grads : grads.to(options_.comm_dtype);
+  if (pre_scale_ != 1.0) wire.mul_(pre_scale_);
+  const int n = dp_->size();
+  if (scatter && n > 1 && options_.reduce_scatter) {
+    at::Tensor out = at::empty({grads.numel() / n}, wire.options());
+    auto work = dp_->reduce_scatter(out, wire, dist::ReduceOp::sum);
+    in_flight_.push_back(InFlight{work, out, dest, accumulate, wire});
+  } else {
+    auto work = dp_->all_reduce(wire, dist::ReduceOp::sum);
+    at::Tensor result = scatter ? wire.narrow(0, dp_->rank() * (grads.numel() / n), grads.numel() / n) : wire;
+    in_flight_.push_back(InFlight{work, result, dest, accumulate, wire});
+  }
+}
+
+void FlatStrategy::wait_in_flight() {
+  at::NoGradGuard no_grad;
+  for (auto& f : in_flight_) {
+    f.work->wait();
+    if (post_scale_ != 1.0) f.wire.mul_(post_scale_);
+    if (f.accumulate) f.dest.add_(f.wire);
+    else if (!f.wire.is_same(f.dest)) f.dest.copy_(f.wire);
+  }
+  in_flight_.clear();
+}
+
+at::Tensor FlatStrategy::make_shard_master() const {
+  at::Tensor master = at::empty({layout_.shard_numel()}, flat_params_.options().dtype(at::kFloat));
+  for (size_t b = 0; b < layout_.buckets().size(); ++b) {
+    const BucketSpan& s = layout_.buckets()[b];
+    master.narrow(0, s.shard_offset, s.slice_numel(dp_->size())).copy_(slice_of(flat_params_, static_cast<int>(b)));
+  }
+  return master;
+}
+
+void FlatStrategy::gather_params_from_shard(const at::Tensor& master_shard) {
+  at::NoGradGuard no_grad;
+  std::vector<std::pair<dist::WorkPtr, at::Tensor>> works;
+  for (size_t b = 0; b < layout_.buckets().size(); ++b) {
+    const BucketSpan& s = layout_.buckets()[b];
+    at::Tensor mine = master_shard.narrow(0, s.shard_offset, s.slice_numel(dp_->size())).to(model_dtype_);
+    at::Tensor out = bucket_of(flat_params_, static_cast<int>(b));
+    works.emplace_back(dp_->all_gather(out, mine), mine);
+  }
+  for (auto& [w, keep] : works) w->wait();
+}
+
+}  // namespace stratum::zero

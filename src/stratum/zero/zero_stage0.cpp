@@ -1,0 +1,81 @@
+// ZeRO stage 0: classic data parallelism. Full gradients (views of one flat
+// buffer that autograd accumulates into in place), all-reduced bucket by
+// bucket; every rank runs the optimizer on all fp32 master weights.
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "stratum/zero/flat_strategy.h"
+#include "stratum/zero/zero_stages.h"
+
+namespace stratum::zero {
+namespace {
+
+class Stage0 : public FlatStrategy {
+ public:
+  using FlatStrategy::FlatStrategy;
+
+  void init() {
+    flat_grads_ = at::zeros_like(flat_params_);
+    attach_grad_views(flat_grads_, layout_, params_);
+    // fp32 training updates the parameters themselves; 16-bit keeps an fp32 master copy.
+    master_ = model_dtype_ == at::kFloat ? flat_params_ : flat_params_.to(at::kFloat);
+    segments_ = {OptimizerSegment{master_, flat_grads_}};
+    install_hooks();
+  }
+
+  bool partitioned() const override { return false; }
+
+  void prepare_backward(bool boundary) override {
+    armed_ = boundary;
+    reset_pending();
+  }
+
+  void on_grad_ready(int index) override {
+    if (!armed_ || !count_ready(index) || !options_.overlap_comm) return;
+    launch(layout_.params()[index].bucket);
+  }
+
+  void finish_backward() override {
+    if (!armed_) return;
+    for (size_t b = 0; b < launched_.size(); ++b)
+      if (!launched_[b]) launch(static_cast<int>(b));
+  }
+
+  void wait_gradients() override { wait_in_flight(); }
+
+  void publish_params() override {
+    if (!master_.is_same(flat_params_)) {
+      at::NoGradGuard no_grad;
+      flat_params_.copy_(master_);
+    }
+  }
+
+  void zero_gradients() override { flat_grads_.zero_(); }
+
+  ModelStateBytes bytes() const override {
+    return {static_cast<int64_t>(flat_params_.nbytes()), static_cast<int64_t>(flat_grads_.nbytes()),
+            master_.is_same(flat_params_) ? 0 : static_cast<int64_t>(master_.nbytes())};
+  }
+
+ private:
+  void launch(int b) {
+    launched_[b] = true;
+    at::Tensor bucket = bucket_of(flat_grads_, b);
+    launch_reduction(bucket, bucket, /*accumulate=*/false, /*scatter=*/false);
+  }
+
+  at::Tensor flat_grads_;
+  at::Tensor master_;
+};
+
+}  // namespace
+
+std::unique_ptr<ZeroStrategy> make_stage0(const ZeroOptions& o, std::vector<at::Tensor> params,
+                                          std::vector<std::string> names, at::ScalarType dtype,
+                                          std::shared_ptr<dist::Communicator> dp) {
+  auto s = std::make_unique<Stage0>(o, std::move(params), std::move(names), dtype, std::move(dp));
+  s->init();
+  return s;
+}
+
+}  // namespace stratum::zero

@@ -1,0 +1,98 @@
+// ZeRO stage 2: gradients partitioned too. A hook copies each finished
+// gradient into its bucket's staging buffer and frees it; a full bucket is
+// reduce-scattered (during backward with overlap_comm) and the rank's slice is
+// accumulated into its gradient shard. No rank holds the whole gradient beyond
+// the buckets in flight. Reductions happen every micro-step.
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "stratum/zero/flat_strategy.h"
+#include "stratum/zero/zero_stages.h"
+
+namespace stratum::zero {
+namespace {
+
+class Stage2 : public FlatStrategy {
+ public:
+  using FlatStrategy::FlatStrategy;
+
+  void init() {
+    grad_shard_ = at::zeros({layout_.shard_numel()}, flat_params_.options());
+    master_ = make_shard_master();
+    segments_ = {OptimizerSegment{master_, grad_shard_}};
+    staging_.resize(layout_.buckets().size());
+    install_hooks();
+  }
+
+  bool partitioned() const override { return true; }
+
+  void prepare_backward(bool boundary) override {
+    (void)boundary;
+    armed_ = true;
+    reset_pending();
+  }
+
+  void on_grad_ready(int index) override {
+    at::NoGradGuard no_grad;
+    const ParamSlot& slot = layout_.params()[index];
+    at::Tensor& p = params_[index];
+    at::Tensor& staging = staging_for(slot.bucket);
+    const int64_t within = slot.offset - layout_.buckets()[slot.bucket].offset;
+    staging.narrow(0, within, slot.numel).copy_(p.grad().reshape(-1));
+    p.mutable_grad().reset();  // the full gradient is not kept
+    if (count_ready(index) && options_.overlap_comm) launch(slot.bucket);
+  }
+
+  void finish_backward() override {
+    for (size_t b = 0; b < launched_.size(); ++b)
+      if (!launched_[b]) launch(static_cast<int>(b));
+    wait_in_flight();  // staging buffers are freed every micro-step
+    first_micro_step_ = false;
+  }
+
+  void wait_gradients() override {}
+  void publish_params() override { gather_params_from_shard(master_); }
+
+  void zero_gradients() override {
+    grad_shard_.zero_();
+    first_micro_step_ = true;
+  }
+
+  ModelStateBytes bytes() const override {
+    return {static_cast<int64_t>(flat_params_.nbytes()), static_cast<int64_t>(grad_shard_.nbytes()),
+            static_cast<int64_t>(master_.nbytes())};
+  }
+
+ private:
+  at::Tensor& staging_for(int b) {
+    // Zeros: padding, and parameters that get no gradient, reduce as zero.
+    if (!staging_[b].defined()) staging_[b] = at::zeros({layout_.buckets()[b].numel}, flat_params_.options());
+    return staging_[b];
+  }
+
+  void launch(int b) {
+    launched_[b] = true;
+    at::Tensor staging = staging_for(b);
+    staging_[b] = at::Tensor();  // owned by the reduction until it completes
+    const BucketSpan& s = layout_.buckets()[b];
+    at::Tensor dest = grad_shard_.narrow(0, s.shard_offset, s.slice_numel(dp_->size()));
+    launch_reduction(staging, dest, /*accumulate=*/!first_micro_step_, /*scatter=*/true);
+  }
+
+  at::Tensor grad_shard_;
+  at::Tensor master_;
+  std::vector<at::Tensor> staging_;
+  bool first_micro_step_ = true;
+};
+
+}  // namespace
+
+std::unique_ptr<ZeroStrategy> make_stage2(const ZeroOptions& o, std::vector<at::Tensor> params,
+                                          std::vector<std::string> names, at::ScalarType dtype,
+                                          std::shared_ptr<dist::Communicator> dp) {
+  auto s = std::make_unique<Stage2>(o, std::move(params), std::move(names), dtype, std::move(dp));
+  s->init();
+  return s;
+}
+
+}  // namespace stratum::zero

@@ -1,0 +1,277 @@
+// The engine against itself at DP = 1: 20 steps of a small MLP at DP = 2 and 4,
+// ZeRO stages 0, 1 and 2, accumulation 1 and 2, give the same losses and final
+// weights (fp32: relative difference <= 1e-5; bf16: <= 2e-2 on losses, stated
+// below). Plus per-rank model-state bytes against the ZeRO formulas, fp16
+// overflow handling across ranks, and bad input failing on every rank alike.
+//
+// Runs under mpirun (CTest: 1, 2 and 4 ranks). The DP = 1 reference and the
+// DP = 2 runs use sub-communicators of the world, so one 4-rank job checks all.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "../dist/dist_test_context.h"
+#include "stratum/engine/engine.h"
+
+using namespace stratum;
+
+namespace {
+
+struct MlpImpl : torch::nn::Module {
+  MlpImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(16, 32));
+    fc2 = register_module("fc2", torch::nn::Linear(32, 32));
+    fc3 = register_module("fc3", torch::nn::Linear(32, 4));
+  }
+  at::Tensor forward(const at::Tensor& x) { return fc3(torch::gelu(fc2(torch::gelu(fc1(x))))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+constexpr int kGlobalBatch = 16;
+constexpr int kSteps = 20;
+
+struct TrainRun {
+  std::vector<double> losses;
+  at::Tensor weights;  // every parameter, flattened, fp32
+  ModelStateBytes bytes;
+  int64_t param_numel = 0, total_numel = 0, buckets = 0;
+  std::vector<bool> skipped;
+  std::vector<double> scales;
+  std::vector<double> grad_norms;  // unscaled, before clipping: checks the DP averaging (Adam alone is scale-invariant)
+};
+
+std::string config_json(int stage, int gas, const std::string& precision, int64_t bucket, bool overlap) {
+  std::string prec = precision == "bf16"   ? R"("bf16": {"enabled": true},)"
+                     : precision == "fp16" ? R"("fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1},)"
+                                           : "";
+  return R"({"train_batch_size": )" + std::to_string(kGlobalBatch) + R"(, "gradient_accumulation_steps": )" +
+         std::to_string(gas) + "," + prec + R"(
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.001, "warmup_max_lr": 0.01, "warmup_num_steps": 5}},
+    "gradient_clipping": 0.5,
+    "zero_optimization": {"stage": )" + std::to_string(stage) + R"(, "reduce_bucket_size": )" + std::to_string(bucket) +
+         R"(, "overlap_comm": )" + (overlap ? "true" : "false") + "}}";
+}
+
+// Rank r of a DP group of n, micro-batch k of gas: a fixed slice of the global batch.
+TrainRun train(const std::string& json, const std::shared_ptr<dist::Communicator>& dp, int steps = kSteps,
+          int overflow_step = -1) {
+  Config config = Config::from_string(json, "test-config");
+  torch::manual_seed(42);
+  auto model = Mlp();
+  auto engine = initialize(config, model.ptr(), dp, torch::kCPU);
+  const auto& b = engine.core().batch();
+  const int n = dp->size(), r = dp->rank();
+  const int64_t m = b.micro_batch_per_gpu;
+  TrainRun run;
+  for (int step = 0; step < steps; ++step) {
+    torch::manual_seed(1000 + step);
+    at::Tensor x = torch::randn({kGlobalBatch, 16}), y = torch::randn({kGlobalBatch, 4});
+    double local = 0;
+    for (int k = 0; k < b.gradient_accumulation_steps; ++k) {
+      const int64_t start = (k * n + r) * m;
+      at::Tensor out = engine.forward(x.narrow(0, start, m));
+      at::Tensor loss = torch::mse_loss(out.to(torch::kFloat), y.narrow(0, start, m));
+      if (step == overflow_step && r == n - 1) loss = loss * std::numeric_limits<float>::infinity();
+      engine.backward(loss);
+      engine.step();
+      local += loss.item<double>() / b.gradient_accumulation_steps;
+    }
+    at::Tensor l = torch::full({1}, local, torch::kDouble);
+    dp->all_reduce(l, dist::ReduceOp::avg)->wait();
+    run.losses.push_back(l.item<double>());
+    run.skipped.push_back(engine.last_step_skipped());
+    run.scales.push_back(engine.loss_scale());
+    run.grad_norms.push_back(engine.core().last_grad_norm());
+  }
+  std::vector<at::Tensor> flat;
+  for (auto& p : model->parameters()) flat.push_back(p.detach().to(torch::kFloat).reshape(-1));
+  run.weights = torch::cat(flat);
+  run.bytes = engine.core().model_state_bytes();
+  run.param_numel = engine.core().strategy().layout().param_numel();
+  run.total_numel = engine.core().strategy().layout().total_numel();
+  run.buckets = static_cast<int64_t>(engine.core().strategy().layout().buckets().size());
+  return run;
+}
+
+std::shared_ptr<dist::Communicator> groups_of(int k) {
+  auto world = test::context().cpu_world;
+  std::vector<std::vector<int64_t>> groups(world->size() / k);
+  for (int r = 0; r < world->size(); ++r) groups[r / k].push_back(r);
+  return world->split(groups, "dp" + std::to_string(k));
+}
+
+double rel_diff(const at::Tensor& a, const at::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item<double>();
+}
+
+void expect_same_training(const TrainRun& got, const TrainRun& ref, double tol, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (size_t i = 0; i < got.losses.size(); ++i)
+    EXPECT_LE(std::abs(got.losses[i] - ref.losses[i]) / std::abs(ref.losses[i]), tol)
+        << what << ": loss at step " << i << " " << got.losses[i] << " vs " << ref.losses[i];
+  EXPECT_LE(rel_diff(got.weights, ref.weights), tol) << what << ": final weights";
+  for (size_t i = 0; i < got.grad_norms.size(); ++i)
+    EXPECT_LE(std::abs(got.grad_norms[i] - ref.grad_norms[i]) / ref.grad_norms[i], tol)
+        << what << ": gradient norm at step " << i << " " << got.grad_norms[i] << " vs " << ref.grad_norms[i];
+}
+
+}  // namespace
+
+TEST(Engine, DataParallelMatchesSingleRankFp32) {
+  const int world = test::context().cpu_world->size();
+  if (world < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  auto single = groups_of(1);
+  for (int stage : {0, 1, 2})
+    for (int gas : {1, 2})
+      for (bool small_buckets : {true, false}) {
+        const int64_t bucket = small_buckets ? 300 : 500000000;
+        const std::string json = config_json(stage, gas, "fp32", bucket, /*overlap=*/small_buckets);
+        TrainRun ref = train(json, single);
+        EXPECT_LT(ref.losses.back(), ref.losses.front()) << "the reference must learn";
+        EXPECT_GT(*std::max_element(ref.grad_norms.begin(), ref.grad_norms.end()), 0.5) << "clipping must be active";
+        for (int dp = 2; dp <= world; dp *= 2) {
+          TrainRun got = train(json, dp == world ? test::context().cpu_world : groups_of(dp));
+          expect_same_training(got, ref, 1e-5,
+                               "stage " + std::to_string(stage) + " gas " + std::to_string(gas) + " dp " +
+                                   std::to_string(dp) + (small_buckets ? " small buckets" : ""));
+        }
+      }
+}
+
+// bf16: parameters and activations in bf16, fp32 masters and fp32 gradient
+// reduction. Rounding of the reduced bf16 gradients depends on the summation
+// order, so runs agree to bf16 precision: losses within 2e-2 relative.
+TEST(Engine, DataParallelMatchesSingleRankBf16) {
+  const int world = test::context().cpu_world->size();
+  if (world < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  auto single = groups_of(1);
+  for (int stage : {0, 1, 2}) {
+    const std::string json = config_json(stage, 2, "bf16", 300, true);
+    TrainRun ref = train(json, single);
+    TrainRun got = train(json, test::context().cpu_world);
+    for (size_t i = 0; i < ref.losses.size(); ++i)
+      EXPECT_LE(std::abs(got.losses[i] - ref.losses[i]) / std::abs(ref.losses[i]), 2e-2)
+          << "bf16 stage " << stage << " step " << i;
+    EXPECT_LE(rel_diff(got.weights, ref.weights), 2e-2) << "bf16 stage " << stage;
+  }
+}
+
+// Per-rank model-state bytes, Ψ parameters (T with bucket padding), N ranks:
+// 16-bit: stage 0 16Ψ, stage 1 4Ψ + 12Ψ/N, stage 2 2Ψ + 14Ψ/N;
+// fp32:   stage 0 16Ψ (master = params), stage 1 8Ψ + 12Ψ/N, stage 2 4Ψ + 16Ψ/N.
+TEST(Engine, ModelStateBytesFollowTheZeroFormulas) {
+  auto world = test::context().cpu_world;
+  const int64_t n = world->size();
+  for (const std::string precision : {"bf16", "fp32"})
+    for (int stage : {0, 1, 2}) {
+      TrainRun run = train(config_json(stage, 1, precision, 300, true), world, /*steps=*/1);
+      const int64_t T = run.total_numel, S = T / n;
+      const int64_t w = precision == "bf16" ? 2 : 4;  // bytes of a parameter / gradient
+      int64_t expected = 0;
+      if (stage == 0) expected = precision == "bf16" ? 16 * T : 16 * T;
+      if (stage == 1) expected = 2 * w * T + 12 * S;
+      if (stage == 2) expected = w * T + (w + 12) * S;
+      EXPECT_EQ(run.bytes.total(), expected) << precision << " stage " << stage;
+      // Padding: fewer than N elements per bucket.
+      EXPECT_LT(T - run.param_numel, n * run.buckets);
+      EXPECT_GE(T, run.param_numel);
+      // And against Ψ itself, within that padding.
+      const double psi = static_cast<double>(run.param_numel);
+      const double formula = stage == 0   ? 16 * psi
+                             : stage == 1 ? 2 * w * psi + 12 * psi / n
+                                          : w * psi + (w + 12) * psi / n;
+      EXPECT_NEAR(static_cast<double>(run.bytes.total()), formula, 16.0 * n * run.buckets)
+          << precision << " stage " << stage;
+    }
+}
+
+TEST(Engine, Fp16OverflowOnOneRankSkipsTheStepEverywhere) {
+  auto world = test::context().cpu_world;
+  for (int stage : {0, 2}) {
+    TrainRun clean = train(config_json(stage, 1, "fp16", 300, true), world, 6);
+    TrainRun hit = train(config_json(stage, 1, "fp16", 300, true), world, 6, /*overflow_step=*/3);
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(hit.skipped[i], i == 3) << "stage " << stage << " step " << i;
+    EXPECT_DOUBLE_EQ(hit.scales[2], 256.0);
+    EXPECT_DOUBLE_EQ(hit.scales[3], 128.0) << "the scale halves on the overflow";
+    EXPECT_DOUBLE_EQ(clean.scales[5], 256.0);
+    // Before the overflow the runs are identical.
+    for (int i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(hit.losses[i], clean.losses[i]);
+  }
+}
+
+TEST(Engine, LearningRateFollowsTheScheduleAndStepsCount) {
+  auto world = test::context().cpu_world;
+  Config config = Config::from_string(config_json(1, 2, "fp32", 300, true), "lr");
+  torch::manual_seed(42);
+  auto model = Mlp();
+  auto engine = initialize(config, model.ptr(), world, torch::kCPU);
+  const int64_t m = engine.core().batch().micro_batch_per_gpu;
+  EXPECT_DOUBLE_EQ(engine.lr(), 0.001) << "before the first step: warmup_min_lr";
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(engine.is_gradient_accumulation_boundary(), i % 2 == 1);
+    engine.backward(torch::mse_loss(engine.forward(torch::randn({m, 16})), torch::zeros({m, 4})));
+    EXPECT_EQ(engine.step(), i % 2 == 1);
+  }
+  EXPECT_EQ(engine.global_steps(), 2);
+  EXPECT_EQ(engine.core().micro_steps(), 4);
+  EXPECT_GT(engine.lr(), 0.001);
+  EXPECT_LT(engine.lr(), 0.01);
+}
+
+TEST(Engine, BadInputIsAClearErrorOnEveryRank) {
+  auto world = test::context().cpu_world;
+  const int n = world->size();
+  // A batch triple that does not fit the world size.
+  if (n > 1) {
+    Config bad = Config::from_string(R"({"train_batch_size": 6, "train_micro_batch_size_per_gpu": 4,
+        "optimizer": {"type": "Adam"}})", "batch.json");
+    try {
+      initialize(bad, Mlp().ptr(), world, torch::kCPU);
+      ADD_FAILURE() << "accepted a batch that does not fit";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("train_batch_size 6 is not divisible"), std::string::npos) << e.what();
+    }
+  }
+  // No optimizer section.
+  Config none = Config::from_string(R"({"train_batch_size": 16})", "noopt.json");
+  try {
+    initialize(none, Mlp().ptr(), world, torch::kCPU);
+    ADD_FAILURE();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer: missing"), std::string::npos) << e.what();
+  }
+  // An optimizer type it does not know never gets past the config.
+  EXPECT_THROW(Config::from_string(R"({"train_batch_size": 16, "optimizer": {"type": "Adafactor"}})"), ConfigError);
+  // A model with no trainable parameters.
+  struct Frozen : torch::nn::Module {
+    Frozen() { register_parameter("w", torch::ones({3}), /*requires_grad=*/false); }
+  };
+  Config ok = Config::from_string(config_json(2, 1, "fp32", 300, true), "ok.json");
+  try {
+    initialize(ok, std::make_shared<Frozen>(), world, torch::kCPU);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no trainable parameters"), std::string::npos) << e.what();
+  }
+  // Nobody hangs: every rank reaches this barrier.
+  world->barrier()->wait();
+}
+
+TEST(Engine, ParametersKeepTheirIdentity) {
+  auto world = test::context().cpu_world;
+  Config config = Config::from_string(config_json(2, 1, "fp32", 300, true), "id");
+  torch::manual_seed(42);
+  auto model = Mlp();
+  at::Tensor w_before = model->fc1->weight;
+  auto impl_before = w_before.unsafeGetTensorImpl();
+  auto engine = initialize(config, model.ptr(), world, torch::kCPU);
+  EXPECT_EQ(model->fc1->weight.unsafeGetTensorImpl(), impl_before);
+  at::Tensor snapshot = model->fc1->weight.detach().clone();
+  const int64_t m = engine.core().batch().micro_batch_per_gpu;
+  engine.backward(torch::mse_loss(engine.forward(torch::randn({m, 16})), torch::ones({m, 4})));
+  engine.step();
+  EXPECT_FALSE(torch::equal(model->fc1->weight.detach(), snapshot)) << "the step changed the user's tensor";
+  EXPECT_TRUE(torch::equal(w_before.detach(), model->fc1->weight.detach()));
+}
