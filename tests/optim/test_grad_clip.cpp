@@ -89,3 +89,29 @@ TEST(GradClip, HalfGradsAccumulateInFp32) {
   EXPECT_NEAR(std::sqrt(sq.item<double>()) / scale, g.norm().item<double>(), 1e-3 * g.norm().item<double>());
   EXPECT_EQ(squared_norm({}).item<float>(), 0.0f);
 }
+
+// The engine's fp16 recipe from grad_clip.h: norm of the scaled grads / loss
+// scale, then one kernel pass with grad_scale = loss_scale / coef, equals
+// clipping the unscaled grads and stepping.
+TEST(GradClip, UnscaleAndClipFoldedIntoTheKernel) {
+  torch::manual_seed(3);
+  const double loss_scale = 65536.0, max_norm = 1.0;
+  config::OptimizerConfig c;
+  const at::Tensor init = torch::randn({4096});
+  at::Tensor ours = init.clone();
+  AdamState state = make_adam_state(ours);
+  at::Tensor theirs = init.clone().requires_grad_(true);
+  torch::optim::AdamW reference({theirs}, torch::optim::AdamWOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(
+                                              c.weight_decay));
+  for (int k = 0; k < 10; ++k) {
+    const at::Tensor g = torch::randn({4096}) * 0.1 * (k + 1);  // norm ~6.4 (k + 1): always clipped
+    at::Tensor scaled = g * loss_scale;
+    const double total_norm = std::sqrt(squared_norm({scaled}).item<double>()) / loss_scale;
+    const double coef = clip_coefficient(total_norm, max_norm);
+    adam_step(ours, scaled, state, c, c.lr, std::nullopt, loss_scale / coef);
+    theirs.mutable_grad() = g.clone();
+    torch::nn::utils::clip_grad_norm_({theirs}, max_norm);
+    reference.step();
+  }
+  EXPECT_LE((ours - theirs.detach()).abs().max().item<double>(), 1e-6);
+}

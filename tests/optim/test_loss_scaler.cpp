@@ -142,6 +142,29 @@ TEST(LossScaler, ErrorAtOnceAtTheMinimumWithHysteresisOne) {
   EXPECT_THROW(s.update(true), Error);
 }
 
+// With consecutive_hysteresis, Stratum's rule is DeepSpeed's: at the minimum,
+// hysteresis counts the overflows down and a clean step refills it.
+TEST(LossScaler, AtTheMinimumWithConsecutiveHysteresis) {
+  LossScaler s(dynamic_fp16(0, 1000, 3, 1.0, /*consecutive=*/true));  // starts at the minimum
+  testing::internal::CaptureStderr();
+  EXPECT_TRUE(s.update(true));
+  const std::string first = testing::internal::GetCapturedStderr();
+  EXPECT_NE(first.find("fp16: gradient overflow at step 0, skipping it; loss scale already at the minimum 1 "
+                       "(fp16.min_loss_scale): 2 more in a row stops training"),
+            std::string::npos)
+      << first;
+  EXPECT_EQ(s.state().cur_hysteresis, 2);
+  testing::internal::CaptureStderr();
+  EXPECT_TRUE(s.update(true));
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.state().cur_hysteresis, 3);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_TRUE(s.update(true));
+  EXPECT_THROW(s.update(true), Error);
+  testing::internal::GetCapturedStderr();
+  EXPECT_EQ(s.scale(), 1.0);
+}
+
 TEST(LossScaler, StaticScaleNeverChanges) {
   config::Fp16Config f;
   f.enabled = true;
