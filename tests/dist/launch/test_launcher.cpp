@@ -66,6 +66,8 @@ struct RunOptions {
   // Sends `signal` to the launcher once stdout contains `signal_when` (every string of it).
   std::vector<std::string> signal_when;
   int signal = 0;
+  // Words put before the launcher (e.g. `ip netns exec NS`).
+  std::vector<std::string> wrapper;
 };
 
 // Runs stratum-run with args; stdout and stderr go to files; the run is killed
@@ -77,7 +79,8 @@ Run run_launcher(const std::vector<std::string>& args, const RunOptions& options
   const int err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   SpawnOptions spawn_options;
-  spawn_options.argv = {kLauncher};
+  spawn_options.argv = options.wrapper;
+  spawn_options.argv.push_back(kLauncher);
   spawn_options.argv.insert(spawn_options.argv.end(), args.begin(), args.end());
   spawn_options.set_env = options.env;
   spawn_options.stdin_fd = null_fd;
@@ -357,7 +360,7 @@ TEST(Launcher, TwoHostsWithIncludeAndARemoteFailure) {
 // The MPI backend (the dist layer's collective tests) under stratum-run, on one
 // host and on two loopback "hosts". Two hosts on one machine would share Open
 // MPI's shared-memory segment names (same host name, same local ranks), so that
-// run keeps to TCP; real hosts need nothing of the sort.
+// run keeps to TCP over loopback; real hosts need nothing of the sort.
 TEST(Launcher, MpiBackendRunsUnderTheLauncher) {
   const std::string program = std::string(STRATUM_BIN_DIR) + "/test_collectives";
   if (!exists(program)) GTEST_SKIP() << program << " is not built";
@@ -372,8 +375,104 @@ TEST(Launcher, MpiBackendRunsUnderTheLauncher) {
 
   const std::string dir = make_temp_dir();
   run = run_launcher({"--hostfile", two_host_hostfile(dir), "--num_procs", "2", "--launcher_agent", kFakeSsh,
-                      "--launcher_args", "--mca btl self,tcp", program},
+                      "--launcher_args", "--mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo",
+                      program},
                      o);
+  ASSERT_FALSE(run.timed_out) << run.out << run.err;
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_HAS(run.out, "world 4 = ");
+  EXPECT_HAS(run.out, "PASSED");
+}
+
+// Two hosts with network stacks of their own: network namespaces "a" and "b"
+// on a bridge in a third, "hub", where stratum-run itself runs, so this test
+// leaves the machine's own network alone. Hosts are reached through
+// netns_ssh.sh. Needs root, `ip netns` and unshare; skipped otherwise.
+class NetnsHosts : public ::testing::Test {
+ protected:
+  static bool ip(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"ip"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return capture_output(argv, 20).has_value();
+  }
+
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+    if (!find_program("ip") || !find_program("unshare")) GTEST_SKIP() << "needs ip and unshare";
+    const std::string tag = "stratum-" + std::to_string(getpid());
+    hub_ = tag + "-hub";
+    if (!ip({"netns", "add", hub_})) GTEST_SKIP() << "cannot create network namespaces here";
+    made_.push_back(hub_);
+    ASSERT_TRUE(ip({"-n", hub_, "link", "set", "lo", "up"}));
+    ASSERT_TRUE(ip({"-n", hub_, "link", "add", "br0", "type", "bridge"}));
+    ASSERT_TRUE(ip({"-n", hub_, "addr", "add", "10.201.0.1/24", "dev", "br0"}));
+    ASSERT_TRUE(ip({"-n", hub_, "link", "set", "br0", "up"}));
+    for (int i = 0; i < 2; ++i) {
+      const std::string ns = tag + (i == 0 ? "-a" : "-b");
+      const std::string veth = "veth" + std::to_string(i);
+      ASSERT_TRUE(ip({"netns", "add", ns}));
+      made_.push_back(ns);
+      namespaces_.push_back(ns);
+      hosts_.push_back("10.201.0." + std::to_string(i + 2));
+      ASSERT_TRUE(ip({"-n", hub_, "link", "add", veth, "type", "veth", "peer", "name", "e0", "netns", ns}));
+      ASSERT_TRUE(ip({"-n", hub_, "link", "set", veth, "master", "br0"}));
+      ASSERT_TRUE(ip({"-n", hub_, "link", "set", veth, "up"}));
+      ASSERT_TRUE(ip({"-n", ns, "addr", "add", hosts_.back() + "/24", "dev", "e0"}));
+      ASSERT_TRUE(ip({"-n", ns, "link", "set", "e0", "up"}));
+      ASSERT_TRUE(ip({"-n", ns, "link", "set", "lo", "up"}));
+    }
+  }
+
+  void TearDown() override {
+    for (const auto& ns : made_) ip({"netns", "del", ns});  // links inside go with them
+  }
+
+  std::vector<std::string> launcher_args(const std::string& dir) const {
+    const std::string hostfile = dir + "/hostfile";
+    write_file(hostfile, "# two network namespaces\n" + hosts_[0] + " slots=2\n" + hosts_[1] + " slots=2\n");
+    return {"--hostfile", hostfile, "--num_procs", "2", "--launcher_agent",
+            std::string(STRATUM_LAUNCH_TEST_DIR) + "/netns_ssh.sh", "--launcher_args",
+            "--mca oob_tcp_if_include 10.201.0.0/24 --mca btl_tcp_if_include 10.201.0.0/24"};
+  }
+
+  RunOptions options() const {
+    RunOptions o;
+    o.env = {{"STRATUM_NETNS_HOSTS", hosts_[0] + "=" + namespaces_[0] + " " + hosts_[1] + "=" + namespaces_[1]},
+             {"OMPI_MCA_btl_vader_single_copy_mechanism", "none"},
+             {"STRATUM_COMM_TIMEOUT", "60"}};
+    o.timeout_s = 100;
+    o.wrapper = {"ip", "netns", "exec", hub_};
+    return o;
+  }
+
+  std::string hub_;
+  std::vector<std::string> made_, namespaces_, hosts_;
+};
+
+TEST_F(NetnsHosts, RanksSpreadOverTwoNetworkNamespaces) {
+  auto args = launcher_args(make_temp_dir());
+  args.insert(args.end(), {"/bin/sh", "-c",
+                           "echo \"NS RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE LOCAL_WORLD_SIZE="
+                           "$LOCAL_WORLD_SIZE NODE_RANK=$NODE_RANK MASTER_ADDR=$MASTER_ADDR HOST=$(hostname)\"; "
+                           "ip -4 -o addr show dev e0"});
+  const auto run = run_launcher(args, options());
+  ASSERT_FALSE(run.timed_out) << run.out << run.err;
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  for (int r = 0; r < 4; ++r) {
+    const std::string prefix = "[rank " + std::to_string(r) + "] ";
+    EXPECT_HAS(run.out, prefix + "NS RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r % 2) +
+                            " WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 NODE_RANK=" + std::to_string(r / 2) +
+                            " MASTER_ADDR=" + hosts_[0] + " HOST=" + namespaces_[static_cast<size_t>(r / 2)] + "\n");
+    EXPECT_HAS(run.out, hosts_[static_cast<size_t>(r / 2)] + "/24");  // its own network stack
+  }
+}
+
+TEST_F(NetnsHosts, MpiBackendAcrossNetworkNamespaces) {
+  const std::string program = std::string(STRATUM_BIN_DIR) + "/test_collectives";
+  if (!exists(program)) GTEST_SKIP() << program << " is not built";
+  auto args = launcher_args(make_temp_dir());
+  args.push_back(program);
+  const auto run = run_launcher(args, options());
   ASSERT_FALSE(run.timed_out) << run.out << run.err;
   EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
   EXPECT_HAS(run.out, "world 4 = ");
