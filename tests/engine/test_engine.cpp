@@ -56,18 +56,18 @@ std::string config_json(int stage, int gas, const std::string& precision, int64_
 
 // Rank r of a DP group of n, micro-batch k of gas: a fixed slice of the global batch.
 TrainRun train(const std::string& json, const std::shared_ptr<dist::Communicator>& dp, int steps = kSteps,
-          int overflow_step = -1) {
+               int overflow_step = -1, c10::Device device = c10::Device(c10::kCPU)) {
   Config config = Config::from_string(json, "test-config");
   torch::manual_seed(42);
   auto model = Mlp();
-  auto engine = initialize(config, model.ptr(), dp, torch::kCPU);
+  auto engine = initialize(config, model.ptr(), dp, device);
   const auto& b = engine.core().batch();
   const int n = dp->size(), r = dp->rank();
   const int64_t m = b.micro_batch_per_gpu;
   TrainRun run;
   for (int step = 0; step < steps; ++step) {
     torch::manual_seed(1000 + step);
-    at::Tensor x = torch::randn({kGlobalBatch, 16}), y = torch::randn({kGlobalBatch, 4});
+    at::Tensor x = torch::randn({kGlobalBatch, 16}).to(device), y = torch::randn({kGlobalBatch, 4}).to(device);
     double local = 0;
     for (int k = 0; k < b.gradient_accumulation_steps; ++k) {
       const int64_t start = (k * n + r) * m;
@@ -78,7 +78,7 @@ TrainRun train(const std::string& json, const std::shared_ptr<dist::Communicator
       engine.step();
       local += loss.item<double>() / b.gradient_accumulation_steps;
     }
-    at::Tensor l = torch::full({1}, local, torch::kDouble);
+    at::Tensor l = torch::full({1}, local, torch::TensorOptions().dtype(torch::kDouble).device(device));
     dp->all_reduce(l, dist::ReduceOp::avg)->wait();
     run.losses.push_back(l.item<double>());
     run.skipped.push_back(engine.last_step_skipped());
@@ -86,7 +86,7 @@ TrainRun train(const std::string& json, const std::shared_ptr<dist::Communicator
     run.grad_norms.push_back(engine.core().last_grad_norm());
   }
   std::vector<at::Tensor> flat;
-  for (auto& p : model->parameters()) flat.push_back(p.detach().to(torch::kFloat).reshape(-1));
+  for (auto& p : model->parameters()) flat.push_back(p.detach().to(torch::kFloat).cpu().reshape(-1));
   run.weights = torch::cat(flat);
   run.bytes = engine.core().model_state_bytes();
   run.param_numel = engine.core().strategy().layout().param_numel();
@@ -95,8 +95,8 @@ TrainRun train(const std::string& json, const std::shared_ptr<dist::Communicator
   return run;
 }
 
-std::shared_ptr<dist::Communicator> groups_of(int k) {
-  auto world = test::context().cpu_world;
+std::shared_ptr<dist::Communicator> groups_of(int k, std::shared_ptr<dist::Communicator> world = nullptr) {
+  if (!world) world = test::context().cpu_world;
   std::vector<std::vector<int64_t>> groups(world->size() / k);
   for (int r = 0; r < world->size(); ++r) groups[r / k].push_back(r);
   return world->split(groups, "dp" + std::to_string(k));
@@ -144,17 +144,35 @@ TEST(Engine, DataParallelMatchesSingleRankFp32) {
 // reduction. Rounding of the reduced bf16 gradients depends on the summation
 // order, so runs agree to bf16 precision: losses within 2e-2 relative.
 TEST(Engine, DataParallelMatchesSingleRankBf16) {
-  const int world = test::context().cpu_world->size();
-  if (world < 2) GTEST_SKIP() << "needs 2 or more ranks";
-  auto single = groups_of(1);
+  for (const auto& backend : test::backends()) {
+    const int world = backend.world->size();
+    if (world < 2) GTEST_SKIP() << "needs 2 or more ranks";
+    auto single = groups_of(1, backend.world);
+    for (int stage : {0, 1, 2}) {
+      const std::string json = config_json(stage, 2, "bf16", 300, true);
+      TrainRun ref = train(json, single, kSteps, -1, backend.device);
+      TrainRun got = train(json, backend.world, kSteps, -1, backend.device);
+      EXPECT_LT(ref.losses.back(), ref.losses.front()) << backend.name << " bf16 must learn";
+      for (size_t i = 0; i < ref.losses.size(); ++i)
+        EXPECT_LE(std::abs(got.losses[i] - ref.losses[i]) / std::abs(ref.losses[i]), 2e-2)
+            << backend.name << " bf16 stage " << stage << " step " << i;
+      EXPECT_LE(rel_diff(got.weights, ref.weights), 2e-2) << backend.name << " bf16 stage " << stage;
+    }
+  }
+}
+
+// fp32 on the GPU: NCCL reductions against the single-GPU run (cuBLAS without
+// TF32; tolerance as on the CPU).
+TEST(Engine, DataParallelMatchesSingleRankFp32OnGpus) {
+  const auto& ctx = test::context();
+  if (!ctx.gpu_world || ctx.gpu_world->size() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
+  const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device));
+  auto single = groups_of(1, ctx.gpu_world);
   for (int stage : {0, 1, 2}) {
-    const std::string json = config_json(stage, 2, "bf16", 300, true);
-    TrainRun ref = train(json, single);
-    TrainRun got = train(json, test::context().cpu_world);
-    for (size_t i = 0; i < ref.losses.size(); ++i)
-      EXPECT_LE(std::abs(got.losses[i] - ref.losses[i]) / std::abs(ref.losses[i]), 2e-2)
-          << "bf16 stage " << stage << " step " << i;
-    EXPECT_LE(rel_diff(got.weights, ref.weights), 2e-2) << "bf16 stage " << stage;
+    const std::string json = config_json(stage, 2, "fp32", 300, true);
+    TrainRun ref = train(json, single, kSteps, -1, device);
+    TrainRun got = train(json, ctx.gpu_world, kSteps, -1, device);
+    expect_same_training(got, ref, 1e-5, "nccl fp32 stage " + std::to_string(stage));
   }
 }
 
