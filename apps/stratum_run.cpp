@@ -1,14 +1,37 @@
 // stratum-run: the launcher. DeepSpeed's launcher flags and hostfile; the ranks
 // run under Open MPI's mpirun (the MPI backend needs MPI_COMM_WORLD, the NCCL
-// backend bootstraps over MPI), each through a small shim (this same program
-// with --rank-shim) that sets RANK / LOCAL_RANK / WORLD_SIZE / LOCAL_WORLD_SIZE /
-// NODE_RANK / CUDA_VISIBLE_DEVICES, prefixes output with "[rank N] " and names a
-// rank that fails. Nothing goes through a shell: mpirun and the program are
-// exec'd from argv vectors.
+// backend bootstraps over MPI). Nothing goes through a shell: mpirun and the
+// program are exec'd from argv vectors.
 //
 //   stratum-run [--hostfile F] [--include S | --exclude S] [--num_nodes K]
 //               [--num_gpus N | --num_procs N] [--master_addr A] [--master_port P]
 //               [--export NAME[=VALUE]]... PROGRAM [ARGS...]
+//
+// How it works:
+// - The flags become one mpirun app context per host: `-np N --host NAME:N
+//   -x VAR=VALUE... <this program> --rank-shim --node NAME --node_rank I
+//   [--devices 0,2] -- PROGRAM ARGS` (src/stratum/dist/launch/mpirun_command.h).
+// - The shim (this program with --rank-shim, one per rank) sets RANK,
+//   LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE (from OMPI_COMM_WORLD_*), NODE_RANK,
+//   CUDA_VISIBLE_DEVICES (GPU launches: the host's chosen slots) and
+//   STRATUM_OUTPUT_PREFIXED=1, then forks the program into the shim's process
+//   group (mpirun signals that group, so the program gets them directly; other
+//   senders' signals the shim forwards), relays its stdout (over a
+//   pty when mpirun gave the shim one, keeping the program line-buffered) and
+//   stderr with "[rank N] " before each line (--log_dir also keeps unprefixed
+//   copies in DIR/rank_N.log; --no_prefix passes output through), and when the
+//   program fails prints `stratum-run: rank 1 (host node2, local rank 1) exited
+//   with status 3` (or `killed by signal 9 (SIGKILL)`) and exits with that status
+//   (128 + signal), upon which mpirun stops the other ranks (SIGCONT, wait,
+//   SIGTERM, wait, SIGKILL; the wait is --grace_period). A rank that was told to
+//   stop is not reported.
+// - The launcher relays mpirun's stderr, remembers the first rank a shim named,
+//   forwards SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 to mpirun (not a terminal's
+//   ^C, which mpirun gets itself), and ends with `stratum-run: job failed: <that
+//   rank's line> (mpirun exited with status S)` and mpirun's status, or `job
+//   stopped by SIGTERM` and 128 + signal. Bad input: `stratum-run: error: ...`,
+//   exit 2, before mpirun starts. mpirun gets PR_SET_PDEATHSIG=SIGTERM, so the
+//   job stops even if the launcher is killed outright.
 #include <CLI/CLI.hpp>
 
 #include <fcntl.h>
