@@ -241,3 +241,14 @@ TEST(OverflowFlag, FiniteInfAndNan) {
   EXPECT_EQ(local_overflow_flag(big).item<float>(), 0.0f);
   EXPECT_EQ(local_overflow_flag({}).item<float>(), 0.0f);
 }
+
+// The growth happens inside update(): the scale the gradients were made with
+// must be read before it.
+TEST(LossScaler, ScaleChangesInsideUpdate) {
+  LossScaler s(dynamic_fp16(4, 1, 2), false);
+  s.update(false);  // cur_iter 0: no growth yet
+  const double grads_made_with = s.scale();
+  EXPECT_FALSE(s.update(false));  // cur_iter 1: grows
+  EXPECT_EQ(grads_made_with, 16.0);
+  EXPECT_EQ(s.scale(), 32.0);
+}

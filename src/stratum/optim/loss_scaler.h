@@ -48,6 +48,9 @@ class LossScaler {
   // Call once per optimizer boundary with the overflow flag reduced across all
   // ranks. Returns true when the step must be skipped (== overflow). Throws
   // stratum::Error at the minimum scale (see above).
+  // update() may change scale() (down on overflow, up after a clean window):
+  // read scale() BEFORE update() to unscale this step's gradients and norm; the
+  // new scale is for the next backward.
   bool update(bool overflow);
 
   const LossScalerState& state() const { return state_; }
