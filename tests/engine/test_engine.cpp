@@ -219,6 +219,25 @@ TEST(Engine, Fp16OverflowOnOneRankSkipsTheStepEverywhere) {
   }
 }
 
+// When the dynamic scale grows, the step must still unscale by the scale the
+// backward used: unscaled gradient norms equal those of a static-scale run.
+TEST(Engine, Fp16ScaleGrowthKeepsGradientsUnscaledCorrectly) {
+  auto world = test::context().cpu_world;
+  auto with_fp16 = [](const std::string& old_section, const std::string& new_section) {
+    std::string json = config_json(2, 1, "fp16", 300, true);
+    return json.replace(json.find(old_section), old_section.size(), new_section);
+  };
+  const std::string base = R"("fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1})";
+  std::string dynamic = with_fp16(base, R"("fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1,
+                                                    "loss_scale_window": 2})");
+  std::string fixed = with_fp16(base, R"("fp16": {"enabled": true, "loss_scale": 256})");
+  TrainRun grow = train(dynamic, world, 8);
+  TrainRun flat = train(fixed, world, 8);
+  EXPECT_GT(grow.scales.back(), grow.scales.front()) << "the scale must have grown";
+  for (size_t i = 0; i < grow.grad_norms.size(); ++i)
+    EXPECT_NEAR(grow.grad_norms[i] / flat.grad_norms[i], 1.0, 2e-2) << "step " << i;
+}
+
 TEST(Engine, LearningRateFollowsTheScheduleAndStepsCount) {
   auto world = test::context().cpu_world;
   Config config = Config::from_string(config_json(1, 2, "fp32", 300, true), "lr");

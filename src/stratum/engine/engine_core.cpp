@@ -92,6 +92,8 @@ bool EngineCore::step() {
   if (!boundary) return false;
   strategy_->wait_gradients();
   last_skipped_ = false;
+  // The scale the window's backward passes used; update() may change it.
+  const double scale = scaler_->scale();
   const bool overflow = config_.fp16.enabled && check_overflow();
   if (scaler_->update(overflow)) {
     last_skipped_ = true;
@@ -100,10 +102,10 @@ bool EngineCore::step() {
     strategy_->zero_gradients();
     return false;
   }
-  last_grad_norm_ = global_grad_norm();
+  last_grad_norm_ = global_grad_norm(scale);
   const double clip = optim::clip_coefficient(last_grad_norm_, config_.gradient_clipping);
   // Unscaling and clipping in one factor, applied inside the fused Adam kernel.
-  apply_optimizer(scaler_->scale() / clip);
+  apply_optimizer(scale / clip);
   strategy_->publish_params();
   strategy_->zero_gradients();
   scheduler_->step();
@@ -119,13 +121,13 @@ bool EngineCore::check_overflow() {
   return flag.item<float>() > 0;
 }
 
-double EngineCore::global_grad_norm() {
+double EngineCore::global_grad_norm(double loss_scale) {
   std::vector<at::Tensor> grads;
   for (auto& s : strategy_->segments()) grads.push_back(s.grad);
   at::Tensor sq = optim::squared_norm(grads).to(strategy_->segments().front().grad.device());
   // Partitioned gradients: each rank holds a disjoint part of the sum.
   if (strategy_->partitioned()) dp_->all_reduce(sq, dist::ReduceOp::sum)->wait();
-  return std::sqrt(sq.item<double>()) / scaler_->scale();
+  return std::sqrt(sq.item<double>()) / loss_scale;
 }
 
 void EngineCore::apply_optimizer(double grad_scale) {

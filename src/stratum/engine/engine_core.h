@@ -59,7 +59,7 @@ class EngineCore {
 
  private:
   bool check_overflow();
-  double global_grad_norm();
+  double global_grad_norm(double loss_scale);
   void apply_optimizer(double grad_scale);
 
   Config config_;
