@@ -111,7 +111,7 @@ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATUM_PYTHON=
   -DCMAKE_POLICY_VERSION_MINIMUM=3.5 2>&1 | tee "$logs/configure.log"
 
 step "build"
-cmake --build "$build_dir" -j "$(nproc)" 2>&1 | tee "$logs/build.log"
+cmake --build "$build_dir" -j "$(nproc)" -- -k 0 2>&1 | tee "$logs/build.log"
 
 # ---- run -----------------------------------------------------------------------
 if [ "$run_report" = 1 ]; then

@@ -1,5 +1,6 @@
 // The parts of initialize() that touch torch::nn::Module (kept out of the
 // header-only template so that only this file pulls in the module headers).
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -18,7 +19,7 @@ void trainable_parameters(torch::nn::Module& module, std::vector<at::Tensor>& pa
 void prepare_module(torch::nn::Module& module, c10::Device device, at::ScalarType dtype) {
   module.to(device);
   // Module::to(dtype) would cast integer buffers too; only floating tensors change.
-  at::NoGradGuard no_grad;
+  c10::AutoGradMode no_grad(false);
   auto cast = [&](at::Tensor& t) {
     if (t.defined() && at::isFloatingType(t.scalar_type()) && t.scalar_type() != dtype) t.set_data(t.to(dtype));
   };

@@ -1,5 +1,6 @@
 #include "stratum/zero/flat_strategy.h"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -43,7 +44,7 @@ FlatStrategy::FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> p
   // Parameters become views into one buffer; set_data keeps each tensor's identity.
   flat_params_ = at::zeros({layout_.total_numel()}, at::TensorOptions().dtype(model_dtype_).device(device));
   {
-    at::NoGradGuard no_grad;
+    c10::AutoGradMode no_grad(false);
     for (size_t i = 0; i < params_.size(); ++i) {
       const ParamSlot& s = layout_.params()[i];
       at::Tensor view = flat_params_.narrow(0, s.offset, s.numel).view(params_[i].sizes());
@@ -93,7 +94,7 @@ at::Tensor FlatStrategy::bucket_of(const at::Tensor& flat, int b) const {
 }
 
 void FlatStrategy::launch_reduction(const at::Tensor& grads, at::Tensor dest, bool accumulate, bool scatter) {
-  at::NoGradGuard no_grad;
+  c10::AutoGradMode no_grad(false);
   // The wire copy: a wider dtype (fp32 for 16-bit training), or the bucket itself.
   at::Tensor wire = grads.scalar_type() == options_.comm_dtype ? grads : grads.to(options_.comm_dtype);
   if (pre_scale_ != 1.0) wire.mul_(pre_scale_);
@@ -110,7 +111,7 @@ void FlatStrategy::launch_reduction(const at::Tensor& grads, at::Tensor dest, bo
 }
 
 void FlatStrategy::wait_in_flight() {
-  at::NoGradGuard no_grad;
+  c10::AutoGradMode no_grad(false);
   for (auto& f : in_flight_) {
     f.work->wait();
     if (post_scale_ != 1.0) f.wire.mul_(post_scale_);
@@ -130,7 +131,7 @@ at::Tensor FlatStrategy::make_shard_master() const {
 }
 
 void FlatStrategy::gather_params_from_shard(const at::Tensor& master_shard) {
-  at::NoGradGuard no_grad;
+  c10::AutoGradMode no_grad(false);
   std::vector<std::pair<dist::WorkPtr, at::Tensor>> works;
   for (size_t b = 0; b < layout_.buckets().size(); ++b) {
     const BucketSpan& s = layout_.buckets()[b];

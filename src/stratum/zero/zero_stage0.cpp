@@ -1,6 +1,7 @@
 // ZeRO stage 0: classic data parallelism. Full gradients (views of one flat
 // buffer that autograd accumulates into in place), all-reduced bucket by
 // bucket; every rank runs the optimizer on all fp32 master weights.
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -45,7 +46,7 @@ class Stage0 : public FlatStrategy {
 
   void publish_params() override {
     if (!master_.is_same(flat_params_)) {
-      at::NoGradGuard no_grad;
+      c10::AutoGradMode no_grad(false);
       flat_params_.copy_(master_);
     }
   }

@@ -3,6 +3,7 @@
 // reduce-scattered (during backward with overlap_comm) and the rank's slice is
 // accumulated into its gradient shard. No rank holds the whole gradient beyond
 // the buckets in flight. Reductions happen every micro-step.
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -33,7 +34,7 @@ class Stage2 : public FlatStrategy {
   }
 
   void on_grad_ready(int index) override {
-    at::NoGradGuard no_grad;
+    c10::AutoGradMode no_grad(false);
     const ParamSlot& slot = layout_.params()[index];
     at::Tensor& p = params_[index];
     at::Tensor& staging = staging_for(slot.bucket);
