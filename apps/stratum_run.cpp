@@ -46,7 +46,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -55,6 +54,7 @@
 
 #include "stratum/build_info.h"
 #include "stratum/core/error.h"
+#include "stratum/core/fs.h"
 #include "stratum/dist/launch/hostfile.h"
 #include "stratum/dist/launch/mpirun_command.h"
 #include "stratum/dist/launch/process.h"
@@ -139,8 +139,11 @@ int run_rank_shim(int argc, char** argv) {
 
   int log_fd = -1;
   if (!args.log_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(args.log_dir, ec);
+    try {
+      stratum::fs::make_directories(args.log_dir);
+    } catch (const stratum::Error&) {
+      // reported by open() below
+    }
     const std::string path = args.log_dir + "/rank_" + std::to_string(rank.rank) + ".log";
     log_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd < 0) {
@@ -333,15 +336,13 @@ launch::LaunchPlan make_plan(const Flags& f) {
   if (!f.launcher_agent.empty()) {
     const auto agent = launch::find_program(f.launcher_agent);
     if (!agent) throw stratum::Error("--launcher_agent '" + f.launcher_agent + "': not found or not executable");
-    plan.launcher_agent = std::filesystem::absolute(*agent).lexically_normal().string();
+    plan.launcher_agent = stratum::fs::absolute_path(*agent);
   }
   std::istringstream words(f.launcher_args);
   for (std::string w; words >> w;) plan.launcher_args.push_back(w);
   if (!f.log_dir.empty()) {
-    plan.log_dir = std::filesystem::absolute(f.log_dir).lexically_normal().string();
-    std::error_code ec;
-    std::filesystem::create_directories(plan.log_dir, ec);
-    if (ec) throw stratum::Error("--log_dir " + f.log_dir + ": " + ec.message());
+    plan.log_dir = stratum::fs::absolute_path(f.log_dir);
+    stratum::fs::make_directories(plan.log_dir);  // throws, naming the path
   }
   plan.prefix_output = !f.no_prefix;
   if (f.grace_period < 1) throw stratum::Error("--grace_period must be at least 1 second");

@@ -2,9 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 
 namespace {
@@ -28,9 +28,10 @@ RunResult run(const std::string& args) {
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  auto p = std::filesystem::temp_directory_path() / ("stratum_cli_" + std::to_string(::getpid()) + "_" + name);
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string p = std::string(tmp && *tmp ? tmp : "/tmp") + "/stratum_cli_" + std::to_string(::getpid()) + "_" + name;
   std::ofstream(p) << text;
-  return p.string();
+  return p;
 }
 
 const char* kUserConfig = R"({"train_batch_size": 64, "gradient_accumulation_steps": 2,
@@ -44,7 +45,7 @@ TEST(StratumConfigCli, ValidConfigResolvesTheBatchForAWorldSize) {
   EXPECT_NE(r.output.find("\"train_micro_batch_size_per_gpu\": 16"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("micro 16 x accumulation 2 x data-parallel 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(": OK"), std::string::npos) << r.output;
-  std::filesystem::remove(p);
+  std::remove(p.c_str());
 }
 
 TEST(StratumConfigCli, WithoutWorldSizePrintsTheConfigAsWritten) {
@@ -53,7 +54,7 @@ TEST(StratumConfigCli, WithoutWorldSizePrintsTheConfigAsWritten) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("\"bf16\""), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--world-size"), std::string::npos) << r.output;
-  std::filesystem::remove(p);
+  std::remove(p.c_str());
 }
 
 TEST(StratumConfigCli, InvalidConfigPrintsEveryProblemAndExits1) {
@@ -63,7 +64,7 @@ TEST(StratumConfigCli, InvalidConfigPrintsEveryProblemAndExits1) {
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("zero_optimization.stage: expected 0..3, got 4"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("optimizr: unknown key (did you mean 'optimizer'?)"), std::string::npos) << r.output;
-  std::filesystem::remove(p);
+  std::remove(p.c_str());
 }
 
 TEST(StratumConfigCli, BatchThatDoesNotFitTheWorldExits1) {
@@ -71,7 +72,7 @@ TEST(StratumConfigCli, BatchThatDoesNotFitTheWorldExits1) {
   RunResult r = run("check " + p + " --world-size 6");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("world size 6 is not a multiple of pipeline.stages (4)"), std::string::npos) << r.output;
-  std::filesystem::remove(p);
+  std::remove(p.c_str());
 }
 
 TEST(StratumConfigCli, MissingFileExits1) {

@@ -2,11 +2,13 @@
 // the file (and line:column of a syntax error).
 #include <gtest/gtest.h>
 
-#include <filesystem>
+#include <sys/stat.h>
+
 #include <fstream>
 
 #include "stratum/config/config.h"
 #include "stratum/core/error.h"
+#include "stratum/core/fs.h"
 
 using stratum::Config;
 using stratum::ConfigError;
@@ -15,17 +17,12 @@ namespace {
 
 class ConfigFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("stratum_cfg_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { dir_ = stratum::fs::make_temp_directory("stratum_cfg_"); }
+  void TearDown() override { stratum::fs::remove_tree(dir_); }
   std::string write(const std::string& name, const std::string& text) {
-    auto p = dir_ / name;
+    const std::string p = dir_ + "/" + name;
     std::ofstream(p) << text;
-    return p.string();
+    return p;
   }
   std::string error_of(const std::string& path) {
     try {
@@ -35,7 +32,7 @@ class ConfigFile : public ::testing::Test {
     }
     return "";
   }
-  std::filesystem::path dir_;
+  std::string dir_;
 };
 
 TEST_F(ConfigFile, ReadsAValidFile) {
@@ -45,21 +42,21 @@ TEST_F(ConfigFile, ReadsAValidFile) {
 }
 
 TEST_F(ConfigFile, MissingFileIsNamed) {
-  std::string p = (dir_ / "nope.json").string();
+  std::string p = dir_ + "/nope.json";
   std::string e = error_of(p);
   EXPECT_NE(e.find(p), std::string::npos);
   EXPECT_NE(e.find("no such file"), std::string::npos);
 }
 
 TEST_F(ConfigFile, DirectoryIsRejected) {
-  std::string e = error_of(dir_.string());
+  std::string e = error_of(dir_);
   EXPECT_NE(e.find("is a directory"), std::string::npos) << e;
 }
 
 TEST_F(ConfigFile, UnreadableFileIsNamed) {
   if (::geteuid() == 0) GTEST_SKIP() << "root reads any file";
   std::string p = write("secret.json", "{}");
-  std::filesystem::permissions(p, std::filesystem::perms::none);
+  ::chmod(p.c_str(), 0);
   std::string e = error_of(p);
   EXPECT_NE(e.find("cannot open"), std::string::npos) << e;
 }

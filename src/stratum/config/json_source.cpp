@@ -2,11 +2,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "stratum/core/error.h"
+#include "stratum/core/fs.h"
 
 namespace stratum::config {
 namespace {
@@ -42,10 +42,8 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
 }
 
 nlohmann::json read_json_file(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw ConfigError(path, {"no such file"});
-  if (fs::is_directory(path, ec)) throw ConfigError(path, {"is a directory, not a JSON file"});
+  if (!fs::exists(path)) throw ConfigError(path, {"no such file"});
+  if (fs::is_directory(path)) throw ConfigError(path, {"is a directory, not a JSON file"});
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path, {std::string("cannot open: ") + std::strerror(errno)});
   std::ostringstream ss;

@@ -306,6 +306,14 @@ TEST(Launcher, ArgumentsPassVerbatim) {
   EXPECT_HAS(run.out, "[rank 0] a : b c $(id); --num_procs\n");
 }
 
+// Some Open MPI builds (4.1.6 on the GPU machine) resolve 127.0.0.2 to the
+// local node and fold the two loopback "hosts" into one; there the two-host
+// runs cannot happen on one machine, and the network-namespace tests (which
+// need real namespaces) are what covers several hosts.
+#define SKIP_IF_LOOPBACK_HOSTS_FOLD(run)                                                                   \
+  if (has((run).err, "All nodes which are allocated for this job are already filled"))                    \
+    GTEST_SKIP() << "this Open MPI treats 127.0.0.2 as the local node: two loopback hosts are one here"
+
 std::string two_host_hostfile(const std::string& dir) {
   const std::string path = dir + "/hostfile";
   write_file(path, "# two hosts on one machine: mpirun sees different names\nlocalhost slots=2\n\n127.0.0.2 slots=2\n");
@@ -322,6 +330,7 @@ TEST(Launcher, TwoHostsOverLoopback) {
        "NODE_RANK=$NODE_RANK CVD=$CUDA_VISIBLE_DEVICES\""},
       o);
   ASSERT_FALSE(run.timed_out) << run.err;
+  SKIP_IF_LOOPBACK_HOSTS_FOLD(run);
   EXPECT_EQ(run.exit_code, 0) << run.err;
   for (int r = 0; r < 4; ++r) {
     EXPECT_HAS(run.out, "[rank " + std::to_string(r) + "] HOST RANK=" + std::to_string(r) +
@@ -343,6 +352,7 @@ TEST(Launcher, TwoHostsWithIncludeAndARemoteFailure) {
                            "echo \"INC RANK=$RANK LOCAL_RANK=$LOCAL_RANK NODE_RANK=$NODE_RANK CVD=$CUDA_VISIBLE_DEVICES\""},
                           o);
   ASSERT_FALSE(run.timed_out) << run.err;
+  SKIP_IF_LOOPBACK_HOSTS_FOLD(run);
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_HAS(run.out, "[rank 0] INC RANK=0 LOCAL_RANK=0 NODE_RANK=0 CVD=1\n");
   EXPECT_HAS(run.out, "[rank 1] INC RANK=1 LOCAL_RANK=0 NODE_RANK=1 CVD=0,1\n");
@@ -379,6 +389,7 @@ TEST(Launcher, MpiBackendRunsUnderTheLauncher) {
                       program},
                      o);
   ASSERT_FALSE(run.timed_out) << run.out << run.err;
+  SKIP_IF_LOOPBACK_HOSTS_FOLD(run);
   EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
   EXPECT_HAS(run.out, "world 4 = ");
   EXPECT_HAS(run.out, "PASSED");

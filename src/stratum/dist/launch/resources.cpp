@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "stratum/core/error.h"
+#include "stratum/core/fs.h"
 #include "stratum/dist/launch/process.h"
 
 namespace stratum::dist::launch {
@@ -207,14 +207,10 @@ LocalGpus detect_local_gpus() {
     count = *v;
     source = "STRATUM_NUM_GPUS";
   } else {
-    std::error_code ec;
-    const std::filesystem::path proc = "/proc/driver/nvidia/gpus";
-    if (std::filesystem::is_directory(proc, ec)) {
-      for (const auto& e : std::filesystem::directory_iterator(proc, ec)) {
-        (void)e;
-        ++count;
-      }
-      source = proc.string();
+    const std::string proc = "/proc/driver/nvidia/gpus";
+    if (fs::is_directory(proc)) {
+      count = static_cast<int>(fs::list_directory(proc).size());
+      source = proc;
     }
     if (count == 0) {
       const auto listing = capture_output({"nvidia-smi", "-L"}, 10);

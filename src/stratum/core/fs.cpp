@@ -1,0 +1,92 @@
+#include "stratum/core/fs.h"
+
+#include <dirent.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "stratum/core/error.h"
+
+namespace stratum::fs {
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void make_directories(const std::string& path) {
+  if (path.empty()) return;
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    partial = path.substr(0, pos);
+    if (partial.empty() || is_directory(partial)) continue;
+    if (::mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST)
+      throw Error(path + ": cannot create directory " + partial + ": " + std::strerror(errno));
+  }
+  if (!is_directory(path)) throw Error(path + ": not a directory");
+}
+
+std::string absolute_path(const std::string& path) {
+  std::string full = path;
+  if (path.empty() || path[0] != '/') {
+    char buf[4096];
+    if (!::getcwd(buf, sizeof buf)) throw Error(std::string("getcwd: ") + std::strerror(errno));
+    full = std::string(buf) + "/" + path;
+  }
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= full.size()) {
+    size_t end = full.find('/', start);
+    if (end == std::string::npos) end = full.size();
+    std::string part = full.substr(start, end - start);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    start = end + 1;
+  }
+  std::string out;
+  for (const auto& p : parts) out += "/" + p;
+  return out.empty() ? "/" : out;
+}
+
+std::vector<std::string> list_directory(const std::string& path) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(path.c_str());
+  if (!d) return names;
+  while (struct dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(d);
+  return names;
+}
+
+void remove_tree(const std::string& path) {
+  ::nftw(
+      path.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p) == 0 ? 0 : 0; }, 16,
+      FTW_DEPTH | FTW_PHYS);
+}
+
+std::string make_temp_directory(const std::string& prefix) {
+  const char* base = std::getenv("TMPDIR");
+  std::string templ = std::string(base && *base ? base : "/tmp") + "/" + prefix + "XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (!::mkdtemp(buf.data())) throw Error(templ + ": cannot create a temporary directory: " + std::strerror(errno));
+  return buf.data();
+}
+
+}  // namespace stratum::fs

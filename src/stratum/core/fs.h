@@ -1,0 +1,24 @@
+#pragma once
+// The few file-system operations Stratum needs, on POSIX calls. Not
+// std::filesystem: the CUDA builds of libtorch.so (2.11) export their own
+// copies of std::filesystem functions, which the dynamic linker binds ahead
+// of libstdc++'s, and at least remove_all crashes there (null call).
+#include <string>
+#include <vector>
+
+namespace stratum::fs {
+
+bool exists(const std::string& path);
+bool is_directory(const std::string& path);
+// mkdir -p; throws stratum::Error naming the path.
+void make_directories(const std::string& path);
+// An absolute, normalized path ("." and ".." resolved lexically; links kept).
+std::string absolute_path(const std::string& path);
+// Names in a directory (no "." or ".."); empty if it cannot be read.
+std::vector<std::string> list_directory(const std::string& path);
+// rm -rf without a shell; quietly ignores what is already gone.
+void remove_tree(const std::string& path);
+// A new, empty directory under $TMPDIR (or /tmp) whose name starts with `prefix`.
+std::string make_temp_directory(const std::string& prefix);
+
+}  // namespace stratum::fs
