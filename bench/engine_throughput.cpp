@@ -35,27 +35,34 @@ double peak_gib(int device) {
   return 0.0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Options {
   int64_t layers = 24, hidden = 1024, heads = 16, seq = 1024, vocab = 50304, micro = 8, gas = 1, steps = 10, warmup = 3;
   int stage = 2;
   std::string precision = "bf16";
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    int64_t v = std::atoll(argv[i + 1]);
-    if (k == "--layers") layers = v;
-    else if (k == "--hidden") hidden = v;
-    else if (k == "--heads") heads = v;
-    else if (k == "--seq") seq = v;
-    else if (k == "--vocab") vocab = v;
-    else if (k == "--micro") micro = v;
-    else if (k == "--gas") gas = v;
-    else if (k == "--steps") steps = v;
-    else if (k == "--stage") stage = static_cast<int>(v);
-    else if (k == "--precision") precision = argv[i + 1];
+    const std::string k = argv[i];
+    const int64_t v = std::atoll(argv[i + 1]);
+    if (k == "--layers") o.layers = v;
+    else if (k == "--hidden") o.hidden = v;
+    else if (k == "--heads") o.heads = v;
+    else if (k == "--seq") o.seq = v;
+    else if (k == "--vocab") o.vocab = v;
+    else if (k == "--micro") o.micro = v;
+    else if (k == "--gas") o.gas = v;
+    else if (k == "--steps") o.steps = v;
+    else if (k == "--stage") o.stage = static_cast<int>(v);
+    else if (k == "--precision") o.precision = argv[i + 1];
+    else throw Error("bench_engine: unknown flag " + k);
   }
-  dist::DistContext ctx = dist::init();
+  return o;
+}
+
+void run(const dist::DistContext& ctx, const Options& o) {
+  const auto [layers, hidden, heads, seq, vocab, micro, gas, steps, warmup, stage, precision] = o;
   const int dp = ctx.device_world()->size();
   const std::string json = "{\"train_micro_batch_size_per_gpu\": " + std::to_string(micro) +
                            ", \"gradient_accumulation_steps\": " + std::to_string(gas) + ", " +
@@ -98,6 +105,15 @@ int main(int argc, char** argv) {
                 n_params / 1e6, stage, dp, precision.c_str(), (long long)micro, (long long)gas, (long long)seq,
                 step_time * 1e3, tokens_per_gpu, tflops, 100.0 * tflops / 989.0, peak_gib(ctx.cuda_device),
                 bytes.total() / double(1 << 30), loss_value);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  dist::DistContext ctx = dist::init();
+  // Every CUDA object dies inside run(), before dist::finalize() (see init.h).
+  run(ctx, options);
   ctx.cpu_world.reset();
   ctx.gpu_world.reset();
   dist::finalize();

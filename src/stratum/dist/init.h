@@ -36,7 +36,10 @@ struct InitOptions {
 // Initializes MPI (and NCCL), checks RANK/WORLD_SIZE against MPI when a launcher
 // set them, sets the log prefix to the rank. Throws stratum::Error on mismatch.
 DistContext init(const InitOptions& options = InitOptions());
-// MPI_Finalize, once; safe to call twice.
+// MPI_Finalize, once; safe to call twice. Call it after every CUDA tensor,
+// engine and communicator is gone: Open MPI's CUDA support releases the CUDA
+// context in MPI_Finalize, and memory freed after that fails ("context is
+// destroyed").
 void finalize();
 
 // Prints `message` (with the rank) and ends the whole job: MPI_Abort when MPI
