@@ -11,22 +11,14 @@
 #include <torch/torch.h>
 
 #include "../dist/dist_test_context.h"
+#include "mlp.h"
 #include "stratum/engine/engine.h"
 
 using namespace stratum;
+using stratum::test::Mlp;
 
 namespace {
 
-struct MlpImpl : torch::nn::Module {
-  MlpImpl() {
-    fc1 = register_module("fc1", torch::nn::Linear(16, 32));
-    fc2 = register_module("fc2", torch::nn::Linear(32, 32));
-    fc3 = register_module("fc3", torch::nn::Linear(32, 4));
-  }
-  at::Tensor forward(const at::Tensor& x) { return fc3(torch::gelu(fc2(torch::gelu(fc1(x))))); }
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
-};
-TORCH_MODULE(Mlp);
 
 constexpr int kGlobalBatch = 16;
 constexpr int kSteps = 20;

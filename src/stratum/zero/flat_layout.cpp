@@ -10,6 +10,7 @@ FlatLayout FlatLayout::build(const std::vector<ParamSpec>& params, int64_t bucke
   if (bucket_elems < 1) throw Error("ZeRO: bucket size must be >= 1 element");
   FlatLayout l;
   l.dp_ = dp_size;
+  l.specs_ = params;
   l.slots_.resize(params.size());
   BucketSpan current;
   auto close = [&]() {

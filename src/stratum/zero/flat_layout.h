@@ -47,6 +47,8 @@ class FlatLayout {
   int64_t shard_numel() const { return total_ / dp_; }
   int64_t param_numel() const { return param_numel_; }  // Ψ: without padding
   const std::vector<ParamSlot>& params() const { return slots_; }
+  // Names and shapes, by parameter index (checkpoints address parameters by name).
+  const std::vector<ParamSpec>& specs() const { return specs_; }
   const std::vector<BucketSpan>& buckets() const { return buckets_; }
   // Flat-buffer offset of rank r's slice of bucket b.
   int64_t slice_offset(int b, int rank) const { return buckets_[b].offset + rank * buckets_[b].slice_numel(dp_); }
@@ -56,6 +58,7 @@ class FlatLayout {
   int64_t total_ = 0;
   int64_t param_numel_ = 0;
   std::vector<ParamSlot> slots_;
+  std::vector<ParamSpec> specs_;
   std::vector<BucketSpan> buckets_;
 };
 

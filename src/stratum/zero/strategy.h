@@ -39,6 +39,15 @@ struct OptimizerSegment {
   at::Tensor grad;    // model dtype (averaged over data parallel after wait_gradients)
 };
 
+// A run of the flat buffer that this rank's optimizer segment `segment` holds
+// from `segment_offset` on: how checkpoints map shards back to parameters.
+struct FlatPiece {
+  int64_t flat_offset = 0;
+  int64_t numel = 0;
+  int segment = 0;
+  int64_t segment_offset = 0;
+};
+
 struct ModelStateBytes {
   int64_t params = 0;
   int64_t grads = 0;
@@ -65,6 +74,8 @@ class ZeroStrategy {
   virtual void zero_gradients() = 0;
   virtual ModelStateBytes bytes() const = 0;
   virtual const FlatLayout& layout() const = 0;
+  // Which flat ranges this rank's segments hold (stage 0: all of it).
+  virtual std::vector<FlatPiece> owned_pieces() const = 0;
 };
 
 // `params`: the module's trainable parameters (leaf variables) in registration

@@ -53,6 +53,8 @@ class Stage0 : public FlatStrategy {
 
   void zero_gradients() override { flat_grads_.zero_(); }
 
+  std::vector<FlatPiece> owned_pieces() const override { return {FlatPiece{0, layout_.total_numel(), 0, 0}}; }
+
   ModelStateBytes bytes() const override {
     return {static_cast<int64_t>(flat_params_.nbytes()), static_cast<int64_t>(flat_grads_.nbytes()),
             master_.is_same(flat_params_) ? 0 : static_cast<int64_t>(master_.nbytes())};

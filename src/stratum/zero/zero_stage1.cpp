@@ -49,6 +49,14 @@ class Stage1 : public FlatStrategy {
   void publish_params() override { gather_params_from_shard(master_); }
   void zero_gradients() override { flat_grads_.zero_(); }
 
+  std::vector<FlatPiece> owned_pieces() const override {
+    std::vector<FlatPiece> pieces;
+    for (size_t b = 0; b < layout_.buckets().size(); ++b)
+      pieces.push_back(FlatPiece{layout_.slice_offset(static_cast<int>(b), dp_->rank()),
+                                 layout_.buckets()[b].slice_numel(dp_->size()), static_cast<int>(b), 0});
+    return pieces;
+  }
+
   ModelStateBytes bytes() const override {
     return {static_cast<int64_t>(flat_params_.nbytes()), static_cast<int64_t>(flat_grads_.nbytes()),
             static_cast<int64_t>(master_.nbytes())};

@@ -59,6 +59,16 @@ class Stage2 : public FlatStrategy {
     first_micro_step_ = true;
   }
 
+  std::vector<FlatPiece> owned_pieces() const override {
+    std::vector<FlatPiece> pieces;
+    for (size_t b = 0; b < layout_.buckets().size(); ++b) {
+      const BucketSpan& s = layout_.buckets()[b];
+      pieces.push_back(FlatPiece{layout_.slice_offset(static_cast<int>(b), dp_->rank()), s.slice_numel(dp_->size()), 0,
+                                 s.shard_offset});
+    }
+    return pieces;
+  }
+
   ModelStateBytes bytes() const override {
     return {static_cast<int64_t>(flat_params_.nbytes()), static_cast<int64_t>(grad_shard_.nbytes()),
             static_cast<int64_t>(master_.nbytes())};

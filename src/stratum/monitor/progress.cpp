@@ -1,0 +1,76 @@
+#include "stratum/monitor/progress.h"
+
+#include <unistd.h>
+
+#include <cmath>
+
+namespace stratum::monitor {
+
+ProgressReporter::ProgressReporter(int64_t print_every, FILE* out, std::optional<bool> terminal)
+    : out_(out ? out : stdout), print_every_(print_every < 1 ? 1 : print_every), start_(std::chrono::steady_clock::now()) {
+  terminal_ = terminal.value_or(::isatty(::fileno(out_)) == 1);
+}
+
+std::string ProgressReporter::format_eta(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--:--";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60), (long long)(s % 60));
+  else std::snprintf(buf, sizeof buf, "%02lld:%02lld", (long long)(s / 60), (long long)(s % 60));
+  return buf;
+}
+
+std::string ProgressReporter::format_line(const StepMetrics& m, double eta_seconds) {
+  char buf[320];
+  const double tps = m.tokens_per_second;
+  const std::string tokens = tps >= 1e6 ? std::to_string(tps / 1e6).substr(0, 5) + "M"
+                             : tps >= 1e3 ? std::to_string(tps / 1e3).substr(0, 5) + "k"
+                                          : std::to_string(static_cast<int64_t>(tps));
+  std::snprintf(buf, sizeof buf,
+                "step %lld/%lld | loss %.4f | lr %.3e | scale %g | tok/s %s | MFU %.1f%% | mem %.2f GiB | ETA %s%s",
+                (long long)m.step, (long long)m.total_steps, m.loss, m.lr, m.loss_scale, tokens.c_str(), 100.0 * m.mfu,
+                m.memory_gib, format_eta(eta_seconds).c_str(), m.skipped ? " | skipped (fp16 overflow)" : "");
+  return buf;
+}
+
+void ProgressReporter::update(const StepMetrics& m) {
+  if (first_step_ < 0) {
+    first_step_ = m.step - 1;
+    start_ = std::chrono::steady_clock::now();
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const int64_t done = m.step - first_step_;
+  const double eta = done > 0 ? elapsed / done * static_cast<double>(m.total_steps - m.step) : NAN;
+  const std::string line = format_line(m, eta);
+  if (terminal_) {
+    // Width of the bar: what is left of 120 columns, within reason.
+    const int width = 20;
+    const int filled = m.total_steps > 0 ? static_cast<int>(width * m.step / m.total_steps) : 0;
+    std::string bar(filled, '=');
+    bar.resize(width, ' ');
+    std::fprintf(out_, "\r\033[K[%s] %s", bar.c_str(), line.c_str());
+    live_line_ = true;
+    if (m.step == m.total_steps) {
+      std::fputc('\n', out_);
+      live_line_ = false;
+    }
+  } else if (m.step % print_every_ == 0 || m.step == m.total_steps || m.step == 1) {
+    std::fprintf(out_, "%s\n", line.c_str());
+  }
+  std::fflush(out_);
+}
+
+void ProgressReporter::note(const std::string& line) {
+  if (live_line_) std::fputs("\r\033[K", out_);
+  std::fprintf(out_, "%s\n", line.c_str());
+  live_line_ = false;
+  std::fflush(out_);
+}
+
+void ProgressReporter::finish() {
+  if (live_line_) std::fputc('\n', out_);
+  live_line_ = false;
+  std::fflush(out_);
+}
+
+}  // namespace stratum::monitor
