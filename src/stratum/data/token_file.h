@@ -1,0 +1,98 @@
+#pragma once
+// The on-disk tokenized dataset: a 64-byte header, then the tokens as raw
+// little-endian uint16 (vocabularies up to 65536) or uint32.
+//
+//   offset  size  field
+//        0     8  magic "STRTOK1\0"
+//        8     4  version (1)
+//       12     4  bytes per token (2 or 4)
+//       16     8  token count
+//       24     8  vocabulary size of the tokenizer that wrote it
+//       32    32  tokenizer name, NUL-padded
+//       64        tokens
+//
+// Plain C++, no torch. Readers map the file (read-only, MAP_PRIVATE), so many
+// ranks on one node share the page cache and nothing is loaded up front.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace stratum::data {
+
+inline constexpr char kTokenFileMagic[8] = {'S', 'T', 'R', 'T', 'O', 'K', '1', '\0'};
+inline constexpr uint32_t kTokenFileVersion = 1;
+inline constexpr int64_t kTokenFileHeaderBytes = 64;
+
+// Streams tokens into `<path>.tmp.<host>.<pid>`; commit() renames it onto
+// `path`, so readers (and other ranks writing the same file) never see a torn
+// file. Destroyed without commit(), it removes the temporary file.
+class TokenFileWriter {
+ public:
+  // Throws stratum::Error if the name is longer than 31 bytes, the vocabulary
+  // size is not in [1, 2^31], or the temporary file cannot be created.
+  TokenFileWriter(std::string path, std::string tokenizer_name, int64_t vocab_size);
+  ~TokenFileWriter();
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
+
+  // Throws if an id is outside [0, vocab_size).
+  void append(const int32_t* ids, size_t count);
+  void append(const std::vector<int32_t>& ids) { append(ids.data(), ids.size()); }
+  int64_t count() const { return count_; }
+  // Writes the header, flushes to disk, renames into place.
+  void commit();
+
+ private:
+  std::string path_, temp_path_, tokenizer_name_;
+  int64_t vocab_size_;
+  int dtype_bytes_;
+  int64_t count_ = 0;
+  std::FILE* file_ = nullptr;
+  std::vector<char> buffer_;
+};
+
+// Atomic (temporary file + rename).
+void write_token_file(const std::string& path, const std::vector<int32_t>& tokens, const std::string& tokenizer_name,
+                      int64_t vocab_size);
+
+// A token file opened read-only through mmap. Move-only.
+class TokenFile {
+ public:
+  // Throws stratum::Error naming the file when it is missing, empty (0 bytes),
+  // not a Stratum token file (bad magic), of another version, truncated or
+  // longer than its header says, or holds 0 tokens.
+  explicit TokenFile(const std::string& path);
+  ~TokenFile();
+  TokenFile(TokenFile&& other) noexcept;
+  TokenFile& operator=(TokenFile&& other) noexcept;
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::string& tokenizer_name() const { return tokenizer_name_; }
+  int64_t vocab_size() const { return vocab_size_; }
+  int dtype_bytes() const { return dtype_bytes_; }
+  int64_t size() const { return size_; }
+
+  int64_t token(int64_t i) const;  // throws if i is outside [0, size())
+  // Copies tokens [start, start + count) into out[0, count); throws if the
+  // window leaves the file.
+  void read(int64_t start, int64_t count, int64_t* out) const;
+
+  // Throws unless the file holds one training sequence: "requires at least
+  // seq_len + 1 = N tokens, has M" (inputs plus the target shifted by one).
+  void require_sequence(int64_t seq_len) const;
+
+ private:
+  void release() noexcept;
+
+  std::string path_, tokenizer_name_;
+  int64_t vocab_size_ = 0, size_ = 0;
+  int dtype_bytes_ = 0;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  const unsigned char* tokens_ = nullptr;
+};
+
+}  // namespace stratum::data
