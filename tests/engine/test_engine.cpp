@@ -132,6 +132,21 @@ TEST(Engine, DataParallelMatchesSingleRankFp32) {
       }
 }
 
+// DeepSpeed's gradient pre/post scaling: the average over DP must not change.
+TEST(Engine, PrescaleAndPredivideKeepTheAverage) {
+  const int world = test::context().cpu_world->size();
+  if (world < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  auto single = groups_of(1);
+  for (const char* extra : {R"("prescale_gradients": true,)", R"("gradient_predivide_factor": 2.0,)"})
+    for (int stage : {0, 2}) {
+      std::string json = config_json(stage, 1, "fp32", 300, true);
+      json.insert(1, extra);
+      TrainRun ref = train(json, single);
+      TrainRun got = train(json, test::context().cpu_world);
+      expect_same_training(got, ref, 1e-5, std::string(extra) + " stage " + std::to_string(stage));
+    }
+}
+
 // bf16: parameters and activations in bf16, fp32 masters and fp32 gradient
 // reduction. Rounding of the reduced bf16 gradients depends on the summation
 // order, so runs agree to bf16 precision: losses within 2e-2 relative.
