@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
@@ -109,6 +111,38 @@ TEST_F(DatasetTest, OnlyTheWriterBuildsTheCache) {
   const std::string writer_path = prepare_token_file(path("corpus.txt"), tok, {"", true});
   EXPECT_EQ(reader_path, writer_path);
   EXPECT_EQ(TokenFile(reader_path).size(), 5);
+}
+
+// Local rank 0 of several nodes on one shared file system: all build the same
+// cache at once; each renames a complete file into place.
+TEST_F(DatasetTest, ConcurrentWritersLeaveOneValidCache) {
+  std::string text;
+  for (int i = 0; i < 20000; ++i) text += "line " + std::to_string(i) + "\n";
+  write_text(path("corpus.txt"), text);
+  std::vector<pid_t> children;
+  for (int c = 0; c < 4; ++c) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int rc = 0;
+      try {
+        ByteTokenizer tok;
+        TokenFile f(prepare_token_file(path("corpus.txt"), tok, {path("cache"), true}));
+        rc = f.size() == static_cast<int64_t>(text.size()) ? 0 : 2;
+      } catch (...) {
+        rc = 1;
+      }
+      ::_exit(rc);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+  EXPECT_EQ(fs::list_directory(path("cache")).size(), 1u);  // no temporaries left
+  EXPECT_EQ(all_text(prepare_dataset(path("corpus.txt"), ByteTokenizer{}, {path("cache"), false})), text);
 }
 
 TEST_F(DatasetTest, TokenFileIsUsedAsIs) {

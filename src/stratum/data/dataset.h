@@ -17,8 +17,10 @@
 //   world.barrier();
 //   data::TokenFile file(path);
 //
-// Caches are written atomically (temporary file + rename), so nodes sharing a
-// file system that build the same cache at once do not corrupt it.
+// The checks of the source (missing, no .txt files, 0 bytes of text) run on
+// every rank, writer or not, so a bad --data fails everywhere alike. Caches
+// are written atomically (temporary file + rename), so nodes sharing a file
+// system that build the same cache at once do not corrupt it.
 #include <string>
 
 #include "stratum/data/token_file.h"
