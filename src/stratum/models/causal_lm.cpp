@@ -1,0 +1,66 @@
+#include "stratum/models/causal_lm.h"
+
+#include <c10/core/GradMode.h>
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "stratum/core/error.h"
+
+namespace stratum::models {
+
+CausalLMImpl::CausalLMImpl(ModelConfig config)
+    : nn::LayerStackImpl(config.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel"), config_(std::move(config)) {}
+
+at::Tensor CausalLMImpl::logits(const at::Tensor& tokens) {
+  if (tokens.dim() != 2) throw Error("model '" + config_.name + "': tokens must be [batch, seq], got " +
+                                     std::to_string(tokens.dim()) + " dimensions");
+  return nn::LayerStackImpl::forward(tokens);
+}
+
+at::Tensor CausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
+  return causal_lm_loss(logits(tokens), targets);
+}
+
+at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
+  if (logits.sizes().slice(0, logits.dim() - 1) != targets.sizes())
+    throw Error("causal_lm_loss: targets " + c10::str(targets.sizes()) + " do not match logits " +
+                c10::str(logits.sizes()));
+  const at::Tensor flat = logits.reshape({-1, logits.size(-1)}).to(at::kFloat);
+  return at::cross_entropy_loss(flat, targets.reshape({-1}).to(at::kLong), /*weight=*/{}, at::Reduction::Mean,
+                                /*ignore_index=*/-100);
+}
+
+std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config) {
+  if (config.arch == "gpt2") return build_gpt2(config);
+  if (config.arch == "llama") return build_llama(config);
+  throw Error("model '" + config.name + "': unknown arch '" + config.arch + "' (gpt2, llama)");
+}
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+void init_weights(CausalLMImpl& model) {
+  const ModelConfig& c = model.config();
+  const double residual_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.layers));
+  c10::AutoGradMode no_grad(false);
+  for (auto& item : model.named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    if (ends_with(name, ".bias")) {
+      p.zero_();
+    } else if (p.dim() == 1) {  // LayerNorm / RMSNorm scales
+      p.fill_(1.0);
+    } else if (ends_with(name, "attn.c_proj.weight") || ends_with(name, "mlp.c_proj.weight") ||
+               ends_with(name, "self_attn.o_proj.weight") || ends_with(name, "mlp.down_proj.weight")) {
+      p.normal_(0.0, residual_std);
+    } else {
+      p.normal_(0.0, c.init_std);
+    }
+  }
+}
+
+}  // namespace stratum::models

@@ -1,0 +1,53 @@
+#pragma once
+// A built-in causal language model: a LayerStack (embedding layer, one layer
+// per transformer block, final norm, LM head) plus its ModelConfig.
+//
+//   auto model = models::build_model(models::make_model_config("gpt2-124m", {{"layers", "6"}}));
+//   at::Tensor loss = model->forward(tokens, targets);   // what the engine calls
+//   at::Tensor logits = model->logits(tokens);           // [B, T, vocab]
+//
+// Parameter names are Hugging Face's (transformer.h.0.attn.c_attn.weight,
+// model.layers.0.self_attn.q_proj.weight, ...). With tied embeddings the LM
+// head borrows the token embedding and there is no lm_head.weight parameter.
+#include <memory>
+
+#include <ATen/core/Tensor.h>
+
+#include "stratum/models/model_config.h"
+#include "stratum/nn/layer_stack.h"
+
+namespace stratum::models {
+
+class CausalLMImpl : public nn::LayerStackImpl {
+ public:
+  explicit CausalLMImpl(ModelConfig config);
+
+  // Mean next-token cross-entropy of logits(tokens) against targets (fp32).
+  // tokens, targets: int64 [B, T]; targets equal to -100 are ignored.
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& targets);
+  // [B, T, vocab] in the model's dtype. T may not exceed max_seq_len.
+  at::Tensor logits(const at::Tensor& tokens);
+
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  ModelConfig config_;
+};
+
+// GPT-2 or LLaMA after config.arch; validates the config and initializes the
+// weights (init_weights) from torch's global generator (seed it for repeatability).
+std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config);
+std::shared_ptr<CausalLMImpl> build_gpt2(const ModelConfig& config);
+std::shared_ptr<CausalLMImpl> build_llama(const ModelConfig& config);
+
+// GPT-2's initialization for either architecture, by parameter name: weights
+// normal(0, init_std), the residual projections (attn.c_proj, mlp.c_proj,
+// self_attn.o_proj, mlp.down_proj) normal(0, init_std / sqrt(2 layers)),
+// biases 0, norm weights 1.
+void init_weights(CausalLMImpl& model);
+
+// Mean cross-entropy in fp32 of logits [..., V] (any float dtype) against
+// targets [...]; targets equal to -100 are ignored.
+at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets);
+
+}  // namespace stratum::models

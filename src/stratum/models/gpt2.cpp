@@ -1,0 +1,86 @@
+// GPT-2 as a LayerStack: [GPT2Embedding] [GPT2Block] x layers [GPT2FinalNorm] [LMHead].
+// Pre-LayerNorm blocks, learned positions, tanh-GELU MLP, causal SDPA; names
+// and semantics of Hugging Face's GPT2LMHeadModel.
+#include <ATen/ATen.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/normalization.h>
+
+#include "stratum/core/error.h"
+#include "stratum/models/causal_lm.h"
+#include "stratum/nn/attention.h"
+#include "stratum/nn/lm_head.h"
+#include "stratum/nn/mlp.h"
+
+namespace stratum::models {
+
+namespace {
+
+torch::nn::LayerNorm layer_norm(const ModelConfig& c) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps));
+}
+
+// tokens [B, T] -> wte(tokens) + wpe(0..T-1)
+class GPT2Embedding : public nn::StackLayer {
+ public:
+  explicit GPT2Embedding(const ModelConfig& c) : StackLayer("GPT2Embedding"), dropout_(c.dropout) {
+    wte = register_module("wte", torch::nn::Embedding(c.vocab_size, c.hidden));
+    wpe = register_module("wpe", torch::nn::Embedding(c.max_seq_len, c.hidden));
+  }
+  at::Tensor forward(const at::Tensor& tokens) override {
+    const int64_t T = tokens.size(-1);
+    if (T > wpe->weight.size(0))
+      throw Error("GPT-2: sequence of " + std::to_string(T) + " tokens is longer than max_seq_len " +
+                  std::to_string(wpe->weight.size(0)));
+    const at::Tensor x = wte(tokens) + wpe(at::arange(T, tokens.options().dtype(at::kLong)));
+    return is_training() && dropout_ > 0 ? at::dropout(x, dropout_, true) : x;
+  }
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+
+ private:
+  double dropout_;
+};
+
+// x + attn(ln_1(x)), then + mlp(ln_2(.)): HF's GPT2Block.
+class GPT2Block : public nn::StackLayer {
+ public:
+  explicit GPT2Block(const ModelConfig& c) : StackLayer("GPT2Block") {
+    ln_1 = register_module("ln_1", layer_norm(c));
+    attn = register_module("attn", std::make_shared<nn::FusedQKVAttentionImpl>(c.hidden, c.heads, c.dropout));
+    ln_2 = register_module("ln_2", layer_norm(c));
+    mlp = register_module("mlp", std::make_shared<nn::GeluMLPImpl>(c.hidden, c.ffn_hidden, c.dropout));
+  }
+  at::Tensor forward(const at::Tensor& x) override {
+    const at::Tensor h = x + attn->forward(ln_1(x));
+    return h + mlp->forward(ln_2(h));
+  }
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  std::shared_ptr<nn::FusedQKVAttentionImpl> attn;
+  std::shared_ptr<nn::GeluMLPImpl> mlp;
+};
+
+class GPT2FinalNorm : public nn::StackLayer {
+ public:
+  explicit GPT2FinalNorm(const ModelConfig& c) : StackLayer("GPT2FinalNorm") {
+    ln_f = register_module("ln_f", layer_norm(c));
+  }
+  at::Tensor forward(const at::Tensor& x) override { return ln_f(x); }
+  torch::nn::LayerNorm ln_f{nullptr};
+};
+
+}  // namespace
+
+std::shared_ptr<CausalLMImpl> build_gpt2(const ModelConfig& c) {
+  validate(c);
+  if (c.arch != "gpt2") throw Error("build_gpt2: model '" + c.name + "' is arch '" + c.arch + "'");
+  auto model = std::make_shared<CausalLMImpl>(c);
+  auto embedding = std::make_shared<GPT2Embedding>(c);
+  model->append(embedding, "transformer");
+  for (int64_t i = 0; i < c.layers; ++i) model->append(std::make_shared<GPT2Block>(c), "transformer.h." + std::to_string(i));
+  model->append(std::make_shared<GPT2FinalNorm>(c), "transformer");
+  if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->wte.ptr()), "");
+  else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, c.vocab_size), "");
+  init_weights(*model);
+  return model;
+}
+
+}  // namespace stratum::models

@@ -1,0 +1,103 @@
+#include "stratum/models/hf_state_dict.h"
+
+#include <c10/core/GradMode.h>
+#include <ATen/ATen.h>
+
+#include "stratum/core/error.h"
+
+namespace stratum::models {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// HF buffers that old checkpoints carry and that are no parameters.
+bool is_hf_buffer(const std::string& name) {
+  return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
+         ends_with(name, "rotary_emb.inv_freq");
+}
+
+std::string shape_str(at::IntArrayRef s) { return c10::str(s); }
+
+}  // namespace
+
+bool is_hf_conv1d_weight(const ModelConfig& config, const std::string& name) {
+  return config.arch == "gpt2" && (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_proj.weight") ||
+                                   ends_with(name, "mlp.c_fc.weight") || ends_with(name, "mlp.c_proj.weight"));
+}
+
+std::vector<std::pair<std::string, at::Tensor>> to_hf_state_dict(const CausalLMImpl& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    at::Tensor t = item.value().detach();
+    if (is_hf_conv1d_weight(model.config(), item.key())) t = t.t();
+    out.emplace_back(item.key(), t.contiguous());
+  }
+  return out;
+}
+
+void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Tensor>& tensors,
+                        const std::string& source) {
+  const ModelConfig& c = model.config();
+  const std::string where = source.empty() ? "" : source + ": ";
+  std::vector<std::string> problems;
+  std::map<std::string, bool> used;
+  for (const auto& [name, t] : tensors) used[name] = false;
+
+  auto find = [&](const std::string& name) -> const at::Tensor* {
+    auto it = tensors.find(name);
+    // GPT-2 files saved from GPT2Model lack the "transformer." prefix.
+    if (it == tensors.end() && c.arch == "gpt2" && name.rfind("transformer.", 0) == 0)
+      it = tensors.find(name.substr(12));
+    if (it == tensors.end()) return nullptr;
+    used[it->first] = true;
+    return &it->second;
+  };
+
+  c10::AutoGradMode no_grad(false);
+  for (auto& item : model.named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    at::Tensor& param = item.value();
+    const at::Tensor* t = find(name);
+    if (!t) {
+      problems.push_back("missing '" + name + "'");
+      continue;
+    }
+    const bool conv1d = is_hf_conv1d_weight(c, name);
+    const at::Tensor& src = *t;
+    const at::IntArrayRef want = param.sizes();
+    const bool fits = conv1d ? (src.dim() == 2 && src.size(0) == want[1] && src.size(1) == want[0])
+                             : src.sizes() == want;
+    if (!fits) {
+      const std::vector<int64_t> expected =
+          conv1d ? std::vector<int64_t>{want[1], want[0]} : std::vector<int64_t>(want.begin(), want.end());
+      problems.push_back("'" + name + "' has shape " + shape_str(src.sizes()) + ", expected " + shape_str(expected));
+      continue;
+    }
+    param.copy_(conv1d ? src.t() : src);
+  }
+
+  // Tied embeddings: HF drops lm_head.weight; if a file has it, it must be the embedding.
+  if (c.tie_embeddings) {
+    if (auto it = tensors.find("lm_head.weight"); it != tensors.end()) {
+      used[it->first] = true;
+      const at::Tensor* emb = find(c.arch == "gpt2" ? "transformer.wte.weight" : "model.embed_tokens.weight");
+      if (emb && (it->second.sizes() != emb->sizes() || !at::equal(it->second.to(emb->dtype()), *emb)))
+        problems.push_back("'lm_head.weight' differs from the token embedding, but the model ties them "
+                           "(tie_embeddings=false to load it untied)");
+    }
+  }
+  for (const auto& [name, was_used] : used)
+    if (!was_used && !is_hf_buffer(name)) problems.push_back("unexpected '" + name + "'");
+
+  if (problems.empty()) return;
+  std::string msg = where + "cannot load into model '" + c.name + "': ";
+  constexpr size_t kShown = 20;
+  for (size_t i = 0; i < problems.size() && i < kShown; ++i) msg += (i ? "; " : "") + problems[i];
+  if (problems.size() > kShown) msg += "; and " + std::to_string(problems.size() - kShown) + " more";
+  throw Error(msg);
+}
+
+}  // namespace stratum::models

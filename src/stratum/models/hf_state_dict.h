@@ -1,0 +1,35 @@
+#pragma once
+// A built-in model's weights as a Hugging Face checkpoint sees them, and back.
+// Stratum's parameter names already are HF's; what differs:
+//   - GPT-2's attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj are Conv1D in HF,
+//     stored [in, out]; Stratum's Linear stores [out, in]: transposed both ways.
+//   - tied embeddings: HF files carry no lm_head.weight (transformers re-ties
+//     it); on load a present lm_head.weight is checked equal to the embedding.
+//   - loading also accepts GPT-2 files saved from GPT2Model (no "transformer."
+//     prefix, as the hub's gpt2 checkpoints are) and skips HF's non-parameter
+//     buffers (attn.bias, attn.masked_bias, rotary_emb.inv_freq).
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "stratum/models/causal_lm.h"
+
+namespace stratum::models {
+
+// In the model's parameter order, detached, contiguous, on the model's
+// device and in its dtype (cast and move before writing if needed).
+std::vector<std::pair<std::string, at::Tensor>> to_hf_state_dict(const CausalLMImpl& model);
+
+// Copies `tensors` (HF names) into the model's parameters, converting dtype
+// and device. Throws stratum::Error listing every missing, unexpected or
+// mis-shaped tensor by name (and `source`, e.g. the file, when given).
+void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Tensor>& tensors,
+                        const std::string& source = "");
+
+// True for GPT-2's Conv1D weights (stored transposed in HF files).
+bool is_hf_conv1d_weight(const ModelConfig& config, const std::string& name);
+
+}  // namespace stratum::models

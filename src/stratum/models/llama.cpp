@@ -1,0 +1,83 @@
+// LLaMA as a LayerStack: [LlamaEmbedding] [LlamaDecoderLayer] x layers [LlamaFinalNorm] [LMHead].
+// Pre-RMSNorm blocks, RoPE (rotate_half), grouped-query attention, SwiGLU MLP;
+// names and semantics of Hugging Face's LlamaForCausalLM.
+#include <ATen/ATen.h>
+#include <torch/nn/modules/embedding.h>
+
+#include "stratum/core/error.h"
+#include "stratum/models/causal_lm.h"
+#include "stratum/nn/attention.h"
+#include "stratum/nn/lm_head.h"
+#include "stratum/nn/mlp.h"
+#include "stratum/nn/rms_norm.h"
+
+namespace stratum::models {
+
+namespace {
+
+class LlamaEmbedding : public nn::StackLayer {
+ public:
+  explicit LlamaEmbedding(const ModelConfig& c) : StackLayer("LlamaEmbedding"), max_seq_len_(c.max_seq_len) {
+    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden));
+  }
+  at::Tensor forward(const at::Tensor& tokens) override {
+    if (tokens.size(-1) > max_seq_len_)
+      throw Error("LLaMA: sequence of " + std::to_string(tokens.size(-1)) + " tokens is longer than max_seq_len " +
+                  std::to_string(max_seq_len_));
+    return embed_tokens(tokens);
+  }
+  torch::nn::Embedding embed_tokens{nullptr};
+
+ private:
+  int64_t max_seq_len_;
+};
+
+// x + self_attn(input_layernorm(x)), then + mlp(post_attention_layernorm(.)).
+class LlamaDecoderLayer : public nn::StackLayer {
+ public:
+  LlamaDecoderLayer(const ModelConfig& c, std::shared_ptr<nn::RotaryEmbedding> rope)
+      : StackLayer("LlamaDecoderLayer") {
+    input_layernorm = register_module("input_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps));
+    self_attn = register_module("self_attn", std::make_shared<nn::GroupedQueryAttentionImpl>(
+                                                 c.hidden, c.heads, c.kv_heads, std::move(rope), c.dropout));
+    post_attention_layernorm =
+        register_module("post_attention_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps));
+    mlp = register_module("mlp", std::make_shared<nn::SwiGLUMLPImpl>(c.hidden, c.ffn_hidden));
+  }
+  at::Tensor forward(const at::Tensor& x) override {
+    const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x));
+    return h + mlp->forward(post_attention_layernorm->forward(h));
+  }
+  std::shared_ptr<nn::RMSNormImpl> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<nn::GroupedQueryAttentionImpl> self_attn;
+  std::shared_ptr<nn::SwiGLUMLPImpl> mlp;
+};
+
+class LlamaFinalNorm : public nn::StackLayer {
+ public:
+  explicit LlamaFinalNorm(const ModelConfig& c) : StackLayer("LlamaFinalNorm") {
+    norm = register_module("norm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps));
+  }
+  at::Tensor forward(const at::Tensor& x) override { return norm->forward(x); }
+  std::shared_ptr<nn::RMSNormImpl> norm;
+};
+
+}  // namespace
+
+std::shared_ptr<CausalLMImpl> build_llama(const ModelConfig& c) {
+  validate(c);
+  if (c.arch != "llama") throw Error("build_llama: model '" + c.name + "' is arch '" + c.arch + "'");
+  auto model = std::make_shared<CausalLMImpl>(c);
+  auto embedding = std::make_shared<LlamaEmbedding>(c);
+  model->append(embedding, "model");
+  auto rope = std::make_shared<nn::RotaryEmbedding>(c.head_dim(), c.rope_theta);
+  for (int64_t i = 0; i < c.layers; ++i)
+    model->append(std::make_shared<LlamaDecoderLayer>(c, rope), "model.layers." + std::to_string(i));
+  model->append(std::make_shared<LlamaFinalNorm>(c), "model");
+  if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->embed_tokens.ptr()), "");
+  else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, c.vocab_size), "");
+  init_weights(*model);
+  return model;
+}
+
+}  // namespace stratum::models

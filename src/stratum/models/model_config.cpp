@@ -1,0 +1,251 @@
+#include "stratum/models/model_config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "stratum/config/key_reader.h"  // did_you_mean
+#include "stratum/core/error.h"
+
+namespace stratum::models {
+
+namespace {
+
+ModelConfig gpt2(const std::string& name, int64_t vocab, int64_t seq, int64_t hidden, int64_t layers, int64_t heads) {
+  ModelConfig c;
+  c.name = name;
+  c.arch = "gpt2";
+  c.vocab_size = vocab;
+  c.max_seq_len = seq;
+  c.hidden = hidden;
+  c.layers = layers;
+  c.heads = heads;
+  c.kv_heads = heads;
+  c.ffn_hidden = 4 * hidden;
+  c.norm_eps = 1e-5;  // GPT-2's layer_norm_epsilon
+  c.rope_theta = 0;   // unused
+  c.tie_embeddings = true;
+  return c;
+}
+
+ModelConfig llama(const std::string& name, int64_t vocab, int64_t seq, int64_t hidden, int64_t layers, int64_t heads,
+                  int64_t kv_heads, int64_t ffn, double theta, bool tied) {
+  ModelConfig c;
+  c.name = name;
+  c.arch = "llama";
+  c.vocab_size = vocab;
+  c.max_seq_len = seq;
+  c.hidden = hidden;
+  c.layers = layers;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.ffn_hidden = ffn;
+  c.norm_eps = 1e-5;
+  c.rope_theta = theta;
+  c.tie_embeddings = tied;
+  return c;
+}
+
+const std::vector<ModelConfig>& presets() {
+  static const std::vector<ModelConfig> all = [] {
+    std::vector<ModelConfig> p;
+    p.push_back(gpt2("tiny-gpt2", 256, 64, 64, 2, 4));
+    p.push_back(llama("tiny-llama", 256, 64, 64, 2, 4, 2, 128, 10000, true));
+    p.push_back(gpt2("gpt2-tiny-bytes", 256, 256, 128, 4, 4));
+    p.push_back(gpt2("gpt2-124m", 50257, 1024, 768, 12, 12));
+    p.push_back(gpt2("gpt2-350m", 50257, 1024, 1024, 24, 16));
+    p.push_back(gpt2("gpt2-1.3b", 50257, 2048, 2048, 24, 16));
+    p.push_back(llama("llama-1b", 128256, 8192, 2048, 16, 32, 8, 8192, 500000, true));
+    p.push_back(llama("llama-8b", 128256, 8192, 4096, 32, 32, 8, 14336, 500000, false));
+    return p;
+  }();
+  return all;
+}
+
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+int64_t parse_positive_int(const std::string& key, const std::string& value) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno == ERANGE || v <= 0)
+    throw Error("model override '" + key + "': expected a positive integer, got '" + value + "'");
+  return v;
+}
+
+double parse_double(const std::string& key, const std::string& value, double min, bool min_inclusive, double max) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  const bool above = min_inclusive ? v >= min : v > min;
+  if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || !above || v >= max)
+    throw Error("model override '" + key + "': expected a number " + (min_inclusive ? ">= " : "> ") +
+                std::to_string(min) + (std::isfinite(max) ? " and < " + std::to_string(max) : "") + ", got '" +
+                value + "'");
+  return v;
+}
+
+bool parse_bool(const std::string& key, const std::string& value) {
+  if (value == "true" || value == "1") return true;
+  if (value == "false" || value == "0") return false;
+  throw Error("model override '" + key + "': expected true or false, got '" + value + "'");
+}
+
+using Setter = std::function<void(ModelConfig&, const std::string& key, const std::string& value)>;
+
+const std::map<std::string, Setter>& setters() {
+  constexpr double inf = HUGE_VAL;
+  static const std::map<std::string, Setter> all = {
+      {"vocab_size", [](ModelConfig& c, auto& k, auto& v) { c.vocab_size = parse_positive_int(k, v); }},
+      {"max_seq_len", [](ModelConfig& c, auto& k, auto& v) { c.max_seq_len = parse_positive_int(k, v); }},
+      {"hidden", [](ModelConfig& c, auto& k, auto& v) { c.hidden = parse_positive_int(k, v); }},
+      {"layers", [](ModelConfig& c, auto& k, auto& v) { c.layers = parse_positive_int(k, v); }},
+      {"heads", [](ModelConfig& c, auto& k, auto& v) { c.heads = parse_positive_int(k, v); }},
+      {"kv_heads", [](ModelConfig& c, auto& k, auto& v) { c.kv_heads = parse_positive_int(k, v); }},
+      {"ffn_hidden", [](ModelConfig& c, auto& k, auto& v) { c.ffn_hidden = parse_positive_int(k, v); }},
+      {"norm_eps", [](ModelConfig& c, auto& k, auto& v) { c.norm_eps = parse_double(k, v, 0, false, inf); }},
+      {"rope_theta", [](ModelConfig& c, auto& k, auto& v) { c.rope_theta = parse_double(k, v, 0, false, inf); }},
+      {"init_std", [](ModelConfig& c, auto& k, auto& v) { c.init_std = parse_double(k, v, 0, false, inf); }},
+      {"dropout", [](ModelConfig& c, auto& k, auto& v) { c.dropout = parse_double(k, v, 0, true, 1); }},
+      {"tie_embeddings", [](ModelConfig& c, auto& k, auto& v) { c.tie_embeddings = parse_bool(k, v); }},
+  };
+  return all;
+}
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : presets()) names.push_back(p.name);
+  return names;
+}
+
+ModelConfig preset(const std::string& name) {
+  for (const auto& p : presets())
+    if (p.name == name) return p;
+  throw Error("unknown model '" + name + "'" + config::did_you_mean(name, preset_names()) +
+              "; known models: " + quoted_list(preset_names()));
+}
+
+std::vector<std::string> override_keys() {
+  std::vector<std::string> keys;
+  for (const auto& [key, setter] : setters()) keys.push_back(key);
+  return keys;
+}
+
+void apply_override(ModelConfig& config, const std::string& key, const std::string& value) {
+  auto it = setters().find(key);
+  if (it == setters().end())
+    throw Error("unknown model override '" + key + "'" + config::did_you_mean(key, override_keys()) +
+                "; known keys: " + quoted_list(override_keys()));
+  it->second(config, key, value);
+}
+
+std::pair<std::string, std::string> parse_override(const std::string& key_equals_value) {
+  const size_t eq = key_equals_value.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw Error("model override '" + key_equals_value + "': expected key=value (e.g. layers=4)");
+  return {key_equals_value.substr(0, eq), key_equals_value.substr(eq + 1)};
+}
+
+ModelConfig make_model_config(const std::string& preset_name,
+                              const std::vector<std::pair<std::string, std::string>>& overrides) {
+  ModelConfig c = preset(preset_name);
+  std::set<std::string> given;
+  for (const auto& [key, value] : overrides) {
+    apply_override(c, key, value);
+    given.insert(key);
+  }
+  if (c.arch == "gpt2") {
+    if (given.count("hidden") && !given.count("ffn_hidden")) c.ffn_hidden = 4 * c.hidden;
+    if (given.count("heads") && !given.count("kv_heads")) c.kv_heads = c.heads;
+  }
+  validate(c);
+  return c;
+}
+
+void validate(const ModelConfig& c) {
+  std::vector<std::string> problems;
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) problems.push_back(what);
+  };
+  need(c.arch == "gpt2" || c.arch == "llama", "arch '" + c.arch + "' is neither 'gpt2' nor 'llama'");
+  need(c.vocab_size > 0, "vocab_size must be positive");
+  need(c.max_seq_len > 0, "max_seq_len must be positive");
+  need(c.hidden > 0, "hidden must be positive");
+  need(c.layers > 0, "layers must be positive");
+  need(c.heads > 0, "heads must be positive");
+  need(c.kv_heads > 0, "kv_heads must be positive");
+  need(c.ffn_hidden > 0, "ffn_hidden must be positive");
+  if (c.hidden > 0 && c.heads > 0)
+    need(c.hidden % c.heads == 0, "hidden (" + std::to_string(c.hidden) + ") must be a multiple of heads (" +
+                                      std::to_string(c.heads) + ")");
+  if (c.heads > 0 && c.kv_heads > 0)
+    need(c.heads % c.kv_heads == 0, "heads (" + std::to_string(c.heads) + ") must be a multiple of kv_heads (" +
+                                        std::to_string(c.kv_heads) + ")");
+  need(c.norm_eps > 0, "norm_eps must be positive");
+  need(c.init_std > 0, "init_std must be positive");
+  need(c.dropout >= 0 && c.dropout < 1, "dropout must be in [0, 1)");
+  if (c.arch == "gpt2") {
+    need(c.kv_heads == c.heads, "kv_heads (" + std::to_string(c.kv_heads) + ") must equal heads (" +
+                                    std::to_string(c.heads) + ") for gpt2: grouped-query attention is LLaMA's");
+  }
+  if (c.arch == "llama") {
+    need(c.rope_theta > 0, "rope_theta must be positive");
+    if (c.hidden > 0 && c.heads > 0 && c.hidden % c.heads == 0)
+      need(c.head_dim() % 2 == 0, "head dimension hidden / heads (" + std::to_string(c.head_dim()) +
+                                      ") must be even for rotary embeddings");
+  }
+  if (problems.empty()) return;
+  std::string msg = "model '" + c.name + "' (" + c.arch + "): ";
+  for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+  throw Error(msg);
+}
+
+int64_t parameter_count(const ModelConfig& c) {
+  const int64_t C = c.hidden, F = c.ffn_hidden, V = c.vocab_size, L = c.layers;
+  const int64_t kv = c.kv_heads * c.head_dim();
+  const int64_t head = c.tie_embeddings ? 0 : V * C;
+  if (c.arch == "gpt2") {
+    const int64_t block = 2 * C               // ln_1
+                          + 3 * C * C + 3 * C  // c_attn
+                          + C * C + C          // attn.c_proj
+                          + 2 * C              // ln_2
+                          + C * F + F          // c_fc
+                          + F * C + C;         // mlp.c_proj
+    return V * C + c.max_seq_len * C + L * block + 2 * C + head;
+  }
+  const int64_t block = C                          // input_layernorm
+                        + C * C + 2 * C * kv + C * C  // q, k, v, o
+                        + C                           // post_attention_layernorm
+                        + 3 * C * F;                  // gate, up, down
+  return V * C + L * block + C + head;
+}
+
+std::string describe(const ModelConfig& c) {
+  std::string s = c.name + " (" + c.arch + "): " + std::to_string(c.layers) + " layers, " + std::to_string(c.hidden) +
+                  " hidden, " + std::to_string(c.heads) + " heads";
+  if (c.kv_heads != c.heads) s += " (" + std::to_string(c.kv_heads) + " kv)";
+  s += ", ffn " + std::to_string(c.ffn_hidden) + ", vocab " + std::to_string(c.vocab_size) + ", seq " +
+       std::to_string(c.max_seq_len) + (c.tie_embeddings ? ", tied" : ", untied") + "; " +
+       with_commas(parameter_count(c)) + " parameters";
+  return s;
+}
+
+}  // namespace stratum::models

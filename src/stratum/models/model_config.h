@@ -1,0 +1,74 @@
+#pragma once
+// The shape of a built-in model: a preset by name plus overrides of any
+// dimension ("layers=4", "hidden=256", ...). No torch here: the analytic
+// parameter count serves estimators without building anything.
+//
+// Presets (parameter counts with the architecture's formula; see parameter_count):
+//   tiny-gpt2        vocab 256, seq 64, 64 hidden, 2 layers, 4 heads: unit tests
+//   tiny-llama       vocab 256, seq 64, 64 hidden, 2 layers, 4 heads, 2 kv heads, ffn 128: unit tests
+//   gpt2-tiny-bytes  vocab 256 (byte-level tokens), seq 256, 128 hidden, 4 layers, 4 heads:
+//                    the default job of `make run`, a few minutes on 2 CPU ranks
+//   gpt2-124m        GPT-2 small: vocab 50257, seq 1024, 768 hidden, 12 layers, 12 heads (124,439,808)
+//   gpt2-350m        GPT-2 medium: 1024 hidden, 24 layers, 16 heads (354,823,168)
+//   gpt2-1.3b        GPT-3 XL's shape (2048 hidden, 24 layers, 16 heads of 128, seq 2048) in
+//                    GPT-2's architecture (1,315,723,264); not GPT-2 XL (1600 x 48, 1.56B)
+//   llama-1b         Llama 3.2 1B: vocab 128256, 2048 hidden, 16 layers, 32 heads, 8 kv heads,
+//                    ffn 8192, rope theta 500000, tied embeddings (1,235,814,400)
+//   llama-8b         Llama 3 8B: 4096 hidden, 32 layers, 32 heads, 8 kv heads, ffn 14336,
+//                    untied (8,030,261,248)
+// The llama presets use plain RoPE (no "llama3" frequency scaling) and max_seq_len 8192.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace stratum::models {
+
+struct ModelConfig {
+  std::string name;            // the preset it came from (for logs)
+  std::string arch = "gpt2";   // "gpt2" | "llama"
+  int64_t vocab_size = 0;
+  int64_t max_seq_len = 0;     // GPT-2: rows of the position table; LLaMA: longest input accepted
+  int64_t hidden = 0;
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;        // == heads for GPT-2
+  int64_t ffn_hidden = 0;      // MLP inner size (GPT-2: 4 x hidden)
+  double norm_eps = 1e-5;      // LayerNorm / RMSNorm epsilon
+  double rope_theta = 10000;   // LLaMA only
+  double init_std = 0.02;      // normal init; residual projections get init_std / sqrt(2 layers)
+  bool tie_embeddings = true;  // LM head reuses the token embedding
+  double dropout = 0.0;        // GPT-2: embedding, attention, residual; LLaMA: attention only
+
+  int64_t head_dim() const { return heads > 0 ? hidden / heads : 0; }
+};
+
+// Names of every preset, in the order above.
+std::vector<std::string> preset_names();
+// A preset by name; throws stratum::Error listing the known names (with a did-you-mean).
+ModelConfig preset(const std::string& name);
+
+// Sets one field from text ("layers", "hidden", "heads", "kv_heads", "ffn_hidden",
+// "vocab_size", "max_seq_len", "rope_theta", "norm_eps", "init_std", "dropout",
+// "tie_embeddings"); throws stratum::Error naming the key and the value.
+void apply_override(ModelConfig& config, const std::string& key, const std::string& value);
+// The override keys apply_override accepts.
+std::vector<std::string> override_keys();
+
+// preset(name), then the overrides in order, then validate(). For GPT-2, a
+// new `hidden` also sets ffn_hidden = 4 x hidden and a new `heads` sets
+// kv_heads, unless those are overridden too.
+ModelConfig make_model_config(const std::string& preset_name,
+                              const std::vector<std::pair<std::string, std::string>>& overrides = {});
+// Parses "key=value" (as given on a command line) into a pair; throws naming the text.
+std::pair<std::string, std::string> parse_override(const std::string& key_equals_value);
+
+// Throws stratum::Error listing every problem (hidden % heads, heads % kv_heads, ...).
+void validate(const ModelConfig& config);
+
+// Trainable parameters, counted from the architecture (tied embeddings once).
+int64_t parameter_count(const ModelConfig& config);
+// One line: "gpt2-124m (gpt2): 12 layers, 768 hidden, 12 heads, ... 124,439,808 parameters".
+std::string describe(const ModelConfig& config);
+
+}  // namespace stratum::models

@@ -1,0 +1,285 @@
+#include "stratum/models/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "stratum/core/error.h"
+
+namespace stratum::models {
+
+using Json = nlohmann::json;
+
+namespace {
+
+constexpr uint64_t kMaxHeaderLength = 100'000'000;  // the reference implementation's limit
+
+struct DType {
+  const char* name;
+  at::ScalarType type;
+};
+constexpr DType kDTypes[] = {{"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf},  {"BF16", at::kBFloat16},
+                             {"I64", at::kLong},   {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},
+                             {"U8", at::kByte},    {"BOOL", at::kBool}};
+
+std::string known_dtypes() {
+  std::string s;
+  for (const auto& d : kDTypes) s += (s.empty() ? "" : ", ") + std::string(d.name);
+  return s;
+}
+
+// Closes a file descriptor on every path out.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void read_exact(int fd, void* dst, uint64_t size, uint64_t offset, const std::string& what) {
+  auto* p = static_cast<char*>(dst);
+  while (size > 0) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(size, 1ull << 30));
+    const ssize_t got = ::pread(fd, p, chunk, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) throw Error(what + (got < 0 ? std::string(": ") + std::strerror(errno) : ": unexpected end of file"));
+    p += got;
+    size -= static_cast<uint64_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+}
+
+void write_all(int fd, const void* src, uint64_t size, const std::string& what) {
+  const auto* p = static_cast<const char*>(src);
+  while (size > 0) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(size, 1ull << 30));
+    const ssize_t put = ::write(fd, p, chunk);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) throw Error(what + ": " + std::strerror(errno));
+    p += put;
+    size -= static_cast<uint64_t>(put);
+  }
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+SafetensorsEntry parse_entry(const std::string& file, const std::string& name, const Json& j) {
+  const std::string where = file + ": tensor '" + name + "'";
+  if (!j.is_object()) throw Error(where + ": header entry is not an object");
+  SafetensorsEntry e;
+  e.name = name;
+  if (!j.contains("dtype") || !j["dtype"].is_string()) throw Error(where + ": 'dtype' missing or not a string");
+  e.dtype = j["dtype"].get<std::string>();
+  const DType* d = std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const DType& x) { return e.dtype == x.name; });
+  if (d == std::end(kDTypes)) throw Error(where + ": unknown dtype '" + e.dtype + "' (known: " + known_dtypes() + ")");
+  e.scalar_type = d->type;
+  if (!j.contains("shape") || !j["shape"].is_array()) throw Error(where + ": 'shape' missing or not an array");
+  for (const auto& s : j["shape"]) {
+    if (!s.is_number_unsigned()) throw Error(where + ": shape " + j["shape"].dump() + " is not a list of sizes");
+    e.shape.push_back(s.get<int64_t>());
+  }
+  const Json& off = j.contains("data_offsets") ? j["data_offsets"] : Json();
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+    throw Error(where + ": 'data_offsets' must be [begin, end]");
+  e.begin = off[0].get<uint64_t>();
+  e.end = off[1].get<uint64_t>();
+  if (e.end < e.begin) throw Error(where + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] end before they begin");
+  uint64_t bytes = c10::elementSize(e.scalar_type);
+  for (int64_t s : e.shape)
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(s), &bytes))
+      throw Error(where + ": shape " + shape_str(e.shape) + " overflows");
+  if (bytes != e.end - e.begin)
+    throw Error(where + ": shape " + shape_str(e.shape) + " of " + e.dtype + " needs " + std::to_string(bytes) +
+                " bytes but data_offsets cover " + std::to_string(e.end - e.begin));
+  return e;
+}
+
+SafetensorsHeader read_header(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) throw Error(path + ": " + std::strerror(errno));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < 8)
+    throw Error(path + ": truncated safetensors file (" + std::to_string(size) +
+                " bytes; it must start with an 8-byte header length)");
+  unsigned char prefix[8];
+  read_exact(fd, prefix, 8, 0, path + ": header length");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | prefix[i];  // little-endian
+  if (n > kMaxHeaderLength)
+    throw Error(path + ": header length " + std::to_string(n) + " is over the format's limit of 100,000,000 bytes "
+                "(not a safetensors file?)");
+  if (n > size - 8)
+    throw Error(path + ": header length " + std::to_string(n) + " goes beyond the file (" + std::to_string(size) +
+                " bytes): truncated or not a safetensors file");
+  std::string text(n, '\0');
+  read_exact(fd, text.data(), n, 8, path + ": header");
+
+  SafetensorsHeader h;
+  h.path = path;
+  h.header_length = n;
+  h.data_length = size - 8 - n;
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::exception& e) {
+    throw Error(path + ": bad JSON header: " + e.what());
+  }
+  if (!j.is_object()) throw Error(path + ": the JSON header is not an object");
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    const Json& value = item.value();
+    if (key == "__metadata__") {
+      if (!value.is_object()) throw Error(path + ": '__metadata__' is not an object");
+      for (const auto& m : value.items()) {
+        if (!m.value().is_string()) throw Error(path + ": metadata '" + m.key() + "' is not a string");
+        h.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    h.tensors.push_back(parse_entry(path, key, value));
+  }
+  // The data section must be covered exactly: no overlap, no gap, nothing left over.
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t covered = 0;
+  const SafetensorsEntry* previous = nullptr;
+  for (const auto& e : h.tensors) {
+    std::string range = "[";  // (built in steps: GCC 12 warns falsely about "literal" + std::string&&)
+    range += std::to_string(e.begin) + ", " + std::to_string(e.end) + ")";
+    if (e.end > h.data_length)
+      throw Error(path + ": tensor '" + e.name + "': data_offsets " + range + " are beyond the data section (" +
+                  std::to_string(h.data_length) + " bytes)");
+    if (e.begin < covered)
+      throw Error(path + ": tensor '" + e.name + "': data_offsets " + range + " overlap tensor '" + previous->name +
+                  "' (which ends at " + std::to_string(covered) + ")");
+    if (e.begin > covered)
+      throw Error(path + ": tensor '" + e.name + "': data_offsets " + range + " leave a gap after byte " +
+                  std::to_string(covered));
+    covered = e.end;
+    previous = &e;
+  }
+  if (covered != h.data_length)
+    throw Error(path + ": the data section has " + std::to_string(h.data_length) + " bytes but tensors cover " +
+                std::to_string(covered));
+  return h;
+}
+
+int open_for_reading(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
+  return fd;
+}
+
+std::map<std::string, at::Tensor> read_tensors(const std::string& path, const std::set<std::string>* names) {
+  Fd f{open_for_reading(path)};
+  const SafetensorsHeader h = read_header(f.fd, path);
+  if (names) {
+    for (const auto& n : *names)
+      if (std::none_of(h.tensors.begin(), h.tensors.end(), [&](const SafetensorsEntry& e) { return e.name == n; }))
+        throw Error(path + ": no tensor '" + n + "' in the file");
+  }
+  std::map<std::string, at::Tensor> out;
+  const uint64_t data_start = 8 + h.header_length;
+  for (const auto& e : h.tensors) {
+    if (names && !names->count(e.name)) continue;
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.scalar_type));
+    if (e.end > e.begin) read_exact(f.fd, t.data_ptr(), e.end - e.begin, data_start + e.begin, path + ": tensor '" + e.name + "'");
+    out.emplace(e.name, std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string safetensors_dtype(at::ScalarType type) {
+  for (const auto& d : kDTypes)
+    if (d.type == type) return d.name;
+  throw Error(std::string("safetensors: dtype ") + c10::toString(type) + " is not supported (" + known_dtypes() + ")");
+}
+
+SafetensorsHeader read_safetensors_header(const std::string& path) {
+  Fd f{open_for_reading(path)};
+  return read_header(f.fd, path);
+}
+
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path) { return read_tensors(path, nullptr); }
+
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path, const std::set<std::string>& names) {
+  return read_tensors(path, &names);
+}
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  // Largest elements first keeps every tensor aligned to its element size.
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::set<std::string> seen;
+  for (const auto& [name, t] : tensors) {
+    if (name == "__metadata__" || name.empty()) throw Error(path + ": '" + name + "' cannot name a tensor");
+    if (!seen.insert(name).second) throw Error(path + ": tensor '" + name + "' given twice");
+    if (!t.defined()) throw Error(path + ": tensor '" + name + "' is undefined");
+    try {
+      safetensors_dtype(t.scalar_type());
+    } catch (const Error& e) {
+      throw Error(path + ": tensor '" + name + "': " + e.what());
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return tensors[a].second.element_size() > tensors[b].second.element_size();
+  });
+
+  Json header = Json::object();
+  uint64_t offset = 0;
+  for (size_t i : order) {
+    const auto& [name, t] = tensors[i];
+    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+    header[name] = {{"dtype", safetensors_dtype(t.scalar_type())},
+                    {"shape", t.sizes().vec()},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  Json meta = Json::object();
+  for (const auto& [k, v] : metadata) meta[k] = v;
+  if (!meta.contains("format")) meta["format"] = "pt";
+  header["__metadata__"] = meta;
+  std::string text = header.dump();
+  text.append((8 - (text.size() % 8)) % 8, ' ');  // data start 8-byte aligned
+
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  if (f.fd < 0) throw Error(path + ": cannot create " + tmp + ": " + std::strerror(errno));
+  try {
+    unsigned char prefix[8];
+    for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
+    write_all(f.fd, prefix, 8, path);
+    write_all(f.fd, text.data(), text.size(), path);
+    for (size_t i : order) {
+      const auto& [name, t] = tensors[i];
+      const at::Tensor cpu = t.detach().to(at::kCPU).contiguous();
+      write_all(f.fd, cpu.data_ptr(), static_cast<uint64_t>(cpu.numel()) * cpu.element_size(),
+                path + ": tensor '" + name + "'");
+    }
+    if (::fsync(f.fd) != 0) throw Error(path + ": fsync: " + std::strerror(errno));
+    ::close(f.fd);
+    f.fd = -1;
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+      throw Error(path + ": cannot rename " + tmp + " into place: " + std::strerror(errno));
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+}  // namespace stratum::models

@@ -1,0 +1,66 @@
+#include "stratum/nn/attention.h"
+
+#include <ATen/ATen.h>
+
+namespace stratum::nn {
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
+  // enable_gqa (torch >= 2.5) groups query heads over k/v heads without
+  // materializing repeated k/v; flash kernels support it.
+  const bool grouped = q.size(1) != k.size(1);
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true,
+                                          /*scale=*/std::nullopt, /*enable_gqa=*/grouped);
+}
+
+namespace {
+// [B, T, n * D] -> [B, n, T, D]
+at::Tensor split_heads(const at::Tensor& x, int64_t n) {
+  return x.view({x.size(0), x.size(1), n, x.size(2) / n}).transpose(1, 2);
+}
+// [B, n, T, D] -> [B, T, n * D]
+at::Tensor merge_heads(const at::Tensor& x) {
+  return x.transpose(1, 2).reshape({x.size(0), x.size(2), x.size(1) * x.size(3)});
+}
+}  // namespace
+
+FusedQKVAttentionImpl::FusedQKVAttentionImpl(int64_t hidden, int64_t heads, double dropout)
+    : torch::nn::Module("FusedQKVAttention"), heads(heads), dropout(dropout) {
+  c_attn = register_module("c_attn", torch::nn::Linear(hidden, 3 * hidden));
+  c_proj = register_module("c_proj", torch::nn::Linear(hidden, hidden));
+}
+
+at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
+  const int64_t hidden = x.size(-1);
+  const auto qkv = c_attn(x).split(hidden, -1);  // HF packs q, k, v along the output dimension
+  const double p = is_training() ? dropout : 0.0;
+  at::Tensor y = merge_heads(causal_attention(split_heads(qkv[0], heads), split_heads(qkv[1], heads),
+                                              split_heads(qkv[2], heads), p));
+  y = c_proj(y);
+  return p > 0 ? at::dropout(y, p, /*train=*/true) : y;
+}
+
+GroupedQueryAttentionImpl::GroupedQueryAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads,
+                                                     std::shared_ptr<RotaryEmbedding> rope, double dropout)
+    : torch::nn::Module("GroupedQueryAttention"),
+      heads(heads),
+      kv_heads(kv_heads),
+      head_dim(hidden / heads),
+      dropout(dropout),
+      rope(std::move(rope)) {
+  auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  q_proj = register_module("q_proj", linear(hidden, heads * head_dim));
+  k_proj = register_module("k_proj", linear(hidden, kv_heads * head_dim));
+  v_proj = register_module("v_proj", linear(hidden, kv_heads * head_dim));
+  o_proj = register_module("o_proj", linear(heads * head_dim, hidden));
+}
+
+at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
+  const auto [cos, sin] = rope->cos_sin(x.size(1), x.device(), x.scalar_type());
+  const at::Tensor q = apply_rotary(split_heads(q_proj(x), heads), cos, sin);
+  const at::Tensor k = apply_rotary(split_heads(k_proj(x), kv_heads), cos, sin);
+  const at::Tensor v = split_heads(v_proj(x), kv_heads);
+  const double p = is_training() ? dropout : 0.0;
+  return o_proj(merge_heads(causal_attention(q, k, v, p)));
+}
+
+}  // namespace stratum::nn

@@ -1,0 +1,46 @@
+#pragma once
+// Causal self-attention, through at::scaled_dot_product_attention (flash
+// kernels on the GPU). Two shapes, named as in Hugging Face so that weights
+// round-trip without renaming:
+//   FusedQKVAttention   (GPT-2):  c_attn [3C, C] + bias, c_proj [C, C] + bias, all heads own k/v.
+//   GroupedQueryAttention (LLaMA): q/k/v/o_proj without bias, RoPE on q and k,
+//                                 `kv_heads` k/v heads shared by heads / kv_heads query heads each.
+// Linear weights are stored [out, in] (torch); HF GPT-2's Conv1D stores [in, out]:
+// models/hf_state_dict.h transposes.
+#include <memory>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/modules/linear.h>
+
+#include "stratum/nn/rope.h"
+
+namespace stratum::nn {
+
+// q: [B, heads, T, D]; k, v: [B, kv_heads, T, D] with heads % kv_heads == 0.
+// Query head h attends with k/v head h / (heads / kv_heads) (HF's repeat_kv).
+// Dropout on the attention weights when dropout_p > 0.
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p);
+
+class FusedQKVAttentionImpl : public torch::nn::Module {
+ public:
+  FusedQKVAttentionImpl(int64_t hidden, int64_t heads, double dropout);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+
+  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  int64_t heads;
+  double dropout;
+};
+
+class GroupedQueryAttentionImpl : public torch::nn::Module {
+ public:
+  GroupedQueryAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, std::shared_ptr<RotaryEmbedding> rope,
+                            double dropout);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  int64_t heads, kv_heads, head_dim;
+  double dropout;
+  std::shared_ptr<RotaryEmbedding> rope;  // shared by all layers; not a module (no state to save)
+};
+
+}  // namespace stratum::nn

@@ -1,0 +1,69 @@
+#pragma once
+// A model as an ordered list of layers, each mapping one tensor to one tensor.
+//
+// Why: torch::nn::Module in C++ has no forward hooks, so Stratum cannot step
+// into a user's forward() the way DeepSpeed does in Python. ZeRO-3 (gather a
+// layer's parameters before it runs, release them after), activation
+// checkpointing and pipeline stages need the engine to own the loop over
+// layers; a LayerStack gives it that loop (DeepSpeed's PipelineModule,
+// Megatron's block list). forward() is the plain loop; run() runs a range.
+//
+// Parameter names: each layer's direct submodules are registered under a dotted
+// path chosen at append() (through holder modules), not under the layer
+// itself, so that several layers can share a prefix and named_parameters()
+// reads exactly as Hugging Face's names ("transformer.wte.weight",
+// "transformer.h.0.attn.c_attn.weight", "transformer.ln_f.weight", ...).
+// A layer therefore owns no parameters or buffers directly, only submodules.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+namespace stratum::nn {
+
+// One layer of a LayerStack. `name` (torch::nn::Module::name()) is its kind,
+// e.g. "GPT2Block": pipeline partitioning by type matches it.
+class StackLayer : public torch::nn::Module {
+ public:
+  explicit StackLayer(std::string kind) : torch::nn::Module(std::move(kind)) {}
+  virtual at::Tensor forward(const at::Tensor& x) = 0;
+  // Parameters this layer reads but another layer owns (the LM head reading the
+  // tied token embedding). ZeRO-3 must gather them for this layer too, and
+  // pipeline stages holding both layers must sum their gradients.
+  virtual std::vector<at::Tensor> borrowed_parameters() const { return {}; }
+};
+
+class LayerStackImpl : public torch::nn::Module {
+ public:
+  explicit LayerStackImpl(std::string name = "LayerStack") : torch::nn::Module(std::move(name)) {}
+
+  // Appends `layer`; its direct submodule `c` is registered as `path.c`
+  // (`c` alone when `path` is empty). Throws stratum::Error if the layer holds
+  // parameters or buffers of its own, or a name is taken.
+  void append(std::shared_ptr<StackLayer> layer, const std::string& path);
+
+  // All layers in order.
+  at::Tensor forward(const at::Tensor& input) { return run(input, 0, size()); }
+  // Layers [begin, end) in order (a pipeline stage's share).
+  at::Tensor run(const at::Tensor& input, size_t begin, size_t end);
+
+  size_t size() const { return layers_.size(); }
+  StackLayer& layer(size_t i) const { return *layers_.at(i); }
+  const std::shared_ptr<StackLayer>& layer_ptr(size_t i) const { return layers_.at(i); }
+  // The prefix the layer's submodules are registered under ("transformer.h.3").
+  const std::string& layer_path(size_t i) const { return paths_.at(i); }
+
+  // Layers are not registered children (their submodules are), so the
+  // training flag is passed to them here.
+  void train(bool on = true) override;
+
+ private:
+  torch::nn::Module& holder(const std::string& path);
+
+  std::vector<std::shared_ptr<StackLayer>> layers_;
+  std::vector<std::string> paths_;
+};
+
+}  // namespace stratum::nn

@@ -1,0 +1,32 @@
+#pragma once
+// The last layer of a language model: hidden [B, T, C] -> logits [B, T, V].
+// Untied: its own `lm_head` Linear without bias ([V, C]). Tied: it borrows the
+// token embedding's weight (read at every call, so a moved or re-cast
+// embedding is seen) and owns no parameter, so the shared tensor is counted,
+// reduced and updated once.
+#include <memory>
+
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+
+#include "stratum/nn/layer_stack.h"
+
+namespace stratum::nn {
+
+class LMHeadLayer : public StackLayer {
+ public:
+  // Tied to `embedding`.
+  explicit LMHeadLayer(std::shared_ptr<torch::nn::EmbeddingImpl> embedding);
+  // Untied.
+  LMHeadLayer(int64_t hidden, int64_t vocab_size);
+
+  at::Tensor forward(const at::Tensor& x) override;
+  std::vector<at::Tensor> borrowed_parameters() const override;
+  bool tied() const { return embedding_ != nullptr; }
+
+ private:
+  std::shared_ptr<torch::nn::EmbeddingImpl> embedding_;  // tied: not registered here
+  torch::nn::Linear lm_head_{nullptr};                    // untied
+};
+
+}  // namespace stratum::nn

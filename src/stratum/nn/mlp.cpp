@@ -1,0 +1,29 @@
+#include "stratum/nn/mlp.h"
+
+#include <ATen/ATen.h>
+
+namespace stratum::nn {
+
+GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout)
+    : torch::nn::Module("GeluMLP"), dropout(dropout) {
+  c_fc = register_module("c_fc", torch::nn::Linear(hidden, ffn_hidden));
+  c_proj = register_module("c_proj", torch::nn::Linear(ffn_hidden, hidden));
+}
+
+at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
+  at::Tensor y = c_proj(at::gelu(c_fc(x), "tanh"));
+  return is_training() && dropout > 0 ? at::dropout(y, dropout, /*train=*/true) : y;
+}
+
+SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden) : torch::nn::Module("SwiGLUMLP") {
+  auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  gate_proj = register_module("gate_proj", linear(hidden, ffn_hidden));
+  up_proj = register_module("up_proj", linear(hidden, ffn_hidden));
+  down_proj = register_module("down_proj", linear(ffn_hidden, hidden));
+}
+
+at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
+  return down_proj(at::silu(gate_proj(x)) * up_proj(x));
+}
+
+}  // namespace stratum::nn

@@ -1,0 +1,37 @@
+#pragma once
+// Rotary position embeddings (RoPE) in Hugging Face LLaMA's convention: the
+// head dimension is split into two halves that rotate together
+// (rotate_half), not interleaved pairs, so HF's q_proj/k_proj weights are used
+// as they are. Frequencies: inv_freq[i] = 1 / theta^(2i / head_dim), angle at
+// position p = p * inv_freq[i], computed in fp32.
+#include <cstdint>
+#include <mutex>
+#include <utility>
+
+#include <ATen/core/Tensor.h>
+
+namespace stratum::nn {
+
+class RotaryEmbedding {
+ public:
+  RotaryEmbedding(int64_t head_dim, double theta);
+
+  // cos and sin for positions [0, seq_len), shape [seq_len, head_dim], in
+  // `dtype` on `device`. Computed in fp32 once per device and extended on demand.
+  std::pair<at::Tensor, at::Tensor> cos_sin(int64_t seq_len, c10::Device device, at::ScalarType dtype);
+
+  int64_t head_dim() const { return head_dim_; }
+  double theta() const { return theta_; }
+
+ private:
+  int64_t head_dim_;
+  double theta_;
+  std::mutex mutex_;
+  at::Tensor cos_, sin_;  // fp32 cache, [cached_len, head_dim]
+};
+
+// x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1) over the last
+// dimension's halves. x: [..., seq, head_dim]; cos/sin: [seq, head_dim].
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+}  // namespace stratum::nn
