@@ -187,3 +187,30 @@ TEST(Training, DropoutOnlyWhileTraining) {
   model->train();
   EXPECT_FALSE(torch::equal(model->logits(tokens), model->logits(tokens)));
 }
+
+TEST(Training, Bf16ForwardAndBackwardStayCloseToFp32) {
+  // What the engine does for bf16: parameters cast in place (set_data keeps
+  // their identity, so the tied head still reads the embedding).
+  for (const char* name : {"tiny-gpt2", "tiny-llama"}) {
+    SCOPED_TRACE(name);
+    torch::manual_seed(10);
+    auto model = build_model(preset(name));
+    const at::Tensor data = torch::randint(256, {2, 17}, torch::kLong);
+    const at::Tensor tokens = data.narrow(1, 0, 16), targets = data.narrow(1, 1, 16);
+    const double fp32 = model->forward(tokens, targets).item<double>();
+    {
+      c10::AutoGradMode no_grad(false);
+      for (auto& p : model->parameters()) p.set_data(p.to(torch::kBFloat16));
+    }
+    const at::Tensor loss = model->forward(tokens, targets);
+    EXPECT_EQ(loss.scalar_type(), torch::kFloat);
+    EXPECT_EQ(model->logits(tokens).scalar_type(), torch::kBFloat16);
+    EXPECT_NEAR(loss.item<double>(), fp32, 0.02);
+    loss.backward();
+    for (const auto& p : model->named_parameters()) {
+      ASSERT_TRUE(p.value().grad().defined()) << p.key();
+      EXPECT_EQ(p.value().grad().scalar_type(), torch::kBFloat16) << p.key();
+      EXPECT_TRUE(p.value().grad().isfinite().all().item<bool>()) << p.key();
+    }
+  }
+}
