@@ -296,6 +296,40 @@ TEST(Models, RopeMatchesItsFormula) {
   EXPECT_THROW(nn::RotaryEmbedding(7, 10000.0), Error);
 }
 
+TEST(Models, Llama3RopeScalingMatchesItsFormula) {
+  // HF's _compute_llama3_parameters, in double: long wavelengths / factor,
+  // short ones kept, the band between interpolated.
+  const double theta = 10000, factor = 8, low = 1, high = 4, original = 64;
+  nn::RopeScaling s;
+  s.factor = factor;
+  s.low_freq_factor = low;
+  s.high_freq_factor = high;
+  s.original_max_seq_len = 64;
+  const at::Tensor got = nn::RotaryEmbedding(16, theta, s).inverse_frequencies(torch::kCPU);
+  int kept = 0, stretched = 0, blended = 0;
+  for (int64_t i = 0; i < 8; ++i) {
+    const double f = std::pow(theta, -2.0 * i / 16), wavelen = 2 * M_PI / f;
+    double want = f;
+    if (wavelen > original / low) {
+      want = f / factor;
+      ++stretched;
+    } else if (wavelen >= original / high) {
+      const double smooth = (original / wavelen - low) / (high - low);
+      want = (1 - smooth) * f / factor + smooth * f;
+      ++blended;
+    } else {
+      ++kept;
+    }
+    EXPECT_NEAR(got[i].item<double>(), want, 1e-6 * f) << i;
+  }
+  EXPECT_GT(kept, 0);  // the test covers all three bands
+  EXPECT_GT(stretched, 0);
+  EXPECT_GT(blended, 0);
+  // Unscaled RoPE is left alone.
+  EXPECT_TRUE(torch::allclose(nn::RotaryEmbedding(16, theta).inverse_frequencies(torch::kCPU),
+                              torch::pow(theta, -torch::arange(0, 16, 2, torch::kDouble) / 16).to(torch::kFloat)));
+}
+
 TEST(Models, InitFollowsGpt2) {
   torch::manual_seed(12);
   for (const char* name : {"tiny-gpt2", "tiny-llama"}) {

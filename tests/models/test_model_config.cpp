@@ -101,6 +101,10 @@ TEST(ModelConfig, PresetShapes) {
   const ModelConfig b = preset("gpt2-tiny-bytes");
   EXPECT_EQ(b.vocab_size, 256);
   EXPECT_EQ(preset("llama-1b").rope_theta, 500000);
+  EXPECT_EQ(preset("llama-1b").rope_scaling_factor, 32);  // Llama 3.2's long-context RoPE
+  EXPECT_EQ(preset("llama-1b").max_seq_len, 131072);
+  EXPECT_EQ(preset("llama-8b").rope_scaling_factor, 0);   // Llama 3 (not 3.1): plain RoPE
+  EXPECT_EQ(preset("llama-8b").max_seq_len, 8192);
   EXPECT_TRUE(preset("llama-1b").tie_embeddings);
   EXPECT_FALSE(preset("llama-8b").tie_embeddings);
   EXPECT_EQ(preset("llama-8b").ffn_hidden, 14336);
@@ -118,7 +122,9 @@ TEST(ModelConfig, OverridesEveryDimension) {
   const ModelConfig c = make_model_config(
       "tiny-llama", {{"layers", "3"}, {"hidden", "96"}, {"heads", "6"}, {"kv_heads", "3"}, {"ffn_hidden", "200"},
                      {"vocab_size", "300"}, {"max_seq_len", "32"}, {"rope_theta", "500000"}, {"norm_eps", "1e-6"},
-                     {"init_std", "0.01"}, {"dropout", "0.1"}, {"tie_embeddings", "false"}});
+                     {"init_std", "0.01"}, {"dropout", "0.1"}, {"tie_embeddings", "false"},
+                     {"rope_scaling_factor", "8"}, {"rope_low_freq_factor", "2"}, {"rope_high_freq_factor", "3"},
+                     {"rope_original_max_seq_len", "16"}});
   EXPECT_EQ(c.layers, 3);
   EXPECT_EQ(c.hidden, 96);
   EXPECT_EQ(c.heads, 6);
@@ -131,7 +137,12 @@ TEST(ModelConfig, OverridesEveryDimension) {
   EXPECT_EQ(c.init_std, 0.01);
   EXPECT_EQ(c.dropout, 0.1);
   EXPECT_FALSE(c.tie_embeddings);
-  EXPECT_EQ(override_keys().size(), 12u);
+  EXPECT_EQ(c.rope_scaling_factor, 8);
+  EXPECT_EQ(c.rope_low_freq_factor, 2);
+  EXPECT_EQ(c.rope_high_freq_factor, 3);
+  EXPECT_EQ(c.rope_original_max_seq_len, 16);
+  EXPECT_EQ(override_keys().size(), 16u);
+  EXPECT_THROW(make_model_config("tiny-llama", {{"rope_scaling_factor", "8"}, {"rope_high_freq_factor", "0.5"}}), Error);
 }
 
 TEST(ModelConfig, Gpt2HiddenAndHeadsCarryTheirDerivedSizes) {
@@ -238,15 +249,39 @@ TEST(HfConfig, EveryPresetRoundTrips) {
     EXPECT_EQ(back.norm_eps, c.norm_eps);
     EXPECT_EQ(back.tie_embeddings, c.tie_embeddings);
     EXPECT_EQ(back.init_std, c.init_std);
-    if (c.arch == "llama") EXPECT_EQ(back.rope_theta, c.rope_theta);
+    if (c.arch == "llama") {
+      EXPECT_EQ(back.rope_theta, c.rope_theta);
+      EXPECT_EQ(back.rope_scaling_factor, c.rope_scaling_factor);
+      EXPECT_EQ(back.rope_low_freq_factor, c.rope_low_freq_factor);
+      EXPECT_EQ(back.rope_high_freq_factor, c.rope_high_freq_factor);
+      EXPECT_EQ(back.rope_original_max_seq_len, c.rope_original_max_seq_len);
+    }
     EXPECT_EQ(parameter_count(back), parameter_count(c));
   }
 }
 
+TEST(HfConfig, ReadsLlama3RopeScalingInBothSpellings) {
+  const nlohmann::json j = hf_config_json(preset("llama-1b"));
+  EXPECT_EQ(j["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(j["rope_scaling"]["factor"], 32.0);
+  EXPECT_EQ(j["rope_scaling"]["original_max_position_embeddings"], 8192);
+  EXPECT_EQ(j["max_position_embeddings"], 131072);
+  // transformers 5 writes rope_parameters, theta inside.
+  nlohmann::json v5 = hf_config_json(preset("tiny-llama"));
+  v5.erase("rope_theta");
+  v5.erase("rope_scaling");
+  v5["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 250000.0}, {"factor", 8.0},
+                           {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 16}};
+  const ModelConfig c = model_config_from_hf(v5);
+  EXPECT_EQ(c.rope_theta, 250000.0);
+  EXPECT_EQ(c.rope_scaling_factor, 8.0);
+  EXPECT_EQ(c.rope_original_max_seq_len, 16);
+}
+
 TEST(HfConfig, RefusesWhatStratumCannotRepresent) {
   nlohmann::json j = hf_config_json(preset("tiny-llama"));
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}};
-  EXPECT_NE(error_of([&] { model_config_from_hf(j); }).find("'rope_scaling'"), std::string::npos);
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 32.0}};
+  EXPECT_NE(error_of([&] { model_config_from_hf(j); }).find("'rope_scaling.rope_type' is 'yarn'"), std::string::npos);
   j = hf_config_json(preset("tiny-llama"));
   j["attention_bias"] = true;
   EXPECT_NE(error_of([&] { model_config_from_hf(j); }).find("'attention_bias'"), std::string::npos);

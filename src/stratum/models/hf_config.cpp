@@ -57,6 +57,12 @@ Json hf_config_json(const ModelConfig& c, const std::string& torch_dtype) {
     j["rms_norm_eps"] = c.norm_eps;
     j["rope_theta"] = c.rope_theta;
     j["rope_scaling"] = nullptr;
+    if (c.rope_scaling_factor > 0)
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", c.rope_scaling_factor},
+                           {"low_freq_factor", c.rope_low_freq_factor},
+                           {"high_freq_factor", c.rope_high_freq_factor},
+                           {"original_max_position_embeddings", c.rope_original_max_seq_len}};
     j["attention_bias"] = false;
     j["attention_dropout"] = c.dropout;
     j["mlp_bias"] = false;
@@ -90,6 +96,22 @@ T get_or(const Json& j, const std::string& key, T def) {
 
 void require(bool ok, const std::string& key, const std::string& what) {
   if (!ok) throw Error("Hugging Face config: '" + key + "' " + what + "; Stratum's built-in models cannot represent it");
+}
+
+// rope_scaling (transformers 4) or rope_parameters (transformers 5, which also holds rope_theta).
+void read_rope_scaling(const Json& j, ModelConfig& c) {
+  const char* key = j.contains("rope_parameters") && j["rope_parameters"].is_object() ? "rope_parameters" : "rope_scaling";
+  if (!j.contains(key) || j[key].is_null()) return;
+  const Json& r = j[key];
+  if (!r.is_object()) throw Error(std::string("Hugging Face config: '") + key + "' is not an object");
+  if (r.contains("rope_theta")) c.rope_theta = get_or<double>(r, "rope_theta", c.rope_theta);
+  const std::string type = get_or<std::string>(r, "rope_type", get_or<std::string>(r, "type", "default"));
+  if (type == "default") return;
+  require(type == "llama3", std::string(key) + ".rope_type", "is '" + type + "' (only 'llama3' scaling is supported)");
+  c.rope_scaling_factor = get_or<double>(r, "factor", 0.0);
+  c.rope_low_freq_factor = get_or<double>(r, "low_freq_factor", 1.0);
+  c.rope_high_freq_factor = get_or<double>(r, "high_freq_factor", 4.0);
+  c.rope_original_max_seq_len = get_or<int64_t>(r, "original_max_position_embeddings", 8192);
 }
 
 }  // namespace
@@ -129,9 +151,9 @@ ModelConfig model_config_from_hf(const Json& j, const std::string& name) {
     require(get_or<std::string>(j, "hidden_act", "silu") == "silu", "hidden_act", "is not 'silu'");
     require(!get_or<bool>(j, "attention_bias", false), "attention_bias", "is true");
     require(!get_or<bool>(j, "mlp_bias", false), "mlp_bias", "is true");
-    require(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), "rope_scaling", "is set");
     c.norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6);
     c.rope_theta = get_or<double>(j, "rope_theta", 10000.0);
+    read_rope_scaling(j, c);
     c.dropout = get_or<double>(j, "attention_dropout", 0.0);
   } else {
     throw Error("Hugging Face config: model_type '" + type + "' is not supported (gpt2, llama)");

@@ -70,7 +70,12 @@ std::shared_ptr<CausalLMImpl> build_llama(const ModelConfig& c) {
   auto model = std::make_shared<CausalLMImpl>(c);
   auto embedding = std::make_shared<LlamaEmbedding>(c);
   model->append(embedding, "model");
-  auto rope = std::make_shared<nn::RotaryEmbedding>(c.head_dim(), c.rope_theta);
+  nn::RopeScaling scaling;
+  scaling.factor = c.rope_scaling_factor;
+  scaling.low_freq_factor = c.rope_low_freq_factor;
+  scaling.high_freq_factor = c.rope_high_freq_factor;
+  scaling.original_max_seq_len = c.rope_original_max_seq_len;
+  auto rope = std::make_shared<nn::RotaryEmbedding>(c.head_dim(), c.rope_theta, scaling);
   for (int64_t i = 0; i < c.layers; ++i)
     model->append(std::make_shared<LlamaDecoderLayer>(c, rope), "model.layers." + std::to_string(i));
   model->append(std::make_shared<LlamaFinalNorm>(c), "model");

@@ -58,7 +58,12 @@ const std::vector<ModelConfig>& presets() {
     p.push_back(gpt2("gpt2-124m", 50257, 1024, 768, 12, 12));
     p.push_back(gpt2("gpt2-350m", 50257, 1024, 1024, 24, 16));
     p.push_back(gpt2("gpt2-1.3b", 50257, 2048, 2048, 24, 16));
-    p.push_back(llama("llama-1b", 128256, 8192, 2048, 16, 32, 8, 8192, 500000, true));
+    ModelConfig llama_1b = llama("llama-1b", 128256, 131072, 2048, 16, 32, 8, 8192, 500000, true);
+    llama_1b.rope_scaling_factor = 32;  // Llama 3.2's rope_scaling
+    llama_1b.rope_low_freq_factor = 1;
+    llama_1b.rope_high_freq_factor = 4;
+    llama_1b.rope_original_max_seq_len = 8192;
+    p.push_back(llama_1b);
     p.push_back(llama("llama-8b", 128256, 8192, 4096, 32, 32, 8, 14336, 500000, false));
     return p;
   }();
@@ -115,6 +120,14 @@ const std::map<std::string, Setter>& setters() {
       {"init_std", [](ModelConfig& c, auto& k, auto& v) { c.init_std = parse_double(k, v, 0, false, inf); }},
       {"dropout", [](ModelConfig& c, auto& k, auto& v) { c.dropout = parse_double(k, v, 0, true, 1); }},
       {"tie_embeddings", [](ModelConfig& c, auto& k, auto& v) { c.tie_embeddings = parse_bool(k, v); }},
+      {"rope_scaling_factor",
+       [](ModelConfig& c, auto& k, auto& v) { c.rope_scaling_factor = parse_double(k, v, 0, true, inf); }},
+      {"rope_low_freq_factor",
+       [](ModelConfig& c, auto& k, auto& v) { c.rope_low_freq_factor = parse_double(k, v, 0, false, inf); }},
+      {"rope_high_freq_factor",
+       [](ModelConfig& c, auto& k, auto& v) { c.rope_high_freq_factor = parse_double(k, v, 0, false, inf); }},
+      {"rope_original_max_seq_len",
+       [](ModelConfig& c, auto& k, auto& v) { c.rope_original_max_seq_len = parse_positive_int(k, v); }},
   };
   return all;
 }
@@ -208,6 +221,12 @@ void validate(const ModelConfig& c) {
   }
   if (c.arch == "llama") {
     need(c.rope_theta > 0, "rope_theta must be positive");
+    if (c.rope_scaling_factor != 0) {
+      need(c.rope_scaling_factor > 0, "rope_scaling_factor must be positive (or 0: no scaling)");
+      need(c.rope_low_freq_factor > 0 && c.rope_high_freq_factor > c.rope_low_freq_factor,
+           "rope_high_freq_factor must be above rope_low_freq_factor, both positive");
+      need(c.rope_original_max_seq_len > 0, "rope_original_max_seq_len must be positive");
+    }
     if (c.hidden > 0 && c.heads > 0 && c.hidden % c.heads == 0)
       need(c.head_dim() % 2 == 0, "head dimension hidden / heads (" + std::to_string(c.head_dim()) +
                                       ") must be even for rotary embeddings");
@@ -242,6 +261,7 @@ std::string describe(const ModelConfig& c) {
   std::string s = c.name + " (" + c.arch + "): " + std::to_string(c.layers) + " layers, " + std::to_string(c.hidden) +
                   " hidden, " + std::to_string(c.heads) + " heads";
   if (c.kv_heads != c.heads) s += " (" + std::to_string(c.kv_heads) + " kv)";
+  if (c.arch == "llama" && c.rope_scaling_factor > 0) s += ", rope x" + std::to_string(static_cast<int64_t>(c.rope_scaling_factor));
   s += ", ffn " + std::to_string(c.ffn_hidden) + ", vocab " + std::to_string(c.vocab_size) + ", seq " +
        std::to_string(c.max_seq_len) + (c.tie_embeddings ? ", tied" : ", untied") + "; " +
        with_commas(parameter_count(c)) + " parameters";

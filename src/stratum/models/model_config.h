@@ -13,10 +13,10 @@
 //   gpt2-1.3b        GPT-3 XL's shape (2048 hidden, 24 layers, 16 heads of 128, seq 2048) in
 //                    GPT-2's architecture (1,315,723,264); not GPT-2 XL (1600 x 48, 1.56B)
 //   llama-1b         Llama 3.2 1B: vocab 128256, 2048 hidden, 16 layers, 32 heads, 8 kv heads,
-//                    ffn 8192, rope theta 500000, tied embeddings (1,235,814,400)
-//   llama-8b         Llama 3 8B: 4096 hidden, 32 layers, 32 heads, 8 kv heads, ffn 14336,
-//                    untied (8,030,261,248)
-// The llama presets use plain RoPE (no "llama3" frequency scaling) and max_seq_len 8192.
+//                    ffn 8192, rope theta 500000 with "llama3" scaling (factor 32 from 8192),
+//                    seq 131072, tied embeddings (1,235,814,400)
+//   llama-8b         Llama 3 8B (not 3.1): 4096 hidden, 32 layers, 32 heads, 8 kv heads, ffn 14336,
+//                    plain RoPE, seq 8192, untied (8,030,261,248)
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -36,6 +36,11 @@ struct ModelConfig {
   int64_t ffn_hidden = 0;      // MLP inner size (GPT-2: 4 x hidden)
   double norm_eps = 1e-5;      // LayerNorm / RMSNorm epsilon
   double rope_theta = 10000;   // LLaMA only
+  // LLaMA 3.1+'s "llama3" RoPE frequency scaling; rope_scaling_factor 0: none.
+  double rope_scaling_factor = 0;
+  double rope_low_freq_factor = 1;
+  double rope_high_freq_factor = 4;
+  int64_t rope_original_max_seq_len = 8192;
   double init_std = 0.02;      // normal init; residual projections get init_std / sqrt(2 layers)
   bool tie_embeddings = true;  // LM head reuses the token embedding
   double dropout = 0.0;        // GPT-2: embedding, attention, residual; LLaMA: attention only
@@ -50,7 +55,8 @@ ModelConfig preset(const std::string& name);
 
 // Sets one field from text ("layers", "hidden", "heads", "kv_heads", "ffn_hidden",
 // "vocab_size", "max_seq_len", "rope_theta", "norm_eps", "init_std", "dropout",
-// "tie_embeddings"); throws stratum::Error naming the key and the value.
+// "tie_embeddings", "rope_scaling_factor", "rope_low_freq_factor",
+// "rope_high_freq_factor", "rope_original_max_seq_len"); throws stratum::Error naming the key and the value.
 void apply_override(ModelConfig& config, const std::string& key, const std::string& value);
 // The override keys apply_override accepts.
 std::vector<std::string> override_keys();

@@ -4,6 +4,11 @@
 // (rotate_half), not interleaved pairs, so HF's q_proj/k_proj weights are used
 // as they are. Frequencies: inv_freq[i] = 1 / theta^(2i / head_dim), angle at
 // position p = p * inv_freq[i], computed in fp32.
+//
+// Optional "llama3" frequency scaling (Llama 3.1 and later, for long context):
+// wavelengths longer than original_max_seq_len / low_freq_factor are stretched
+// by `factor`, those shorter than original_max_seq_len / high_freq_factor kept,
+// the band between interpolated smoothly (HF's _compute_llama3_parameters).
 #include <cstdint>
 #include <mutex>
 #include <utility>
@@ -12,9 +17,19 @@
 
 namespace stratum::nn {
 
+struct RopeScaling {
+  double factor = 0;  // 0: no scaling
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int64_t original_max_seq_len = 8192;
+};
+
 class RotaryEmbedding {
  public:
-  RotaryEmbedding(int64_t head_dim, double theta);
+  RotaryEmbedding(int64_t head_dim, double theta, RopeScaling scaling = {});
+
+  // inv_freq [head_dim / 2], fp32, scaling applied.
+  at::Tensor inverse_frequencies(c10::Device device) const;
 
   // cos and sin for positions [0, seq_len), shape [seq_len, head_dim], in
   // `dtype` on `device`. Computed in fp32 once per device and extended on demand.
@@ -26,6 +41,7 @@ class RotaryEmbedding {
  private:
   int64_t head_dim_;
   double theta_;
+  RopeScaling scaling_;
   std::mutex mutex_;
   at::Tensor cos_, sin_;  // fp32 cache, [cached_len, head_dim]
 };
