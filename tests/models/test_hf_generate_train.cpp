@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <fstream>
+
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/models/causal_lm.h"
@@ -116,6 +118,38 @@ TEST(HfStateDict, ErrorsNameEveryBadTensor) {
   expect_contains(msg, "missing 'transformer.h.1.ln_2.bias'");
   expect_contains(msg, "'transformer.h.0.attn.c_attn.weight' has shape [192, 64], expected [64, 192]");
   expect_contains(msg, "unexpected 'transformer.h.9.mlp.c_fc.weight'");
+}
+
+TEST(HfStateDict, ReadsSingleAndShardedCheckpoints) {
+  const std::string dir = fs::make_temp_directory("stratum-hf-shards-");
+  torch::manual_seed(11);
+  auto a = build_model(preset("tiny-llama"));
+  auto tensors = to_hf_state_dict(*a);
+  // Two shards and the hub's index.
+  const size_t half = tensors.size() / 2;
+  write_safetensors(dir + "/model-00001-of-00002.safetensors", {tensors.begin(), tensors.begin() + half});
+  write_safetensors(dir + "/model-00002-of-00002.safetensors", {tensors.begin() + half, tensors.end()});
+  std::string map;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    map += std::string(i ? "," : "") + "\"" + tensors[i].first + "\": \"model-0000" + (i < half ? "1" : "2") +
+           "-of-00002.safetensors\"";
+  std::ofstream(dir + "/model.safetensors.index.json") << "{\"metadata\": {}, \"weight_map\": {" << map << "}}";
+  auto b = build_model(preset("tiny-llama"));
+  load_hf_state_dict(*b, read_hf_checkpoint(dir), dir);
+  EXPECT_TRUE(torch::equal(a->logits(some_tokens(12)), b->logits(some_tokens(12))));
+  // A shard gone is named.
+  fs::remove_tree(dir + "/model-00002-of-00002.safetensors");
+  try {
+    read_hf_checkpoint(dir);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    expect_contains(e.what(), "model-00002-of-00002.safetensors: cannot open");
+  }
+  // A single file wins over an index.
+  write_safetensors(dir + "/model.safetensors", tensors);
+  EXPECT_EQ(read_hf_checkpoint(dir).size(), tensors.size());
+  fs::remove_tree(dir);
+  EXPECT_THROW(read_hf_checkpoint(dir), Error);
 }
 
 TEST(Generate, GreedyIsArgmaxAndSamplingIsSeeded) {

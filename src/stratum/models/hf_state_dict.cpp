@@ -2,8 +2,14 @@
 
 #include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <set>
 
 #include "stratum/core/error.h"
+#include "stratum/core/fs.h"
+#include "stratum/models/safetensors.h"
 
 namespace stratum::models {
 
@@ -98,6 +104,30 @@ void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Ten
   for (size_t i = 0; i < problems.size() && i < kShown; ++i) msg += (i ? "; " : "") + problems[i];
   if (problems.size() > kShown) msg += "; and " + std::to_string(problems.size() - kShown) + " more";
   throw Error(msg);
+}
+
+std::map<std::string, at::Tensor> read_hf_checkpoint(const std::string& dir) {
+  const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
+  if (fs::exists(single)) return read_safetensors(single);
+  if (!fs::exists(index)) throw Error(dir + ": neither model.safetensors nor model.safetensors.index.json");
+  nlohmann::json j;
+  try {
+    std::ifstream in(index);
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(index + ": bad JSON: " + e.what());
+  }
+  if (!j.contains("weight_map") || !j["weight_map"].is_object()) throw Error(index + ": no 'weight_map' object");
+  std::map<std::string, std::set<std::string>> by_shard;
+  for (const auto& item : j["weight_map"].items()) {
+    if (!item.value().is_string()) throw Error(index + ": weight_map['" + item.key() + "'] is not a file name");
+    const std::string shard = item.value().get<std::string>();
+    if (shard.find('/') != std::string::npos) throw Error(index + ": shard '" + shard + "' is outside " + dir);
+    by_shard[shard].insert(item.key());
+  }
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [shard, names] : by_shard) out.merge(read_safetensors(dir + "/" + shard, names));
+  return out;
 }
 
 }  // namespace stratum::models

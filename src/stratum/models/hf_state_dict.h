@@ -29,6 +29,12 @@ std::vector<std::pair<std::string, at::Tensor>> to_hf_state_dict(const CausalLMI
 void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Tensor>& tensors,
                         const std::string& source = "");
 
+// The tensors of a Hugging Face checkpoint directory: model.safetensors, or
+// the shards that model.safetensors.index.json's weight_map names (as the hub
+// stores large models). All in memory at once (CPU, file dtypes). Throws
+// stratum::Error naming the directory, index or shard at fault.
+std::map<std::string, at::Tensor> read_hf_checkpoint(const std::string& dir);
+
 // True for GPT-2's Conv1D weights (stored transposed in HF files).
 bool is_hf_conv1d_weight(const ModelConfig& config, const std::string& name);
 
