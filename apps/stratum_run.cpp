@@ -437,6 +437,9 @@ int run_mpirun(const std::vector<std::string>& argv) {
 }
 
 int run_launcher(int argc, char** argv) {
+  // Ranks' stdout is a pty under mpirun whatever the user's is: tell them what the user sees
+  // (progress bars redraw only on a real terminal). Passed on like every STRATUM_ variable.
+  ::setenv("STRATUM_TERMINAL", ::isatty(STDOUT_FILENO) == 1 ? "1" : "0", /*overwrite=*/0);
   CLI::App app{"Start one process per device (per CPU rank without GPUs) on one or many hosts, through Open MPI's "
                "mpirun, with DeepSpeed's launcher flags and hostfile.\n"
                "Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT "

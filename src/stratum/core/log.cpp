@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 namespace stratum::log {
 namespace {
@@ -31,7 +32,11 @@ const char* tag(Level l) {
 }
 }  // namespace
 
-void set_rank(int rank) { g_rank = rank; }
+// stratum-run already prefixes every line of a rank with "[rank N]".
+void set_rank(int rank) {
+  const char* prefixed = std::getenv("STRATUM_OUTPUT_PREFIXED");
+  g_rank = prefixed && std::string(prefixed) == "1" ? -1 : rank;
+}
 void set_level(Level level) { g_level = level; }
 Level level() { return g_level; }
 

@@ -58,6 +58,7 @@ class EngineCore {
   ModelStateBytes model_state_bytes() const;
 
  private:
+  friend struct CheckpointAccess;  // checkpoint.cpp saves and restores the state below
   bool check_overflow();
   double global_grad_norm(double loss_scale);
   void apply_optimizer(double grad_scale);

@@ -3,12 +3,17 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 namespace stratum::monitor {
 
 ProgressReporter::ProgressReporter(int64_t print_every, FILE* out, std::optional<bool> terminal)
     : out_(out ? out : stdout), print_every_(print_every < 1 ? 1 : print_every), start_(std::chrono::steady_clock::now()) {
-  terminal_ = terminal.value_or(::isatty(::fileno(out_)) == 1);
+  // Under stratum-run every rank's stdout is a pty; the launcher says in STRATUM_TERMINAL what the user has.
+  const char* env = std::getenv("STRATUM_TERMINAL");
+  const bool tty = env && *env ? std::string(env) == "1" : ::isatty(::fileno(out_)) == 1;
+  terminal_ = terminal.value_or(tty);
 }
 
 std::string ProgressReporter::format_eta(double seconds) {
@@ -26,9 +31,11 @@ std::string ProgressReporter::format_line(const StepMetrics& m, double eta_secon
   const std::string tokens = tps >= 1e6 ? std::to_string(tps / 1e6).substr(0, 5) + "M"
                              : tps >= 1e3 ? std::to_string(tps / 1e3).substr(0, 5) + "k"
                                           : std::to_string(static_cast<int64_t>(tps));
+  char mfu[16] = "-";  // unknown on CPUs
+  if (m.mfu > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * m.mfu);
   std::snprintf(buf, sizeof buf,
-                "step %lld/%lld | loss %.4f | lr %.3e | scale %g | tok/s %s | MFU %.1f%% | mem %.2f GiB | ETA %s%s",
-                (long long)m.step, (long long)m.total_steps, m.loss, m.lr, m.loss_scale, tokens.c_str(), 100.0 * m.mfu,
+                "step %lld/%lld | loss %.4f | lr %.3e | scale %g | tok/s %s | MFU %s | mem %.2f GiB | ETA %s%s",
+                (long long)m.step, (long long)m.total_steps, m.loss, m.lr, m.loss_scale, tokens.c_str(), mfu,
                 m.memory_gib, format_eta(eta_seconds).c_str(), m.skipped ? " | skipped (fp16 overflow)" : "");
   return buf;
 }

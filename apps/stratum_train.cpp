@@ -1,0 +1,287 @@
+// stratum-train: trains a built-in GPT-2 / LLaMA model on a text or token file
+// with the engine, under stratum-run (or mpirun, or alone).
+//
+//   stratum-run --num_gpus 2 stratum-train --config ds_config.json --model gpt2-124m --data corpus.txt
+//
+// Shows a progress line (terminal) or plain lines (logs), writes metrics
+// (csv_monitor or --log-dir), evaluates on held-out data, saves checkpoints that
+// --resume continues exactly, and prints a sample of generated text at the end.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "stratum/core/fs.h"
+#include "stratum/core/log.h"
+#include "stratum/data/batch.h"
+#include "stratum/data/dataset.h"
+#include "stratum/data/default_corpus.h"
+#include "stratum/data/sampler.h"
+#include "stratum/data/split.h"
+#include "stratum/data/tokenizer.h"
+#include "stratum/engine/checkpoint.h"
+#include "stratum/engine/engine.h"
+#include "stratum/models/causal_lm.h"
+#include "stratum/models/generate.h"
+#include "stratum/models/hf_config.h"
+#include "stratum/models/model_config.h"
+#include "stratum/monitor/metrics_log.h"
+#include "stratum/monitor/progress.h"
+#ifdef STRATUM_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+using namespace stratum;
+using nlohmann::json;
+
+namespace {
+
+struct Options {
+  std::string config_path, model = "gpt2-tiny-bytes", data = "default", cache_dir = ".stratum-cache";
+  std::vector<std::string> overrides;
+  int64_t steps = 300, eval_every = 100, eval_batches = 4, save_every = 0, print_every = 0;
+  std::string save_dir, log_dir;
+  bool resume = false;
+  uint64_t seed = 1234;
+  int64_t sample_tokens = 200;
+  std::string prompt = "The ";
+  double temperature = 0.8, eval_fraction = 0.05, peak_tflops = 989.0;
+  int64_t top_k = 40;
+};
+
+double memory_gib(const dist::DistContext& ctx) {
+#ifdef STRATUM_WITH_CUDA
+  if (ctx.cuda_device >= 0)
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(ctx.cuda_device))
+               .allocated_bytes[0].peak / double(1 << 30);
+#endif
+  (void)ctx;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / (1024.0 * 1024.0);  // kB
+  return 0.0;
+}
+
+// The dataset on every rank: local rank 0 tokenizes (and writes the default
+// corpus) while the others wait, then everyone maps the same file.
+data::TokenFile open_dataset(const Options& o, const dist::DistContext& ctx, const data::Tokenizer& tokenizer) {
+  std::string path = o.data;
+  std::string error;
+  if (ctx.local_rank == 0) {
+    try {
+      if (path == "default") path = data::write_default_corpus(o.cache_dir);
+      data::prepare_token_file(path, tokenizer, {o.cache_dir, /*may_write=*/true});
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  at::Tensor failed = at::full({1}, error.empty() ? 0 : 1, at::kFloat);
+  ctx.cpu_world->all_reduce(failed, dist::ReduceOp::max)->wait();
+  if (failed.item<float>() > 0) throw Error(error.empty() ? "data preparation failed on another rank" : error);
+  if (path == "default") path = o.cache_dir + "/default_corpus.txt";
+  return data::TokenFile(data::prepare_token_file(path, tokenizer, {o.cache_dir, /*may_write=*/false}));
+}
+
+struct Evaluator {
+  std::vector<int64_t> offsets;  // this rank's eval windows
+  int64_t seq_len;
+  double run(Engine<models::CausalLMImpl>& engine, const data::TokenFile& file, int64_t micro, c10::Device device,
+             const std::shared_ptr<dist::Communicator>& dp) {
+    c10::AutoGradMode no_grad(false);
+    engine.module().eval();
+    double sum = 0;
+    int64_t count = 0;
+    for (size_t i = 0; i < offsets.size(); i += micro) {
+      std::vector<int64_t> chunk(offsets.begin() + i, offsets.begin() + std::min(offsets.size(), i + micro));
+      data::Batch b = data::make_batch(file, chunk, seq_len);
+      at::Tensor loss = engine.forward(b.tokens.to(device), b.targets.to(device));
+      sum += loss.item<double>() * chunk.size();
+      count += chunk.size();
+    }
+    engine.module().train();
+    at::Tensor t = at::tensor({sum, static_cast<double>(count)}, at::TensorOptions().dtype(at::kDouble).device(device));
+    dp->all_reduce(t, dist::ReduceOp::sum)->wait();
+    t = t.cpu();
+    return t[0].item<double>() / std::max(1.0, t[1].item<double>());
+  }
+};
+
+int train(const Options& o, const dist::DistContext& ctx) {
+  const bool lead = ctx.rank == 0;
+  Config config = Config::from_file(o.config_path);
+  for (const auto& w : config.warnings)
+    if (lead) log::warn(o.config_path + ": " + w);
+  std::vector<std::pair<std::string, std::string>> overrides;
+  for (const auto& s : o.overrides) overrides.push_back(models::parse_override(s));
+  const models::ModelConfig mcfg = models::make_model_config(o.model, overrides);
+  data::ByteTokenizer tokenizer;
+  if (mcfg.vocab_size < tokenizer.vocab_size())
+    throw Error("--model " + o.model + ": vocabulary " + std::to_string(mcfg.vocab_size) + " is smaller than the " +
+                tokenizer.name() + " tokenizer's " + std::to_string(tokenizer.vocab_size()));
+
+  torch::manual_seed(o.seed);
+  auto model = models::build_model(mcfg);
+  auto engine = initialize(config, model, ctx);
+  const auto& batch = engine.core().batch();
+  const auto& dp = engine.core().dp();
+  const c10::Device device = ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
+                                           : c10::Device(c10::kCPU);
+  const int64_t seq = mcfg.max_seq_len;
+
+  data::TokenFile file = open_dataset(o, ctx, tokenizer);
+  if (file.vocab_size() > mcfg.vocab_size)
+    throw Error(file.path() + ": token ids reach " + std::to_string(file.vocab_size()) + " but model " + o.model +
+                " has a vocabulary of " + std::to_string(mcfg.vocab_size));
+  file.require_sequence(seq);
+  const data::TrainEvalSplit split = data::split_train_eval(file.size(), seq, o.eval_fraction, file.path());
+  data::DistributedSampler sampler(split.train, seq, dp->rank(), dp->size(), o.seed);
+  Evaluator eval{{}, seq};
+  const int64_t eval_windows = std::min<int64_t>(split.eval.num_windows(seq), o.eval_batches * batch.micro_batch_per_gpu * dp->size());
+  for (int64_t w = dp->rank(); w < eval_windows; w += dp->size()) eval.offsets.push_back(split.eval.begin + w * seq);
+
+  if (o.resume && !o.save_dir.empty() && latest_checkpoint_tag(o.save_dir)) {
+    json client = load_checkpoint(engine.core(), o.save_dir);
+    if (client.contains("data")) sampler.load_state(client.at("data").get<data::SamplerState>());
+    if (lead) log::info("resumed at step " + std::to_string(engine.global_steps()) + ", data " + data::to_string(sampler.state()));
+  } else if (o.resume && lead) {
+    log::info("--resume: no checkpoint in '" + o.save_dir + "' yet; starting fresh");
+  }
+
+  const int64_t print_every = o.print_every > 0 ? o.print_every : config.steps_per_print.value_or(10);
+  monitor::ProgressReporter progress(print_every);
+  std::unique_ptr<monitor::MetricsLog> metrics;
+  std::string metrics_dir = o.log_dir;
+  if (metrics_dir.empty() && config.monitor.csv_monitor.enabled)
+    metrics_dir = config.monitor.csv_monitor.output_path + "/" + config.monitor.csv_monitor.job_name;
+  if (lead && !metrics_dir.empty())
+    metrics = std::make_unique<monitor::MetricsLog>(
+        metrics_dir, std::vector<std::string>{"step", "loss", "eval_loss", "lr", "loss_scale", "tokens_per_s", "mfu",
+                                              "memory_gib", "grad_norm", "skipped"});
+  const double flops_per_token =
+      6.0 * models::parameter_count(mcfg) + 12.0 * mcfg.layers * mcfg.hidden * static_cast<double>(seq);
+  const int64_t tokens_per_step = batch.train_batch_size * seq;
+  if (lead)
+    log::info(models::describe(mcfg) + " | data " + file.path() + " (" + std::to_string(file.size()) + " tokens, " +
+              std::to_string(split.train.num_windows(seq)) + " train / " + std::to_string(eval_windows) +
+              " eval sequences) | batch " + std::to_string(batch.train_batch_size) + " = " +
+              std::to_string(batch.micro_batch_per_gpu) + " x " + std::to_string(batch.gradient_accumulation_steps) +
+              " x " + std::to_string(dp->size()) + " ranks | ZeRO " + std::to_string(config.zero_optimization.stage) +
+              " | " + c10::toString(engine.core().model_dtype()));
+
+  auto save = [&]() {
+    json client = {{"data", sampler.state()}, {"model", models::hf_config_json(mcfg)}, {"model_preset", o.model},
+                   {"tokenizer", tokenizer.name()}};
+    const std::string tag = "global_step" + std::to_string(engine.global_steps());
+    save_checkpoint(engine.core(), o.save_dir, tag, client);
+    if (lead) progress.note("saved checkpoint " + o.save_dir + "/" + tag);
+  };
+
+  double last_eval = NAN;
+  while (engine.global_steps() < o.steps) {
+    const auto t0 = std::chrono::steady_clock::now();
+    at::Tensor step_loss = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
+    for (int64_t k = 0; k < batch.gradient_accumulation_steps; ++k) {
+      data::Batch b = data::make_batch(file, sampler.next(batch.micro_batch_per_gpu), seq);
+      at::Tensor loss = engine.forward(b.tokens.to(device), b.targets.to(device));
+      engine.backward(loss);
+      engine.step();
+      step_loss += loss.detach().to(at::kFloat) / static_cast<double>(batch.gradient_accumulation_steps);
+    }
+    dp->all_reduce(step_loss, dist::ReduceOp::avg)->wait();
+    const double loss = step_loss.item<double>();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    monitor::StepMetrics m;
+    m.step = engine.global_steps();
+    m.total_steps = o.steps;
+    m.loss = loss;
+    m.lr = engine.lr();
+    m.loss_scale = engine.loss_scale();
+    m.tokens_per_second = tokens_per_step / seconds;
+    m.mfu = ctx.gpu_world ? m.tokens_per_second / dp->size() * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
+    m.memory_gib = memory_gib(ctx);
+    m.skipped = engine.last_step_skipped();
+    const bool do_eval = o.eval_every > 0 && (m.step % o.eval_every == 0 || m.step == o.steps) && !eval.offsets.empty();
+    if (do_eval) last_eval = eval.run(engine, file, batch.micro_batch_per_gpu, device, dp);
+    if (lead) {
+      progress.update(m);
+      if (do_eval) progress.note("step " + std::to_string(m.step) + ": eval loss " + std::to_string(last_eval));
+      if (metrics) {
+        std::map<std::string, double> row = {{"step", double(m.step)}, {"loss", loss}, {"lr", m.lr},
+                                             {"loss_scale", m.loss_scale}, {"tokens_per_s", m.tokens_per_second},
+                                             {"mfu", m.mfu}, {"memory_gib", m.memory_gib},
+                                             {"grad_norm", engine.core().last_grad_norm()}, {"skipped", double(m.skipped)}};
+        if (do_eval) row["eval_loss"] = last_eval;
+        metrics->write(row);
+      }
+    }
+    if (!o.save_dir.empty() && o.save_every > 0 && m.step % o.save_every == 0 && m.step < o.steps) save();
+  }
+  if (!o.save_dir.empty()) save();
+  if (lead) progress.finish();
+
+  if (lead && o.sample_tokens > 0) {
+    std::vector<int64_t> prompt;
+    for (int32_t id : tokenizer.encode(o.prompt)) prompt.push_back(id);
+    auto out = models::generate(*model, prompt, o.sample_tokens, o.temperature, o.top_k, o.seed);
+    std::vector<int32_t> ids(out.begin(), out.end());
+    std::cout << "--- sample (" << o.sample_tokens << " tokens, temperature " << o.temperature << ") ---\n"
+              << data::to_valid_utf8(tokenizer.decode(ids)) << "\n--- end of sample ---" << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train a built-in GPT-2 / LLaMA model with Stratum"};
+  Options o;
+  app.add_option("--config", o.config_path, "DeepSpeed ds_config.json")->required();
+  app.add_option("--model", o.model, "preset: " + [] {
+    std::string s;
+    for (const auto& n : models::preset_names()) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  }());
+  app.add_option("--set", o.overrides, "override a model dimension, e.g. --set layers=6 (repeatable)");
+  app.add_option("--data", o.data, "a token file, a .txt file, a directory of .txt files, or 'default'");
+  app.add_option("--cache-dir", o.cache_dir, "where tokenized text and the default corpus are kept");
+  app.add_option("--steps", o.steps, "optimizer steps to train to");
+  app.add_option("--eval-every", o.eval_every, "evaluate on held-out data every N steps (0: never)");
+  app.add_option("--eval-batches", o.eval_batches, "micro-batches per rank per evaluation");
+  app.add_option("--eval-fraction", o.eval_fraction, "share of the data held out for evaluation");
+  app.add_option("--save-dir", o.save_dir, "checkpoint directory (saves at the end, and every --save-every steps)");
+  app.add_option("--save-every", o.save_every, "checkpoint every N steps (0: only at the end)");
+  app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --save-dir");
+  app.add_option("--seed", o.seed, "initial weights, data order and sampling");
+  app.add_option("--log-dir", o.log_dir, "metrics.csv / metrics.jsonl here (default: the csv_monitor section)");
+  app.add_option("--print-every", o.print_every, "plain progress lines every N steps (default: steps_per_print or 10)");
+  app.add_option("--sample-tokens", o.sample_tokens, "tokens of generated text to print at the end (0: none)");
+  app.add_option("--prompt", o.prompt, "prompt of the final sample");
+  app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)");
+  app.add_option("--top-k", o.top_k, "sample among the k most likely tokens");
+  app.add_option("--peak-tflops", o.peak_tflops, "device peak TFLOP/s for MFU (H200 bf16 dense: 989)");
+  CLI11_PARSE(app, argc, argv);
+
+  dist::DistContext ctx;
+  try {
+    ctx = dist::init();
+  } catch (const std::exception& e) {
+    std::cerr << "stratum-train: error: " << e.what() << "\n";
+    return 2;
+  }
+  int rc = 0;
+  try {
+    rc = train(o, ctx);
+  } catch (const std::exception& e) {
+    // Every rank reaches the same errors in the same order (checks before collectives).
+    log::error(e.what());
+    rc = 1;
+  }
+  ctx.cpu_world.reset();
+  ctx.gpu_world.reset();
+  dist::finalize();
+  return rc;
+}

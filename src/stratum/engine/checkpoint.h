@@ -1,0 +1,44 @@
+#pragma once
+// Checkpoints in one format for every topology: a directory per tag with one
+// safetensors shard per rank and a JSON manifest, and a `latest` file beside
+// the tags. A shard holds this rank's fp32 master weights and Adam moments as
+// fragments named "<kind>|<parameter>|<first element>", so any data-parallel
+// size and ZeRO stage can read what any other wrote.
+//
+// Saving is atomic: every rank writes into "<tag>.tmp", then rank 0 writes the
+// manifest, renames the directory to "<tag>" and only then moves `latest`. A job
+// killed mid-save leaves the previous checkpoint and `latest` as they were.
+#include <map>
+#include <optional>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
+
+#include "stratum/engine/engine_core.h"
+
+namespace stratum {
+
+// Collective over the engine's data-parallel group: every rank writes its shard.
+// `client_state` (data position, model config, ...) goes into the manifest.
+void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std::string& tag,
+                     const nlohmann::json& client_state);
+
+// Collective: loads `tag` (empty: the one `latest` names) whatever topology
+// wrote it. Throws stratum::Error naming the file and tensor when the checkpoint
+// is corrupt or does not match the model. Returns the client state.
+nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, const std::string& tag = "");
+
+// The tag `latest` names, if any.
+std::optional<std::string> latest_checkpoint_tag(const std::string& dir);
+
+// For tools (stratum-ckpt): the manifest, and each parameter's full fp32 value
+// assembled from every shard (optionally Adam's moments too, as "exp_avg|name").
+struct ConsolidatedCheckpoint {
+  std::string path;  // the tag directory
+  std::shared_ptr<nlohmann::json> manifest;
+  std::map<std::string, at::Tensor> tensors;
+};
+ConsolidatedCheckpoint read_consolidated_checkpoint(const std::string& tag_dir, bool with_optimizer_states = false);
+
+}  // namespace stratum

@@ -1,0 +1,216 @@
+// Checkpoints: exact resume, loading at another data-parallel size and ZeRO
+// stage, atomic saves that survive a killed saver, and clear errors for corrupt
+// or mismatched checkpoints. Runs under mpirun (CTest: 1, 2 and 4 ranks).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "../dist/dist_test_context.h"
+#include "ckpt_trainer.h"
+#include "stratum/core/fs.h"
+#include "stratum/engine/checkpoint.h"
+#include "stratum/engine/engine.h"
+
+using namespace stratum;
+using stratum::test::Mlp;
+using stratum::test::Trainer;
+
+namespace {
+
+std::shared_ptr<dist::Communicator> groups_of(int k) {
+  auto world = test::context().cpu_world;
+  std::vector<std::vector<int64_t>> groups(world->size() / k);
+  for (int r = 0; r < world->size(); ++r) groups[r / k].push_back(r);
+  return world->split(groups, "dp" + std::to_string(k));
+}
+
+// One directory for the whole job (rank 0 makes it; the others learn its name).
+std::string shared_temp_dir(const std::string& prefix) {
+  auto world = test::context().cpu_world;
+  at::Tensor name = at::zeros({256}, at::kByte);
+  if (world->rank() == 0) {
+    const std::string dir = fs::make_temp_directory(prefix);
+    std::memcpy(name.data_ptr(), dir.c_str(), dir.size());
+  }
+  world->broadcast(name, 0)->wait();
+  return std::string(static_cast<const char*>(name.data_ptr()));
+}
+
+void cleanup(const std::string& dir) {
+  test::context().cpu_world->barrier()->wait();
+  if (test::context().cpu_world->rank() == 0) fs::remove_tree(dir);
+}
+
+}  // namespace
+
+TEST(Checkpoint, ResumeIsExact) {
+  auto world = test::context().cpu_world;
+  for (int stage : {0, 1, 2}) {
+    const std::string dir = shared_temp_dir("stratum_ckpt_resume_");
+    Trainer straight(stage, world);
+    std::vector<double> want;
+    for (int s = 0; s < 8; ++s) want.push_back(straight.train_step(s));
+
+    {
+      Trainer first(stage, world);
+      for (int s = 0; s < 4; ++s) EXPECT_DOUBLE_EQ(first.train_step(s), want[s]);
+      save_checkpoint(first.engine->core(), dir, "global_step4", {{"next_step", 4}});
+    }
+    Trainer resumed(stage, world, /*init_seed=*/7);  // different initial weights: the checkpoint must overwrite them
+    nlohmann::json client = load_checkpoint(resumed.engine->core(), dir);
+    ASSERT_EQ(client.at("next_step"), 4);
+    EXPECT_EQ(resumed.engine->global_steps(), 4);
+    for (int s = 4; s < 8; ++s) EXPECT_DOUBLE_EQ(resumed.train_step(s), want[s]) << "stage " << stage << " step " << s;
+    EXPECT_TRUE(torch::equal(resumed.weights(), straight.weights())) << "stage " << stage;
+    cleanup(dir);
+  }
+}
+
+TEST(Checkpoint, LoadsAtAnotherDataParallelSizeAndStage) {
+  auto world = test::context().cpu_world;
+  const int n = world->size();
+  if (n < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  const std::string dir = shared_temp_dir("stratum_ckpt_reshard_");
+  // Saved by all ranks at ZeRO-2 ...
+  Trainer saver(2, world);
+  for (int s = 0; s < 4; ++s) saver.train_step(s);
+  save_checkpoint(saver.engine->core(), dir, "global_step4", {});
+  std::vector<double> want;
+  for (int s = 4; s < 7; ++s) want.push_back(saver.train_step(s));
+  // ... loaded by groups of n/2 ranks at ZeRO-1 and by every rank alone at ZeRO-0.
+  for (auto [dp, stage] : {std::pair{n / 2, 1}, std::pair{1, 0}, std::pair{n, 1}}) {
+    Trainer loader(stage, groups_of(dp), 9);
+    load_checkpoint(loader.engine->core(), dir);
+    for (int s = 4; s < 7; ++s)
+      EXPECT_NEAR(loader.train_step(s), want[s - 4], 1e-5 * std::abs(want[s - 4]))
+          << "dp " << dp << " stage " << stage << " step " << s;
+  }
+  cleanup(dir);
+}
+
+TEST(Checkpoint, ConsolidatedWeightsEqualTheModel) {
+  auto world = test::context().cpu_world;
+  const std::string dir = shared_temp_dir("stratum_ckpt_consolidated_");
+  Trainer t(2, world);
+  for (int s = 0; s < 3; ++s) t.train_step(s);
+  save_checkpoint(t.engine->core(), dir, "global_step3", {});
+  auto full = read_consolidated_checkpoint(dir + "/global_step3", /*with_optimizer_states=*/true);
+  for (const auto& item : t.model->named_parameters())
+    EXPECT_TRUE(torch::equal(full.tensors.at(item.key()), item.value().detach())) << item.key();
+  EXPECT_EQ(full.tensors.count("exp_avg|fc1.weight"), 1u);
+  EXPECT_EQ(full.manifest->at("data_parallel_size").get<int>(), world->size());
+  cleanup(dir);
+}
+
+TEST(Checkpoint, MismatchedModelIsAClearErrorOnEveryRank) {
+  auto world = test::context().cpu_world;
+  const std::string dir = shared_temp_dir("stratum_ckpt_mismatch_");
+  Trainer t(1, world);
+  t.train_step(0);
+  save_checkpoint(t.engine->core(), dir, "global_step1", {});
+  struct Wider : torch::nn::Module {
+    Wider() {
+      fc1 = register_module("fc1", torch::nn::Linear(16, 48));
+      fc2 = register_module("fc2", torch::nn::Linear(48, 32));
+      fc3 = register_module("fc3", torch::nn::Linear(32, 4));
+    }
+    torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+  };
+  auto engine = initialize(t.config, std::make_shared<Wider>(), world, torch::kCPU);
+  try {
+    load_checkpoint(engine.core(), dir);
+    ADD_FAILURE() << "loaded a checkpoint of another model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter 'fc1.weight': checkpoint shape [32, 16], model shape [48, 16]"),
+              std::string::npos) << e.what();
+  }
+  world->barrier()->wait();
+  cleanup(dir);
+}
+
+TEST(Checkpoint, TruncatedShardIsAClearError) {
+  auto world = test::context().cpu_world;
+  const std::string dir = shared_temp_dir("stratum_ckpt_truncated_");
+  Trainer t(2, world);
+  t.train_step(0);
+  save_checkpoint(t.engine->core(), dir, "global_step1", {});
+  world->barrier()->wait();
+  const std::string shard = dir + "/global_step1/rank_00000.safetensors";
+  if (world->rank() == 0) ::truncate(shard.c_str(), 200);
+  world->barrier()->wait();
+  Trainer loader(2, world);
+  try {
+    load_checkpoint(loader.engine->core(), dir);
+    ADD_FAILURE() << "loaded a truncated checkpoint";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank_00000.safetensors"), std::string::npos) << e.what();
+  }
+  cleanup(dir);
+}
+
+// A saver killed between writing its shards and publishing the checkpoint
+// leaves the previous checkpoint and `latest` intact and loadable.
+TEST(Checkpoint, KilledSaverLeavesThePreviousCheckpoint) {
+  auto world = test::context().cpu_world;
+  if (world->size() != 1) GTEST_SKIP() << "runs the saver as a child process of a single rank";
+  const std::string dir = fs::make_temp_directory("stratum_ckpt_kill_");
+  {
+    Trainer t(2, world);
+    t.train_step(0);
+    save_checkpoint(t.engine->core(), dir, "global_step1", {{"marker", "first"}});
+  }
+  // The saver is another process (an MPI job of one rank), killed while it
+  // stalls between writing its shard and publishing the checkpoint.
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::setsid();  // its own process group: mpirun and the saver die together
+    // A fresh job, not a part of ours: drop the variables our mpirun gave us.
+    std::vector<std::string> inherited;
+    for (char** e = environ; *e; ++e) {
+      const std::string kv = *e;
+      for (const char* prefix : {"OMPI_COMM_WORLD", "OMPI_MCA_orte", "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_FILE",
+                                 "OMPI_NUM", "OMPI_APP", "OMPI_UNIVERSE", "OMPI_FIRST", "OMPI_ARGV", "OMPI_COMMAND",
+                                 "PMIX_", "OPAL_", "ORTE_"})
+        if (kv.rfind(prefix, 0) == 0) inherited.push_back(kv.substr(0, kv.find('=')));
+    }
+    for (const auto& name : inherited) ::unsetenv(name.c_str());
+    ::setenv("STRATUM_CHECKPOINT_TEST_STALL_S", "60", 1);
+    const std::string cmd = std::string("exec ") + STRATUM_MPIEXEC + " -np 1 " + STRATUM_BIN_DIR + "/ckpt_kill_probe " + dir;
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  const std::string stalled = dir + "/global_step2.tmp/stalled.0";
+  for (int i = 0; i < 300 && !fs::exists(stalled); ++i) ::usleep(100000);
+  ASSERT_TRUE(fs::exists(stalled)) << "the child never reached the save";
+  ::kill(-child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_EQ(latest_checkpoint_tag(dir).value_or(""), "global_step1");
+  EXPECT_FALSE(fs::exists(dir + "/global_step2/manifest.json"));
+  Trainer loader(2, world);
+  EXPECT_EQ(load_checkpoint(loader.engine->core(), dir).at("marker"), "first");
+  // The next save of that tag clears the debris and succeeds.
+  save_checkpoint(loader.engine->core(), dir, "global_step2", {{"marker", "third"}});
+  EXPECT_EQ(latest_checkpoint_tag(dir).value_or(""), "global_step2");
+  EXPECT_FALSE(fs::exists(dir + "/global_step2.tmp"));
+  fs::remove_tree(dir);
+}
+
+TEST(Checkpoint, MissingCheckpointIsAClearError) {
+  auto world = test::context().cpu_world;
+  Trainer t(0, world);
+  try {
+    load_checkpoint(t.engine->core(), "/nonexistent/ckpts");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/ckpts: no checkpoint to resume from"), std::string::npos)
+        << e.what();
+  }
+}
