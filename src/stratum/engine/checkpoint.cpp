@@ -239,7 +239,7 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     }
   }
   agree_or_throw(engine, error);
-  if (rank == 0) log::info("saved checkpoint " + save_dir + "/" + tag);
+  if (rank == 0) log::debug("saved checkpoint " + save_dir + "/" + tag);
 }
 
 namespace {

@@ -1,0 +1,129 @@
+// stratum-train and stratum-ckpt end to end, as a user runs them: two CPU
+// ranks under stratum-run on the default corpus. The loss falls; a run stopped
+// and resumed equals a straight run; checkpoints export and report; corrupt
+// ones are named.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "stratum/core/fs.h"
+
+namespace {
+
+struct Result {
+  int status;
+  std::string output;
+};
+
+Result run(const std::string& cmd) {
+  Result r{-1, ""};
+  FILE* p = ::popen(("timeout 300 " + cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+const std::string kBin = STRATUM_BIN_DIR;
+
+std::string train_cmd(const std::string& dir, int steps, const std::string& extra = "") {
+  return kBin + "/stratum-run --num_procs 2 " + kBin + "/stratum-train --config " + STRATUM_SOURCE_DIR +
+         "/configs/default.json --model gpt2-tiny-bytes --set layers=2 --data default --cache-dir " + dir +
+         "/cache --steps " + std::to_string(steps) + " --eval-every 10 --eval-batches 1 " +
+         "--log-dir " + dir + "/log --save-dir " + dir + "/ckpt " + extra;
+}
+
+// step -> loss from metrics.csv (columns: step,loss,...).
+std::map<int, double> losses(const std::string& csv) {
+  std::map<int, double> out;
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::stringstream ss(line);
+    std::string step, loss;
+    std::getline(ss, step, ',');
+    std::getline(ss, loss, ',');
+    out[std::stoi(step)] = std::stod(loss);
+  }
+  return out;
+}
+
+class TrainCli : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = stratum::fs::make_temp_directory("stratum_train_"); }
+  void TearDown() override { stratum::fs::remove_tree(dir_); }
+  std::string dir_;
+};
+
+TEST_F(TrainCli, LossFallsAndACheckpointExportsForHuggingFace) {
+  Result r = run(train_cmd(dir_, 30, "--sample-tokens 20"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("eval loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--- sample"), std::string::npos) << r.output;
+  auto l = losses(dir_ + "/log/metrics.csv");
+  ASSERT_EQ(l.size(), 30u);
+  EXPECT_LT(l[30], l[1] - 1.0) << "30 steps should take the loss well below its start (ln 256 = 5.55)";
+
+  Result info = run(kBin + "/stratum-ckpt info " + dir_ + "/ckpt");
+  EXPECT_EQ(info.status, 0) << info.output;
+  EXPECT_NE(info.output.find("tag           global_step30"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("2 data-parallel ranks at ZeRO stage 1"), std::string::npos) << info.output;
+
+  Result ex = run(kBin + "/stratum-ckpt export " + dir_ + "/ckpt " + dir_ + "/hf --dtype bf16");
+  EXPECT_EQ(ex.status, 0) << ex.output;
+  EXPECT_TRUE(stratum::fs::exists(dir_ + "/hf/model.safetensors"));
+  std::ifstream cfg(dir_ + "/hf/config.json");
+  std::stringstream text;
+  text << cfg.rdbuf();
+  EXPECT_NE(text.str().find("GPT2LMHeadModel"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("\"n_layer\": 2"), std::string::npos) << text.str();
+
+  // A truncated shard is named.
+  const std::string shard = dir_ + "/ckpt/global_step30/rank_00001.safetensors";
+  ASSERT_EQ(::truncate(shard.c_str(), 100), 0);
+  Result bad = run(kBin + "/stratum-ckpt info " + dir_ + "/ckpt");
+  EXPECT_EQ(bad.status, 1) << bad.output;
+  EXPECT_NE(bad.output.find("rank_00001.safetensors"), std::string::npos) << bad.output;
+}
+
+TEST_F(TrainCli, ResumedRunEqualsAStraightRun) {
+  Result straight = run(train_cmd(dir_ + "", 20, "--sample-tokens 0"));
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  auto want = losses(dir_ + "/log/metrics.csv");
+  const std::string second = stratum::fs::make_temp_directory("stratum_resume_");
+  Result part1 = run(train_cmd(second, 10, "--sample-tokens 0"));
+  ASSERT_EQ(part1.status, 0) << part1.output;
+  Result part2 = run(train_cmd(second, 20, "--sample-tokens 0 --resume"));
+  ASSERT_EQ(part2.status, 0) << part2.output;
+  EXPECT_NE(part2.output.find("resumed at step 10"), std::string::npos) << part2.output;
+  auto got = losses(second + "/log/metrics.csv");
+  ASSERT_EQ(got.size(), 20u);
+  for (int s = 1; s <= 20; ++s) EXPECT_NEAR(got[s], want[s], 1e-6 * std::abs(want[s])) << "step " << s;
+  stratum::fs::remove_tree(second);
+}
+
+TEST_F(TrainCli, BadInputIsAClearError) {
+  Result r = run(kBin + "/stratum-run --num_procs 2 " + kBin + "/stratum-train --config " + STRATUM_SOURCE_DIR +
+                 "/configs/default.json --model gpt2-tiny-byte --data default --cache-dir " + dir_);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("unknown model 'gpt2-tiny-byte'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did you mean 'gpt2-tiny-bytes'"), std::string::npos) << r.output;
+  std::ofstream(dir_ + "/short.txt") << "too short";
+  r = run(kBin + "/stratum-run --num_procs 2 " + kBin + "/stratum-train --config " + STRATUM_SOURCE_DIR +
+          "/configs/default.json --data " + dir_ + "/short.txt --cache-dir " + dir_);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("short.txt"), std::string::npos) << r.output;
+  r = run(kBin + "/stratum-run --num_procs 2 " + kBin + "/stratum-train --config " + dir_ + "/missing.json");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("missing.json"), std::string::npos) << r.output;
+}
+
+}  // namespace
