@@ -51,9 +51,10 @@ int info(const std::string& dir, const std::string& tag) {
   if (client.contains("data")) std::cout << "data position " << client.at("data").dump() << "\n";
   std::cout << "shards\n";
   for (const auto& s : m.at("shards")) {
-    const std::string path = tag_dir + "/" + s.get<std::string>();
-    auto header = models::read_safetensors_header(path);
-    std::cout << "  " << s.get<std::string>() << "  " << header.tensors.size() << " tensors\n";
+    const std::string file = s.at("file").get<std::string>();
+    auto header = models::read_safetensors_header(tag_dir + "/" + file);
+    std::cout << "  " << file << "  " << s.at("fragments").size() << " parameter fragments, " << header.tensors.size()
+              << " tensors, " << header.data_length << " bytes\n";
   }
   std::cout << "every shard read and every parameter assembled: OK\n";
   return 0;

@@ -18,6 +18,7 @@ extern char** environ;
 #include "stratum/core/fs.h"
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
+#include "stratum/models/safetensors.h"
 
 using namespace stratum;
 using stratum::test::Mlp;
@@ -107,6 +108,18 @@ TEST(Checkpoint, ConsolidatedWeightsEqualTheModel) {
     EXPECT_TRUE(torch::equal(full.tensors.at(item.key()), item.value().detach())) << item.key();
   EXPECT_EQ(full.tensors.count("exp_avg|fc1.weight"), 1u);
   EXPECT_EQ(full.manifest->at("data_parallel_size").get<int>(), world->size());
+  // The manifest lists each shard's fragments: exactly the master tensors the shard holds.
+  int64_t listed = 0;
+  for (const auto& shard : full.manifest->at("shards")) {
+    int masters = 0;
+    for (const auto& e : models::read_safetensors_header(dir + "/global_step3/" + shard.at("file").get<std::string>()).tensors)
+      masters += e.name.rfind("master|", 0) == 0;
+    EXPECT_EQ(static_cast<int>(shard.at("fragments").size()), masters) << shard.at("file");
+    for (const auto& f : shard.at("fragments")) listed += f.at(2).get<int64_t>();
+  }
+  int64_t numel = 0;
+  for (const auto& p : t.model->parameters()) numel += p.numel();
+  EXPECT_EQ(listed, numel) << "every element of every parameter is in exactly one shard";
   cleanup(dir);
 }
 

@@ -93,6 +93,24 @@ std::vector<Fragment> fragments_of(const zero::FlatLayout& layout, const std::ve
   return out;
 }
 
+// The flat pieces rank r holds at `stage` (what owned_pieces() returns on that
+// rank), and the part of them it writes: for the manifest, written by rank 0.
+std::vector<zero::FlatPiece> pieces_of_rank(const zero::FlatLayout& layout, int stage, int rank) {
+  std::vector<zero::FlatPiece> pieces;
+  if (stage == 0) return {zero::FlatPiece{0, layout.total_numel(), 0, 0}};
+  for (size_t b = 0; b < layout.buckets().size(); ++b)
+    pieces.push_back(zero::FlatPiece{layout.slice_offset(static_cast<int>(b), rank),
+                                     layout.buckets()[b].slice_numel(layout.dp_size()), 0, 0});
+  return pieces;
+}
+
+std::pair<int64_t, int64_t> write_window(const zero::FlatLayout& layout, int stage, int rank) {
+  const int64_t total = layout.total_numel(), n = layout.dp_size();
+  // Stage 0 holds everything on every rank: each writes an even share.
+  if (stage == 0) return {total * rank / n, total * (rank + 1) / n};
+  return {0, total};
+}
+
 void write_text_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
@@ -170,10 +188,7 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
   }
   agree_or_throw(engine, error);
 
-  // Stage 0 holds everything on every rank: each writes an even share.
-  const int64_t total = layout.total_numel();
-  const int64_t lo = strategy.stage() == 0 ? total * rank / n : 0;
-  const int64_t hi = strategy.stage() == 0 ? total * (rank + 1) / n : total;
+  const auto [lo, hi] = write_window(layout, strategy.stage(), rank);
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const Fragment& f : fragments_of(layout, strategy.owned_pieces(), lo, hi)) {
     const auto& seg = strategy.segments()[f.segment];
@@ -215,9 +230,18 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
                         {"shape", layout.specs()[i].shape},
                         {"numel", layout.params()[i].numel}});
     m["params"] = params;
+    // Each shard's contents: [parameter index, first element, elements] per fragment.
     json shards = json::array();
-    for (int r = 0; r < n; ++r) shards.push_back(shard_name(r));
+    for (int r = 0; r < n; ++r) {
+      const auto [rlo, rhi] = write_window(layout, strategy.stage(), r);
+      json fragments = json::array();
+      for (const Fragment& f : fragments_of(layout, pieces_of_rank(layout, strategy.stage(), r), rlo, rhi))
+        fragments.push_back({f.param, f.start, f.numel});
+      shards.push_back({{"file", shard_name(r)}, {"rank", r}, {"fragments", fragments}});
+    }
     m["shards"] = shards;
+    m["topology"] = {{"data_parallel", n}, {"pipeline_parallel", 1}, {"tensor_parallel", 1}};
+    m["rng"] = "per rank, in each shard as tensor 'rng|cpu' (torch's CPU generator state)";
     m["adam_step"] = adam.empty() ? 0.0 : adam.front().step.item<double>();
     m["lr_scheduler"] = {{"last_batch_iteration", CheckpointAccess::scheduler(engine).last_batch_iteration()}};
     const auto& sc = CheckpointAccess::scaler(engine).state();
@@ -254,7 +278,7 @@ using FragmentIndex = std::map<std::string, std::map<std::string, std::vector<Sa
 FragmentIndex index_shards(const std::string& tag_dir, const json& manifest) {
   FragmentIndex index;
   for (const auto& shard : manifest.at("shards")) {
-    const std::string file = tag_dir + "/" + shard.get<std::string>();
+    const std::string file = tag_dir + "/" + shard.at("file").get<std::string>();
     if (!fs::exists(file)) throw Error(file + ": shard missing from the checkpoint");
     for (const auto& entry : models::read_safetensors_header(file).tensors) {
       auto f = parse_fragment(entry.name);
