@@ -61,4 +61,31 @@ class FlatStrategy : public ZeroStrategy {
   double pre_scale_ = 1.0, post_scale_ = 1.0;
 };
 
+// Stages 0 and 1: autograd accumulates whole gradients into the flat buffer
+// across micro-steps; on the boundary micro-step each bucket is reduced as soon
+// as its parameters are done (overlap_comm) or after backward.
+class BoundaryReducedStrategy : public FlatStrategy {
+ public:
+  using FlatStrategy::FlatStrategy;
+
+  void prepare_backward(bool boundary) override {
+    armed_ = boundary;
+    reset_pending();
+  }
+  void on_grad_ready(int index) override {
+    if (!armed_ || !count_ready(index) || !options_.overlap_comm) return;
+    launch(layout_.params()[index].bucket);
+  }
+  void finish_backward() override {
+    if (!armed_) return;
+    for (size_t b = 0; b < launched_.size(); ++b)
+      if (!launched_[b]) launch(static_cast<int>(b));
+  }
+  void wait_gradients() override { wait_in_flight(); }
+
+ protected:
+  // Starts bucket b's reduction (and marks it launched).
+  virtual void launch(int b) = 0;
+};
+
 }  // namespace stratum::zero

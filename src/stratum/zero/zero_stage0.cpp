@@ -11,9 +11,9 @@
 namespace stratum::zero {
 namespace {
 
-class Stage0 : public FlatStrategy {
+class Stage0 : public BoundaryReducedStrategy {
  public:
-  using FlatStrategy::FlatStrategy;
+  using BoundaryReducedStrategy::BoundaryReducedStrategy;
 
   void init() {
     flat_grads_ = at::zeros_like(flat_params_);
@@ -26,23 +26,6 @@ class Stage0 : public FlatStrategy {
 
   bool partitioned() const override { return false; }
 
-  void prepare_backward(bool boundary) override {
-    armed_ = boundary;
-    reset_pending();
-  }
-
-  void on_grad_ready(int index) override {
-    if (!armed_ || !count_ready(index) || !options_.overlap_comm) return;
-    launch(layout_.params()[index].bucket);
-  }
-
-  void finish_backward() override {
-    if (!armed_) return;
-    for (size_t b = 0; b < launched_.size(); ++b)
-      if (!launched_[b]) launch(static_cast<int>(b));
-  }
-
-  void wait_gradients() override { wait_in_flight(); }
 
   void publish_params() override {
     if (!master_.is_same(flat_params_)) {
@@ -61,7 +44,7 @@ class Stage0 : public FlatStrategy {
   }
 
  private:
-  void launch(int b) {
+  void launch(int b) override {
     launched_[b] = true;
     at::Tensor bucket = bucket_of(flat_grads_, b);
     launch_reduction(bucket, bucket, /*accumulate=*/false, /*scatter=*/false);

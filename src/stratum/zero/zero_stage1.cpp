@@ -11,9 +11,9 @@
 namespace stratum::zero {
 namespace {
 
-class Stage1 : public FlatStrategy {
+class Stage1 : public BoundaryReducedStrategy {
  public:
-  using FlatStrategy::FlatStrategy;
+  using BoundaryReducedStrategy::BoundaryReducedStrategy;
 
   void init() {
     flat_grads_ = at::zeros_like(flat_params_);
@@ -29,23 +29,6 @@ class Stage1 : public FlatStrategy {
 
   bool partitioned() const override { return true; }
 
-  void prepare_backward(bool boundary) override {
-    armed_ = boundary;
-    reset_pending();
-  }
-
-  void on_grad_ready(int index) override {
-    if (!armed_ || !count_ready(index) || !options_.overlap_comm) return;
-    launch(layout_.params()[index].bucket);
-  }
-
-  void finish_backward() override {
-    if (!armed_) return;
-    for (size_t b = 0; b < launched_.size(); ++b)
-      if (!launched_[b]) launch(static_cast<int>(b));
-  }
-
-  void wait_gradients() override { wait_in_flight(); }
   void publish_params() override { gather_params_from_shard(master_); }
   void zero_gradients() override { flat_grads_.zero_(); }
 
@@ -63,7 +46,7 @@ class Stage1 : public FlatStrategy {
   }
 
  private:
-  void launch(int b) {
+  void launch(int b) override {
     launched_[b] = true;
     launch_reduction(bucket_of(flat_grads_, b), slice_of(flat_grads_, b), /*accumulate=*/false, /*scatter=*/true);
   }
