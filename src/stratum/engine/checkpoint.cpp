@@ -147,8 +147,6 @@ json read_manifest(const std::string& tag_dir) {
   return m;
 }
 
-void barrier(EngineCore& e) { e.dp()->barrier()->wait(); }
-
 // Every rank agrees on an error before anyone throws, so no rank hangs in the next collective.
 void agree_or_throw(EngineCore& e, const std::string& local_error) {
   at::Tensor flag = at::full({1}, local_error.empty() ? 0 : 1, at::TensorOptions().dtype(at::kFloat).device(
