@@ -143,25 +143,29 @@ TEST(CpuAdam, ThreadsDoNotChangeTheResult) {
   EXPECT_TRUE(torch::equal(v1, v2));
 }
 
-TEST(CpuAdam, Bf16CopyEqualsTorchRounding) {
+// The 16-bit copy equals torch's .to(bf16 / fp16) of the updated params.
+TEST(CpuAdam, SixteenBitCopyEqualsTorchRounding) {
   for (const char* isa : runnable_isas()) {
     ForcedIsa forced(isa);
-    for (int64_t n : kSizes) {
-      torch::manual_seed(11);
-      at::Tensor p = torch::randn({n}) * 100, m = torch::zeros({n}), v = torch::zeros({n});
-      at::Tensor bf16 = torch::zeros({n}, torch::kBFloat16);
-      cpu_adam_step(p, torch::randn({n}), m, v, CpuAdamStep{}, bf16);
-      EXPECT_TRUE(torch::equal(bf16, p.to(torch::kBFloat16))) << isa << " n=" << n;
+    for (auto dtype : {torch::kBFloat16, torch::kHalf}) {
+      for (int64_t n : kSizes) {
+        torch::manual_seed(11);
+        at::Tensor p = torch::randn({n}) * 100, m = torch::zeros({n}), v = torch::zeros({n});
+        at::Tensor copy = torch::zeros({n}, dtype);
+        cpu_adam_step(p, torch::randn({n}), m, v, CpuAdamStep{}, copy);
+        EXPECT_TRUE(torch::equal(copy, p.to(dtype))) << isa << " " << dtype << " n=" << n;
+      }
+      // Ties round to even, -0 stays, overflow to inf, NaN stays NaN, inf stays.
+      at::Tensor p = torch::tensor({1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048,
+                                    3.0e38f, 7.0e4f, -0.0f, NAN, INFINITY}),
+                 zeros = torch::zeros({9}), m = torch::zeros({9}), v = torch::zeros({9});
+      at::Tensor copy = torch::zeros({9}, dtype);
+      cpu_adam_step(p, zeros, m, v, CpuAdamStep{}, copy);  // zero grads: params unchanged
+      const at::Tensor want = p.to(dtype);
+      EXPECT_TRUE(torch::equal(copy.narrow(0, 0, 7), want.narrow(0, 0, 7))) << isa << " " << dtype;
+      EXPECT_TRUE(copy[7].isnan().item<bool>()) << isa << " " << dtype;
+      EXPECT_EQ(copy[8].item<float>(), INFINITY) << isa << " " << dtype;
     }
-    // Ties round to even; NaN stays NaN; infinities stay.
-    at::Tensor p = torch::tensor({1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 3.0e38f, -0.0f, NAN, INFINITY}),
-               g = torch::zeros({6}), m = torch::zeros({6}), v = torch::zeros({6});
-    at::Tensor bf16 = torch::zeros({6}, torch::kBFloat16);
-    cpu_adam_step(p, g, m, v, CpuAdamStep{}, bf16);  // zero grads: params unchanged
-    const at::Tensor want = p.to(torch::kBFloat16);
-    EXPECT_TRUE(torch::equal(bf16.narrow(0, 0, 4), want.narrow(0, 0, 4))) << isa;
-    EXPECT_TRUE(bf16[4].isnan().item<bool>()) << isa;
-    EXPECT_EQ(bf16[5].item<float>(), INFINITY) << isa;
   }
 }
 
@@ -212,7 +216,9 @@ TEST(CpuAdam, RejectsBadTensors) {
   expect_error([&] { cpu_adam_step(p, torch::zeros({8}), strided, v, {}); }, "exp_avg is not contiguous");
   at::Tensor undefined;
   expect_error([&] { cpu_adam_step(p, torch::zeros({8}), m, undefined, {}); }, "exp_avg_sq is undefined");
-  expect_error([&] { cpu_adam_step(p, torch::zeros({8}), m, v, {}, torch::zeros({8})); }, "params_bf16 is Float");
+  expect_error([&] { cpu_adam_step(p, torch::zeros({8}), m, v, {}, torch::zeros({8})); }, "params_16bit is Float");
+  expect_error([&] { cpu_adam_step(p, torch::zeros({8}), m, v, {}, torch::zeros({9}, torch::kHalf)); },
+               "params_16bit has 9 elements");
   CpuAdamStep zero_step;
   zero_step.step = 0;
   expect_error([&] { cpu_adam_step(p, torch::zeros({8}), m, v, zero_step); }, "1-based");

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include <ATen/Parallel.h>
+#include <c10/util/Half.h>
 #include <c10/core/thread_pool.h>
 
 #include "stratum/core/error.h"
@@ -45,9 +46,10 @@ struct Coeffs {
   float decay;           // 1 - lr wd (decoupled)
   float l2;              // wd (L2)
   bool unscale, decoupled_decay, l2_decay;
+  bool fp16_copy;        // the 16-bit copy is fp16, else bf16
 };
 
-Coeffs make_coeffs(const CpuAdamStep& s) {
+Coeffs make_coeffs(const CpuAdamStep& s, Copy16 format) {
   const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(s.step));
   const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(s.step));
   Coeffs c{};
@@ -64,6 +66,7 @@ Coeffs make_coeffs(const CpuAdamStep& s) {
   c.unscale = s.grad_scale != 1.0;
   c.decoupled_decay = s.decoupled && s.weight_decay != 0.0;
   c.l2_decay = !s.decoupled && s.weight_decay != 0.0;
+  c.fp16_copy = format == Copy16::fp16;
   return c;
 }
 
@@ -91,13 +94,13 @@ void adam_scalar(float* p, const float* g, float* m, float* v, int64_t n, const 
     m[i] = mi;
     v[i] = vi;
     p[i] = param;
-    if (out) out[i] = to_bf16(param);
+    if (out) out[i] = c.fp16_copy ? c10::Half(param).x : to_bf16(param);
   }
 }
 
 #ifdef STRATUM_CPU_ADAM_X86
-// ---- AVX2 + FMA: 8 lanes; the tail goes through the same code on a padded copy ----
-__attribute__((target("avx2,fma"))) inline void adam8(float* p, const float* g, float* m, float* v, const Coeffs& c,
+// ---- AVX2 + FMA (+ F16C): 8 lanes; the tail goes through the same code on a padded copy ----
+__attribute__((target("avx2,fma,f16c"))) inline void adam8(float* p, const float* g, float* m, float* v, const Coeffs& c,
                                                       uint16_t* out) {
   __m256 grad = _mm256_loadu_ps(g), param = _mm256_loadu_ps(p);
   if (c.unscale) grad = _mm256_div_ps(grad, _mm256_set1_ps(c.grad_scale));
@@ -114,7 +117,9 @@ __attribute__((target("avx2,fma"))) inline void adam8(float* p, const float* g, 
   _mm256_storeu_ps(m, mi);
   _mm256_storeu_ps(v, vi);
   _mm256_storeu_ps(p, param);
-  if (out) {
+  if (out && c.fp16_copy) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_cvtps_ph(param, _MM_FROUND_TO_NEAREST_INT));
+  } else if (out) {
     const __m256i u = _mm256_castps_si256(param);
     const __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)));
     __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
@@ -125,7 +130,7 @@ __attribute__((target("avx2,fma"))) inline void adam8(float* p, const float* g, 
   }
 }
 
-__attribute__((target("avx2,fma"))) void adam_avx2(float* p, const float* g, float* m, float* v, int64_t n,
+__attribute__((target("avx2,fma,f16c"))) void adam_avx2(float* p, const float* g, float* m, float* v, int64_t n,
                                                    const Coeffs& c, uint16_t* out) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) adam8(p + i, g + i, m + i, v + i, c, out ? out + i : nullptr);
@@ -166,7 +171,16 @@ __attribute__((target("avx512f"))) void adam_avx512(float* p, const float* g, fl
     _mm512_mask_storeu_ps(m + i, k, mi);
     _mm512_mask_storeu_ps(v + i, k, vi);
     _mm512_mask_storeu_ps(p + i, k, param);
-    if (out) {
+    if (out && c.fp16_copy) {
+      const __m256i h = _mm512_cvtps_ph(param, _MM_FROUND_TO_NEAREST_INT);
+      if (k == 0xFFFF) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), h);
+      } else {  // a masked 16-bit store would need AVX512BW
+        uint16_t tail[16];
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(tail), h);
+        std::memcpy(out + i, tail, (n - i) * sizeof(uint16_t));
+      }
+    } else if (out) {
       const __m512i u = _mm512_castps_si512(param);
       const __m512i bias =
           _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
@@ -183,7 +197,8 @@ bool cpu_has(CpuAdamIsa isa) {
   switch (isa) {
 #ifdef STRATUM_CPU_ADAM_X86
     case CpuAdamIsa::avx512: return __builtin_cpu_supports("avx512f");
-    case CpuAdamIsa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case CpuAdamIsa::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
     case CpuAdamIsa::avx512:
     case CpuAdamIsa::avx2: return false;
@@ -282,7 +297,7 @@ CpuAdamIsa cpu_adam_isa() {
     if (std::strcmp(forced, isa_name(isa)) != 0) continue;
     if (!cpu_has(isa))
       throw Error(std::string("STRATUM_CPU_ADAM_ISA=") + forced + ": this CPU does not support it" +
-                  (isa == CpuAdamIsa::avx2 ? " (needs AVX2 and FMA)" : " (needs AVX-512F)"));
+                  (isa == CpuAdamIsa::avx2 ? " (needs AVX2, FMA and F16C)" : " (needs AVX-512F)"));
     return isa;
   }
   throw Error(std::string("STRATUM_CPU_ADAM_ISA=") + forced + ": unknown; use scalar, avx2 or avx512");
@@ -293,31 +308,33 @@ int cpu_adam_threads(double cores_perc) {
 }
 
 void cpu_adam_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, int64_t n,
-                   const CpuAdamStep& s, uint16_t* params_bf16) {
+                   const CpuAdamStep& s, uint16_t* params_16bit, Copy16 format) {
   if (n < 0) throw Error("cpu_adam_step: negative element count " + std::to_string(n));
   if (s.step < 1) throw Error("cpu_adam_step: step is 1-based, got " + std::to_string(s.step));
   if (n == 0) return;
-  const Coeffs c = make_coeffs(s);
+  const Coeffs c = make_coeffs(s, format);
   const Kernel kernel = kernel_for(cpu_adam_isa());
 
   const int threads = std::min(s.num_threads > 0 ? s.num_threads : at::get_num_threads(), hardware_threads());
   for_each_block((n + kBlock - 1) / kBlock, threads, [&](int64_t b) {
     const int64_t i = b * kBlock, len = std::min(n - i, kBlock);
-    kernel(params + i, grads + i, exp_avg + i, exp_avg_sq + i, len, c, params_bf16 ? params_bf16 + i : nullptr);
+    kernel(params + i, grads + i, exp_avg + i, exp_avg_sq + i, len, c, params_16bit ? params_16bit + i : nullptr);
   });
 }
 
 void cpu_adam_step(at::Tensor& params, const at::Tensor& grads, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
-                   const CpuAdamStep& s, const at::Tensor& params_bf16) {
+                   const CpuAdamStep& s, const at::Tensor& params_16bit) {
   check_tensor(params, "params", at::kFloat, -1);
   const int64_t n = params.numel();
   check_tensor(grads, "grads", at::kFloat, n);
   check_tensor(exp_avg, "exp_avg", at::kFloat, n);
   check_tensor(exp_avg_sq, "exp_avg_sq", at::kFloat, n);
-  if (params_bf16.defined()) check_tensor(params_bf16, "params_bf16", at::kBFloat16, n);
+  const bool fp16 = params_16bit.defined() && params_16bit.scalar_type() == at::kHalf;
+  if (params_16bit.defined()) check_tensor(params_16bit, "params_16bit", fp16 ? at::kHalf : at::kBFloat16, n);
   cpu_adam_step(params.data_ptr<float>(), grads.const_data_ptr<float>(), exp_avg.data_ptr<float>(),
                 exp_avg_sq.data_ptr<float>(), n, s,
-                params_bf16.defined() ? reinterpret_cast<uint16_t*>(params_bf16.data_ptr()) : nullptr);
+                params_16bit.defined() ? reinterpret_cast<uint16_t*>(params_16bit.data_ptr()) : nullptr,
+                fp16 ? Copy16::fp16 : Copy16::bf16);
 }
 
 }  // namespace stratum::optim

@@ -8,8 +8,9 @@
 //   m  = b1 m + (1 - b1) g             v = b2 v + (1 - b2) g g
 //   p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps),   bc_i = 1 - b_i^step
 // Scalars are computed in double once per call and applied in fp32, as torch does.
-// Optionally the updated params are also written rounded to bf16 (round to
-// nearest even, NaN stays NaN) in the same pass: the copy a GPU needs back.
+// Optionally the updated params are also written rounded to bf16 or fp16 (round
+// to nearest even, NaN stays NaN, as torch's .to()) in the same pass: the copy a
+// GPU needs back.
 #include <cstdint>
 #include <string>
 
@@ -25,7 +26,8 @@ struct CpuAdamStep {
   int num_threads = 0;    // 0: at::get_num_threads(); at most the machine's hardware threads
 };
 
-enum class CpuAdamIsa { scalar, avx2, avx512 };
+enum class CpuAdamIsa { scalar, avx2, avx512 };  // avx2 also needs FMA and F16C
+enum class Copy16 { bf16, fp16 };
 const char* isa_name(CpuAdamIsa isa);
 
 // The path cpu_adam_step takes: STRATUM_CPU_ADAM_ISA (scalar|avx2|avx512) when
@@ -37,15 +39,15 @@ CpuAdamIsa cpu_adam_isa();
 // (offload_optimizer.cpuadam_cores_perc): at least 1, at most all of them.
 int cpu_adam_threads(double cores_perc);
 
-// One step in place on n elements. params_bf16 (optional, n elements): receives
-// the updated params rounded to bf16.
+// One step in place on n elements. params_16bit (optional, n elements): receives
+// the updated params rounded to `format`.
 void cpu_adam_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, int64_t n,
-                   const CpuAdamStep& s, uint16_t* params_bf16 = nullptr);
+                   const CpuAdamStep& s, uint16_t* params_16bit = nullptr, Copy16 format = Copy16::bf16);
 
 // The same on tensors: all fp32, contiguous, on the CPU, of equal numel;
-// params_bf16, when defined, bf16 contiguous CPU of that numel. Throws
-// stratum::Error naming the tensor at fault.
+// params_16bit, when defined, bf16 or fp16 (its dtype picks the copy),
+// contiguous, CPU, of that numel. Throws stratum::Error naming the tensor at fault.
 void cpu_adam_step(at::Tensor& params, const at::Tensor& grads, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
-                   const CpuAdamStep& s, const at::Tensor& params_bf16 = at::Tensor());
+                   const CpuAdamStep& s, const at::Tensor& params_16bit = at::Tensor());
 
 }  // namespace stratum::optim
