@@ -1,0 +1,76 @@
+#include "stratum/monitor/memory_estimator.h"
+
+#include <cstdio>
+
+namespace stratum::monitor {
+
+std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
+  const double psi = static_cast<double>(in.params);
+  const double n = static_cast<double>(in.nodes * in.gpus_per_node);
+  const double w = static_cast<double>(in.param_bytes);  // bytes of a parameter or gradient as trained
+  // fp32 master + Adam m + v: 12 bytes a parameter; with 16-bit training the master is a
+  // separate copy, with fp32 training the parameters are the master (stage 0) or a copy of a shard.
+  const double k = in.param_bytes == 4 ? 8.0 : 12.0;
+  // ZeRO-3 holds one gathered layer and the prefetched next one, plus that layer's full gradient.
+  const double working_set = 3.0 * w * static_cast<double>(in.largest_layer_params);
+  const double per_node = static_cast<double>(in.gpus_per_node);
+  // Offloaded optimizer: fp32 master + m + v and the fp32 gradient shard the CPU step reads.
+  const double offloaded = 16.0 * psi / n;
+  std::vector<StateEstimate> out;
+  auto add = [&](int stage, bool opt, bool param, double gpu, double cpu_per_gpu) {
+    out.push_back(StateEstimate{stage, opt, param, gpu, cpu_per_gpu * per_node});
+  };
+  add(0, false, false, 2 * w * psi + k * psi, 0);
+  const double k1 = 12.0;  // stages >= 1 keep a separate fp32 master shard (+ m + v), also in fp32 training
+  add(1, false, false, 2 * w * psi + k1 * psi / n, 0);
+  add(1, true, false, 2 * w * psi, offloaded);
+  add(2, false, false, w * psi + (w + k1) * psi / n, 0);
+  add(2, true, false, w * psi + w * psi / n, offloaded);
+  add(3, false, false, (2 * w + k1) * psi / n + working_set, 0);
+  add(3, true, false, 2 * w * psi / n + working_set, offloaded);
+  add(3, true, true, working_set, offloaded + w * psi / n);
+  return out;
+}
+
+double estimate_activation_bytes(const EstimateInput& in) {
+  if (in.layers <= 0 || in.hidden <= 0) return 0.0;
+  const double s = static_cast<double>(in.seq_len), b = static_cast<double>(in.micro_batch),
+               h = static_cast<double>(in.hidden), L = static_cast<double>(in.layers),
+               v = static_cast<double>(in.vocab), w = static_cast<double>(in.param_bytes);
+  // Per layer, 16-bit, flash attention (no s x s scores), no dropout masks: Korthikanti et
+  // al.'s 34 sbh less the 2 sbh of dropout masks = 32 sbh bytes; scaled by the dtype.
+  const double per_layer = 16.0 * w * s * b * h;
+  const double layers = in.activation_checkpointing ? L * w * s * b * h + per_layer  // inputs + one recomputed layer
+                                                    : L * per_layer;
+  // At the loss: the logits in the training dtype, their fp32 copy, the fp32
+  // log-softmax and the logits' gradient in the training dtype.
+  const double logits = s * b * v * (2.0 * w + 8.0);
+  return layers + logits;
+}
+
+std::string format_estimate(const EstimateInput& in) {
+  char line[256];
+  auto gib = [](double bytes) { return bytes / double(1ull << 30); };
+  std::string out;
+  std::snprintf(line, sizeof line,
+                "Estimated memory for %.3gB parameters (largest layer %.3gM) on %lld node(s) x %lld GPU(s), %s training\n",
+                in.params / 1e9, in.largest_layer_params / 1e6, (long long)in.nodes, (long long)in.gpus_per_node,
+                in.param_bytes == 2 ? "16-bit" : "fp32");
+  out += line;
+  out += "  ZeRO  offload_optimizer  offload_param   per GPU (GiB)   per node CPU (GiB)\n";
+  for (const auto& e : estimate_model_states(in)) {
+    std::snprintf(line, sizeof line, "  %4d  %-17s  %-13s   %13.2f   %18.2f\n", e.stage, e.offload_optimizer ? "cpu" : "none",
+                  e.offload_param ? "cpu" : "none", gib(e.gpu_bytes), gib(e.cpu_bytes_per_node));
+    out += line;
+  }
+  const double act = estimate_activation_bytes(in);
+  if (act > 0) {
+    std::snprintf(line, sizeof line, "  activations: %.2f GiB per GPU (micro-batch %lld, seq %lld, %s)\n", gib(act),
+                  (long long)in.micro_batch, (long long)in.seq_len,
+                  in.activation_checkpointing ? "activation checkpointing" : "no checkpointing");
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace stratum::monitor

@@ -1,0 +1,36 @@
+#pragma once
+// Memory per device before a run: model states for every ZeRO stage and
+// offload choice (the ZeRO paper's accounting, as Stratum's strategies hold
+// them), and activations for a micro-batch (which DeepSpeed's estimators leave
+// out). Pure arithmetic; `stratum-estimate` prints it.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace stratum::monitor {
+
+struct EstimateInput {
+  int64_t params = 0;                // Ψ, trainable parameters
+  int64_t largest_layer_params = 0;  // ZeRO-3 gathers one layer at a time (and prefetches the next)
+  int64_t layers = 0, hidden = 0, heads = 0, vocab = 0;  // for activations (0: not estimated)
+  int64_t nodes = 1, gpus_per_node = 1;
+  int64_t micro_batch = 1, seq_len = 1024;
+  bool activation_checkpointing = false;
+  int64_t param_bytes = 2;  // 2: bf16/fp16 training with fp32 masters; 4: fp32 training
+};
+
+struct StateEstimate {
+  int stage = 0;
+  bool offload_optimizer = false, offload_param = false;
+  double gpu_bytes = 0;           // per GPU: parameters, gradients, optimizer states kept there
+  double cpu_bytes_per_node = 0;  // pinned host memory for offloaded states, all GPUs of a node
+};
+
+// Every stage (0-3) x offload choice Stratum supports, in a fixed order.
+std::vector<StateEstimate> estimate_model_states(const EstimateInput& in);
+// Activation bytes per GPU for one micro-batch at peak (forward done, backward starting),
+// including the logits and the fp32 loss copy. 0 when the shape is unknown.
+double estimate_activation_bytes(const EstimateInput& in);
+std::string format_estimate(const EstimateInput& in);
+
+}  // namespace stratum::monitor
