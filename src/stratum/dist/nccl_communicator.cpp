@@ -61,6 +61,9 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 // One operation in flight: its completion event on the communicator's stream.
 struct Pending {
   cudaEvent_t done = nullptr;
+  // False while the host is still inside the NCCL call: the first collective of
+  // a communicator can block there until every peer has connected.
+  std::atomic<bool> launched{false};
   Clock::time_point deadline;
   std::string description;
   ~Pending() {
@@ -103,7 +106,8 @@ struct NcclCommunicator::State {
     while (!stopping) {
       wake.wait_for(lock, std::chrono::milliseconds(100));
       for (auto it = pending.begin(); it != pending.end();) {
-        cudaError_t q = cudaEventQuery((*it)->done);
+        // An unrecorded event reads as complete: only launched operations are queried.
+        cudaError_t q = (*it)->launched ? cudaEventQuery((*it)->done) : cudaErrorNotReady;
         if (q == cudaSuccess) {
           it = pending.erase(it);
           continue;
@@ -117,9 +121,11 @@ struct NcclCommunicator::State {
           const double s = std::chrono::duration<double>(options.timeout).count();
           std::string msg = (*it)->description + " timed out after " + std::to_string(s).substr(0, 5) +
                             " s: a peer never joined it (it crashed, hangs, or issued a different collective)";
+          if (!(*it)->launched) msg += "; the host was still blocked in the NCCL call";
           if (async_error != ncclSuccess) msg += "; NCCL reports: " + std::string(ncclGetErrorString(async_error));
-          ncclCommAbort(comm);  // unblocks the kernels stuck in the collective
-          comm = nullptr;
+          // MPI_Abort ends every rank (and the kernels stuck in the collective with them).
+          // No ncclCommAbort first: it would wake the blocked caller, whose error could end
+          // this process before the report is out.
           abort_job(msg, kExitCommTimeout);
         }
         ++it;
@@ -127,17 +133,21 @@ struct NcclCommunicator::State {
     }
   }
 
-  std::shared_ptr<Pending> track(std::string description) {
+  // Registered before the NCCL call, so that a call that never returns is caught too.
+  std::shared_ptr<Pending> begin(std::string description) {
     auto p = std::make_shared<Pending>();
     check_cuda(cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming), "cudaEventCreate");
-    check_cuda(cudaEventRecord(p->done, stream), "cudaEventRecord");
     p->deadline = Clock::now() + options.timeout;
     p->description = std::move(description);
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      pending.push_back(p);
-    }
+    std::lock_guard<std::mutex> lock(mutex);
+    pending.push_back(p);
     return p;
+  }
+
+  void launched(Pending& p) {
+    check_cuda(cudaEventRecord(p.done, stream), "cudaEventRecord");
+    p.launched = true;
+    wake.notify_all();
   }
 
   ~State() {
@@ -182,6 +192,7 @@ class NcclWork : public Work {
   }
 
   bool completed() override {
+    if (!pending_->launched) return false;
     cudaError_t q = cudaEventQuery(pending_->done);
     if (q == cudaErrorNotReady) return false;
     check_cuda(q, "cudaEventQuery");
@@ -248,12 +259,12 @@ WorkPtr enqueue(NcclCommunicator::State& s, const std::string& description, cons
   check_cuda(cudaEventRecord(ready, caller), "cudaEventRecord");
   check_cuda(cudaStreamWaitEvent(s.stream, ready, 0), "cudaStreamWaitEvent");
   cudaEventDestroy(ready);  // safe: destruction is deferred until the event completes
+  auto pending = s.begin(description);
   launch(s.stream);
+  s.launched(*pending);
   auto comm_stream = c10::cuda::getStreamFromExternal(s.stream, static_cast<c10::DeviceIndex>(s.device));
   for (const auto& t : tensors)
     if (t.defined() && t.numel() > 0) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), comm_stream);
-  auto pending = s.track(description);
-  s.wake.notify_all();
   return std::make_shared<NcclWork>(pending, s.device, s.options, host_blocking);
 }
 
