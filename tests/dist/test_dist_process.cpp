@@ -42,6 +42,18 @@ TEST(DistProcess, CollectiveTimeoutEndsTheJobNamingTheCollective) {
   EXPECT_LT(r.seconds, 30.0) << r.output;
 }
 
+// The NCCL watchdog on GPU machines (skipped without GPUs): the first collective
+// blocks the host until the peer connects, and must still be reported.
+TEST(DistProcess, NcclTimeoutEndsTheJobNamingTheCollective) {
+  RunResult r = run(std::string("timeout 60 ") + kEnv + "STRATUM_COMM_TIMEOUT=2 " STRATUM_MPIEXEC " -np 2 " STRATUM_BIN_DIR
+                    "/timeout_probe nccl");
+  if (r.status == 3) GTEST_SKIP() << "no NCCL communicator here (no GPUs)";
+  EXPECT_EQ(r.status, 124) << r.output;
+  EXPECT_NE(r.output.find("all_reduce #1 (4.0 KiB Float) on nccl group 'world' [ranks 0, 1] timed out"),
+            std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 30.0) << r.output;
+}
+
 TEST(DistProcess, TimeoutFromEnvironment) {
   setenv("STRATUM_COMM_TIMEOUT", "2.5", 1);
   EXPECT_EQ(stratum::dist::CommOptions::from_env().timeout.count(), 2500);
