@@ -11,25 +11,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "../common/run_command.h"
 #include "stratum/core/fs.h"
 
 namespace {
 
-struct Result {
-  int status;
-  std::string output;
-};
+using Result = stratum::test::CommandResult;
 
-Result run(const std::string& cmd) {
-  Result r{-1, ""};
-  FILE* p = ::popen(("timeout 300 " + cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Result run(const std::string& cmd) { return stratum::test::run_command("timeout 300 " + cmd); }
 
 const std::string kBin = STRATUM_BIN_DIR;
 

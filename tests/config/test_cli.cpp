@@ -1,6 +1,8 @@
 // stratum-config check: exit 0 and the resolved config, or exit 1 and every problem.
 #include <gtest/gtest.h>
 
+#include "../common/run_command.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,22 +11,10 @@
 
 namespace {
 
-struct RunResult {
-  int status;
-  std::string output;
-};
+using RunResult = stratum::test::CommandResult;
 
 RunResult run(const std::string& args) {
-  std::string cmd = std::string(STRATUM_BIN_DIR) + "/stratum-config " + args + " 2>&1";
-  RunResult r{-1, ""};
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
-  int st = ::pclose(pipe);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return stratum::test::run_command(std::string(STRATUM_BIN_DIR) + "/stratum-config " + args);
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {

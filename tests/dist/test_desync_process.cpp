@@ -3,6 +3,8 @@
 // within seconds with a report naming the collective and every rank's call.
 #include <gtest/gtest.h>
 
+#include "../common/run_command.h"
+
 #include <sys/wait.h>
 
 #include <chrono>
@@ -13,27 +15,10 @@
 
 namespace {
 
-struct RunResult {
-  int status;
-  std::string output;
-  double seconds;
-};
+using RunResult = stratum::test::CommandResult;
+const char* kEnv = stratum::test::kMpiRootEnv;
 
-// Root may run Open MPI here (tests run as root on CI machines).
-const char* kEnv = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
-
-RunResult run(const std::string& cmd) {
-  auto t0 = std::chrono::steady_clock::now();
-  RunResult r{-1, "", 0};
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
+RunResult run(const std::string& cmd) { return stratum::test::run_command(cmd); }
 
 RunResult run_probe(int np, const std::string& args = "", const std::string& timeout_s = "30") {
   return run(std::string("timeout 60 ") + kEnv + "STRATUM_COMM_TIMEOUT=" + timeout_s + " " STRATUM_MPIEXEC " -np " +

@@ -2,6 +2,8 @@
 // that a peer never joins ends the job with a report instead of hanging.
 #include <gtest/gtest.h>
 
+#include "../common/run_command.h"
+
 #include <sys/wait.h>
 
 #include <chrono>
@@ -12,27 +14,10 @@
 
 namespace {
 
-struct RunResult {
-  int status;
-  std::string output;
-  double seconds;
-};
+using RunResult = stratum::test::CommandResult;
+const char* kEnv = stratum::test::kMpiRootEnv;
 
-// Root may run Open MPI here (tests run as root on CI machines).
-const char* kEnv = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
-
-RunResult run(const std::string& cmd) {
-  auto t0 = std::chrono::steady_clock::now();
-  RunResult r{-1, "", 0};
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
+RunResult run(const std::string& cmd) { return stratum::test::run_command(cmd); }
 
 TEST(DistProcess, CollectiveTimeoutEndsTheJobNamingTheCollective) {
   RunResult r = run(std::string("timeout 60 ") + kEnv + "STRATUM_DISABLE_NCCL=1 STRATUM_COMM_TIMEOUT=1 " STRATUM_MPIEXEC " -np 2 " STRATUM_BIN_DIR "/timeout_probe");
