@@ -16,6 +16,14 @@ WarmupType read_warmup_type(KeyReader& r) {
   return r.get_enum("warmup_type", "log", {"log", "linear"}) == "linear" ? WarmupType::linear : WarmupType::log;
 }
 
+// WarmupDecayLR and WarmupCosineLR: the decay must not end before the warmup does.
+void check_warmup_fits(KeyReader& p, int64_t total_num_steps, int64_t warmup_num_steps) {
+  if (total_num_steps > 0 && total_num_steps < warmup_num_steps)
+    p.diagnostics().error(p.path_of("total_num_steps"), "is " + std::to_string(total_num_steps) +
+                                                            ", less than warmup_num_steps (" +
+                                                            std::to_string(warmup_num_steps) + ")");
+}
+
 void parse_optimizer(KeyReader& root, Config& config) {
   KeyReader opt = root.child("optimizer");
   if (!opt.present()) return;
@@ -126,10 +134,7 @@ void parse_scheduler(KeyReader& root, Config& config) {
     w.warmup_num_steps = p.get_int("warmup_num_steps", w.warmup_num_steps, 1, kMax);
     w.warmup_type = read_warmup_type(p);
     w.last_batch_iteration = p.get_int("last_batch_iteration", -1, -1, kMax);
-    if (w.total_num_steps > 0 && w.total_num_steps < w.warmup_num_steps)
-      diag.error(p.path_of("total_num_steps"), "is " + std::to_string(w.total_num_steps) +
-                                                   ", less than warmup_num_steps (" +
-                                                   std::to_string(w.warmup_num_steps) + ")");
+    check_warmup_fits(p, w.total_num_steps, w.warmup_num_steps);
     config.scheduler = w;
   } else if (name == "WarmupCosineLR") {
     WarmupCosineLRParams w;
@@ -140,10 +145,7 @@ void parse_scheduler(KeyReader& root, Config& config) {
     w.cos_min_ratio = p.get_double("cos_min_ratio", w.cos_min_ratio, 0.0, 1.0);
     w.warmup_type = read_warmup_type(p);
     w.last_batch_iteration = p.get_int("last_batch_iteration", -1, -1, kMax);
-    if (w.total_num_steps > 0 && w.total_num_steps < w.warmup_num_steps)
-      diag.error(p.path_of("total_num_steps"), "is " + std::to_string(w.total_num_steps) +
-                                                   ", less than warmup_num_steps (" +
-                                                   std::to_string(w.warmup_num_steps) + ")");
+    check_warmup_fits(p, w.total_num_steps, w.warmup_num_steps);
     config.scheduler = w;
   } else if (name == "OneCycle") {
     OneCycleParams o;
