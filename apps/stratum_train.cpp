@@ -124,7 +124,12 @@ int train(const Options& o, const dist::DistContext& ctx) {
                 tokenizer.name() + " tokenizer's " + std::to_string(tokenizer.vocab_size()));
 
   torch::manual_seed(o.seed);
+  // ZeRO-3 partitions the model from the host one layer at a time: built in the
+  // training dtype, the host copy is half the size (the engine casts to it anyway).
+  const at::ScalarType default_dtype = at::typeMetaToScalarType(at::get_default_dtype());
+  if (config.zero_optimization.stage == 3) at::set_default_dtype(c10::scalarTypeToTypeMeta(engine_detail::training_dtype(config)));
   auto model = models::build_model(mcfg);
+  at::set_default_dtype(c10::scalarTypeToTypeMeta(default_dtype));
   auto engine = initialize(config, model, ctx);
   const auto& batch = engine.core().batch();
   const auto& dp = engine.core().dp();
@@ -223,12 +228,14 @@ int train(const Options& o, const dist::DistContext& ctx) {
   if (!o.save_dir.empty()) save();
   if (lead) progress.finish();
 
-  if (lead && o.sample_tokens > 0) {
+  // Every rank generates (the same tokens: same seed): at ZeRO-3 each forward gathers collectively.
+  if (o.sample_tokens > 0) {
     std::vector<int64_t> prompt;
     for (int32_t id : tokenizer.encode(o.prompt)) prompt.push_back(id);
     auto out = models::generate(*model, prompt, o.sample_tokens, o.temperature, o.top_k, o.seed);
     std::vector<int32_t> ids(out.begin(), out.end());
-    std::cout << "--- sample (" << o.sample_tokens << " tokens, temperature " << o.temperature << ") ---\n"
+    if (lead)
+      std::cout << "--- sample (" << o.sample_tokens << " tokens, temperature " << o.temperature << ") ---\n"
               << data::to_valid_utf8(tokenizer.decode(ids)) << "\n--- end of sample ---" << std::endl;
   }
   return 0;

@@ -15,6 +15,7 @@ extern char** environ;
 
 #include "../dist/dist_test_context.h"
 #include "ckpt_trainer.h"
+#include "shared_temp_dir.h"
 #include "stratum/core/fs.h"
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
@@ -34,16 +35,6 @@ std::shared_ptr<dist::Communicator> groups_of(int k) {
 }
 
 // One directory for the whole job (rank 0 makes it; the others learn its name).
-std::string shared_temp_dir(const std::string& prefix) {
-  auto world = test::context().cpu_world;
-  at::Tensor name = at::zeros({256}, at::kByte);
-  if (world->rank() == 0) {
-    const std::string dir = fs::make_temp_directory(prefix);
-    std::memcpy(name.data_ptr(), dir.c_str(), dir.size());
-  }
-  world->broadcast(name, 0)->wait();
-  return std::string(static_cast<const char*>(name.data_ptr()));
-}
 
 void cleanup(const std::string& dir) {
   test::context().cpu_world->barrier()->wait();
@@ -55,7 +46,7 @@ void cleanup(const std::string& dir) {
 TEST(Checkpoint, ResumeIsExact) {
   auto world = test::context().cpu_world;
   for (int stage : {0, 1, 2}) {
-    const std::string dir = shared_temp_dir("stratum_ckpt_resume_");
+    const std::string dir = test::shared_temp_dir("stratum_ckpt_resume_");
     Trainer straight(stage, world);
     std::vector<double> want;
     for (int s = 0; s < 8; ++s) want.push_back(straight.train_step(s));
@@ -79,7 +70,7 @@ TEST(Checkpoint, LoadsAtAnotherDataParallelSizeAndStage) {
   auto world = test::context().cpu_world;
   const int n = world->size();
   if (n < 2) GTEST_SKIP() << "needs 2 or more ranks";
-  const std::string dir = shared_temp_dir("stratum_ckpt_reshard_");
+  const std::string dir = test::shared_temp_dir("stratum_ckpt_reshard_");
   // Saved by all ranks at ZeRO-2 ...
   Trainer saver(2, world);
   for (int s = 0; s < 4; ++s) saver.train_step(s);
@@ -99,7 +90,7 @@ TEST(Checkpoint, LoadsAtAnotherDataParallelSizeAndStage) {
 
 TEST(Checkpoint, ConsolidatedWeightsEqualTheModel) {
   auto world = test::context().cpu_world;
-  const std::string dir = shared_temp_dir("stratum_ckpt_consolidated_");
+  const std::string dir = test::shared_temp_dir("stratum_ckpt_consolidated_");
   Trainer t(2, world);
   for (int s = 0; s < 3; ++s) t.train_step(s);
   save_checkpoint(t.engine->core(), dir, "global_step3", {});
@@ -125,7 +116,7 @@ TEST(Checkpoint, ConsolidatedWeightsEqualTheModel) {
 
 TEST(Checkpoint, MismatchedModelIsAClearErrorOnEveryRank) {
   auto world = test::context().cpu_world;
-  const std::string dir = shared_temp_dir("stratum_ckpt_mismatch_");
+  const std::string dir = test::shared_temp_dir("stratum_ckpt_mismatch_");
   Trainer t(1, world);
   t.train_step(0);
   save_checkpoint(t.engine->core(), dir, "global_step1", {});
@@ -151,7 +142,7 @@ TEST(Checkpoint, MismatchedModelIsAClearErrorOnEveryRank) {
 
 TEST(Checkpoint, TruncatedShardIsAClearError) {
   auto world = test::context().cpu_world;
-  const std::string dir = shared_temp_dir("stratum_ckpt_truncated_");
+  const std::string dir = test::shared_temp_dir("stratum_ckpt_truncated_");
   Trainer t(2, world);
   t.train_step(0);
   save_checkpoint(t.engine->core(), dir, "global_step1", {});

@@ -67,6 +67,7 @@ void parse_tensor_parallel(KeyReader& root, Config& config) {
 
 void parse_activation_checkpointing(KeyReader& root, Config& config) {
   KeyReader ac = root.child("activation_checkpointing");
+  config.activation_checkpointing.enabled = ac.present();
   config.activation_checkpointing.number_checkpoints = ac.get_opt_int("number_checkpoints", 1, kMax);
   config.activation_checkpointing.cpu_checkpointing = ac.get_bool("cpu_checkpointing", false);
   ac.unsupported("partition_activations", false);

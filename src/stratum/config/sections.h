@@ -128,7 +128,8 @@ struct ZeroConfig {
 
 // --- activation checkpointing -------------------------------------------------------
 struct ActivationCheckpointingConfig {
-  std::optional<int64_t> number_checkpoints;  // unset: every layer
+  bool enabled = false;                       // the section is present
+  std::optional<int64_t> number_checkpoints;  // unset: every repeated layer (transformer block)
   bool cpu_checkpointing = false;
 };
 

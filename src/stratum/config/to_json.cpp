@@ -135,8 +135,9 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
       {"stage3_max_reuse_distance", z.stage3_max_reuse_distance},
       {"stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save},
       {"ignore_unused_parameters", z.ignore_unused_parameters}};
-  j["activation_checkpointing"] = {{"number_checkpoints", opt(c.activation_checkpointing.number_checkpoints)},
-                                   {"cpu_checkpointing", c.activation_checkpointing.cpu_checkpointing}};
+  if (c.activation_checkpointing.enabled)  // the section's presence turns checkpointing on
+    j["activation_checkpointing"] = {{"number_checkpoints", opt(c.activation_checkpointing.number_checkpoints)},
+                                     {"cpu_checkpointing", c.activation_checkpointing.cpu_checkpointing}};
   const PipelineConfig& p = c.pipeline;
   j["pipeline"] = {{"stages", p.stages}, {"partition_method", p.partition_method},
                    {"activation_checkpoint_interval", p.activation_checkpoint_interval},

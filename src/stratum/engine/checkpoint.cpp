@@ -32,12 +32,14 @@ struct CheckpointAccess {
   static int64_t& micro_steps(EngineCore& e) { return e.micro_steps_; }
   static int64_t& global_steps(EngineCore& e) { return e.global_steps_; }
   static int64_t& skipped_steps(EngineCore& e) { return e.skipped_steps_; }
+  static const Config& config(EngineCore& e) { return e.config_; }
 };
 
 namespace {
 
 constexpr const char* kFormat = "stratum-checkpoint";
 constexpr int kVersion = 1;
+constexpr const char* kConsolidatedWeights = "model_16bit.safetensors";
 const char* kKinds[] = {"master", "exp_avg", "exp_avg_sq"};
 
 std::string shard_name(int rank) {
@@ -204,6 +206,21 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     error = e.what();
   }
   agree_or_throw(engine, error);
+
+  // stage3_gather_16bit_weights_on_model_save: the whole model in the training
+  // dtype under its parameter names, one file, gathered a layer at a time.
+  if (CheckpointAccess::config(engine).zero_optimization.stage3_gather_16bit_weights_on_model_save) {
+    std::vector<std::pair<std::string, at::Tensor>> weights;
+    strategy.for_each_full_param([&](int i, const at::Tensor& v) {
+      if (rank == 0) weights.emplace_back(layout.specs()[i].name, v.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    });
+    try {
+      if (rank == 0) models::write_safetensors(tmp_dir + "/" + kConsolidatedWeights, weights, {{"format", "pt"}});
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    agree_or_throw(engine, error);
+  }
 
   // Crash tests stop a saver here, after the shards and before the manifest and renames.
   if (const char* stall = std::getenv("STRATUM_CHECKPOINT_TEST_STALL_S")) {

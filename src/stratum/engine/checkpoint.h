@@ -20,6 +20,8 @@
 namespace stratum {
 
 // Collective over the engine's data-parallel group: every rank writes its shard.
+// With zero_optimization.stage3_gather_16bit_weights_on_model_save the tag also
+// gets model_16bit.safetensors: every parameter whole, in the training dtype.
 // `client_state` (data position, model config, ...) goes into the manifest.
 void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std::string& tag,
                      const nlohmann::json& client_state);

@@ -9,7 +9,8 @@
 //   }
 //
 // Any torch::nn::Module works for ZeRO stages 0-2 (only gradient hooks are
-// needed). Floating-point tensor arguments of forward() are cast to the
+// needed). ZeRO-3 and activation checkpointing need a stratum::nn::LayerStack
+// model (the engine runs its layers one by one). Floating-point tensor arguments of forward() are cast to the
 // training dtype (bf16/fp16), integer ones (token ids) are passed as they are.
 #include <memory>
 #include <type_traits>
@@ -20,14 +21,21 @@
 
 #include "stratum/dist/init.h"
 #include "stratum/engine/engine_core.h"
+#include "stratum/engine/layer_runner.h"
 
 namespace stratum {
 
 namespace engine_detail {
 // The trainable parameters of a module, in registration order, with their names.
 void trainable_parameters(torch::nn::Module& module, std::vector<at::Tensor>& params, std::vector<std::string>& names);
-// Moves the module to `device` and casts its floating parameters and buffers to `dtype`.
-void prepare_module(torch::nn::Module& module, c10::Device device, at::ScalarType dtype);
+// Moves the module to `device` and casts its floating parameters and buffers to
+// `dtype`; with `keep_trainable_params` (ZeRO-3) trainable parameters stay where they are.
+void prepare_module(torch::nn::Module& module, c10::Device device, at::ScalarType dtype, bool keep_trainable_params);
+// The module as a LayerStack, or nullptr.
+nn::LayerStackImpl* as_layer_stack(torch::nn::Module& module);
+// Installs the engine's layer runner on `stack` (ZeRO-3 gathering, activation
+// checkpointing) when either is on; the returned guard takes it off again.
+std::shared_ptr<void> install_layer_runner(nn::LayerStackImpl* stack, EngineCore& core, const Config& config);
 at::ScalarType training_dtype(const Config& config);
 at::Tensor cast_input(const at::Tensor& t, at::ScalarType dtype);
 }  // namespace engine_detail
@@ -35,8 +43,8 @@ at::Tensor cast_input(const at::Tensor& t, at::ScalarType dtype);
 template <class Model>
 class Engine {
  public:
-  Engine(std::shared_ptr<Model> model, std::unique_ptr<EngineCore> core)
-      : model_(std::move(model)), core_(std::move(core)) {}
+  Engine(std::shared_ptr<Model> model, std::unique_ptr<EngineCore> core, std::shared_ptr<void> runner_guard = nullptr)
+      : model_(std::move(model)), core_(std::move(core)), runner_guard_(std::move(runner_guard)) {}
 
   template <class... Args>
   auto forward(Args&&... args) {
@@ -64,6 +72,7 @@ class Engine {
 
   std::shared_ptr<Model> model_;
   std::unique_ptr<EngineCore> core_;
+  std::shared_ptr<void> runner_guard_;  // declared last: the runner goes before the core it points into
 };
 
 // Data parallel over `dp` with the model on `device`.
@@ -71,12 +80,18 @@ template <class Model>
 Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, std::shared_ptr<dist::Communicator> dp,
                          c10::Device device) {
   const at::ScalarType dtype = engine_detail::training_dtype(config);
-  engine_detail::prepare_module(*model, device, dtype);
+  nn::LayerStackImpl* stack = engine_detail::as_layer_stack(*model);
+  const bool stage3 = stack && config.zero_optimization.stage == 3;
+  engine_detail::prepare_module(*model, device, dtype, /*keep_trainable_params=*/stage3);
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
   engine_detail::trainable_parameters(*model, params, names);
-  auto core = std::make_unique<EngineCore>(config, std::move(params), std::move(names), dtype, std::move(dp));
-  return Engine<Model>(std::move(model), std::move(core));
+  std::optional<zero::LayerParams> layers;
+  if (stack) layers = layer_params(*stack, params);
+  auto core = std::make_unique<EngineCore>(config, std::move(params), std::move(names), dtype, std::move(dp), device,
+                                           std::move(layers));
+  auto guard = engine_detail::install_layer_runner(stack, *core, config);
+  return Engine<Model>(std::move(model), std::move(core), std::move(guard));
 }
 
 // Data parallel over the whole job: the NCCL world and this rank's GPU when

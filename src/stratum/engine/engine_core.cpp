@@ -8,6 +8,7 @@
 #include "stratum/core/log.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/grad_clip.h"
+#include "stratum/optim/host_adam.h"
 #include "stratum/optim/loss_scaler.h"
 #include "stratum/optim/lr_schedule.h"
 
@@ -22,6 +23,13 @@ zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype) {
   o.reduce_scatter = c.zero_optimization.reduce_scatter;
   o.prescale_gradients = c.prescale_gradients;
   o.gradient_predivide_factor = c.gradient_predivide_factor;
+  o.prefetch_elems = c.zero_optimization.stage3_prefetch_bucket_size;
+  o.persistence_threshold = c.zero_optimization.stage3_param_persistence_threshold;
+  o.max_live_elems = c.zero_optimization.stage3_max_live_parameters;
+  o.max_reuse_distance = c.zero_optimization.stage3_max_reuse_distance;
+  o.offload_optimizer = c.zero_optimization.offload_optimizer.device == config::OffloadDevice::cpu;
+  o.offload_param = c.zero_optimization.offload_param.device == config::OffloadDevice::cpu;
+  o.pin_memory = c.zero_optimization.offload_optimizer.pin_memory;
   // 16-bit gradients travel in fp32 unless communication_data_type says otherwise.
   if (c.communication_data_type)
     o.comm_dtype = *c.communication_data_type == config::DType::bf16   ? at::kBFloat16
@@ -34,17 +42,21 @@ zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype) {
 }
 
 // Checks that need no communication, so every rank fails the same way before any collective.
-void check_supported(const Config& c, const std::vector<at::Tensor>& params) {
+void check_supported(const Config& c, const std::vector<at::Tensor>& params, bool layer_stack) {
   if (!c.optimizer)
     throw ConfigError(c.source, {"optimizer: missing; the engine needs an \"optimizer\" section (Adam or AdamW)"});
   if (c.pipeline.stages > 1)
     throw ConfigError(c.source, {"pipeline.stages: pipeline parallelism is not available in the engine yet"});
   if (c.tensor_parallel.size > 1)
     throw ConfigError(c.source, {"tensor_parallel: tensor parallelism is not available in the engine yet"});
-  if (c.zero_optimization.stage == 3)
-    throw ConfigError(c.source, {"zero_optimization.stage: 3 needs a LayerStack model and is not available yet"});
-  if (c.zero_optimization.offload_optimizer.device != config::OffloadDevice::none)
-    throw ConfigError(c.source, {"zero_optimization.offload_optimizer: CPU offload is not available yet"});
+  if (c.zero_optimization.stage == 3 && !layer_stack)
+    throw ConfigError(c.source, {"zero_optimization.stage: 3 needs a model built as a stratum::nn::LayerStack (ZeRO-3 "
+                                 "gathers each layer's parameters around the layer, so the engine must run the layers "
+                                 "one by one); use stage 2, or build the model as a LayerStack"});
+  if (c.activation_checkpointing.enabled && !layer_stack)
+    throw ConfigError(c.source, {"activation_checkpointing: the engine checkpoints the layers of a stratum::nn::LayerStack "
+                                 "model; for another model remove the section and call stratum::nn::checkpoint() "
+                                 "in its forward()"});
   if (params.empty())
     throw Error("stratum::initialize: the model has no trainable parameters (none with requires_grad); nothing to train");
 }
@@ -52,13 +64,20 @@ void check_supported(const Config& c, const std::vector<at::Tensor>& params) {
 }  // namespace
 
 EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std::vector<std::string> names,
-                       at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp)
+                       at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp, c10::Device device,
+                       std::optional<zero::LayerParams> layers)
     : config_(config), model_dtype_(model_dtype), dp_(std::move(dp)) {
-  check_supported(config_, params);
+  check_supported(config_, params, layers.has_value());
   batch_ = config_.resolve_batch(dp_->size());
-  strategy_ = zero::make_zero_strategy(zero_options(config_, model_dtype_), std::move(params), std::move(names),
-                                       model_dtype_, dp_);
+  const zero::ZeroOptions options = zero_options(config_, model_dtype_);
+  if (options.stage == 3)
+    strategy_ = zero::make_stage3(options, *layers, std::move(params), std::move(names), model_dtype_, dp_, device);
+  else
+    strategy_ = zero::make_zero_strategy(options, std::move(params), std::move(names), model_dtype_, dp_);
   for (auto& seg : strategy_->segments()) adam_.push_back(optim::make_adam_state(seg.master));
+  if (options.offload_optimizer)
+    host_adam_ = std::make_unique<optim::HostAdam>(*config_.optimizer,
+                                                   config_.zero_optimization.offload_optimizer.cpuadam_cores_perc);
   scheduler_ = std::make_unique<optim::LrScheduler>(config_.scheduler, config_.optimizer->lr);
   config::Fp16Config fp16 = config_.fp16;
   if (!fp16.enabled) fp16.loss_scale = 1.0;  // static 1: no scaling outside fp16
@@ -135,6 +154,10 @@ void EngineCore::apply_optimizer(double grad_scale) {
   const double lr = scheduler_->lr();
   const std::optional<double> beta1 = scheduler_->beta1();
   for (size_t i = 0; i < segments.size(); ++i) {
+    if (host_adam_) {
+      host_adam_->step(segments[i].master, segments[i].grad, segments[i].params16, adam_[i], lr, beta1, grad_scale);
+      continue;
+    }
     at::Tensor grad = segments[i].grad.scalar_type() == at::kFloat ? segments[i].grad : segments[i].grad.to(at::kFloat);
     optim::adam_step(segments[i].master, grad, adam_[i], *config_.optimizer, lr, beta1, grad_scale);
   }

@@ -4,6 +4,7 @@
 // they are reduced), the optimizer states, the LR schedule and the loss scaler.
 // Engine<Model> (engine.h) puts the model's forward in front of it.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@ namespace stratum {
 namespace optim {
 class LossScaler;
 class LrScheduler;
+class HostAdam;
 struct AdamState;
 }  // namespace optim
 
@@ -27,11 +29,15 @@ struct ModelStateBytes {
 
 class EngineCore {
  public:
-  // `params`/`names`: the trainable parameters in registration order, already on
-  // their device. Collective over `dp`. Throws stratum::Error / ConfigError on
-  // bad input before any collective, identically on every rank.
+  // `params`/`names`: the trainable parameters in registration order, on
+  // `device` (at ZeRO stage 3 they may still be on the host: the strategy moves
+  // them one layer at a time). `layers`: which of them each layer of a
+  // LayerStack model uses; stage 3 needs it. Collective over `dp`. Throws
+  // stratum::Error / ConfigError on bad input before any collective,
+  // identically on every rank.
   EngineCore(const Config& config, std::vector<at::Tensor> params, std::vector<std::string> names,
-             at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp);
+             at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp, c10::Device device,
+             std::optional<zero::LayerParams> layers = std::nullopt);
   ~EngineCore();
 
   // loss.backward() with the loss scaled for fp16 and divided by the accumulation steps.
@@ -53,6 +59,7 @@ class EngineCore {
   at::ScalarType model_dtype() const { return model_dtype_; }
   const std::shared_ptr<dist::Communicator>& dp() const { return dp_; }
   const zero::ZeroStrategy& strategy() const { return *strategy_; }
+  zero::ZeroStrategy& strategy() { return *strategy_; }
   // Bytes of this rank's persistent model states (parameters, gradients, fp32
   // master weights, optimizer states), counted from the buffers that hold them.
   ModelStateBytes model_state_bytes() const;
@@ -69,6 +76,7 @@ class EngineCore {
   std::shared_ptr<dist::Communicator> dp_;
   std::unique_ptr<zero::ZeroStrategy> strategy_;
   std::vector<optim::AdamState> adam_;
+  std::unique_ptr<optim::HostAdam> host_adam_;  // offload_optimizer: the step runs on the host
   std::unique_ptr<optim::LrScheduler> scheduler_;
   std::unique_ptr<optim::LossScaler> scaler_;
   int64_t micro_steps_ = 0, global_steps_ = 0, skipped_steps_ = 0;

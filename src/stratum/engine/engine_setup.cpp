@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
+
 #include "stratum/engine/engine.h"
 
 namespace stratum::engine_detail {
@@ -16,15 +18,30 @@ void trainable_parameters(torch::nn::Module& module, std::vector<at::Tensor>& pa
   }
 }
 
-void prepare_module(torch::nn::Module& module, c10::Device device, at::ScalarType dtype) {
-  module.to(device);
+void prepare_module(torch::nn::Module& module, c10::Device device, at::ScalarType dtype, bool keep_trainable_params) {
   // Module::to(dtype) would cast integer buffers too; only floating tensors change.
   c10::AutoGradMode no_grad(false);
-  auto cast = [&](at::Tensor& t) {
-    if (t.defined() && at::isFloatingType(t.scalar_type()) && t.scalar_type() != dtype) t.set_data(t.to(dtype));
+  auto move = [&](at::Tensor& t) {
+    if (!t.defined()) return;
+    const bool cast = at::isFloatingType(t.scalar_type()) && t.scalar_type() != dtype;
+    if (t.device() != device || cast) t.set_data(t.to(device, cast ? dtype : t.scalar_type()));
   };
-  for (auto& p : module.parameters(/*recurse=*/true)) cast(p);
-  for (auto& b : module.buffers(/*recurse=*/true)) cast(b);
+  for (auto& p : module.parameters(/*recurse=*/true))
+    if (!keep_trainable_params || !p.requires_grad()) move(p);
+  for (auto& b : module.buffers(/*recurse=*/true)) move(b);
+}
+
+nn::LayerStackImpl* as_layer_stack(torch::nn::Module& module) { return dynamic_cast<nn::LayerStackImpl*>(&module); }
+
+std::shared_ptr<void> install_layer_runner(nn::LayerStackImpl* stack, EngineCore& core, const Config& config) {
+  if (!stack) return nullptr;
+  zero::LayerParamGatherer* gatherer = core.strategy().gatherer();
+  std::vector<bool> checkpointed = checkpointed_layers(*stack, config.activation_checkpointing);
+  if (!gatherer && std::find(checkpointed.begin(), checkpointed.end(), true) == checkpointed.end()) return nullptr;
+  stack->set_runner(std::make_shared<EngineLayerRunner>(gatherer, std::move(checkpointed),
+                                                        config.activation_checkpointing.cpu_checkpointing));
+  // Taken off when the engine goes; the model stays usable at stages 0-2.
+  return std::shared_ptr<void>(nullptr, [stack](void*) { stack->set_runner(nullptr); });
 }
 
 at::ScalarType training_dtype(const Config& config) {

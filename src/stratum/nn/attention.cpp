@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "stratum/nn/linear.h"
+
 namespace stratum::nn {
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
@@ -31,11 +33,11 @@ FusedQKVAttentionImpl::FusedQKVAttentionImpl(int64_t hidden, int64_t heads, doub
 
 at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
   const int64_t hidden = x.size(-1);
-  const auto qkv = c_attn(x).split(hidden, -1);  // HF packs q, k, v along the output dimension
+  const auto qkv = nn::linear(x, c_attn->weight, c_attn->bias).split(hidden, -1);  // HF packs q, k, v along the output dimension
   const double p = is_training() ? dropout : 0.0;
   at::Tensor y = merge_heads(causal_attention(split_heads(qkv[0], heads), split_heads(qkv[1], heads),
                                               split_heads(qkv[2], heads), p));
-  y = c_proj(y);
+  y = nn::linear(y, c_proj->weight, c_proj->bias);
   return p > 0 ? at::dropout(y, p, /*train=*/true) : y;
 }
 
@@ -56,11 +58,11 @@ GroupedQueryAttentionImpl::GroupedQueryAttentionImpl(int64_t hidden, int64_t hea
 
 at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   const auto [cos, sin] = rope->cos_sin(x.size(1), x.device(), x.scalar_type());
-  const at::Tensor q = apply_rotary(split_heads(q_proj(x), heads), cos, sin);
-  const at::Tensor k = apply_rotary(split_heads(k_proj(x), kv_heads), cos, sin);
-  const at::Tensor v = split_heads(v_proj(x), kv_heads);
+  const at::Tensor q = apply_rotary(split_heads(nn::linear(x, q_proj->weight), heads), cos, sin);
+  const at::Tensor k = apply_rotary(split_heads(nn::linear(x, k_proj->weight), kv_heads), cos, sin);
+  const at::Tensor v = split_heads(nn::linear(x, v_proj->weight), kv_heads);
   const double p = is_training() ? dropout : 0.0;
-  return o_proj(merge_heads(causal_attention(q, k, v, p)));
+  return nn::linear(merge_heads(causal_attention(q, k, v, p)), o_proj->weight);
 }
 
 }  // namespace stratum::nn

@@ -45,7 +45,7 @@ at::Tensor LayerStackImpl::run(const at::Tensor& input, size_t begin, size_t end
     throw Error("LayerStack::run: range [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " +
                 std::to_string(layers_.size()) + " layers");
   at::Tensor x = input;
-  for (size_t i = begin; i < end; ++i) x = layers_[i]->forward(x);
+  for (size_t i = begin; i < end; ++i) x = runner_ ? runner_->run_layer(i, *layers_[i], x) : layers_[i]->forward(x);
   return x;
 }
 

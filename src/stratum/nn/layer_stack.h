@@ -35,6 +35,14 @@ class StackLayer : public torch::nn::Module {
   virtual std::vector<at::Tensor> borrowed_parameters() const { return {}; }
 };
 
+// Runs one layer on the stack's behalf: the engine installs one to gather a
+// layer's ZeRO-3 parameters around it and to checkpoint its activations.
+class LayerRunner {
+ public:
+  virtual ~LayerRunner() = default;
+  virtual at::Tensor run_layer(size_t index, StackLayer& layer, const at::Tensor& x) = 0;
+};
+
 class LayerStackImpl : public torch::nn::Module {
  public:
   explicit LayerStackImpl(std::string name = "LayerStack") : torch::nn::Module(std::move(name)) {}
@@ -55,6 +63,10 @@ class LayerStackImpl : public torch::nn::Module {
   // The prefix the layer's submodules are registered under ("transformer.h.3").
   const std::string& layer_path(size_t i) const { return paths_.at(i); }
 
+  // Every layer then runs through `runner` (nullptr: plainly).
+  void set_runner(std::shared_ptr<LayerRunner> runner) { runner_ = std::move(runner); }
+  const std::shared_ptr<LayerRunner>& runner() const { return runner_; }
+
   // Layers are not registered children (their submodules are), so the
   // training flag is passed to them here.
   void train(bool on = true) override;
@@ -64,6 +76,7 @@ class LayerStackImpl : public torch::nn::Module {
 
   std::vector<std::shared_ptr<StackLayer>> layers_;
   std::vector<std::string> paths_;
+  std::shared_ptr<LayerRunner> runner_;
 };
 
 }  // namespace stratum::nn

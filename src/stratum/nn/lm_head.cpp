@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "stratum/nn/linear.h"
+
 namespace stratum::nn {
 
 LMHeadLayer::LMHeadLayer(std::shared_ptr<torch::nn::EmbeddingImpl> embedding)
@@ -12,7 +14,7 @@ LMHeadLayer::LMHeadLayer(int64_t hidden, int64_t vocab_size) : StackLayer("LMHea
 }
 
 at::Tensor LMHeadLayer::forward(const at::Tensor& x) {
-  return embedding_ ? at::linear(x, embedding_->weight) : lm_head_(x);
+  return nn::linear(x, embedding_ ? embedding_->weight : lm_head_->weight);
 }
 
 std::vector<at::Tensor> LMHeadLayer::borrowed_parameters() const {

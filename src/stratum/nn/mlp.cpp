@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "stratum/nn/linear.h"
+
 namespace stratum::nn {
 
 GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout)
@@ -11,7 +13,7 @@ GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout)
 }
 
 at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
-  at::Tensor y = c_proj(at::gelu(c_fc(x), "tanh"));
+  at::Tensor y = nn::linear(at::gelu(nn::linear(x, c_fc->weight, c_fc->bias), "tanh"), c_proj->weight, c_proj->bias);
   return is_training() && dropout > 0 ? at::dropout(y, dropout, /*train=*/true) : y;
 }
 
@@ -23,7 +25,7 @@ SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden) : torch::nn::Mo
 }
 
 at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
-  return down_proj(at::silu(gate_proj(x)) * up_proj(x));
+  return nn::linear(at::silu(nn::linear(x, gate_proj->weight)) * nn::linear(x, up_proj->weight), down_proj->weight);
 }
 
 }  // namespace stratum::nn

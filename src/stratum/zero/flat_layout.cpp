@@ -36,4 +36,35 @@ FlatLayout FlatLayout::build(const std::vector<ParamSpec>& params, int64_t bucke
   return l;
 }
 
+FlatLayout FlatLayout::build_groups(const std::vector<ParamSpec>& params, const std::vector<std::vector<int>>& groups,
+                                    int dp_size) {
+  if (params.empty()) throw Error("ZeRO: the model has no trainable parameters (none with requires_grad)");
+  if (dp_size < 1) throw Error("ZeRO: data-parallel size must be >= 1");
+  FlatLayout l;
+  l.dp_ = dp_size;
+  l.specs_ = params;
+  l.slots_.resize(params.size());
+  std::vector<int> seen(params.size(), 0);
+  for (const auto& group : groups) {
+    if (group.empty()) continue;
+    BucketSpan b;
+    b.offset = l.total_;
+    b.shard_offset = l.total_ / dp_size;
+    for (int i : group) {
+      if (i < 0 || i >= static_cast<int>(params.size())) throw Error("ZeRO: parameter index out of range in a group");
+      if (seen[i]++) throw Error("ZeRO: parameter '" + params[i].name + "' is in two groups");
+      l.slots_[i] = ParamSlot{b.offset + b.used, params[i].numel, static_cast<int>(l.buckets_.size())};
+      b.params.push_back(i);
+      b.used += params[i].numel;
+      l.param_numel_ += params[i].numel;
+    }
+    b.numel = (b.used + dp_size - 1) / dp_size * dp_size;
+    l.total_ += b.numel;
+    l.buckets_.push_back(std::move(b));
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!seen[i]) throw Error("ZeRO: parameter '" + params[i].name + "' is in no group");
+  return l;
+}
+
 }  // namespace stratum::zero

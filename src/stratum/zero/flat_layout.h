@@ -41,6 +41,10 @@ class FlatLayout {
  public:
   // `params` in registration order. Throws stratum::Error when there are none.
   static FlatLayout build(const std::vector<ParamSpec>& params, int64_t bucket_elems, int dp_size);
+  // ZeRO-3: one bucket per group (a layer's parameters), in the order given.
+  // Every parameter must be in exactly one group; empty groups get no bucket.
+  static FlatLayout build_groups(const std::vector<ParamSpec>& params, const std::vector<std::vector<int>>& groups,
+                                 int dp_size);
 
   int dp_size() const { return dp_; }
   int64_t total_numel() const { return total_; }    // flat buffer, padding included

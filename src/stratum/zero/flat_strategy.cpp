@@ -29,18 +29,32 @@ std::vector<ParamSpec> specs_of(const std::vector<at::Tensor>& params, const std
 
 }  // namespace
 
-FlatStrategy::FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> params, std::vector<std::string> names,
+FlatStrategy::FlatStrategy(const ZeroOptions& options, FlatLayout layout, std::vector<at::Tensor> params,
                            at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp)
     : options_(options),
-      layout_(FlatLayout::build(specs_of(params, names), options.bucket_elems, dp->size())),
+      layout_(std::move(layout)),
       params_(std::move(params)),
       model_dtype_(model_dtype),
-      dp_(std::move(dp)) {
+      dp_(std::move(dp)),
+      device_(options.device) {
+  const double n = dp_->size();
+  pre_scale_ = options_.prescale_gradients ? 1.0 / n : 1.0 / options_.gradient_predivide_factor;
+  post_scale_ = options_.prescale_gradients ? 1.0 : options_.gradient_predivide_factor / n;
+  pending_.assign(layout_.buckets().size(), 0);
+  launched_.assign(layout_.buckets().size(), false);
+}
+
+FlatStrategy::FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> params, std::vector<std::string> names,
+                           at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp)
+    // Copies, not moves: the order in which arguments are evaluated is unspecified.
+    : FlatStrategy(options, FlatLayout::build(specs_of(params, names), options.bucket_elems, dp->size()), params,
+                   model_dtype, dp) {
   const c10::Device device = params_.front().device();
+  device_ = device;
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i].device() != device)
-      throw Error("ZeRO: parameter '" + (i < names.size() ? names[i] : std::to_string(i)) + "' is on " +
-                  params_[i].device().str() + " but the first is on " + device.str() + "; move the model first");
+      throw Error("ZeRO: parameter '" + layout_.specs()[i].name + "' is on " + params_[i].device().str() +
+                  " but the first is on " + device.str() + "; move the model first");
   // Parameters become views into one buffer; set_data keeps each tensor's identity.
   flat_params_ = at::zeros({layout_.total_numel()}, at::TensorOptions().dtype(model_dtype_).device(device));
   {
@@ -54,15 +68,14 @@ FlatStrategy::FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> p
   }
   // Every rank starts from rank 0's weights.
   dp_->broadcast(flat_params_, 0)->wait();
-  const double n = dp_->size();
-  pre_scale_ = options_.prescale_gradients ? 1.0 / n : 1.0 / options_.gradient_predivide_factor;
-  post_scale_ = options_.prescale_gradients ? 1.0 : options_.gradient_predivide_factor / n;
-  pending_.assign(layout_.buckets().size(), 0);
-  launched_.assign(layout_.buckets().size(), false);
 }
 
 FlatStrategy::~FlatStrategy() {
   for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+}
+
+void FlatStrategy::for_each_full_param(const std::function<void(int, const at::Tensor&)>& fn) {
+  for (size_t i = 0; i < params_.size(); ++i) fn(static_cast<int>(i), params_[i].detach());
 }
 
 void FlatStrategy::install_hooks() {
@@ -110,32 +123,53 @@ void FlatStrategy::launch_reduction(const at::Tensor& grads, at::Tensor dest, bo
   }
 }
 
-void FlatStrategy::wait_in_flight() {
+void FlatStrategy::wait_in_flight(size_t keep) {
   c10::AutoGradMode no_grad(false);
-  for (auto& f : in_flight_) {
+  while (in_flight_.size() > keep) {
+    InFlight& f = in_flight_.front();
     f.work->wait();
     if (post_scale_ != 1.0) f.wire.mul_(post_scale_);
     if (f.accumulate) f.dest.add_(f.wire);
     else if (!f.wire.is_same(f.dest)) f.dest.copy_(f.wire);
+    in_flight_.pop_front();
   }
-  in_flight_.clear();
 }
 
-at::Tensor FlatStrategy::make_shard_master() const {
-  at::Tensor master = at::empty({layout_.shard_numel()}, flat_params_.options().dtype(at::kFloat));
-  for (size_t b = 0; b < layout_.buckets().size(); ++b) {
-    const BucketSpan& s = layout_.buckets()[b];
-    master.narrow(0, s.shard_offset, s.slice_numel(dp_->size())).copy_(slice_of(flat_params_, static_cast<int>(b)));
-  }
+at::Tensor FlatStrategy::host_empty(int64_t numel, at::ScalarType dtype) const {
+  const bool pin = options_.pin_memory && device_.is_cuda();
+  return at::empty({numel}, at::TensorOptions().dtype(dtype).device(at::kCPU).pinned_memory(pin));
+}
+
+at::Tensor FlatStrategy::make_master(const at::Tensor& values) const {
+  if (!options_.offload_optimizer) return values.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  at::Tensor master = host_empty(values.numel(), at::kFloat);
+  master.copy_(values);
   return master;
 }
 
-void FlatStrategy::gather_params_from_shard(const at::Tensor& master_shard) {
+at::Tensor FlatStrategy::make_params16(int64_t numel) const {
+  if (!options_.offload_optimizer || model_dtype_ == at::kFloat) return at::Tensor();
+  return host_empty(numel, model_dtype_);
+}
+
+at::Tensor FlatStrategy::make_shard_master() const {
+  at::Tensor shard = at::empty({layout_.shard_numel()}, flat_params_.options());
+  for (size_t b = 0; b < layout_.buckets().size(); ++b) {
+    const BucketSpan& s = layout_.buckets()[b];
+    shard.narrow(0, s.shard_offset, s.slice_numel(dp_->size())).copy_(slice_of(flat_params_, static_cast<int>(b)));
+  }
+  return make_master(shard);
+}
+
+void FlatStrategy::gather_params_from_shard(const at::Tensor& master_shard, const at::Tensor& params16) {
   c10::AutoGradMode no_grad(false);
+  const at::Tensor& source = params16.defined() ? params16 : master_shard;
   std::vector<std::pair<dist::WorkPtr, at::Tensor>> works;
   for (size_t b = 0; b < layout_.buckets().size(); ++b) {
     const BucketSpan& s = layout_.buckets()[b];
-    at::Tensor mine = master_shard.narrow(0, s.shard_offset, s.slice_numel(dp_->size())).to(model_dtype_);
+    // From pinned host memory the copy is asynchronous; the collective is ordered after it.
+    at::Tensor mine = source.narrow(0, s.shard_offset, s.slice_numel(dp_->size()))
+                          .to(flat_params_.device(), model_dtype_, /*non_blocking=*/true);
     at::Tensor out = bucket_of(flat_params_, static_cast<int>(b));
     works.emplace_back(dp_->all_gather(out, mine), mine);
   }

@@ -3,6 +3,7 @@
 // parameters live in, gradient hooks that count a bucket's parameters as
 // backward finishes them, and reductions in flight (with DeepSpeed's pre/post
 // scaling and an optional wider dtype on the wire). Internal to zero/.
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -20,10 +21,17 @@ class FlatStrategy : public ZeroStrategy {
   const FlatLayout& layout() const override { return layout_; }
   std::vector<OptimizerSegment>& segments() override { return segments_; }
 
+  // Stages 0-2: the flat buffer holds every parameter whole.
+  void for_each_full_param(const std::function<void(int, const at::Tensor&)>& fn) override;
+
   // Called by the post-accumulate-grad hook of parameter `index` (autograd's thread).
   virtual void on_grad_ready(int index) = 0;
 
  protected:
+  // Stage 3: `layout` given, the parameters stay where they are (no flat buffer).
+  FlatStrategy(const ZeroOptions& options, FlatLayout layout, std::vector<at::Tensor> params,
+               at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp);
+
   struct InFlight {
     dist::WorkPtr work;
     at::Tensor wire;     // what the collective reduced (the result, in comm dtype)
@@ -39,24 +47,37 @@ class FlatStrategy : public ZeroStrategy {
   // Reduces `grads` (a bucket, model dtype) over DP into `dest`: all-reduce when
   // dest is the whole bucket, reduce-scatter when dest is this rank's slice.
   void launch_reduction(const at::Tensor& grads, at::Tensor dest, bool accumulate, bool scatter);
-  void wait_in_flight();
+  // Finishes reductions oldest first until at most `keep` are in flight (bounds
+  // the gradient buffers alive during backward).
+  void wait_in_flight(size_t keep = 0);
   // Rank r's slice of bucket b in a flat buffer.
   at::Tensor slice_of(const at::Tensor& flat, int b) const;
   at::Tensor bucket_of(const at::Tensor& flat, int b) const;
-  // Stages 1/2: all-gather every bucket of the flat parameters from the masters.
-  void gather_params_from_shard(const at::Tensor& master_shard);
+  // Stages 1/2: all-gather every bucket of the flat parameters from this rank's
+  // updated shard: params16 when the CPU Adam wrote one, else the masters.
+  void gather_params_from_shard(const at::Tensor& master_shard, const at::Tensor& params16);
+  // This rank's slices of the flat parameters as fp32 masters: on the device, or
+  // on the host with offload_optimizer.
   at::Tensor make_shard_master() const;
+  // An fp32 master for `values` (a shard in the model dtype), placed as above.
+  at::Tensor make_master(const at::Tensor& values) const;
+  // offload_optimizer with 16-bit training: the host buffer for the CPU Adam's
+  // rounded copy of the updated shard; undefined otherwise.
+  at::Tensor make_params16(int64_t numel) const;
+  // A host tensor, pinned when the model is on a GPU and pin_memory is set.
+  at::Tensor host_empty(int64_t numel, at::ScalarType dtype) const;
 
   ZeroOptions options_;
   FlatLayout layout_;
   std::vector<at::Tensor> params_;
   at::ScalarType model_dtype_;
   std::shared_ptr<dist::Communicator> dp_;
+  c10::Device device_;  // where the model trains
   at::Tensor flat_params_;
   std::vector<OptimizerSegment> segments_;
   std::vector<int> pending_;           // parameters still to finish, per bucket
   std::vector<bool> launched_;         // bucket reduction started this micro-step
-  std::vector<InFlight> in_flight_;
+  std::deque<InFlight> in_flight_;
   bool armed_ = false;                 // this micro-step's hooks launch reductions
   double pre_scale_ = 1.0, post_scale_ = 1.0;
 };

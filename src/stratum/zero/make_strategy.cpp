@@ -21,7 +21,7 @@ std::unique_ptr<ZeroStrategy> make_zero_strategy(const ZeroOptions& options, std
     case 2: return make_stage2(options, std::move(params), std::move(names), model_dtype, std::move(dp));
     default:
       throw Error("zero_optimization.stage " + std::to_string(options.stage) +
-                  ": stage 3 needs a LayerStack model and is not available yet");
+                  ": stage 3 is made by make_stage3 from the model's layers");
   }
 }
 

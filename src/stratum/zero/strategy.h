@@ -1,5 +1,5 @@
 #pragma once
-// One interface for ZeRO stages 0, 1 and 2 (zero_stage{0,1,2}.cpp). A
+// One interface for ZeRO stages 0 to 3 (zero_stage{0,1,2,3}.cpp). A
 // strategy owns the model's flat parameter buffer, the gradients and the fp32
 // master weights; it reduces gradients over the data-parallel group as
 // backward produces them, and after the optimizer puts the new weights back
@@ -10,7 +10,9 @@
 //   stage 0       2Ψ + 2Ψ + 12Ψ   = 16Ψ           4Ψ + 4Ψ + 8Ψ     = 16Ψ (master = params)
 //   stage 1       2Ψ + 2Ψ + 12Ψ/N                 4Ψ + 4Ψ + 12Ψ/N
 //   stage 2       2Ψ + 14Ψ/N                      4Ψ + 16Ψ/N
+//   stage 3       16Ψ/N (+ gathered layers)       16Ψ/N (master = params shard)
 // (params + grads + fp32 master/Adam m/Adam v), within bucket padding.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,12 +33,53 @@ struct ZeroOptions {
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   at::ScalarType comm_dtype = at::kFloat;  // gradients travel in this dtype
+  // offload_optimizer (stages 1-3): fp32 masters (and the engine's Adam states)
+  // in host memory, pinned when the model is on a GPU and pin_memory is set.
+  bool offload_optimizer = false;
+  // offload_param (stage 3): the 16-bit parameter shard in host memory too.
+  bool offload_param = false;
+  bool pin_memory = true;
+  c10::Device device = c10::kCPU;  // stage 3: where the model trains (its parameters may still be on the host)
+  // Stage 3 (DeepSpeed's stage3_* keys, in elements).
+  int64_t prefetch_elems = 50'000'000;
+  int64_t persistence_threshold = 100'000;
+  int64_t max_live_elems = 1'000'000'000;
+  int64_t max_reuse_distance = 1'000'000'000;
+};
+
+// Stage 3 needs the model as layers: which trainable parameters (indices into
+// the list given to the strategy) each layer of a LayerStack owns and borrows.
+struct LayerParams {
+  std::vector<std::vector<int>> own;
+  std::vector<std::vector<int>> borrowed;
+};
+
+// What the layer runner calls around each layer at stage 3.
+class LayerParamGatherer {
+ public:
+  virtual ~LayerParamGatherer() = default;
+  // Gathers the layer's parameters (waiting for a prefetch in flight) and
+  // starts gathering the next layers' within stage3_prefetch_bucket_size.
+  virtual void before_forward(size_t layer) = 0;
+  // Releases what will not be reused soon; `backward_follows`: the layer's
+  // output is part of a graph that backward will run through.
+  virtual void after_forward(size_t layer, bool backward_follows) = 0;
+  // Before the layer's backward (autograd's thread): gathers again, prefetches
+  // the layers before it. Its gradients are reduce-scattered, and the layer
+  // released, as soon as autograd has accumulated them.
+  virtual void before_backward(size_t layer) = 0;
+  virtual int64_t live_elems() const = 0;       // gathered now (persistent parameters not counted)
+  virtual int64_t peak_live_elems() const = 0;  // since construction
 };
 
 // The fp32 weights this rank updates and their gradients, in matching pieces.
 struct OptimizerSegment {
-  at::Tensor master;  // fp32
-  at::Tensor grad;    // model dtype (averaged over data parallel after wait_gradients)
+  at::Tensor master;  // fp32 (on the host with offload_optimizer)
+  at::Tensor grad;    // model dtype, on the device (averaged over data parallel after wait_gradients)
+  // offload_optimizer with 16-bit training: host buffer the CPU Adam writes the
+  // updated parameters into, rounded to the model dtype, in the same pass;
+  // publish_params() sends these to the device (half the bytes of the masters).
+  at::Tensor params16;
 };
 
 // A run of the flat buffer that this rank's optimizer segment `segment` holds
@@ -76,6 +119,11 @@ class ZeroStrategy {
   virtual const FlatLayout& layout() const = 0;
   // Which flat ranges this rank's segments hold (stage 0: all of it).
   virtual std::vector<FlatPiece> owned_pieces() const = 0;
+  // Stage 3's gatherer; nullptr at stages 0-2.
+  virtual LayerParamGatherer* gatherer() { return nullptr; }
+  // Calls fn(index, value) for every parameter with its whole value in the model
+  // dtype (collective at stage 3, which gathers one layer at a time).
+  virtual void for_each_full_param(const std::function<void(int, const at::Tensor&)>& fn) = 0;
 };
 
 // `params`: the module's trainable parameters (leaf variables) in registration
@@ -85,5 +133,13 @@ class ZeroStrategy {
 std::unique_ptr<ZeroStrategy> make_zero_strategy(const ZeroOptions& options, std::vector<at::Tensor> params,
                                                  std::vector<std::string> names, at::ScalarType model_dtype,
                                                  std::shared_ptr<dist::Communicator> dp);
+
+// Stage 3. `params` may be anywhere (the CPU module as built); each layer's are
+// moved to `device` one layer at a time, rank 0's values broadcast, and only
+// this rank's slice kept: the whole model never sits on one device.
+std::unique_ptr<ZeroStrategy> make_stage3(const ZeroOptions& options, const LayerParams& layers,
+                                          std::vector<at::Tensor> params, std::vector<std::string> names,
+                                          at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp,
+                                          c10::Device device);
 
 }  // namespace stratum::zero

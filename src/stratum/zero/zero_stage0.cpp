@@ -20,7 +20,7 @@ class Stage0 : public BoundaryReducedStrategy {
     attach_grad_views(flat_grads_, layout_, params_);
     // fp32 training updates the parameters themselves; 16-bit keeps an fp32 master copy.
     master_ = model_dtype_ == at::kFloat ? flat_params_ : flat_params_.to(at::kFloat);
-    segments_ = {OptimizerSegment{master_, flat_grads_}};
+    segments_ = {OptimizerSegment{master_, flat_grads_, at::Tensor()}};
     install_hooks();
   }
 

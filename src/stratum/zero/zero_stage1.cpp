@@ -19,17 +19,20 @@ class Stage1 : public BoundaryReducedStrategy {
     flat_grads_ = at::zeros_like(flat_params_);
     attach_grad_views(flat_grads_, layout_, params_);
     master_ = make_shard_master();
+    params16_ = make_params16(master_.numel());
     for (size_t b = 0; b < layout_.buckets().size(); ++b) {
       const BucketSpan& s = layout_.buckets()[b];
-      segments_.push_back(OptimizerSegment{master_.narrow(0, s.shard_offset, s.slice_numel(dp_->size())),
-                                           slice_of(flat_grads_, static_cast<int>(b))});
+      auto piece = [&](const at::Tensor& t) {
+        return t.defined() ? t.narrow(0, s.shard_offset, s.slice_numel(dp_->size())) : t;
+      };
+      segments_.push_back(OptimizerSegment{piece(master_), slice_of(flat_grads_, static_cast<int>(b)), piece(params16_)});
     }
     install_hooks();
   }
 
   bool partitioned() const override { return true; }
 
-  void publish_params() override { gather_params_from_shard(master_); }
+  void publish_params() override { gather_params_from_shard(master_, params16_); }
   void zero_gradients() override { flat_grads_.zero_(); }
 
   std::vector<FlatPiece> owned_pieces() const override {
@@ -53,6 +56,7 @@ class Stage1 : public BoundaryReducedStrategy {
 
   at::Tensor flat_grads_;
   at::Tensor master_;
+  at::Tensor params16_;  // offload with 16-bit training: what the CPU Adam writes for the device
 };
 
 }  // namespace

@@ -2,7 +2,7 @@
 // gradient into its bucket's staging buffer and frees it; a full bucket is
 // reduce-scattered (during backward with overlap_comm) and the rank's slice is
 // accumulated into its gradient shard. No rank holds the whole gradient beyond
-// the buckets in flight. Reductions happen every micro-step.
+// the buckets in flight (at most kMaxInFlight). Reductions happen every micro-step.
 #include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/variable.h>
@@ -15,12 +15,15 @@ namespace {
 
 class Stage2 : public FlatStrategy {
  public:
+  static constexpr size_t kMaxInFlight = 2;
+
   using FlatStrategy::FlatStrategy;
 
   void init() {
     grad_shard_ = at::zeros({layout_.shard_numel()}, flat_params_.options());
     master_ = make_shard_master();
-    segments_ = {OptimizerSegment{master_, grad_shard_}};
+    params16_ = make_params16(master_.numel());
+    segments_ = {OptimizerSegment{master_, grad_shard_, params16_}};
     staging_.resize(layout_.buckets().size());
     install_hooks();
   }
@@ -41,7 +44,10 @@ class Stage2 : public FlatStrategy {
     const int64_t within = slot.offset - layout_.buckets()[slot.bucket].offset;
     staging.narrow(0, within, slot.numel).copy_(p.grad().reshape(-1));
     p.mutable_grad().reset();  // the full gradient is not kept
-    if (count_ready(index) && options_.overlap_comm) launch(slot.bucket);
+    if (count_ready(index) && options_.overlap_comm) {
+      launch(slot.bucket);
+      wait_in_flight(kMaxInFlight);  // caps the staging buffers alive at once
+    }
   }
 
   void finish_backward() override {
@@ -52,7 +58,7 @@ class Stage2 : public FlatStrategy {
   }
 
   void wait_gradients() override {}
-  void publish_params() override { gather_params_from_shard(master_); }
+  void publish_params() override { gather_params_from_shard(master_, params16_); }
 
   void zero_gradients() override {
     grad_shard_.zero_();
@@ -92,6 +98,7 @@ class Stage2 : public FlatStrategy {
 
   at::Tensor grad_shard_;
   at::Tensor master_;
+  at::Tensor params16_;  // offload with 16-bit training: what the CPU Adam writes for the device
   std::vector<at::Tensor> staging_;
   bool first_micro_step_ = true;
 };

@@ -1,0 +1,92 @@
+#include "stratum/engine/layer_runner.h"
+
+#include <c10/core/GradMode.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <map>
+#include <unordered_map>
+
+#include "stratum/core/error.h"
+#include "stratum/nn/checkpoint.h"
+
+namespace stratum {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Identity on a layer's output whose backward runs before the layer's own:
+// the moment to gather the layer's parameters again.
+struct BeforeLayerBackward : torch::autograd::Function<BeforeLayerBackward> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& y, int64_t gatherer, int64_t layer) {
+    ctx->saved_data["gatherer"] = gatherer;
+    ctx->saved_data["layer"] = layer;
+    return y;  // returned as is: autograd wraps it as a view of the input
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* g = reinterpret_cast<zero::LayerParamGatherer*>(ctx->saved_data["gatherer"].toInt());
+    g->before_backward(static_cast<size_t>(ctx->saved_data["layer"].toInt()));
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+EngineLayerRunner::EngineLayerRunner(zero::LayerParamGatherer* gatherer, std::vector<bool> checkpointed,
+                                     bool cpu_checkpointing)
+    : gatherer_(gatherer), checkpointed_(std::move(checkpointed)), cpu_checkpointing_(cpu_checkpointing) {}
+
+at::Tensor EngineLayerRunner::run_layer(size_t index, nn::StackLayer& layer, const at::Tensor& x) {
+  if (gatherer_) gatherer_->before_forward(index);
+  at::Tensor y;
+  if (index < checkpointed_.size() && checkpointed_[index]) {
+    nn::StackLayer* l = &layer;  // the stack owns its layers for as long as the graph can run
+    y = nn::checkpoint([l](const at::Tensor& in) { return l->forward(in); }, x, cpu_checkpointing_);
+  } else {
+    y = layer.forward(x);
+  }
+  if (!gatherer_) return y;
+  const bool backward_follows = c10::GradMode::is_enabled() && y.requires_grad();
+  gatherer_->after_forward(index, backward_follows);
+  if (!backward_follows) return y;
+  return BeforeLayerBackward::apply(y, reinterpret_cast<int64_t>(gatherer_), static_cast<int64_t>(index));
+}
+
+std::vector<bool> checkpointed_layers(const nn::LayerStackImpl& stack, const config::ActivationCheckpointingConfig& ac) {
+  std::vector<bool> out(stack.size(), false);
+  if (!ac.enabled || stack.size() == 0) return out;
+  std::map<std::string, int64_t> count;
+  for (size_t i = 0; i < stack.size(); ++i) ++count[stack.layer(i).name()];
+  std::string kind;
+  int64_t most = 0;
+  for (const auto& [k, n] : count)
+    if (n > most) kind = k, most = n;
+  int64_t left = ac.number_checkpoints.value_or(most);
+  for (size_t i = 0; i < stack.size() && left > 0; ++i)
+    if (stack.layer(i).name() == kind) out[i] = true, --left;
+  return out;
+}
+
+zero::LayerParams layer_params(const nn::LayerStackImpl& stack, const std::vector<at::Tensor>& params) {
+  std::unordered_map<const void*, int> index;
+  for (size_t i = 0; i < params.size(); ++i) index[params[i].unsafeGetTensorImpl()] = static_cast<int>(i);
+  zero::LayerParams out;
+  for (size_t l = 0; l < stack.size(); ++l) {
+    std::vector<int> own, borrowed;
+    for (const auto& p : stack.layer(l).parameters(/*recurse=*/true))
+      if (auto it = index.find(p.unsafeGetTensorImpl()); it != index.end()) own.push_back(it->second);
+    for (const auto& p : stack.layer(l).borrowed_parameters()) {
+      auto it = index.find(p.unsafeGetTensorImpl());
+      if (it == index.end())
+        throw Error("LayerStack layer " + std::to_string(l) + " (" + stack.layer(l).name() + " at '" +
+                    stack.layer_path(l) + "') borrows a parameter that is not trainable; ZeRO-3 cannot gather it");
+      borrowed.push_back(it->second);
+    }
+    out.own.push_back(std::move(own));
+    out.borrowed.push_back(std::move(borrowed));
+  }
+  return out;
+}
+
+}  // namespace stratum

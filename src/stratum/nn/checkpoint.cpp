@@ -1,0 +1,135 @@
+#include "stratum/nn/checkpoint.h"
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "stratum/core/error.h"
+
+namespace stratum::nn {
+namespace {
+
+using Fn = std::function<at::Tensor(const at::Tensor&)>;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The generators fn may draw from: the CPU one and, for a CUDA input, its device's.
+std::vector<at::Generator> generators_for(const at::Device& device) {
+  std::vector<at::Generator> gens{at::globalContext().defaultGenerator(at::kCPU)};
+  if (device.is_cuda()) gens.push_back(at::globalContext().defaultGenerator(device));
+  return gens;
+}
+
+// Under the generator's mutex, as torch.get_rng_state / set_rng_state do.
+std::vector<at::Tensor> get_states(std::vector<at::Generator>& gens) {
+  std::vector<at::Tensor> states;
+  for (auto& g : gens) {
+    std::lock_guard<std::mutex> lock(g.mutex());
+    states.push_back(g.get_state());
+  }
+  return states;
+}
+
+void set_states(std::vector<at::Generator>& gens, const std::vector<at::Tensor>& states) {
+  for (size_t i = 0; i < gens.size(); ++i) {
+    std::lock_guard<std::mutex> lock(gens[i].mutex());
+    gens[i].set_state(states[i]);
+  }
+}
+
+// Puts the generators back as they were at construction, also when fn throws,
+// so the recomputation does not shift the caller's random stream.
+class RngRestore {
+ public:
+  explicit RngRestore(std::vector<at::Generator>& gens) : gens_(gens), states_(get_states(gens)) {}
+  ~RngRestore() { set_states(gens_, states_); }
+  RngRestore(const RngRestore&) = delete;
+  RngRestore& operator=(const RngRestore&) = delete;
+
+ private:
+  std::vector<at::Generator>& gens_;
+  std::vector<at::Tensor> states_;
+};
+
+at::Tensor to_host(const at::Tensor& x) {
+  if (!x.is_cuda()) return x.to(at::kCPU);
+  // Pinned, so the copy is asynchronous; later work on the stream is ordered after it.
+  at::Tensor host = at::empty(x.sizes(), x.options().device(at::kCPU).pinned_memory(true));
+  host.copy_(x, /*non_blocking=*/true);
+  return host;
+}
+
+// Everything backward needs besides the saved input; IValues hold it as a capsule.
+struct State : torch::CustomClassHolder {
+  Fn fn;
+  at::Device device{at::kCPU};
+  bool offloaded = false;
+  std::vector<at::Tensor> rng_states;
+  std::vector<int64_t> out_sizes;
+};
+
+at::Tensor run_fn(const Fn& fn, const at::Tensor& x, const char* phase) {
+  at::Tensor out = fn(x);
+  if (!out.defined())
+    throw Error(std::string("checkpoint: fn returned an undefined tensor (") + phase + ")");
+  return out;
+}
+
+struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
+  // Function::apply runs this under no-grad: fn's graph (and its activations) is not kept.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Fn& fn, bool offload) {
+    auto state = c10::make_intrusive<State>();
+    state->fn = fn;  // a copy: the caller's fn may be gone by backward
+    state->device = x.device();
+    state->offloaded = offload;
+    auto gens = generators_for(x.device());
+    state->rng_states = get_states(gens);
+    at::Tensor out = run_fn(fn, x, "forward");
+    state->out_sizes = out.sizes().vec();
+    // Saving x itself (not offloaded) lets autograd catch in-place changes to it before backward.
+    ctx->save_for_backward({offload ? to_host(x) : x});
+    ctx->saved_data["state"] = at::IValue::make_capsule(std::move(state));
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto holder = ctx->saved_data.at("state").toCapsule();
+    const State& s = *static_cast<const State*>(holder.get());
+    at::Tensor x = ctx->get_saved_variables().at(0);
+    if (s.offloaded) x = x.to(s.device);
+    x = x.detach().requires_grad_(true);
+    at::Tensor out;
+    {
+      auto gens = generators_for(s.device);
+      RngRestore keep_caller_stream(gens);
+      set_states(gens, s.rng_states);  // the forward's dropout masks again
+      c10::AutoGradMode enable(true);
+      out = run_fn(s.fn, x, "recomputation in backward");
+    }
+    if (out.sizes().vec() != s.out_sizes)
+      throw Error("checkpoint: fn returned shape " + c10::str(out.sizes()) + " in the backward recomputation but " +
+                  c10::str(at::IntArrayRef(s.out_sizes)) + " in forward; fn must compute the same function both times");
+    if (!out.requires_grad())
+      throw Error("checkpoint: fn's output does not require grad when recomputed with grad enabled; "
+                  "it must depend on its input (differentiably) or on a parameter requiring grad");
+    torch::autograd::backward({out}, {grads.at(0)});
+    return {x.grad(), at::Tensor(), at::Tensor()};  // one per forward argument: x, fn, offload
+  }
+};
+
+}  // namespace
+
+at::Tensor checkpoint(const Fn& fn, const at::Tensor& x, bool offload_input) {
+  if (!fn) throw Error("checkpoint: fn is empty");
+  if (!x.defined()) throw Error("checkpoint: the input is an undefined tensor");
+  if (!c10::GradMode::is_enabled() || !x.requires_grad()) return run_fn(fn, x, "forward");
+  return CheckpointFunction::apply(x, fn, offload_input);
+}
+
+}  // namespace stratum::nn

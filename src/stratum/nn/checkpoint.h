@@ -1,0 +1,26 @@
+#pragma once
+// Activation checkpointing for one tensor -> tensor function (a layer), as
+// torch.utils.checkpoint(use_reentrant=True) / DeepSpeed's checkpoint():
+// trade a second forward in backward for not keeping the layer's activations.
+#include <functional>
+
+#include <ATen/core/Tensor.h>
+
+namespace stratum::nn {
+
+// Runs fn(x) without keeping fn's intermediate activations: forward runs under
+// no-grad and saves only x (on the host when offload_input is true: DeepSpeed's
+// cpu_checkpointing) and the RNG states (CPU generator and, when x is on a CUDA
+// device, that device's generator). Backward restores those RNG states (so
+// dropout draws the same masks), recomputes fn(x) with grad enabled and
+// backpropagates the incoming gradient through the recomputation (a nested,
+// reentrant backward): parameters used by fn get their .grad accumulated (their
+// post-accumulate-grad hooks fire during that nested backward), the gradient
+// for x is returned, and the caller's RNG streams are left as they were.
+// When grad mode is off or x does not require grad, it is plain fn(x).
+// fn is copied and kept until backward; it must compute the same function in
+// both runs (same parameters, same training flag).
+at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x,
+                      bool offload_input = false);
+
+}  // namespace stratum::nn
