@@ -52,12 +52,10 @@ if [[ $parts == *A* ]]; then
   config "$out/z3.json" 3 8 ""
   config "$out/z2off.json" 2 8 ', "offload_optimizer": {"device": "cpu", "pin_memory": true, "cpuadam_cores_perc": 0.45}'
   config "$out/z3off.json" 3 8 ', "offload_optimizer": {"device": "cpu", "pin_memory": true, "cpuadam_cores_perc": 0.45}'
-  run z2_1.3b gpt2-1.3b 12 "$out/z2.json"
-  run z3_1.3b gpt2-1.3b 12 "$out/z3.json"
-  run z2_1.3b_again gpt2-1.3b 12 "$out/z2.json"
-  run z3_1.3b_again gpt2-1.3b 12 "$out/z3.json"
-  run z2off_1.3b gpt2-1.3b 8 "$out/z2off.json"
-  run z3off_1.3b gpt2-1.3b 8 "$out/z3off.json"
+  run z2_1.3b gpt2-1.3b 10 "$out/z2.json"
+  run z3_1.3b gpt2-1.3b 10 "$out/z3.json"
+  run z2off_1.3b gpt2-1.3b 6 "$out/z2off.json"
+  run z3off_1.3b gpt2-1.3b 6 "$out/z3off.json"
 fi
 
 if [[ $parts == *B* ]]; then

@@ -14,16 +14,20 @@
 # Options:
 #   --no-tests    configure, build, print the report; skip ctest
 #   --only-build  configure and build only
+#   --targets "a b"  build only these targets (a fresh machine builds in minutes less)
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 
 run_report=1
 run_tests=1
-for arg in "$@"; do
+targets=()
+while [ $# -gt 0 ]; do
+  arg=$1; shift
   case "$arg" in
     --no-tests) run_tests=0 ;;
     --only-build) run_tests=0; run_report=0 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --targets) read -ra targets <<< "${1:-}"; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "device_build: unknown option '$arg' (use --no-tests or --only-build)" >&2; exit 2 ;;
   esac
 done
@@ -111,7 +115,7 @@ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATUM_PYTHON=
   -DCMAKE_POLICY_VERSION_MINIMUM=3.5 2>&1 | tee "$logs/configure.log"
 
 step "build"
-cmake --build "$build_dir" -j "$(nproc)" -- -k 0 2>&1 | tee "$logs/build.log"
+cmake --build "$build_dir" -j "$(nproc)" ${targets[@]:+--target "${targets[@]}"} -- -k 0 2>&1 | tee "$logs/build.log"
 
 # ---- run -----------------------------------------------------------------------
 if [ "$run_report" = 1 ]; then
