@@ -20,7 +20,7 @@ config() {
 {"train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": 1, "bf16": {"enabled": true},
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}},
  "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 5, "warmup_max_lr": 3e-4}},
- "gradient_clipping": 1.0, $5
+ "gradient_clipping": 1.0, ${5:-}
  "zero_optimization": {"stage": $2, "overlap_comm": true, "reduce_bucket_size": 5e7 $4},
  "steps_per_print": 1}
 JSON
@@ -31,7 +31,7 @@ run() {
   local name=$1 model=$2 steps=$3 cfg=$4; shift 4
   local log=$out/run_$name
   local t0=$(date +%s)
-  "$build/bin/stratum-run" --num_gpus 2 "$build/bin/stratum-train" --config "$cfg" --model "$model" "$@" \
+  timeout "${RUN_TIMEOUT:-300}" "$build/bin/stratum-run" --num_gpus 2 "$build/bin/stratum-train" --config "$cfg" --model "$model" "$@" \
     --data default --cache-dir /tmp/stratum-cache --steps "$steps" --eval-every 0 --print-every 1 \
     --sample-tokens 0 --log-dir "$log" > "$log.txt" 2>&1
   local rc=$?
