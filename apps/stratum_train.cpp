@@ -124,11 +124,17 @@ int train(const Options& o, const dist::DistContext& ctx) {
                 tokenizer.name() + " tokenizer's " + std::to_string(tokenizer.vocab_size()));
 
   torch::manual_seed(o.seed);
-  // ZeRO-3 partitions the model from the host one layer at a time: built in the
-  // training dtype, the host copy is half the size (the engine casts to it anyway).
+  // ZeRO-3 is for models too large to init comfortably on the host: they are
+  // built in the training dtype (half the host bytes; the engine casts to it
+  // anyway) and their weights drawn on the GPU, from which the engine
+  // partitions them one layer at a time.
+  const bool stage3 = config.zero_optimization.stage == 3;
   const at::ScalarType default_dtype = at::typeMetaToScalarType(at::get_default_dtype());
-  if (config.zero_optimization.stage == 3) at::set_default_dtype(c10::scalarTypeToTypeMeta(engine_detail::training_dtype(config)));
-  auto model = models::build_model(mcfg);
+  if (stage3) at::set_default_dtype(c10::scalarTypeToTypeMeta(engine_detail::training_dtype(config)));
+  const c10::Device init_device = stage3 && ctx.gpu_world
+                                      ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
+                                      : c10::Device(c10::kCPU);
+  auto model = models::build_model(mcfg, init_device);
   at::set_default_dtype(c10::scalarTypeToTypeMeta(default_dtype));
   auto engine = initialize(config, model, ctx);
   const auto& batch = engine.core().batch();

@@ -29,14 +29,14 @@ JSON
 # run NAME MODEL STEPS CONFIG [--set k=v ...]: prints the last step's metrics line
 run() {
   local name=$1 model=$2 steps=$3 cfg=$4; shift 4
-  local log=$out/run_$name
+  local log=/tmp/run_$name
   local t0=$(date +%s)
   timeout "${RUN_TIMEOUT:-300}" "$build/bin/stratum-run" --num_gpus 2 "$build/bin/stratum-train" --config "$cfg" --model "$model" "$@" \
     --data default --cache-dir /tmp/stratum-cache --steps "$steps" --eval-every 0 --print-every 1 \
-    --sample-tokens 0 --log-dir "$log" > "$log.txt" 2>&1
-  local rc=$?
+    --sample-tokens 0 --log-dir "$log" 2>&1 | while IFS= read -r line; do echo "+$(( $(date +%s) - t0 ))s $line"; done > "$log.txt"
+  local rc=${PIPESTATUS[0]}
   echo "=== $name: rc $rc, $(( $(date +%s) - t0 )) s wall"
-  grep -E "error|rror|Killed" "$log.txt" | head -3
+  grep -E "error|rror|Killed|step 1/|step 2/" "$log.txt" | head -6
   tail -n 3 "$log/metrics.jsonl" 2>/dev/null
 }
 
@@ -60,15 +60,18 @@ fi
 
 if [[ $parts == *B* ]]; then
   layers_plain=${LAYERS_PLAIN:-72}
-  layers_off=${LAYERS_OFF:-64}
+  layers_off=${LAYERS_OFF:-60}
   ac='"activation_checkpointing": {},'
   knobs=', "stage3_max_live_parameters": 1e9, "stage3_prefetch_bucket_size": 5e8, "stage3_max_reuse_distance": 0'
   echo "##### B: largest LLaMA at ZeRO-3, micro 1, seq 1024, activation checkpointing"
   free -g | head -2
+  nvidia-smi --query-gpu=memory.total --format=csv
   estimate llama-8b 1 --checkpointing --set layers=$layers_plain
   config "$out/big.json" 3 1 "$knobs" "$ac"
   run z3_llama_${layers_plain}l llama-8b 3 "$out/big.json" --set layers=$layers_plain --set max_seq_len=1024
   estimate llama-8b 1 --checkpointing --set layers=$layers_off
   config "$out/bigoff.json" 3 1 "$knobs"', "offload_optimizer": {"device": "cpu", "pin_memory": true, "cpuadam_cores_perc": 0.45}' "$ac"
+  free -g | head -2
   run z3off_llama_${layers_off}l llama-8b 3 "$out/bigoff.json" --set layers=$layers_off --set max_seq_len=1024
 fi
+free -g | head -2

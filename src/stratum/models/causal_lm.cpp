@@ -31,9 +31,9 @@ at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
                                 /*ignore_index=*/-100);
 }
 
-std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config) {
-  if (config.arch == "gpt2") return build_gpt2(config);
-  if (config.arch == "llama") return build_llama(config);
+std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config, c10::Device init_device) {
+  if (config.arch == "gpt2") return build_gpt2(config, init_device);
+  if (config.arch == "llama") return build_llama(config, init_device);
   throw Error("model '" + config.name + "': unknown arch '" + config.arch + "' (gpt2, llama)");
 }
 
@@ -43,13 +43,14 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 }  // namespace
 
-void init_weights(CausalLMImpl& model) {
+void init_weights(CausalLMImpl& model, c10::Device device) {
   const ModelConfig& c = model.config();
   const double residual_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.layers));
   c10::AutoGradMode no_grad(false);
   for (auto& item : model.named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
     at::Tensor& p = item.value();
+    if (p.device() != device) p.set_data(p.to(device));
     if (ends_with(name, ".bias")) {
       p.zero_();
     } else if (p.dim() == 1) {  // LayerNorm / RMSNorm scales

@@ -36,15 +36,18 @@ class CausalLMImpl : public nn::LayerStackImpl {
 
 // GPT-2 or LLaMA after config.arch; validates the config and initializes the
 // weights (init_weights) from torch's global generator (seed it for repeatability).
-std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config);
-std::shared_ptr<CausalLMImpl> build_gpt2(const ModelConfig& config);
-std::shared_ptr<CausalLMImpl> build_llama(const ModelConfig& config);
+// `init_device`: where the parameters are moved before init_weights (a GPU
+// draws billions of values in moments; the host takes minutes for a 10B+ model).
+std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config, c10::Device init_device = c10::kCPU);
+std::shared_ptr<CausalLMImpl> build_gpt2(const ModelConfig& config, c10::Device init_device = c10::kCPU);
+std::shared_ptr<CausalLMImpl> build_llama(const ModelConfig& config, c10::Device init_device = c10::kCPU);
 
 // GPT-2's initialization for either architecture, by parameter name: weights
 // normal(0, init_std), the residual projections (attn.c_proj, mlp.c_proj,
 // self_attn.o_proj, mlp.down_proj) normal(0, init_std / sqrt(2 layers)),
 // biases 0, norm weights 1.
-void init_weights(CausalLMImpl& model);
+// Parameters not on `device` are moved there first.
+void init_weights(CausalLMImpl& model, c10::Device device = c10::kCPU);
 
 // Mean cross-entropy in fp32 of logits [..., V] (any float dtype) against
 // targets [...]; targets equal to -100 are ignored.

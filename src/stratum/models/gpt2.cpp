@@ -69,7 +69,7 @@ class GPT2FinalNorm : public nn::StackLayer {
 
 }  // namespace
 
-std::shared_ptr<CausalLMImpl> build_gpt2(const ModelConfig& c) {
+std::shared_ptr<CausalLMImpl> build_gpt2(const ModelConfig& c, c10::Device init_device) {
   validate(c);
   if (c.arch != "gpt2") throw Error("build_gpt2: model '" + c.name + "' is arch '" + c.arch + "'");
   auto model = std::make_shared<CausalLMImpl>(c);
@@ -79,7 +79,7 @@ std::shared_ptr<CausalLMImpl> build_gpt2(const ModelConfig& c) {
   model->append(std::make_shared<GPT2FinalNorm>(c), "transformer");
   if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->wte.ptr()), "");
   else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, c.vocab_size), "");
-  init_weights(*model);
+  init_weights(*model, init_device);
   return model;
 }
 

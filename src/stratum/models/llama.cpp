@@ -64,7 +64,7 @@ class LlamaFinalNorm : public nn::StackLayer {
 
 }  // namespace
 
-std::shared_ptr<CausalLMImpl> build_llama(const ModelConfig& c) {
+std::shared_ptr<CausalLMImpl> build_llama(const ModelConfig& c, c10::Device init_device) {
   validate(c);
   if (c.arch != "llama") throw Error("build_llama: model '" + c.name + "' is arch '" + c.arch + "'");
   auto model = std::make_shared<CausalLMImpl>(c);
@@ -81,7 +81,7 @@ std::shared_ptr<CausalLMImpl> build_llama(const ModelConfig& c) {
   model->append(std::make_shared<LlamaFinalNorm>(c), "model");
   if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->embed_tokens.ptr()), "");
   else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, c.vocab_size), "");
-  init_weights(*model);
+  init_weights(*model, init_device);
   return model;
 }
 

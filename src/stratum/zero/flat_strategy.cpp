@@ -142,7 +142,11 @@ at::Tensor FlatStrategy::host_empty(int64_t numel, at::ScalarType dtype) const {
 
 at::Tensor FlatStrategy::make_master(const at::Tensor& values) const {
   if (!options_.offload_optimizer) return values.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
-  at::Tensor master = host_empty(values.numel(), at::kFloat);
+  // Only what crosses to the device is pinned: with 16-bit training that is
+  // params16, not the masters (pinning tens of GB costs minutes).
+  at::Tensor master = model_dtype_ == at::kFloat
+                          ? host_empty(values.numel(), at::kFloat)
+                          : at::empty({values.numel()}, at::TensorOptions().dtype(at::kFloat));
   master.copy_(values);
   return master;
 }
