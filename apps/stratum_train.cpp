@@ -137,6 +137,14 @@ int train(const Options& o, const dist::DistContext& ctx) {
   auto model = models::build_model(mcfg, init_device);
   at::set_default_dtype(c10::scalarTypeToTypeMeta(default_dtype));
   auto engine = initialize(config, model, ctx);
+#ifdef STRATUM_WITH_CUDA
+  // The memory column shows training; start-up (ZeRO-3 partitions a model first
+  // drawn whole on the GPU) has its own peak, reported once.
+  if (ctx.cuda_device >= 0) {
+    if (lead) log::info("start-up peak memory " + std::to_string(memory_gib(ctx)) + " GiB");
+    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(ctx.cuda_device));
+  }
+#endif
   const auto& batch = engine.core().batch();
   const auto& dp = engine.core().dp();
   const c10::Device device = ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))

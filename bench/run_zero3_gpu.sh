@@ -36,7 +36,7 @@ run() {
     --sample-tokens 0 --log-dir "$log" 2>&1 | while IFS= read -r line; do echo "+$(( $(date +%s) - t0 ))s $line"; done > "$log.txt"
   local rc=${PIPESTATUS[0]}
   echo "=== $name: rc $rc, $(( $(date +%s) - t0 )) s wall"
-  grep -E "error|rror|Killed|step 1/|step 2/" "$log.txt" | head -6
+  grep -E "error|rror|Killed|start-up|step 1/|step 3/" "$log.txt" | head -6
   tail -n 3 "$log/metrics.jsonl" 2>/dev/null
 }
 

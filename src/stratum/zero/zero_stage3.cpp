@@ -105,7 +105,6 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     // offload_param: the 16-bit shard lives on the host; gathers copy slices up first.
     shard_params_ = options_.offload_param ? host_empty(layout_.shard_numel(), model_dtype_)
                                            : at::empty({layout_.shard_numel()}, opts);
-    grad_shard_ = at::zeros({layout_.shard_numel()}, opts);
     empty_ = at::empty({0}, opts);
     // One unit at a time onto the device: rank 0's values, this rank's slice.
     c10::AutoGradMode no_grad(false);
@@ -125,6 +124,8 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
         for (int p : buckets[u].params) params_[p].set_data(empty_);
       }
     }
+    // After the partition: start-up holds the model and the parameter shard, not the gradient shard too.
+    grad_shard_ = at::zeros({layout_.shard_numel()}, opts);
     if (int u = persistent_unit(); u >= 0) {
       persistent_grads_ = at::zeros({buckets[u].numel}, opts);
       for (int p : buckets[u].params) {
