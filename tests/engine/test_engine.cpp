@@ -11,10 +11,13 @@
 #include <torch/torch.h>
 
 #include "../dist/dist_test_context.h"
+#include "dp_groups.h"
 #include "mlp.h"
 #include "stratum/engine/engine.h"
 
 using namespace stratum;
+using stratum::test::groups_of;
+using stratum::test::rel_diff;
 using stratum::test::Mlp;
 
 namespace {
@@ -85,17 +88,6 @@ TrainRun train(const std::string& json, const std::shared_ptr<dist::Communicator
   run.total_numel = engine.core().strategy().layout().total_numel();
   run.buckets = static_cast<int64_t>(engine.core().strategy().layout().buckets().size());
   return run;
-}
-
-std::shared_ptr<dist::Communicator> groups_of(int k, std::shared_ptr<dist::Communicator> world = nullptr) {
-  if (!world) world = test::context().cpu_world;
-  std::vector<std::vector<int64_t>> groups(world->size() / k);
-  for (int r = 0; r < world->size(); ++r) groups[r / k].push_back(r);
-  return world->split(groups, "dp" + std::to_string(k));
-}
-
-double rel_diff(const at::Tensor& a, const at::Tensor& b) {
-  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item<double>();
 }
 
 void expect_same_training(const TrainRun& got, const TrainRun& ref, double tol, const std::string& what) {

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "../dist/dist_test_context.h"
+#include "dp_groups.h"
 #include "mlp.h"
 #include "shared_temp_dir.h"
 #include <nlohmann/json.hpp>
@@ -22,6 +23,8 @@
 #include "stratum/models/safetensors.h"
 
 using namespace stratum;
+using stratum::test::groups_of;
+using stratum::test::rel_diff;
 
 namespace {
 
@@ -102,17 +105,6 @@ TrainRun train(const Options& o, const std::shared_ptr<dist::Communicator>& dp, 
   }
   for (const auto& bucket : strategy.layout().buckets()) run.largest_layer = std::max(run.largest_layer, bucket.numel);
   return run;
-}
-
-std::shared_ptr<dist::Communicator> groups_of(int k) {
-  auto world = test::context().cpu_world;
-  std::vector<std::vector<int64_t>> groups(world->size() / k);
-  for (int r = 0; r < world->size(); ++r) groups[r / k].push_back(r);
-  return world->split(groups, "z3dp" + std::to_string(k));
-}
-
-double rel_diff(const at::Tensor& a, const at::Tensor& b) {
-  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item<double>();
 }
 
 void expect_same_training(const TrainRun& got, const TrainRun& ref, double tol, const std::string& what) {

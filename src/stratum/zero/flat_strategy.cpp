@@ -141,7 +141,8 @@ at::Tensor FlatStrategy::host_empty(int64_t numel, at::ScalarType dtype) const {
 }
 
 at::Tensor FlatStrategy::make_master(const at::Tensor& values) const {
-  if (!options_.offload_optimizer) return values.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  // Without offload the master sits with the model (values may be a host shard: offload_param).
+  if (!options_.offload_optimizer) return values.to(device_, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
   // Only what crosses to the device is pinned: with 16-bit training that is
   // params16, not the masters (pinning tens of GB costs minutes).
   at::Tensor master = model_dtype_ == at::kFloat

@@ -1,0 +1,27 @@
+#pragma once
+// What the engine equivalence tests share: data-parallel groups of k ranks cut
+// from the world (one job checks DP = 1, 2 and 4 side by side), and the
+// relative difference they compare with.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "../dist/dist_test_context.h"
+
+namespace stratum::test {
+
+inline std::shared_ptr<dist::Communicator> groups_of(int k, std::shared_ptr<dist::Communicator> world = nullptr) {
+  if (!world) world = context().cpu_world;
+  std::vector<std::vector<int64_t>> groups(world->size() / k);
+  for (int r = 0; r < world->size(); ++r) groups[r / k].push_back(r);
+  return world->split(groups, "dp" + std::to_string(k));
+}
+
+// max |a - b| / max |b|
+inline double rel_diff(const at::Tensor& a, const at::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item<double>();
+}
+
+}  // namespace stratum::test
