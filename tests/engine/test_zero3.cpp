@@ -62,6 +62,7 @@ struct TrainRun {
   ModelStateBytes bytes;
   int64_t param_numel = 0, total_numel = 0;
   int64_t peak_live = 0, live_after = 0, largest_layer = 0;
+  bool params16 = false;  // the optimizer step wrote a 16-bit host copy (offload)
 };
 
 TrainRun train(const Options& o, const std::shared_ptr<dist::Communicator>& dp, int steps = kSteps,
@@ -103,6 +104,7 @@ TrainRun train(const Options& o, const std::shared_ptr<dist::Communicator>& dp, 
     run.peak_live = g->peak_live_elems();
     run.live_after = g->live_elems();
   }
+  run.params16 = strategy.segments().front().params16.defined();
   for (const auto& bucket : strategy.layout().buckets()) run.largest_layer = std::max(run.largest_layer, bucket.numel);
   return run;
 }
@@ -248,8 +250,12 @@ TEST(Offload, MatchesNoOffload) {
       for (const auto& extra : variants) {
         Options o = ref_opts;
         o.zero_extra = extra;
-        expect_same_training(train(o, world), ref, precision == "fp32" ? 1e-5 : 2e-2,
+        TrainRun got = train(o, world);
+        expect_same_training(got, ref, precision == "fp32" ? 1e-5 : 2e-2,
                              precision + " stage " + std::to_string(stage) + extra);
+        // The host step ran: with 16-bit training it wrote the copy the device takes.
+        const bool host_step = extra.find("offload_optimizer") != std::string::npos;
+        EXPECT_EQ(got.params16, host_step && precision == "bf16") << extra;
       }
     }
 }
@@ -322,4 +328,41 @@ TEST(Zero3, CheckpointLoadsAtOtherStagesAndConsolidates) {
   }
   world->barrier()->wait();
   if (world->rank() == 0) fs::remove_tree(dir);
+}
+
+// Parameter tensors keep their identity at stage 3 (autograd and user
+// references stay valid); released ones hold no storage, gathered ones do.
+TEST(Zero3, ParametersKeepTheirIdentityAndAreReleasedBetweenSteps) {
+  auto world = test::context().cpu_world;
+  Config config = Config::from_string(config_json(Options{"tiny-gpt2", {}, 3, 1, "fp32", kStage3Variants[0].second}), "id");
+  torch::manual_seed(42);
+  auto model = models::build_model(models::make_model_config("tiny-gpt2"));
+  std::vector<const void*> before;
+  for (const auto& p : model->parameters()) before.push_back(p.unsafeGetTensorImpl());
+  auto engine = initialize(config, model, world, c10::Device(c10::kCPU));
+  at::Tensor tokens = at::randint(256, {2, kSeq + 1}, at::make_generator<at::CPUGeneratorImpl>(1), at::kLong);
+  engine.backward(engine.forward(tokens.narrow(1, 0, kSeq), tokens.narrow(1, 1, kSeq)));
+  engine.step();
+  std::vector<const void*> after;
+  int64_t released = 0;
+  for (const auto& p : model->parameters()) {
+    after.push_back(p.unsafeGetTensorImpl());
+    released += p.numel() == 0;
+  }
+  EXPECT_EQ(before, after);
+  EXPECT_GT(released, 0) << "layer parameters are released between steps";
+  EXPECT_EQ(engine.core().strategy().gatherer()->live_elems(), 0);
+}
+
+// Which layers activation checkpointing recomputes: the repeated ones (the
+// blocks), all or the first number_checkpoints; none without the section.
+TEST(ActivationCheckpointing, ChoosesTheRepeatedLayers) {
+  auto model = models::build_model(models::make_model_config("tiny-gpt2", {{"layers", "3"}}));
+  ASSERT_EQ(model->size(), 6u);  // embedding, 3 blocks, final norm, LM head
+  config::ActivationCheckpointingConfig ac;
+  EXPECT_EQ(checkpointed_layers(*model, ac), std::vector<bool>(6, false));
+  ac.enabled = true;
+  EXPECT_EQ(checkpointed_layers(*model, ac), (std::vector<bool>{false, true, true, true, false, false}));
+  ac.number_checkpoints = 2;
+  EXPECT_EQ(checkpointed_layers(*model, ac), (std::vector<bool>{false, true, true, false, false, false}));
 }
