@@ -1,14 +1,22 @@
-// Training throughput of the engine on a GPT-2-shaped model (bench/gpt_bench_model.h),
-// synthetic tokens, bf16, AdamW: tokens/s per GPU, TFLOP/s and MFU (against
-// 989 TFLOP/s, FLOPs per token 6N + 12 L d seq), step time, peak memory.
-// Run: mpirun -np 2 build/bin/bench_engine --stage 2 [--layers 24 --hidden 1024 --heads 16 --seq 1024 --micro 8]
+// Training throughput of the engine on a built-in model (the presets of
+// models/, the architectures bench/peers/gpt_peers.py rebuilds in PyTorch),
+// random tokens, AdamW, one JSON line in the peers' schema: tokens/s per GPU,
+// TFLOP/s per GPU and MFU (6N + 12 L d seq FLOPs per token against
+// --peak-tflops), peak allocated memory, and the mean time of forward,
+// backward (with the communication it does not hide) and the optimizer step,
+// the device synchronized at the phase boundaries.
+// Run: mpirun -np 2 build/bin/bench_engine --model gpt2-350m --stage 2 [--seq 1024 --micro 8 --checkpointing]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
-#include "gpt_bench_model.h"
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
 #include "stratum/engine/engine.h"
+#include "stratum/models/causal_lm.h"
 #ifdef STRATUM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -26,96 +34,139 @@ void device_sync() {
 
 double peak_gib(int device) {
 #ifdef STRATUM_WITH_CUDA
-  if (device >= 0) {
-    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
-    return stats.allocated_bytes[0].peak / double(1 << 30);
-  }
+  if (device >= 0)
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device))
+               .allocated_bytes[0].peak / double(1 << 30);
 #endif
   (void)device;
   return 0.0;
 }
 
 struct Options {
-  int64_t layers = 24, hidden = 1024, heads = 16, seq = 1024, vocab = 50304, micro = 8, gas = 1, steps = 10, warmup = 3;
+  std::string model = "gpt2-350m", precision = "bf16", zero_extra;
+  std::vector<std::pair<std::string, std::string>> overrides;
+  int64_t seq = 1024, micro = 8, gas = 1, steps = 10, warmup = 3;
   int stage = 2;
-  std::string precision = "bf16";
+  bool checkpointing = false;
+  double peak_tflops = 989.0;
 };
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    const int64_t v = std::atoll(argv[i + 1]);
-    if (k == "--layers") o.layers = v;
-    else if (k == "--hidden") o.hidden = v;
-    else if (k == "--heads") o.heads = v;
-    else if (k == "--seq") o.seq = v;
-    else if (k == "--vocab") o.vocab = v;
-    else if (k == "--micro") o.micro = v;
-    else if (k == "--gas") o.gas = v;
-    else if (k == "--steps") o.steps = v;
-    else if (k == "--stage") o.stage = static_cast<int>(v);
-    else if (k == "--precision") o.precision = argv[i + 1];
+    if (k == "--checkpointing") {
+      o.checkpointing = true;
+      continue;
+    }
+    if (i + 1 >= argc) throw Error("bench_engine: " + k + " needs a value");
+    const std::string v = argv[++i];
+    if (k == "--model") o.model = v;
+    else if (k == "--set") o.overrides.push_back(models::parse_override(v));
+    else if (k == "--seq") o.seq = std::stoll(v);
+    else if (k == "--micro") o.micro = std::stoll(v);
+    else if (k == "--gas") o.gas = std::stoll(v);
+    else if (k == "--steps") o.steps = std::stoll(v);
+    else if (k == "--warmup") o.warmup = std::stoll(v);
+    else if (k == "--stage") o.stage = std::stoi(v);
+    else if (k == "--precision") o.precision = v;
+    else if (k == "--zero-extra") o.zero_extra = v;  // more zero_optimization keys, e.g. ', "stage3_max_reuse_distance": 0'
+    else if (k == "--peak-tflops") o.peak_tflops = std::stod(v);
     else throw Error("bench_engine: unknown flag " + k);
   }
   return o;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void run(const dist::DistContext& ctx, const Options& o) {
-  const auto [layers, hidden, heads, seq, vocab, micro, gas, steps, warmup, stage, precision] = o;
   const int dp = ctx.device_world()->size();
-  const std::string json = "{\"train_micro_batch_size_per_gpu\": " + std::to_string(micro) +
-                           ", \"gradient_accumulation_steps\": " + std::to_string(gas) + ", " +
-                           (precision == "bf16" ? "\"bf16\": {\"enabled\": true}, " : "") +
-                           "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-4, \"weight_decay\": 0.1}}, "
-                           "\"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": " + std::to_string(stage) +
-                           ", \"overlap_comm\": true, \"reduce_bucket_size\": 50000000}}";
+  const std::string json = "{\"train_micro_batch_size_per_gpu\": " + std::to_string(o.micro) +
+                           ", \"gradient_accumulation_steps\": " + std::to_string(o.gas) + ", " +
+                           (o.precision == "bf16" ? "\"bf16\": {\"enabled\": true}, " : "") +
+                           (o.checkpointing ? "\"activation_checkpointing\": {}, " : "") +
+                           "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-4, \"betas\": [0.9, 0.95], "
+                           "\"weight_decay\": 0.1}}, \"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": " +
+                           std::to_string(o.stage) + ", \"overlap_comm\": true, \"reduce_bucket_size\": 50000000" +
+                           o.zero_extra + "}}";
   Config config = Config::from_string(json, "bench");
+  const models::ModelConfig mcfg = models::make_model_config(o.model, o.overrides);
+  if (o.seq > mcfg.max_seq_len)
+    throw Error("--seq " + std::to_string(o.seq) + " exceeds " + o.model + "'s max_seq_len " +
+                std::to_string(mcfg.max_seq_len) + "; add --set max_seq_len=" + std::to_string(o.seq));
   torch::manual_seed(1);
-  auto model = bench::Gpt(vocab, seq, hidden, layers, heads);
-  int64_t n_params = 0;
-  for (auto& p : model->parameters()) n_params += p.numel();
-  auto engine = initialize(config, model.ptr(), ctx);
+  auto model = models::build_model(mcfg);
+  const int64_t n_params = models::parameter_count(mcfg);
+  auto engine = initialize(config, model, ctx);
   const c10::Device device = ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
                                            : c10::Device(c10::kCPU);
   const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
-  double seconds = 0, loss_value = 0;
-  for (int64_t s = 0; s < warmup + steps; ++s) {
+  double wall = 0, forward = 0, backward = 0, optimizer = 0, loss_value = 0;
+  for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
     device_sync();
-    auto t0 = std::chrono::steady_clock::now();
-    for (int64_t k = 0; k < gas; ++k) {
-      at::Tensor tokens = torch::randint(vocab, {micro, seq + 1}, opts);
-      at::Tensor loss = engine.forward(tokens.narrow(1, 0, seq), tokens.narrow(1, 1, seq));
+    const auto t0 = std::chrono::steady_clock::now();
+    double f = 0, b = 0;
+    for (int64_t k = 0; k < o.gas; ++k) {
+      at::Tensor tokens = torch::randint(mcfg.vocab_size, {o.micro, o.seq + 1}, opts);
+      auto t = std::chrono::steady_clock::now();
+      at::Tensor loss = engine.forward(tokens.narrow(1, 0, o.seq), tokens.narrow(1, 1, o.seq));
+      device_sync();
+      f += seconds_since(t);
+      t = std::chrono::steady_clock::now();
       engine.backward(loss);
-      engine.step();
-      if (k == gas - 1) loss_value = loss.item<double>();
+      device_sync();
+      b += seconds_since(t);
+      if (k + 1 < o.gas) engine.step();
+      if (k == o.gas - 1) loss_value = loss.item<double>();
     }
+    const auto t = std::chrono::steady_clock::now();
+    engine.step();
     device_sync();
-    if (s >= warmup) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= o.warmup) {
+      optimizer += seconds_since(t);
+      forward += f;
+      backward += b;
+      wall += seconds_since(t0);
+    }
   }
-  const double step_time = seconds / steps;
-  const double tokens_per_gpu = micro * gas * seq / step_time;
-  const double flops_per_token = 6.0 * n_params + 12.0 * layers * hidden * seq;
+  const double tokens_per_gpu = o.micro * o.gas * o.seq * o.steps / wall;
+  const double flops_per_token = 6.0 * n_params + 12.0 * mcfg.layers * mcfg.hidden * o.seq;
   const double tflops = tokens_per_gpu * flops_per_token / 1e12;
-  const auto bytes = engine.core().model_state_bytes();
-  if (ctx.rank == 0)
-    std::printf("engine_bench: params %.1fM stage %d dp %d %s micro %lld gas %lld seq %lld | step %.1f ms | "
-                "tokens/s/GPU %.0f | TFLOP/s/GPU %.1f | MFU %.1f%% | peak %.2f GiB | model states %.2f GiB | "
-                "loss %.3f\n",
-                n_params / 1e6, stage, dp, precision.c_str(), (long long)micro, (long long)gas, (long long)seq,
-                step_time * 1e3, tokens_per_gpu, tflops, 100.0 * tflops / 989.0, peak_gib(ctx.cuda_device),
-                bytes.total() / double(1 << 30), loss_value);
+  nlohmann::ordered_json out = {{"system", "stratum-zero" + std::to_string(o.stage) + (o.checkpointing ? "-ckpt" : "")},
+                        {"model", o.model},
+                        {"gpus", dp},
+                        {"seq", o.seq},
+                        {"micro", o.micro},
+                        {"params", n_params},
+                        {"tokens_per_s_per_gpu", tokens_per_gpu},
+                        {"tflops_per_gpu", tflops},
+                        {"mfu", tflops / o.peak_tflops},
+                        {"peak_memory_gib", peak_gib(ctx.cuda_device)},
+                        {"model_states_gib", engine.core().model_state_bytes().total() / double(1 << 30)},
+                        {"wall_step_s", wall / o.steps},
+                        {"loss", loss_value},
+                        {"forward_s", forward / o.steps},
+                        {"backward_s", backward / o.steps},
+                        {"optimizer_s", optimizer / o.steps}};
+  if (ctx.rank == 0) std::printf("%s\n", out.dump().c_str());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options options = parse(argc, argv);
-  dist::DistContext ctx = dist::init();
-  // Every CUDA object dies inside run(), before dist::finalize() (see init.h).
-  run(ctx, options);
-  ctx.cpu_world.reset();
-  ctx.gpu_world.reset();
-  dist::finalize();
+  try {
+    const Options options = parse(argc, argv);
+    dist::DistContext ctx = dist::init();
+    // Every CUDA object dies inside run(), before dist::finalize() (see init.h).
+    run(ctx, options);
+    ctx.cpu_world.reset();
+    ctx.gpu_world.reset();
+    dist::finalize();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_engine: error: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }

@@ -1,0 +1,36 @@
+"""Reads the JSON lines of bench_engine and bench/peers/gpt_peers.py (stdin or
+files) and prints one markdown table per (model, seq, GPUs): tokens/s per GPU,
+TFLOP/s, MFU, peak memory, phase times, and each row's speed against the best
+PyTorch DDP/single row and against FSDP2 and DeepSpeed ZeRO-3."""
+import fileinput
+import json
+from collections import defaultdict
+
+rows = defaultdict(list)
+for line in fileinput.input():
+    line = line.strip()
+    if line.startswith('{"system"'):
+        r = json.loads(line)
+        rows[(r["model"], r["seq"], r["gpus"])].append(r)
+
+
+def best(group, prefixes):
+    xs = [r["tokens_per_s_per_gpu"] for r in group if r["system"].startswith(prefixes)]
+    return max(xs) if xs else None
+
+
+for (model, seq, gpus), group in sorted(rows.items()):
+    print(f"\n### {model}, seq {seq}, {gpus} GPU(s)\n")
+    ddp = best(group, ("ddp", "single"))
+    fsdp = best(group, ("fsdp2",))
+    ds3 = best(group, ("deepspeed-zero3",))
+    print("| system | micro | tokens/s per GPU | TFLOP/s | MFU | peak GiB | fwd s | bwd s | opt s | vs DDP/single | vs FSDP2 | vs DS ZeRO-3 |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in sorted(group, key=lambda r: -r["tokens_per_s_per_gpu"]):
+        t = r["tokens_per_s_per_gpu"]
+        ratio = lambda ref: f"{t / ref:.2f}x" if ref else "-"
+        fmt = lambda v, f: f.format(v) if isinstance(v, (int, float)) else "-"
+        print(f"| {r['system']} | {r['micro']} | {t:,.0f} | {r['tflops_per_gpu']:.1f} | {100 * r['mfu']:.1f}% | "
+              f"{fmt(r.get('peak_memory_gib'), '{:.2f}')} | {fmt(r.get('forward_s'), '{:.3f}')} | "
+              f"{fmt(r.get('backward_s'), '{:.3f}')} | {fmt(r.get('optimizer_s'), '{:.3f}')} | "
+              f"{ratio(ddp)} | {ratio(fsdp)} | {ratio(ds3)} |")
