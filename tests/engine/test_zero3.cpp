@@ -43,7 +43,9 @@ struct Options {
 };
 
 std::string config_json(const Options& o) {
-  std::string prec = o.precision == "bf16" ? R"("bf16": {"enabled": true},)" : "";
+  std::string prec = o.precision == "bf16"   ? R"("bf16": {"enabled": true},)"
+                     : o.precision == "fp16" ? R"("fp16": {"enabled": true, "initial_scale_power": 8},)"
+                                             : "";
   std::string ac = o.checkpointing.empty() ? "" : R"("activation_checkpointing": )" + o.checkpointing + ",";
   return R"({"train_batch_size": )" + std::to_string(kGlobalBatch) + R"(, "gradient_accumulation_steps": )" +
          std::to_string(o.gas) + "," + prec + ac + R"(
@@ -171,14 +173,15 @@ TEST(Zero3, ModelStateBytesAre16PsiOverN) {
   }
 }
 
-TEST(Zero3, Bf16MatchesStage0) {
+TEST(Zero3, SixteenBitMatchesStage0) {
   auto world = test::context().cpu_world;
-  Options ref_opts{"tiny-gpt2", {}, 0, 1, "bf16"};
-  TrainRun ref = train(ref_opts, world);
-  Options o = ref_opts;
-  o.stage = 3;
-  TrainRun got = train(o, world);
-  expect_same_training(got, ref, 2e-2, "bf16 stage 3 vs stage 0");
+  for (const std::string precision : {"bf16", "fp16"}) {
+    Options ref_opts{"tiny-gpt2", {}, 0, 1, precision};
+    TrainRun ref = train(ref_opts, world);
+    Options o = ref_opts;
+    o.stage = 3;
+    expect_same_training(train(o, world), ref, 2e-2, precision + " stage 3 vs stage 0");
+  }
 }
 
 // Recomputing the blocks in backward (dropout on, so the RNG must be replayed)

@@ -196,6 +196,10 @@ TEST(CpuAdam, ChoosesAndForcesIsa) {
   EXPECT_EQ(cpu_adam_threads(0.0), 1);
   EXPECT_EQ(cpu_adam_threads(1.0), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   EXPECT_EQ(cpu_adam_threads(100.0), cpu_adam_threads(1.0));
+  // Ranks sharing the host split it.
+  const int all = cpu_adam_threads(1.0);
+  EXPECT_EQ(cpu_adam_threads(1.0, 2), std::max(1, all / 2));
+  EXPECT_EQ(cpu_adam_threads(1.0, 1000), 1);
 }
 
 TEST(CpuAdam, RejectsBadTensors) {

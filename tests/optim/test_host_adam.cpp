@@ -29,7 +29,7 @@ double compare(c10::Device grad_device, int64_t n, int64_t chunk, at::Tensor* pa
   at::Tensor ref = start.clone(), host = start.clone();
   AdamState ref_state = make_adam_state(ref), host_state = make_adam_state(host);
   at::Tensor params16 = at::empty({n}, at::kBFloat16);
-  HostAdam opt(adamw(), 0.5, chunk);
+  HostAdam opt(adamw(), 0.5, /*ranks_per_node=*/1, chunk);
   for (int step = 0; step < 3; ++step) {
     at::Tensor grad = torch::randn({n}).mul(0.1).to(at::kBFloat16);
     at::Tensor g32 = grad.to(at::kFloat);

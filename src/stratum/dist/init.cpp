@@ -1,5 +1,7 @@
 #include "stratum/dist/init.h"
 
+#include <algorithm>
+
 #include <mpi.h>
 
 #include <cstdlib>
@@ -51,7 +53,7 @@ DistContext init(const InitOptions& options) {
                   std::to_string(ctx.world_size) + "); start ranks with stratum-run or mpirun, not both by hand");
   }
   ctx.local_rank = env_int("LOCAL_RANK", env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0));
-  ctx.local_world_size = env_int("LOCAL_WORLD_SIZE", env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+  ctx.local_world_size = local_world_size_from_env();
 
   ctx.cpu_world = MpiCommunicator::world(ctx.options);
 #ifdef STRATUM_WITH_NCCL
@@ -69,6 +71,10 @@ DistContext init(const InitOptions& options) {
   }
 #endif
   return ctx;
+}
+
+int local_world_size_from_env() {
+  return std::max(1, env_int("LOCAL_WORLD_SIZE", env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1)));
 }
 
 void finalize() {

@@ -42,6 +42,10 @@ DistContext init(const InitOptions& options = InitOptions());
 // destroyed").
 void finalize();
 
+// Ranks on this node as the launcher says (LOCAL_WORLD_SIZE from stratum-run,
+// else Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, else 1): what shares the host's cores.
+int local_world_size_from_env();
+
 // Prints `message` (with the rank) and ends the whole job: MPI_Abort when MPI
 // is up, else exit. For timeouts and errors after which other ranks would hang.
 [[noreturn]] void abort_job(const std::string& message, int exit_code);

@@ -10,8 +10,9 @@
 //
 // Any torch::nn::Module works for ZeRO stages 0-2 (only gradient hooks are
 // needed). ZeRO-3 and activation checkpointing need a stratum::nn::LayerStack
-// model (the engine runs its layers one by one). Floating-point tensor arguments of forward() are cast to the
-// training dtype (bf16/fp16), integer ones (token ids) are passed as they are.
+// model (the engine runs its layers one by one). Floating-point tensor
+// arguments of forward() are cast to the training dtype (bf16/fp16), integer
+// ones (token ids) are passed as they are.
 #include <memory>
 #include <type_traits>
 #include <utility>

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "stratum/core/log.h"
+#include "stratum/dist/init.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/grad_clip.h"
 #include "stratum/optim/host_adam.h"
@@ -78,7 +79,8 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   for (auto& seg : strategy_->segments()) adam_.push_back(optim::make_adam_state(seg.master));
   if (options.offload_optimizer)
     host_adam_ = std::make_unique<optim::HostAdam>(*config_.optimizer,
-                                                   config_.zero_optimization.offload_optimizer.cpuadam_cores_perc);
+                                                   config_.zero_optimization.offload_optimizer.cpuadam_cores_perc,
+                                                   dist::local_world_size_from_env());
   scheduler_ = std::make_unique<optim::LrScheduler>(config_.scheduler, config_.optimizer->lr);
   config::Fp16Config fp16 = config_.fp16;
   if (!fp16.enabled) fp16.loss_scale = 1.0;  // static 1: no scaling outside fp16

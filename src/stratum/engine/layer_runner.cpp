@@ -76,13 +76,9 @@ zero::LayerParams layer_params(const nn::LayerStackImpl& stack, const std::vecto
     std::vector<int> own, borrowed;
     for (const auto& p : stack.layer(l).parameters(/*recurse=*/true))
       if (auto it = index.find(p.unsafeGetTensorImpl()); it != index.end()) own.push_back(it->second);
-    for (const auto& p : stack.layer(l).borrowed_parameters()) {
-      auto it = index.find(p.unsafeGetTensorImpl());
-      if (it == index.end())
-        throw Error("LayerStack layer " + std::to_string(l) + " (" + stack.layer(l).name() + " at '" +
-                    stack.layer_path(l) + "') borrows a parameter that is not trainable; ZeRO-3 cannot gather it");
-      borrowed.push_back(it->second);
-    }
+    // A frozen borrowed parameter is not partitioned (it stays whole on the device): nothing to gather.
+    for (const auto& p : stack.layer(l).borrowed_parameters())
+      if (auto it = index.find(p.unsafeGetTensorImpl()); it != index.end()) borrowed.push_back(it->second);
     out.own.push_back(std::move(own));
     out.borrowed.push_back(std::move(borrowed));
   }

@@ -30,7 +30,6 @@ class EngineLayerRunner : public nn::LayerRunner {
 std::vector<bool> checkpointed_layers(const nn::LayerStackImpl& stack, const config::ActivationCheckpointingConfig& ac);
 
 // Which trainable parameters (indices into `params`) each layer owns and borrows.
-// Throws stratum::Error when a layer borrows a parameter that is not trainable.
 zero::LayerParams layer_params(const nn::LayerStackImpl& stack, const std::vector<at::Tensor>& params);
 
 }  // namespace stratum

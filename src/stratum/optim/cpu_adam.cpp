@@ -303,8 +303,9 @@ CpuAdamIsa cpu_adam_isa() {
   throw Error(std::string("STRATUM_CPU_ADAM_ISA=") + forced + ": unknown; use scalar, avx2 or avx512");
 }
 
-int cpu_adam_threads(double cores_perc) {
-  return std::clamp(static_cast<int>(cores_perc * hardware_threads()), 1, hardware_threads());
+int cpu_adam_threads(double cores_perc, int ranks_per_node) {
+  const double share = cores_perc * hardware_threads() / std::max(1, ranks_per_node);
+  return std::clamp(static_cast<int>(share), 1, hardware_threads());
 }
 
 void cpu_adam_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, int64_t n,

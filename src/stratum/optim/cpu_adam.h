@@ -36,8 +36,9 @@ const char* isa_name(CpuAdamIsa isa);
 CpuAdamIsa cpu_adam_isa();
 
 // Threads for a share of the machine's hardware threads
-// (offload_optimizer.cpuadam_cores_perc): at least 1, at most all of them.
-int cpu_adam_threads(double cores_perc);
+// (offload_optimizer.cpuadam_cores_perc), split between the `ranks_per_node`
+// ranks that share the host: at least 1, at most all of them.
+int cpu_adam_threads(double cores_perc, int ranks_per_node = 1);
 
 // One step in place on n elements. params_16bit (optional, n elements): receives
 // the updated params rounded to `format`.

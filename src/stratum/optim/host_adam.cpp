@@ -11,8 +11,8 @@
 
 namespace stratum::optim {
 
-HostAdam::HostAdam(config::OptimizerConfig optimizer, double cores_perc, int64_t chunk_elems)
-    : optimizer_(optimizer), threads_(cpu_adam_threads(cores_perc)), chunk_elems_(chunk_elems) {}
+HostAdam::HostAdam(config::OptimizerConfig optimizer, double cores_perc, int ranks_per_node, int64_t chunk_elems)
+    : optimizer_(optimizer), threads_(cpu_adam_threads(cores_perc, ranks_per_node)), chunk_elems_(chunk_elems) {}
 
 void HostAdam::step(at::Tensor& master, const at::Tensor& grad, const at::Tensor& params16, AdamState& state,
                     double lr, std::optional<double> beta1_override, double grad_scale) {

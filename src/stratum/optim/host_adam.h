@@ -17,8 +17,10 @@ namespace stratum::optim {
 
 class HostAdam {
  public:
-  // `cores_perc`: offload_optimizer.cpuadam_cores_perc (share of the host's threads).
-  HostAdam(config::OptimizerConfig optimizer, double cores_perc, int64_t chunk_elems = int64_t{1} << 24);
+  // `cores_perc`: offload_optimizer.cpuadam_cores_perc (share of the host's
+  // threads), split between the `ranks_per_node` ranks on this host.
+  HostAdam(config::OptimizerConfig optimizer, double cores_perc, int ranks_per_node = 1,
+           int64_t chunk_elems = int64_t{1} << 24);
 
   // One step in place. master: fp32 on the host; grad: model dtype, anywhere;
   // params16: undefined or a host tensor in bf16/fp16 of master's size;
