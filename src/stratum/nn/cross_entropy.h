@@ -1,0 +1,20 @@
+#pragma once
+// Mean next-token cross-entropy over [N, V] logits in the training dtype,
+// computed a block of rows at a time in fp32: never a full-vocabulary fp32
+// copy of the logits, their log-softmax or their gradient (12 bytes a logit at
+// the peak for at::cross_entropy on bf16 logits widened to fp32; here the
+// 16-bit gradient plus one block in fp32). Forward keeps each row's
+// log-sum-exp; backward rebuilds softmax(row) - onehot(target) block by block.
+// Rows whose target is `ignore_index` count neither in the loss nor the mean.
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace stratum::nn {
+
+// logits: [..., V] floating (any dtype); targets: [...] integer, same leading
+// shape. Returns a 0-dim fp32 loss (NaN when every target is ignored, as torch).
+at::Tensor chunked_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index = -100,
+                                 int64_t block_rows = 4096);
+
+}  // namespace stratum::nn

@@ -1,0 +1,62 @@
+// The block-wise cross-entropy against at::cross_entropy_loss on fp32 logits:
+// loss and gradient, ignored targets, block sizes that do and do not divide the
+// rows; on bf16 logits against the fp32 loss of the same values.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "stratum/core/error.h"
+#include "stratum/nn/cross_entropy.h"
+
+using namespace stratum;
+
+namespace {
+
+struct LossAndGrad {
+  double loss;
+  at::Tensor grad;
+};
+
+LossAndGrad run(const at::Tensor& logits0, const at::Tensor& targets, bool chunked, int64_t block = 4096) {
+  at::Tensor logits = logits0.detach().clone().requires_grad_(true);
+  at::Tensor loss = chunked ? nn::chunked_cross_entropy(logits, targets, -100, block)
+                            : at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
+                                                     targets.reshape({-1}), {}, at::Reduction::Mean, -100);
+  loss.backward();
+  return {loss.item<double>(), logits.grad()};
+}
+
+}  // namespace
+
+TEST(ChunkedCrossEntropy, MatchesTorchOnFp32Logits) {
+  torch::manual_seed(0);
+  at::Tensor logits = torch::randn({3, 7, 50}) * 3;
+  at::Tensor targets = torch::randint(50, {3, 7});
+  targets[0][2] = -100;
+  targets[2][6] = -100;
+  const LossAndGrad ref = run(logits, targets, false);
+  for (int64_t block : {int64_t{1}, int64_t{4}, int64_t{21}, int64_t{4096}}) {
+    const LossAndGrad got = run(logits, targets, true, block);
+    EXPECT_NEAR(got.loss, ref.loss, 1e-6 * std::abs(ref.loss)) << "block " << block;
+    EXPECT_LE((got.grad - ref.grad).abs().max().item<double>(), 1e-7) << "block " << block;
+    EXPECT_EQ(got.grad[0][2].abs().max().item<double>(), 0.0) << "an ignored row has no gradient";
+  }
+}
+
+TEST(ChunkedCrossEntropy, Bf16LogitsGiveTheFp32LossAndABf16Gradient) {
+  torch::manual_seed(1);
+  at::Tensor logits = (torch::randn({64, 300}) * 4).to(at::kBFloat16);
+  at::Tensor targets = torch::randint(300, {64});
+  const LossAndGrad ref = run(logits.to(at::kFloat), targets, false);
+  const LossAndGrad got = run(logits, targets, true, 10);
+  EXPECT_NEAR(got.loss, ref.loss, 1e-5 * std::abs(ref.loss));
+  EXPECT_EQ(got.grad.scalar_type(), at::kBFloat16);
+  EXPECT_LE((got.grad.to(at::kFloat) - ref.grad).abs().max().item<double>(),
+            1e-2 * ref.grad.abs().max().item<double>());
+}
+
+TEST(ChunkedCrossEntropy, BadInputIsNamed) {
+  EXPECT_THROW(nn::chunked_cross_entropy(torch::randn({2, 3, 5}), torch::zeros({2, 4}, at::kLong)), Error);
+  EXPECT_THROW(nn::chunked_cross_entropy(torch::zeros({2, 5}, at::kLong), torch::zeros({2}, at::kLong)), Error);
+  EXPECT_THROW(nn::chunked_cross_entropy(torch::randn({2, 5}), torch::zeros({2}, at::kLong), -100, 0), Error);
+}
