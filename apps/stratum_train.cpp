@@ -250,7 +250,7 @@ int train(const Options& o, const dist::DistContext& ctx) {
     std::vector<int32_t> ids(out.begin(), out.end());
     if (lead)
       std::cout << "--- sample (" << o.sample_tokens << " tokens, temperature " << o.temperature << ") ---\n"
-              << data::to_valid_utf8(tokenizer.decode(ids)) << "\n--- end of sample ---" << std::endl;
+                << data::to_valid_utf8(tokenizer.decode(ids)) << "\n--- end of sample ---" << std::endl;
   }
   return 0;
 }

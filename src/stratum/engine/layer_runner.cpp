@@ -7,7 +7,6 @@
 #include <map>
 #include <unordered_map>
 
-#include "stratum/core/error.h"
 #include "stratum/nn/checkpoint.h"
 
 namespace stratum {
