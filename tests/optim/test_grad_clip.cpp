@@ -115,3 +115,12 @@ TEST(GradClip, UnscaleAndClipFoldedIntoTheKernel) {
   }
   EXPECT_LE((ours - theirs.detach()).abs().max().item<double>(), 1e-6);
 }
+
+// The device version (no host sync in the engine's step) equals the host one.
+TEST(GradClip, TensorCoefficientEqualsTheHostOne) {
+  for (double norm : {0.0, 0.3, 1.0, 7.5, std::numeric_limits<double>::infinity(), std::nan("")})
+    for (double max_norm : {0.0, 1.0, 5.0}) {
+      const at::Tensor t = optim::clip_coefficient(torch::full({}, norm, torch::kFloat), max_norm);
+      EXPECT_NEAR(t.item<double>(), optim::clip_coefficient(norm, max_norm), 1e-6) << norm << " " << max_norm;
+    }
+}

@@ -125,9 +125,9 @@ bool EngineCore::step() {
     return false;
   }
   last_grad_norm_ = global_grad_norm(scale);
-  const double clip = optim::clip_coefficient(last_grad_norm_, config_.gradient_clipping);
-  // Unscaling and clipping in one factor, applied inside the fused Adam kernel.
-  apply_optimizer(scale / clip);
+  // Unscaling and clipping in one factor, applied inside the Adam kernel; it
+  // stays on the device, so the host queues the update without waiting.
+  apply_optimizer(scale / optim::clip_coefficient(last_grad_norm_, config_.gradient_clipping));
   strategy_->publish_params();
   strategy_->zero_gradients();
   scheduler_->step();
@@ -143,16 +143,18 @@ bool EngineCore::check_overflow() {
   return flag.item<float>() > 0;
 }
 
-double EngineCore::global_grad_norm(double loss_scale) {
+at::Tensor EngineCore::global_grad_norm(double loss_scale) {
   std::vector<at::Tensor> grads;
   for (auto& s : strategy_->segments()) grads.push_back(s.grad);
   at::Tensor sq = optim::squared_norm(grads).to(strategy_->segments().front().grad.device());
   // Partitioned gradients: each rank holds a disjoint part of the sum.
   if (strategy_->partitioned()) dp_->all_reduce(sq, dist::ReduceOp::sum)->wait();
-  return std::sqrt(sq.item<double>()) / loss_scale;
+  return sq.sqrt() / loss_scale;
 }
 
-void EngineCore::apply_optimizer(double grad_scale) {
+double EngineCore::last_grad_norm() const { return last_grad_norm_.defined() ? last_grad_norm_.item<double>() : 0.0; }
+
+void EngineCore::apply_optimizer(const at::Tensor& grad_scale) {
   // 16-bit gradients are widened to fp32 a chunk at a time: a whole fp32 copy
   // would add 4Ψ/N bytes at the peak (at ZeRO-3 on 2 GPUs, the difference
   // between a 16B-parameter model fitting or not).
@@ -162,8 +164,8 @@ void EngineCore::apply_optimizer(double grad_scale) {
   const std::optional<double> beta1 = scheduler_->beta1();
   for (size_t i = 0; i < segments.size(); ++i) {
     zero::OptimizerSegment& seg = segments[i];
-    if (host_adam_) {
-      host_adam_->step(seg.master, seg.grad, seg.params16, adam_[i], lr, beta1, grad_scale);
+    if (host_adam_) {  // the host's Adam needs the factor on the host
+      host_adam_->step(seg.master, seg.grad, seg.params16, adam_[i], lr, beta1, grad_scale.item<double>());
       continue;
     }
     if (seg.grad.scalar_type() == at::kFloat) {

@@ -54,7 +54,8 @@ class EngineCore {
   bool last_step_skipped() const { return last_skipped_; }
   double lr() const;
   double loss_scale() const;
-  double last_grad_norm() const { return last_grad_norm_; }  // unscaled, before clipping
+  // Unscaled, before clipping; read from the device when asked (the step itself does not wait for it).
+  double last_grad_norm() const;
   const config::BatchSizes& batch() const { return batch_; }
   at::ScalarType model_dtype() const { return model_dtype_; }
   const std::shared_ptr<dist::Communicator>& dp() const { return dp_; }
@@ -67,8 +68,10 @@ class EngineCore {
  private:
   friend struct CheckpointAccess;  // checkpoint.cpp saves and restores the state below
   bool check_overflow();
-  double global_grad_norm(double loss_scale);
-  void apply_optimizer(double grad_scale);
+  // 0-dim fp32 on the gradients' device: no host sync.
+  at::Tensor global_grad_norm(double loss_scale);
+  // grad_scale: 0-dim fp32 on the gradients' device (loss scale / clip coefficient).
+  void apply_optimizer(const at::Tensor& grad_scale);
 
   Config config_;
   config::BatchSizes batch_;
@@ -81,7 +84,7 @@ class EngineCore {
   std::unique_ptr<optim::LossScaler> scaler_;
   int64_t micro_steps_ = 0, global_steps_ = 0, skipped_steps_ = 0;
   bool last_skipped_ = false;
-  double last_grad_norm_ = 0.0;
+  at::Tensor last_grad_norm_;
   bool in_backward_window_ = false;
 };
 

@@ -38,6 +38,14 @@ AdamState make_adam_state(const at::Tensor& params_fp32) {
 void adam_step(at::Tensor& params_fp32, const at::Tensor& grads_fp32, AdamState& state,
                const config::OptimizerConfig& optimizer, double lr, std::optional<double> beta1_override,
                double grad_scale, const std::optional<at::Tensor>& found_inf) {
+  const at::Tensor scale =
+      grad_scale != 1.0 ? at::full({}, grad_scale, params_fp32.options().dtype(at::kFloat)) : at::Tensor();
+  adam_step(params_fp32, grads_fp32, state, optimizer, lr, beta1_override, scale, found_inf);
+}
+
+void adam_step(at::Tensor& params_fp32, const at::Tensor& grads_fp32, AdamState& state,
+               const config::OptimizerConfig& optimizer, double lr, std::optional<double> beta1_override,
+               const at::Tensor& grad_scale, const std::optional<at::Tensor>& found_inf) {
   if (!params_fp32.defined() || params_fp32.scalar_type() != at::kFloat)
     throw Error("adam_step: params must be a defined fp32 tensor");
   check_like_params(params_fp32, grads_fp32, "grads");
@@ -49,9 +57,11 @@ void adam_step(at::Tensor& params_fp32, const at::Tensor& grads_fp32, AdamState&
   if (found_inf && (found_inf->numel() != 1 || found_inf->scalar_type() != at::kFloat ||
                     found_inf->device() != params_fp32.device()))
     throw Error("adam_step: found_inf must be a 1-element fp32 tensor on " + params_fp32.device().str());
-
+  if (grad_scale.defined() && (grad_scale.numel() != 1 || grad_scale.scalar_type() != at::kFloat ||
+                               grad_scale.device() != params_fp32.device()))
+    throw Error("adam_step: grad_scale must be a 1-element fp32 tensor on " + params_fp32.device().str());
   std::optional<at::Tensor> scale;
-  if (grad_scale != 1.0) scale = at::full({}, grad_scale, params_fp32.options().dtype(at::kFloat));
+  if (grad_scale.defined()) scale = grad_scale.reshape({});
 
   // The kernels read the step count (for bias correction) but leave incrementing
   // it to the caller, as torch.optim does; a found_inf step is taken back.

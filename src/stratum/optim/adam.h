@@ -36,6 +36,11 @@ AdamState make_adam_state(const at::Tensor& params_fp32);
 void adam_step(at::Tensor& params_fp32, const at::Tensor& grads_fp32, AdamState& state,
                const config::OptimizerConfig& optimizer, double lr, std::optional<double> beta1_override,
                double grad_scale = 1.0, const std::optional<at::Tensor>& found_inf = std::nullopt);
+// The same with grad_scale a 0-dim fp32 tensor on the params' device (computed
+// there: the engine's clip coefficient needs no host sync).
+void adam_step(at::Tensor& params_fp32, const at::Tensor& grads_fp32, AdamState& state,
+               const config::OptimizerConfig& optimizer, double lr, std::optional<double> beta1_override,
+               const at::Tensor& grad_scale, const std::optional<at::Tensor>& found_inf = std::nullopt);
 
 // Whether this config decays weights decoupled (AdamW) rather than as L2.
 bool decoupled_weight_decay(const config::OptimizerConfig& optimizer);

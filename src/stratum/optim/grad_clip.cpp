@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include <ATen/ops/isfinite.h>
 #include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/ones_like.h>
 #include <ATen/ops/stack.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 
 namespace stratum::optim {
@@ -24,6 +28,12 @@ at::Tensor squared_norm(const std::vector<at::Tensor>& grads) {
 double clip_coefficient(double total_norm, double max_norm) {
   if (max_norm <= 0.0 || !std::isfinite(total_norm)) return 1.0;
   return std::min(1.0, max_norm / (total_norm + 1e-6));
+}
+
+at::Tensor clip_coefficient(const at::Tensor& total_norm, double max_norm) {
+  if (max_norm <= 0.0) return at::ones({}, total_norm.options());
+  const at::Tensor coef = total_norm.add(1e-6).reciprocal().mul(max_norm).clamp_max(1.0);
+  return at::where(at::isfinite(total_norm), coef, at::ones_like(coef));
 }
 
 }  // namespace stratum::optim

@@ -23,5 +23,7 @@ at::Tensor squared_norm(const std::vector<at::Tensor>& grads);
 // max_norm <= 0 turns clipping off (1). A non-finite total_norm gives 1: that
 // step is an overflow and must be skipped, not clipped.
 double clip_coefficient(double total_norm, double max_norm);
+// The same on a 0-dim fp32 tensor, staying on its device (no host sync).
+at::Tensor clip_coefficient(const at::Tensor& total_norm, double max_norm);
 
 }  // namespace stratum::optim
