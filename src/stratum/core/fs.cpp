@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -87,6 +88,24 @@ std::string make_temp_directory(const std::string& prefix) {
   buf.push_back('\0');
   if (!::mkdtemp(buf.data())) throw Error(templ + ": cannot create a temporary directory: " + std::strerror(errno));
   return buf.data();
+}
+
+std::string temp_path_for(const std::string& path) {
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  return path + ".tmp." + host + "." + std::to_string(::getpid());
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes, const std::string& what) {
+  const std::string temp = temp_path_for(path);
+  std::FILE* f = std::fopen(temp.c_str(), "wb");
+  if (!f) throw Error(path + ": cannot write " + what + ": cannot create " + temp + ": " + std::strerror(errno));
+  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  if (std::fclose(f) != 0 || !written || ::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(temp.c_str());
+    throw Error(path + ": cannot write " + what + ": " + err);
+  }
 }
 
 }  // namespace stratum::fs

@@ -21,4 +21,13 @@ void remove_tree(const std::string& path);
 // A new, empty directory under $TMPDIR (or /tmp) whose name starts with `prefix`.
 std::string make_temp_directory(const std::string& prefix);
 
+// A name beside `path` to write it under before renaming it into place, unique
+// per host and process (ranks on a shared file system may write the same file).
+std::string temp_path_for(const std::string& path);
+
+// Writes `bytes` to `path` atomically: into temp_path_for(path), then renamed,
+// so a reader sees the old file or the whole new one. Throws stratum::Error
+// "<path>: cannot write <what>: <reason>".
+void write_file_atomically(const std::string& path, const std::string& bytes, const std::string& what);
+
 }  // namespace stratum::fs

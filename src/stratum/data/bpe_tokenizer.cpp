@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "stratum/core/error.h"
+#include "stratum/core/fs.h"
 
 namespace stratum::data {
 
@@ -155,15 +156,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
 void BpeTokenizer::save(const std::string& path) const {
   std::string text = "stratum-bpe 1 " + std::to_string(vocab_size()) + "\n";
   for (const auto& [l, r] : merges_) text += std::to_string(l) + " " + std::to_string(r) + "\n";
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(temp.c_str(), "wb");
-  if (!f) throw Error(temp + ": cannot create: " + std::strerror(errno));
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !written || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(temp.c_str());
-    throw Error(path + ": cannot write BPE merges: " + err);
-  }
+  fs::write_file_atomically(path, text, "BPE merges");
 }
 
 void BpeTokenizer::encode_chunk(std::string_view chunk, std::vector<int32_t>& out) const {

@@ -65,17 +65,7 @@ std::string write_default_corpus(const std::string& dir, const std::string& lice
   const std::string text = default_corpus_text(licenses_dir);
   std::string existing;
   if (read_file(path, existing) && existing == text) return path;
-  char host[256] = {0};
-  ::gethostname(host, sizeof host - 1);
-  const std::string temp = path + ".tmp." + host + "." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(temp.c_str(), "wb");
-  if (!f) throw Error(temp + ": cannot create: " + std::strerror(errno));
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !written || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(temp.c_str());
-    throw Error(path + ": cannot write the default corpus: " + err);
-  }
+  fs::write_file_atomically(path, text, "the default corpus");
   return path;
 }
 

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "stratum/core/error.h"
+#include "stratum/core/fs.h"
 
 namespace stratum::data {
 
@@ -33,12 +34,6 @@ struct Header {
 };
 static_assert(sizeof(Header) == kTokenFileHeaderBytes);
 
-std::string temp_name_for(const std::string& path) {
-  char host[256] = {0};
-  ::gethostname(host, sizeof host - 1);
-  return path + ".tmp." + host + "." + std::to_string(::getpid());
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- writing
@@ -50,7 +45,7 @@ TokenFileWriter::TokenFileWriter(std::string path, std::string tokenizer_name, i
   if (vocab_size_ < 1 || vocab_size_ > (int64_t{1} << 31))
     throw Error(path_ + ": vocabulary size " + std::to_string(vocab_size_) + " is not in [1, 2^31]");
   dtype_bytes_ = vocab_size_ <= 65536 ? 2 : 4;
-  temp_path_ = temp_name_for(path_);
+  temp_path_ = fs::temp_path_for(path_);
   file_ = std::fopen(temp_path_.c_str(), "wb");
   if (!file_) throw Error(temp_path_ + ": cannot create token file: " + sys_error());
   const Header placeholder{};  // rewritten by commit()

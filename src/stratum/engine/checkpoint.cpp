@@ -98,12 +98,8 @@ std::vector<Fragment> fragments_of(const zero::FlatLayout& layout, const std::ve
 // The flat pieces rank r holds at `stage` (what owned_pieces() returns on that
 // rank), and the part of them it writes: for the manifest, written by rank 0.
 std::vector<zero::FlatPiece> pieces_of_rank(const zero::FlatLayout& layout, int stage, int rank) {
-  std::vector<zero::FlatPiece> pieces;
   if (stage == 0) return {zero::FlatPiece{0, layout.total_numel(), 0, 0}};
-  for (size_t b = 0; b < layout.buckets().size(); ++b)
-    pieces.push_back(zero::FlatPiece{layout.slice_offset(static_cast<int>(b), rank),
-                                     layout.buckets()[b].slice_numel(layout.dp_size()), 0, 0});
-  return pieces;
+  return layout.rank_pieces(rank, /*segment_per_bucket=*/false);
 }
 
 std::pair<int64_t, int64_t> write_window(const zero::FlatLayout& layout, int stage, int rank) {
@@ -111,18 +107,6 @@ std::pair<int64_t, int64_t> write_window(const zero::FlatLayout& layout, int sta
   // Stage 0 holds everything on every rank: each writes an even share.
   if (stage == 0) return {total * rank / n, total * (rank + 1) / n};
   return {0, total};
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(tmp + ": cannot write");
-    out << text;
-    out.flush();
-    if (!out) throw Error(tmp + ": write failed (disk full?)");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(path + ": cannot rename " + tmp + " into place");
 }
 
 std::string read_text(const std::string& path) {
@@ -267,12 +251,13 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
                         {"overflows_at_min", sc.overflows_at_min}};
     m["client_state"] = client_state;
     try {
-      write_text_atomically(tmp_dir + "/manifest.json", m.dump(2));
+      fs::write_file_atomically(tmp_dir + "/manifest.json", m.dump(2), "the checkpoint manifest");
       const std::string final_dir = save_dir + "/" + tag;
       fs::remove_tree(final_dir);  // re-saving the same tag replaces it
       if (std::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
         throw Error(final_dir + ": cannot rename " + tmp_dir + " into place");
-      write_text_atomically(save_dir + "/latest", tag + "\n");  // last: the new checkpoint is complete
+      // Last: the new checkpoint is complete.
+      fs::write_file_atomically(save_dir + "/latest", tag + "\n", "the latest tag");
     } catch (const Error& e) {
       error = e.what();
     }

@@ -162,10 +162,12 @@ void EngineCore::apply_optimizer(const at::Tensor& grad_scale) {
   auto& segments = strategy_->segments();
   const double lr = scheduler_->lr();
   const std::optional<double> beta1 = scheduler_->beta1();
+  // The host's Adam needs the factor on the host: one read for every segment.
+  const double host_grad_scale = host_adam_ ? grad_scale.item<double>() : 1.0;
   for (size_t i = 0; i < segments.size(); ++i) {
     zero::OptimizerSegment& seg = segments[i];
-    if (host_adam_) {  // the host's Adam needs the factor on the host
-      host_adam_->step(seg.master, seg.grad, seg.params16, adam_[i], lr, beta1, grad_scale.item<double>());
+    if (host_adam_) {
+      host_adam_->step(seg.master, seg.grad, seg.params16, adam_[i], lr, beta1, host_grad_scale);
       continue;
     }
     if (seg.grad.scalar_type() == at::kFloat) {

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "stratum/core/error.h"
+#include "stratum/core/fs.h"
 
 namespace stratum::models {
 
@@ -257,7 +258,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   std::string text = header.dump();
   text.append((8 - (text.size() % 8)) % 8, ' ');  // data start 8-byte aligned
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = fs::temp_path_for(path);
   Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
   if (f.fd < 0) throw Error(path + ": cannot create " + tmp + ": " + std::strerror(errno));
   try {

@@ -36,6 +36,17 @@ FlatLayout FlatLayout::build(const std::vector<ParamSpec>& params, int64_t bucke
   return l;
 }
 
+std::vector<FlatPiece> FlatLayout::rank_pieces(int rank, bool segment_per_bucket) const {
+  std::vector<FlatPiece> pieces;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const BucketSpan& s = buckets_[b];
+    pieces.push_back(segment_per_bucket
+                         ? FlatPiece{slice_offset(static_cast<int>(b), rank), s.slice_numel(dp_), static_cast<int>(b), 0}
+                         : FlatPiece{slice_offset(static_cast<int>(b), rank), s.slice_numel(dp_), 0, s.shard_offset});
+  }
+  return pieces;
+}
+
 FlatLayout FlatLayout::build_groups(const std::vector<ParamSpec>& params, const std::vector<std::vector<int>>& groups,
                                     int dp_size) {
   if (params.empty()) throw Error("ZeRO: the model has no trainable parameters (none with requires_grad)");

@@ -37,6 +37,15 @@ struct BucketSpan {
   int64_t slice_numel(int dp) const { return numel / dp; }
 };
 
+// A run of the flat buffer that this rank's optimizer segment `segment` holds
+// from `segment_offset` on: how checkpoints map shards back to parameters.
+struct FlatPiece {
+  int64_t flat_offset = 0;
+  int64_t numel = 0;
+  int segment = 0;
+  int64_t segment_offset = 0;
+};
+
 class FlatLayout {
  public:
   // `params` in registration order. Throws stratum::Error when there are none.
@@ -54,6 +63,10 @@ class FlatLayout {
   // Names and shapes, by parameter index (checkpoints address parameters by name).
   const std::vector<ParamSpec>& specs() const { return specs_; }
   const std::vector<BucketSpan>& buckets() const { return buckets_; }
+  // Rank r's slice of every bucket, as held by one optimizer segment (the
+  // shard, each slice at its bucket's shard_offset) or, with
+  // `segment_per_bucket` (stage 1), by one segment per bucket.
+  std::vector<FlatPiece> rank_pieces(int rank, bool segment_per_bucket) const;
   // Flat-buffer offset of rank r's slice of bucket b.
   int64_t slice_offset(int b, int rank) const { return buckets_[b].offset + rank * buckets_[b].slice_numel(dp_); }
 

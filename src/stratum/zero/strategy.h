@@ -82,15 +82,6 @@ struct OptimizerSegment {
   at::Tensor params16;
 };
 
-// A run of the flat buffer that this rank's optimizer segment `segment` holds
-// from `segment_offset` on: how checkpoints map shards back to parameters.
-struct FlatPiece {
-  int64_t flat_offset = 0;
-  int64_t numel = 0;
-  int segment = 0;
-  int64_t segment_offset = 0;
-};
-
 struct ModelStateBytes {
   int64_t params = 0;
   int64_t grads = 0;

@@ -36,11 +36,7 @@ class Stage1 : public BoundaryReducedStrategy {
   void zero_gradients() override { flat_grads_.zero_(); }
 
   std::vector<FlatPiece> owned_pieces() const override {
-    std::vector<FlatPiece> pieces;
-    for (size_t b = 0; b < layout_.buckets().size(); ++b)
-      pieces.push_back(FlatPiece{layout_.slice_offset(static_cast<int>(b), dp_->rank()),
-                                 layout_.buckets()[b].slice_numel(dp_->size()), static_cast<int>(b), 0});
-    return pieces;
+    return layout_.rank_pieces(dp_->rank(), /*segment_per_bucket=*/true);
   }
 
   ModelStateBytes bytes() const override {

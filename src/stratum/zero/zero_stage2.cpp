@@ -66,13 +66,7 @@ class Stage2 : public FlatStrategy {
   }
 
   std::vector<FlatPiece> owned_pieces() const override {
-    std::vector<FlatPiece> pieces;
-    for (size_t b = 0; b < layout_.buckets().size(); ++b) {
-      const BucketSpan& s = layout_.buckets()[b];
-      pieces.push_back(FlatPiece{layout_.slice_offset(static_cast<int>(b), dp_->rank()), s.slice_numel(dp_->size()), 0,
-                                 s.shard_offset});
-    }
-    return pieces;
+    return layout_.rank_pieces(dp_->rank(), /*segment_per_bucket=*/false);
   }
 
   ModelStateBytes bytes() const override {

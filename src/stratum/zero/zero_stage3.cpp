@@ -213,11 +213,7 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
   }
 
   std::vector<FlatPiece> owned_pieces() const override {
-    std::vector<FlatPiece> pieces;
-    for (size_t b = 0; b < layout_.buckets().size(); ++b)
-      pieces.push_back(FlatPiece{layout_.slice_offset(static_cast<int>(b), dp_->rank()), slice_numel(b), 0,
-                                 layout_.buckets()[b].shard_offset});
-    return pieces;
+    return layout_.rank_pieces(dp_->rank(), /*segment_per_bucket=*/false);
   }
 
   ModelStateBytes bytes() const override {

@@ -5,22 +5,14 @@
 #include <fstream>
 #include <string>
 
+#include "../../common/error_of.h"
 #include "stratum/core/error.h"
 #include "stratum/dist/launch/hostfile.h"
 
 namespace stratum::dist::launch {
 namespace {
 
-// The message of the Error that f throws ("" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(Hostfile, CommentsBlankLinesAndWhitespace) {
   const auto hosts = parse_hostfile(

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../../common/error_of.h"
 #include "stratum/core/error.h"
 #include "stratum/dist/launch/mpirun_command.h"
 #include "stratum/dist/launch/process.h"
@@ -17,15 +18,7 @@
 namespace stratum::dist::launch {
 namespace {
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 size_t count(const std::vector<std::string>& v, const std::string& s) {
   return static_cast<size_t>(std::count(v.begin(), v.end(), s));

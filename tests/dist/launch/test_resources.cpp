@@ -5,21 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "../../common/error_of.h"
 #include "stratum/core/error.h"
 #include "stratum/dist/launch/resources.h"
 
 namespace stratum::dist::launch {
 namespace {
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 std::vector<PoolHost> pool() {
   return pool_from_hostfile(parse_hostfile("worker-0 slots=4\nworker-1 slots=4\nworker-2 slots=2\n", "hf"));
