@@ -2,17 +2,20 @@
 // models/, the architectures bench/peers/gpt_peers.py rebuilds in PyTorch),
 // random tokens, AdamW, one JSON line in the peers' schema: tokens/s per GPU,
 // TFLOP/s per GPU and MFU (6N + 12 L d seq FLOPs per token against
-// --peak-tflops), peak allocated memory, and the mean time of forward,
-// backward (with the communication it does not hide) and the optimizer step,
-// the device synchronized at the phase boundaries.
+// --peak-tflops), peak allocated memory, the mean time of forward, backward
+// and the optimizer step (CUDA events on the compute stream, as the peers: no
+// synchronization inside a step), and the exposed communication: how long the
+// compute stream stood waiting for collectives (NCCL builds).
 // Run: mpirun -np 2 build/bin/bench_engine --model gpt2-350m --stage 2 [--seq 1024 --micro 8 --checkpointing]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 
 #include "stratum/engine/engine.h"
@@ -20,6 +23,11 @@
 #ifdef STRATUM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+#ifdef STRATUM_WITH_NCCL
+#include "stratum/dist/nccl_communicator.h"
 #endif
 
 using namespace stratum;
@@ -32,6 +40,54 @@ void device_sync() {
 #endif
 }
 
+// Phase boundaries on the compute stream: CUDA events on a GPU, host clocks
+// after a synchronization on CPU ranks.
+class PhaseClock {
+ public:
+  explicit PhaseClock(bool cuda) : cuda_(cuda) {
+#ifdef STRATUM_WITH_CUDA
+    if (cuda_)
+      for (auto& e : events_) cudaEventCreate(&e);
+#endif
+  }
+  ~PhaseClock() {
+#ifdef STRATUM_WITH_CUDA
+    if (cuda_)
+      for (auto& e : events_) cudaEventDestroy(e);
+#endif
+  }
+  PhaseClock(const PhaseClock&) = delete;
+  PhaseClock& operator=(const PhaseClock&) = delete;
+
+  void mark(int i) {
+#ifdef STRATUM_WITH_CUDA
+    if (cuda_) {
+      cudaEventRecord(events_[i], c10::cuda::getCurrentCUDAStream().stream());
+      return;
+    }
+#endif
+    host_[i] = std::chrono::steady_clock::now();
+  }
+  // Seconds from mark a to mark b (call after the device has finished both).
+  double seconds(int a, int b) const {
+#ifdef STRATUM_WITH_CUDA
+    if (cuda_) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, events_[a], events_[b]);
+      return ms / 1e3;
+    }
+#endif
+    return std::chrono::duration<double>(host_[b] - host_[a]).count();
+  }
+
+ private:
+  bool cuda_;
+#ifdef STRATUM_WITH_CUDA
+  cudaEvent_t events_[4] = {};
+#endif
+  std::chrono::steady_clock::time_point host_[4];
+};
+
 double peak_gib(int device) {
 #ifdef STRATUM_WITH_CUDA
   if (device >= 0)
@@ -43,7 +99,7 @@ double peak_gib(int device) {
 }
 
 struct Options {
-  std::string model = "gpt2-350m", precision = "bf16", zero_extra;
+  std::string model = "gpt2-350m", precision = "bf16", zero_extra, profile;
   std::vector<std::pair<std::string, std::string>> overrides;
   int64_t seq = 1024, micro = 8, gas = 1, steps = 10, warmup = 3;
   int stage = 2;
@@ -72,9 +128,26 @@ Options parse(int argc, char** argv) {
     else if (k == "--precision") o.precision = v;
     else if (k == "--zero-extra") o.zero_extra = v;  // more zero_optimization keys, e.g. ', "stage3_max_reuse_distance": 0'
     else if (k == "--peak-tflops") o.peak_tflops = std::stod(v);
+    else if (k == "--profile") o.profile = v;  // one more step, traced to this path (rank 0)
     else throw Error("bench_engine: unknown flag " + k);
   }
   return o;
+}
+
+// Runs `step` once under the Kineto profiler (CPU ops and GPU kernels) and
+// writes a Chrome trace to `path` (bench/profile_summary.py reads it).
+template <class Step>
+void profile_step(const std::string& path, bool cuda, Step step) {
+  namespace prof = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  std::set<ActivityType> activities{ActivityType::CPU};
+  if (cuda) activities.insert(ActivityType::CUDA);
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+  step();
+  device_sync();
+  prof::disableProfiler()->save(path);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -103,32 +176,45 @@ void run(const dist::DistContext& ctx, const Options& o) {
   const c10::Device device = ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
                                            : c10::Device(c10::kCPU);
   const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
-  double wall = 0, forward = 0, backward = 0, optimizer = 0, loss_value = 0;
+  PhaseClock clock(ctx.gpu_world != nullptr);
+#ifdef STRATUM_WITH_NCCL
+  dist::set_exposed_comm_timing(ctx.gpu_world != nullptr);
+#endif
+  double wall = 0, forward = 0, backward = 0, optimizer = 0, exposed = 0, loss_value = 0;
   for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
     device_sync();
     const auto t0 = std::chrono::steady_clock::now();
     double f = 0, b = 0;
+    at::Tensor loss;
     for (int64_t k = 0; k < o.gas; ++k) {
       at::Tensor tokens = torch::randint(mcfg.vocab_size, {o.micro, o.seq + 1}, opts);
-      auto t = std::chrono::steady_clock::now();
-      at::Tensor loss = engine.forward(tokens.narrow(1, 0, o.seq), tokens.narrow(1, 1, o.seq));
-      device_sync();
-      f += seconds_since(t);
-      t = std::chrono::steady_clock::now();
+      clock.mark(0);
+      loss = engine.forward(tokens.narrow(1, 0, o.seq), tokens.narrow(1, 1, o.seq));
+      clock.mark(1);
       engine.backward(loss);
-      device_sync();
-      b += seconds_since(t);
-      if (k + 1 < o.gas) engine.step();
-      if (k == o.gas - 1) loss_value = loss.item<double>();
+      clock.mark(2);
+      if (k + 1 < o.gas) {
+        engine.step();
+        device_sync();  // the events are reused for the next micro-batch
+        f += clock.seconds(0, 1);
+        b += clock.seconds(1, 2);
+      }
     }
-    const auto t = std::chrono::steady_clock::now();
     engine.step();
+    clock.mark(3);
     device_sync();
+    loss_value = loss.item<double>();
+#ifdef STRATUM_WITH_NCCL
+    const double waited = ctx.gpu_world ? dist::take_exposed_comm_seconds() : 0.0;
+#else
+    const double waited = 0.0;
+#endif
     if (s >= o.warmup) {
-      optimizer += seconds_since(t);
-      forward += f;
-      backward += b;
       wall += seconds_since(t0);
+      forward += f + clock.seconds(0, 1);
+      backward += b + clock.seconds(1, 2);
+      optimizer += clock.seconds(2, 3);
+      exposed += waited;
     }
   }
   const double tokens_per_gpu = o.micro * o.gas * o.seq * o.steps / wall;
@@ -149,8 +235,19 @@ void run(const dist::DistContext& ctx, const Options& o) {
                         {"loss", loss_value},
                         {"forward_s", forward / o.steps},
                         {"backward_s", backward / o.steps},
-                        {"optimizer_s", optimizer / o.steps}};
+                        {"optimizer_s", optimizer / o.steps},
+                        {"exposed_comm_s", exposed / o.steps}};
   if (ctx.rank == 0) std::printf("%s\n", out.dump().c_str());
+  if (!o.profile.empty()) {
+    auto step = [&] {
+      at::Tensor tokens = torch::randint(mcfg.vocab_size, {o.micro, o.seq + 1}, opts);
+      engine.backward(engine.forward(tokens.narrow(1, 0, o.seq), tokens.narrow(1, 1, o.seq)));
+      engine.step();
+    };
+    if (ctx.rank == 0) profile_step(o.profile, ctx.gpu_world != nullptr, step);
+    else step();  // the other ranks join the collectives untraced
+    device_sync();
+  }
 }
 
 }  // namespace

@@ -141,6 +141,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--profile", help="trace one more step (rank 0) to this Chrome trace path")
     a = ap.parse_args()
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -229,11 +230,28 @@ def main():
            "tokens_per_s_per_gpu": round(tokens_per_gpu, 1), "tflops_per_gpu": round(tflops, 2),
            "mfu": round(tflops / a.peak_tflops, 4),
            "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if cuda else None,
-           "wall_step_s": round(wall / a.steps, 4), "loss": round(loss.item(), 4)}
+           "wall_step_s": round(wall / a.steps, 4), "loss": round(loss.item(), 4), "exposed_comm_s": None}
     for k, v in times.items():  # CUDA-event times of the phases on the compute stream
         out[k + "_s"] = round(sum(v) / len(v), 4) if v else None
     if rank == 0:
         print(json.dumps(out), flush=True)
+    if a.profile:
+        tokens = torch.randint(0, model_vocab(model), (a.micro, a.seq + 1), generator=gen).to(device)
+
+        def one_step():
+            with torch.autocast(device.type, dtype=bf16, enabled=autocast):
+                loss = run(tokens[:, :-1], tokens[:, 1:])
+            backward(loss)
+            step()
+            if cuda:
+                torch.cuda.synchronize()
+        if rank == 0:
+            acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+            with torch.profiler.profile(activities=acts) as prof:
+                one_step()
+            prof.export_chrome_trace(a.profile)
+        else:
+            one_step()
     if a.system != "single":
         import torch.distributed as dist
         dist.destroy_process_group()

@@ -1,6 +1,7 @@
 """Reads the JSON lines of bench_engine and bench/peers/gpt_peers.py (stdin or
 files) and prints one markdown table per (model, seq, GPUs): tokens/s per GPU,
-TFLOP/s, MFU, peak memory, phase times, and each row's speed against the best
+TFLOP/s, MFU, peak memory, phase times, exposed communication (Stratum's
+measure; '-' where a system cannot report it), and each row's speed against the best
 PyTorch DDP/single row and against FSDP2 and DeepSpeed ZeRO-3."""
 import fileinput
 import json
@@ -24,7 +25,7 @@ for (model, seq, gpus), group in sorted(rows.items()):
     ddp = best(group, ("ddp", "single"))
     fsdp = best(group, ("fsdp2",))
     ds3 = best(group, ("deepspeed-zero3",))
-    print("| system | micro | tokens/s per GPU | TFLOP/s | MFU | peak GiB | fwd s | bwd s | opt s | vs DDP/single | vs FSDP2 | vs DS ZeRO-3 |")
+    print("| system | micro | tokens/s per GPU | TFLOP/s | MFU | peak GiB | fwd s | bwd s | opt s | exposed comm s | vs DDP/single | vs FSDP2 | vs DS ZeRO-3 |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in sorted(group, key=lambda r: -r["tokens_per_s_per_gpu"]):
         t = r["tokens_per_s_per_gpu"]
@@ -33,4 +34,5 @@ for (model, seq, gpus), group in sorted(rows.items()):
         print(f"| {r['system']} | {r['micro']} | {t:,.0f} | {r['tflops_per_gpu']:.1f} | {100 * r['mfu']:.1f}% | "
               f"{fmt(r.get('peak_memory_gib'), '{:.2f}')} | {fmt(r.get('forward_s'), '{:.3f}')} | "
               f"{fmt(r.get('backward_s'), '{:.3f}')} | {fmt(r.get('optimizer_s'), '{:.3f}')} | "
+              f"{fmt(r.get('exposed_comm_s'), '{:.3f}')} | "
               f"{ratio(ddp)} | {ratio(fsdp)} | {ratio(ds3)} |")

@@ -15,6 +15,8 @@
 #include <list>
 #include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "stratum/core/log.h"
 #include "stratum/dist/init.h"
@@ -167,6 +169,32 @@ struct NcclCommunicator::State {
 
 namespace {
 
+// The event pairs of set_exposed_comm_timing: recorded from any thread that
+// waits, read by take_exposed_comm_seconds; spent events are reused.
+struct WaitTimer {
+  std::mutex mutex;
+  std::atomic<bool> on{false};
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> recorded, spare;
+
+  std::pair<cudaEvent_t, cudaEvent_t> acquire() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!spare.empty()) {
+      auto p = spare.back();
+      spare.pop_back();
+      return p;
+    }
+    std::pair<cudaEvent_t, cudaEvent_t> p;
+    check_cuda(cudaEventCreate(&p.first), "cudaEventCreate");
+    check_cuda(cudaEventCreate(&p.second), "cudaEventCreate");
+    return p;
+  }
+};
+
+WaitTimer& wait_timer() {
+  static WaitTimer* timer = new WaitTimer;  // never destroyed: events outlive static teardown order
+  return *timer;
+}
+
 class NcclWork : public Work {
  public:
   NcclWork(std::shared_ptr<Pending> pending, int device, CommOptions options, bool host_blocking)
@@ -176,8 +204,18 @@ class NcclWork : public Work {
     if (host_blocking_) return synchronize();
     // Stream-ordered: whatever the caller runs next on its stream sees the result.
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
-    check_cuda(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_).stream(), pending_->done, 0),
-               "cudaStreamWaitEvent");
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_).stream();
+    WaitTimer& timer = wait_timer();
+    if (!timer.on.load(std::memory_order_relaxed)) {
+      check_cuda(cudaStreamWaitEvent(stream, pending_->done, 0), "cudaStreamWaitEvent");
+      return;
+    }
+    auto events = timer.acquire();
+    check_cuda(cudaEventRecord(events.first, stream), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(stream, pending_->done, 0), "cudaStreamWaitEvent");
+    check_cuda(cudaEventRecord(events.second, stream), "cudaEventRecord");
+    std::lock_guard<std::mutex> lock(timer.mutex);
+    timer.recorded.push_back(events);
   }
 
   void synchronize() override {
@@ -207,6 +245,23 @@ class NcclWork : public Work {
 };
 
 }  // namespace
+
+void set_exposed_comm_timing(bool on) { wait_timer().on = on; }
+
+double take_exposed_comm_seconds() {
+  WaitTimer& timer = wait_timer();
+  std::lock_guard<std::mutex> lock(timer.mutex);
+  double seconds = 0;
+  for (auto& [begin, end] : timer.recorded) {
+    check_cuda(cudaEventSynchronize(end), "cudaEventSynchronize");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+    seconds += ms / 1e3;
+    timer.spare.emplace_back(begin, end);
+  }
+  timer.recorded.clear();
+  return seconds;
+}
 
 NcclCommunicator::NcclCommunicator(std::shared_ptr<State> state, int rank, std::vector<int64_t> global_ranks,
                                    std::string name, CommOptions options)

@@ -16,6 +16,15 @@ namespace stratum::dist {
 
 int cuda_device_count();
 
+// Exposed communication, for benchmarks: while on, every stream-ordered
+// Work::wait() brackets itself with two CUDA events on the caller's stream, so
+// their elapsed time is how long computation stood still for communication
+// (zero when the collective had already finished). Off by default: no cost.
+void set_exposed_comm_timing(bool on);
+// Sums the bracketed waits recorded since the last call (synchronizing on
+// them) and forgets them.
+double take_exposed_comm_seconds();
+
 class NcclCommunicator : public Communicator {
  public:
   // Collective over `bootstrap` (the MPI world): rank 0 creates NCCL's unique
