@@ -381,6 +381,10 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
         dests[k].narrow(0, f.segment_offset, f.numel).copy_(staging);
       }
     }
+    // The rounded copy the optimizer keeps (offload's host buffer, the device
+    // Adam's model buffer) must follow the loaded masters before publishing.
+    for (auto& seg : strategy.segments())
+      if (seg.params16.defined() && !seg.params16.is_same(seg.master)) seg.params16.copy_(seg.master);
     const double adam_step = manifest.value("adam_step", 0.0);
     for (auto& a : adam) a.step.fill_(adam_step);
     CheckpointAccess::scheduler(engine).load_last_batch_iteration(manifest.at("lr_scheduler").at("last_batch_iteration"));

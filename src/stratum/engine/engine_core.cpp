@@ -17,7 +17,7 @@
 namespace stratum {
 namespace {
 
-zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype) {
+zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype, c10::Device device) {
   zero::ZeroOptions o;
   o.stage = static_cast<int>(c.zero_optimization.stage);
   o.bucket_elems = c.zero_optimization.reduce_bucket_size;
@@ -32,6 +32,7 @@ zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype) {
   o.offload_optimizer = c.zero_optimization.offload_optimizer.device == config::OffloadDevice::cpu;
   o.offload_param = c.zero_optimization.offload_param.device == config::OffloadDevice::cpu;
   o.pin_memory = c.zero_optimization.offload_optimizer.pin_memory;
+  o.device_params16 = !o.offload_optimizer && model_dtype != at::kFloat && optim::mixed_adam_available(device);
   // 16-bit gradients travel in fp32 unless communication_data_type says otherwise.
   if (c.communication_data_type)
     o.comm_dtype = *c.communication_data_type == config::DType::bf16   ? at::kBFloat16
@@ -39,7 +40,6 @@ zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype) {
                                                                        : at::kFloat;
   else
     o.comm_dtype = at::kFloat;
-  (void)model_dtype;
   return o;
 }
 
@@ -71,7 +71,7 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
     : config_(config), model_dtype_(model_dtype), dp_(std::move(dp)) {
   check_supported(config_, params, layers.has_value());
   batch_ = config_.resolve_batch(dp_->size());
-  const zero::ZeroOptions options = zero_options(config_, model_dtype_);
+  const zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
   if (options.stage == 3)
     strategy_ = zero::make_stage3(options, *layers, std::move(params), std::move(names), model_dtype_, dp_, device);
   else
@@ -168,6 +168,10 @@ void EngineCore::apply_optimizer(const at::Tensor& grad_scale) {
     zero::OptimizerSegment& seg = segments[i];
     if (host_adam_) {
       host_adam_->step(seg.master, seg.grad, seg.params16, adam_[i], lr, beta1, host_grad_scale);
+      continue;
+    }
+    if (optim::mixed_adam_available(seg.master.device())) {  // one pass, no widened copy
+      optim::adam_step_mixed(seg.master, seg.grad, adam_[i], *config_.optimizer, lr, beta1, grad_scale, seg.params16);
       continue;
     }
     if (seg.grad.scalar_type() == at::kFloat) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "stratum/core/error.h"
+#include "stratum/nn/cross_entropy.h"
 
 namespace stratum::models {
 
@@ -26,9 +27,8 @@ at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
   if (logits.sizes().slice(0, logits.dim() - 1) != targets.sizes())
     throw Error("causal_lm_loss: targets " + c10::str(targets.sizes()) + " do not match logits " +
                 c10::str(logits.sizes()));
-  const at::Tensor flat = logits.reshape({-1, logits.size(-1)}).to(at::kFloat);
-  return at::cross_entropy_loss(flat, targets.reshape({-1}).to(at::kLong), /*weight=*/{}, at::Reduction::Mean,
-                                /*ignore_index=*/-100);
+  // Never a full fp32 copy of the logits (nn/cross_entropy.h).
+  return nn::chunked_cross_entropy(logits, targets, /*ignore_index=*/-100);
 }
 
 std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config, c10::Device init_device) {

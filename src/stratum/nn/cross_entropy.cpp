@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "stratum/core/error.h"
+#include "stratum/nn/linear.h"
 
 namespace stratum::nn {
 namespace {
@@ -39,10 +40,12 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
     const int64_t n = logits.size(0);
     // d loss / d logit = (softmax - onehot) * g / count on valid rows, 0 elsewhere.
     const at::Tensor scale = (grads[0].to(at::kFloat) / count);
-    at::Tensor grad = at::empty_like(logits);
+    // Rows 64-element aligned, as the LM head's backward multiplies fastest with.
+    at::Tensor grad = empty_aligned_rows(n, logits.size(1), logits.options());
     for (int64_t r = 0; r < n; r += block_rows) {
       const int64_t len = std::min(block_rows, n - r);
-      at::Tensor g = at::exp(logits.narrow(0, r, len).to(at::kFloat) - lse.narrow(0, r, len).unsqueeze(1));
+      at::Tensor g = logits.narrow(0, r, len).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+      g.sub_(lse.narrow(0, r, len).unsqueeze(1)).exp_();
       g.scatter_add_(1, targets.narrow(0, r, len).unsqueeze(1), at::full({len, 1}, -1.0f, g.options()));
       g.mul_((valid.narrow(0, r, len).to(at::kFloat) * scale).unsqueeze(1));
       grad.narrow(0, r, len).copy_(g);

@@ -42,7 +42,49 @@ struct LinearNoBias : torch::autograd::Function<LinearNoBias> {
   }
 };
 
+constexpr int64_t kRowAlign = 64;
+
+bool rows_aligned(const at::Tensor& t) { return t.stride(1) == 1 && t.stride(0) % kRowAlign == 0; }
+
+struct LinearAlignedRows : torch::autograd::Function<LinearAlignedRows> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
+    ctx->save_for_backward({x, w});
+    const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+    at::Tensor out = empty_aligned_rows(x2.size(0), w.size(0), x.options());
+    at::mm_out(out, x2, w.t());
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes.back() = w.size(0);
+    return out.view(sizes);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& w = saved[1];
+    at::Tensor g2 = grads[0].reshape({-1, w.size(0)});
+    if (!rows_aligned(g2)) {  // e.g. a loss that returned a contiguous [N, V] gradient
+      at::Tensor aligned = empty_aligned_rows(g2.size(0), g2.size(1), g2.options());
+      aligned.copy_(g2);
+      g2 = aligned;
+    }
+    at::Tensor gx, gw;
+    if (ctx->needs_input_grad(0)) gx = g2.mm(w).view(x.sizes());
+    if (ctx->needs_input_grad(1)) gw = g2.t().mm(x.reshape({-1, x.size(-1)}));
+    return {gx, gw};
+  }
+};
+
 }  // namespace
+
+at::Tensor empty_aligned_rows(int64_t rows, int64_t cols, const at::TensorOptions& options) {
+  const int64_t padded = (cols + kRowAlign - 1) / kRowAlign * kRowAlign;
+  at::Tensor buffer = at::empty({rows, padded}, options);
+  return padded == cols ? buffer : buffer.narrow(1, 0, cols);
+}
+
+at::Tensor linear_aligned_rows(const at::Tensor& x, const at::Tensor& weight) {
+  if (weight.size(0) % kRowAlign == 0) return LinearNoBias::apply(x, weight);
+  return LinearAlignedRows::apply(x, weight);
+}
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   return bias.defined() ? LinearBias::apply(x, weight, bias) : LinearNoBias::apply(x, weight);

@@ -12,4 +12,16 @@ namespace stratum::nn {
 // x: [..., in], weight: [out, in], bias: [out] or undefined.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = at::Tensor());
 
+// The same without bias for wide outputs whose width is not a multiple of 64
+// (GPT-2's 50257-token vocabulary): the output rows are laid out 64-element
+// aligned (a [..., out] view of a wider buffer), and so is the gradient the
+// backward multiplies with. cuBLAS's fast Hopper kernels need aligned leading
+// dimensions; at 50257 it falls back to sm75 kernels about 4x slower, which
+// made the LM head a fifth of a GPT-2 1.3B step. Same values as linear().
+at::Tensor linear_aligned_rows(const at::Tensor& x, const at::Tensor& weight);
+
+// [rows, cols] with each row's stride rounded up to 64 elements: a view of a
+// [rows, round_up(cols, 64)] buffer (contiguous when cols is a multiple of 64).
+at::Tensor empty_aligned_rows(int64_t rows, int64_t cols, const at::TensorOptions& options);
+
 }  // namespace stratum::nn

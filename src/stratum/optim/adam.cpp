@@ -9,6 +9,12 @@
 #include <ATen/ops/zeros_like.h>
 
 #include "stratum/core/error.h"
+#ifdef STRATUM_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "stratum/optim/mixed_adam_cuda.h"
+#endif
 
 namespace stratum::optim {
 namespace {
@@ -76,6 +82,84 @@ void adam_step(at::Tensor& params_fp32, const at::Tensor& grads_fp32, AdamState&
     at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1, optimizer.beta2,
                      optimizer.weight_decay, optimizer.eps, /*amsgrad=*/false, /*maximize=*/false, scale, found_inf);
   if (found_inf) state.step.sub_(found_inf->reshape({}));
+}
+
+bool mixed_adam_available(c10::Device device) {
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  return device.is_cuda();
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+#ifdef STRATUM_WITH_CUDA_KERNELS
+namespace {
+cuda::Dtype kernel_dtype(const at::Tensor& t, const char* what) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return cuda::Dtype::f32;
+    case at::kBFloat16: return cuda::Dtype::bf16;
+    case at::kHalf: return cuda::Dtype::f16;
+    default:
+      throw Error(std::string("adam_step_mixed: ") + what + " must be fp32, bf16 or fp16, got " +
+                  c10::toString(t.scalar_type()));
+  }
+}
+void check_flat(const at::Tensor& master, const at::Tensor& t, const char* what) {
+  if (!t.is_contiguous() || t.numel() != master.numel() || t.device() != master.device())
+    throw Error(std::string("adam_step_mixed: ") + what + " must be contiguous with " +
+                std::to_string(master.numel()) + " elements on " + master.device().str());
+}
+}  // namespace
+#endif
+
+void adam_step_mixed(at::Tensor& master, const at::Tensor& grads, AdamState& state,
+                     const config::OptimizerConfig& optimizer, double lr, std::optional<double> beta1_override,
+                     const at::Tensor& grad_scale, const at::Tensor& params16) {
+  if (!master.defined() || !mixed_adam_available(master.device()))
+    throw Error("adam_step_mixed: needs a CUDA build with Stratum's kernels and the master on a GPU (got " +
+                (master.defined() ? master.device().str() : std::string("an undefined tensor")) + ")");
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  if (master.scalar_type() != at::kFloat || !master.is_contiguous())
+    throw Error("adam_step_mixed: the master must be a contiguous fp32 tensor");
+  check_like_params(master, state.exp_avg, "state.exp_avg");
+  check_like_params(master, state.exp_avg_sq, "state.exp_avg_sq");
+  check_flat(master, state.exp_avg, "state.exp_avg");
+  check_flat(master, state.exp_avg_sq, "state.exp_avg_sq");
+  check_flat(master, grads, "grads");
+  if (params16.defined()) check_flat(master, params16, "params16");
+  if (!state.step.defined() || state.step.numel() != 1 || state.step.scalar_type() != at::kFloat ||
+      state.step.device() != master.device())
+    throw Error("adam_step_mixed: state.step must be a 1-element fp32 tensor on " + master.device().str());
+  if (grad_scale.defined() && (grad_scale.numel() != 1 || grad_scale.scalar_type() != at::kFloat ||
+                               grad_scale.device() != master.device()))
+    throw Error("adam_step_mixed: grad_scale must be a 1-element fp32 tensor on " + master.device().str());
+  c10::cuda::CUDAGuard guard(master.device());
+  state.step.add_(1);
+  cuda::MixedAdamArgs a;
+  a.n = master.numel();
+  a.master = master.data_ptr<float>();
+  a.exp_avg = state.exp_avg.data_ptr<float>();
+  a.exp_avg_sq = state.exp_avg_sq.data_ptr<float>();
+  a.grad = grads.const_data_ptr();
+  a.grad_dtype = kernel_dtype(grads, "grads");
+  if (params16.defined()) {
+    a.params16 = params16.data_ptr();
+    a.params16_dtype = kernel_dtype(params16, "params16");
+  }
+  a.step = state.step.const_data_ptr<float>();
+  a.grad_scale = grad_scale.defined() ? grad_scale.const_data_ptr<float>() : nullptr;
+  a.lr = static_cast<float>(lr);
+  a.beta1 = static_cast<float>(beta1_override.value_or(optimizer.beta1));
+  a.beta2 = static_cast<float>(optimizer.beta2);
+  a.eps = static_cast<float>(optimizer.eps);
+  a.weight_decay = static_cast<float>(optimizer.weight_decay);
+  a.decoupled = decoupled_weight_decay(optimizer);
+  const cudaError_t e = cuda::launch_mixed_adam(a, c10::cuda::getCurrentCUDAStream().stream());
+  if (e != cudaSuccess) throw Error(std::string("adam_step_mixed: kernel launch failed: ") + cudaGetErrorString(e));
+#else
+  (void)grads, (void)state, (void)optimizer, (void)lr, (void)beta1_override, (void)grad_scale, (void)params16;
+#endif
 }
 
 }  // namespace stratum::optim

@@ -42,6 +42,18 @@ void adam_step(at::Tensor& params_fp32, const at::Tensor& grads_fp32, AdamState&
                const config::OptimizerConfig& optimizer, double lr, std::optional<double> beta1_override,
                const at::Tensor& grad_scale, const std::optional<at::Tensor>& found_inf = std::nullopt);
 
+// Mixed precision in one pass (CUDA builds with the kernel, tensors on a GPU:
+// see mixed_adam_available): reads `grads` in the model's dtype (bf16, fp16 or
+// fp32) without widening them, updates the fp32 master and moments, and when
+// `params16` is defined writes the master rounded to its dtype there. The
+// gradient is left as it was (torch's fused Adam writes back the unscaled one).
+// Same math as adam_step to fp32 rounding.
+void adam_step_mixed(at::Tensor& master, const at::Tensor& grads, AdamState& state,
+                     const config::OptimizerConfig& optimizer, double lr, std::optional<double> beta1_override,
+                     const at::Tensor& grad_scale, const at::Tensor& params16);
+// Whether adam_step_mixed can run on `device` in this build.
+bool mixed_adam_available(c10::Device device);
+
 // Whether this config decays weights decoupled (AdamW) rather than as L2.
 bool decoupled_weight_decay(const config::OptimizerConfig& optimizer);
 

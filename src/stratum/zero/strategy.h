@@ -39,6 +39,11 @@ struct ZeroOptions {
   // offload_param (stage 3): the 16-bit parameter shard in host memory too.
   bool offload_param = false;
   bool pin_memory = true;
+  // The engine's optimizer writes each segment's updated parameters, rounded to
+  // the model dtype, into segment.params16 on the device (optim::adam_step_mixed):
+  // stage 0 points it at the model's flat buffer and stage 3 at its 16-bit
+  // shard, so publishing them needs no cast. Stages 1 and 2 still cast.
+  bool device_params16 = false;
   c10::Device device = c10::kCPU;  // stage 3: where the model trains (its parameters may still be on the host)
   // Stage 3 (DeepSpeed's stage3_* keys, in elements).
   int64_t prefetch_elems = 50'000'000;

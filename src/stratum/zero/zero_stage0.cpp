@@ -20,7 +20,8 @@ class Stage0 : public BoundaryReducedStrategy {
     attach_grad_views(flat_grads_, layout_, params_);
     // fp32 training updates the parameters themselves; 16-bit keeps an fp32 master copy.
     master_ = model_dtype_ == at::kFloat ? flat_params_ : flat_params_.to(at::kFloat);
-    segments_ = {OptimizerSegment{master_, flat_grads_, at::Tensor()}};
+    const bool written = options_.device_params16 && !master_.is_same(flat_params_);
+    segments_ = {OptimizerSegment{master_, flat_grads_, written ? flat_params_ : at::Tensor()}};
     install_hooks();
   }
 
@@ -28,7 +29,7 @@ class Stage0 : public BoundaryReducedStrategy {
 
 
   void publish_params() override {
-    if (!master_.is_same(flat_params_)) {
+    if (!master_.is_same(flat_params_) && !segments_[0].params16.is_same(flat_params_)) {
       c10::AutoGradMode no_grad(false);
       flat_params_.copy_(master_);
     }

@@ -138,10 +138,13 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     // runs; otherwise an fp32 master (on the host with offload_optimizer).
     const bool same_place = options_.offload_optimizer == options_.offload_param;
     master_ = model_dtype_ == at::kFloat && same_place ? shard_params_ : make_master(shard_params_);
-    // With both offloads the CPU Adam writes the 16-bit shard itself.
-    params16_ = options_.offload_param && options_.offload_optimizer && model_dtype_ != at::kFloat
-                    ? shard_params_
-                    : make_params16(layout_.shard_numel());
+    // With both offloads the CPU Adam writes the 16-bit shard itself; with
+    // neither, the device Adam does (device_params16).
+    const bool optimizer_writes_shard =
+        model_dtype_ != at::kFloat &&
+        ((options_.offload_param && options_.offload_optimizer) ||
+         (options_.device_params16 && !options_.offload_param && !options_.offload_optimizer));
+    params16_ = optimizer_writes_shard ? shard_params_ : make_params16(layout_.shard_numel());
     segments_ = {OptimizerSegment{master_, grad_shard_, params16_}};
     install_hooks();
   }

@@ -1,0 +1,140 @@
+// One pass of Adam/AdamW over flat buffers for mixed-precision training: reads
+// the 16-bit (or fp32) gradient, updates the fp32 master and moments, and
+// writes the master rounded to the model's dtype. torch's fused Adam needs the
+// gradient widened to fp32 first and the parameters cast back after: three
+// passes and a 4-byte write of the unscaled gradient more. The arithmetic
+// follows torch's _fused_adam(w) (fp32, same order) so the two agree to rounding.
+#include "stratum/optim/mixed_adam_cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace stratum::optim::cuda {
+namespace {
+
+template <typename T> __device__ __forceinline__ float widen(T x);
+template <> __device__ __forceinline__ float widen<float>(float x) { return x; }
+template <> __device__ __forceinline__ float widen<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> __device__ __forceinline__ float widen<__half>(__half x) { return __half2float(x); }
+
+template <typename T> __device__ __forceinline__ T narrow_to(float x);
+template <> __device__ __forceinline__ float narrow_to<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 narrow_to<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <> __device__ __forceinline__ __half narrow_to<__half>(float x) { return __float2half(x); }
+
+struct Coefficients {
+  float lr, beta1, beta2, eps, weight_decay, step_size, bias_correction2_sqrt, grad_scale;
+  bool decoupled, scaled;
+};
+
+__device__ __forceinline__ void update(const Coefficients& c, float& p, float& m, float& v, float g) {
+  if (c.scaled) g /= c.grad_scale;
+  if (c.weight_decay != 0.f) {
+    if (c.decoupled) p -= c.lr * c.weight_decay * p;
+    else g += c.weight_decay * p;
+  }
+  m = c.beta1 * m + (1.f - c.beta1) * g;
+  v = c.beta2 * v + (1.f - c.beta2) * g * g;
+  const float denom = sqrtf(v) / c.bias_correction2_sqrt + c.eps;
+  p -= c.step_size * m / denom;
+}
+
+__device__ Coefficients coefficients(const MixedAdamArgs& a) {
+  Coefficients c;
+  c.lr = a.lr;
+  c.beta1 = a.beta1;
+  c.beta2 = a.beta2;
+  c.eps = a.eps;
+  c.weight_decay = a.weight_decay;
+  c.decoupled = a.decoupled;
+  const float step = *a.step;
+  c.step_size = a.lr / (1.f - powf(a.beta1, step));
+  c.bias_correction2_sqrt = sqrtf(1.f - powf(a.beta2, step));
+  c.scaled = a.grad_scale != nullptr;
+  c.grad_scale = c.scaled ? *a.grad_scale : 1.f;
+  return c;
+}
+
+// Four elements a thread per iteration with 16-byte loads of the fp32 buffers
+// (the launcher checks alignment and n % 4 == 0).
+template <typename G, typename P>
+__global__ void __launch_bounds__(256) mixed_adam_vec4(MixedAdamArgs a) {
+  const Coefficients c = coefficients(a);
+  const G* grad = static_cast<const G*>(a.grad);
+  P* out = static_cast<P*>(a.params16);
+  const int64_t quads = a.n / 4;
+  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < quads; q += int64_t{gridDim.x} * blockDim.x) {
+    float4 p = reinterpret_cast<const float4*>(a.master)[q];
+    float4 m = reinterpret_cast<const float4*>(a.exp_avg)[q];
+    float4 v = reinterpret_cast<const float4*>(a.exp_avg_sq)[q];
+    const int64_t i = q * 4;
+    update(c, p.x, m.x, v.x, widen<G>(grad[i]));
+    update(c, p.y, m.y, v.y, widen<G>(grad[i + 1]));
+    update(c, p.z, m.z, v.z, widen<G>(grad[i + 2]));
+    update(c, p.w, m.w, v.w, widen<G>(grad[i + 3]));
+    reinterpret_cast<float4*>(a.master)[q] = p;
+    reinterpret_cast<float4*>(a.exp_avg)[q] = m;
+    reinterpret_cast<float4*>(a.exp_avg_sq)[q] = v;
+    if (out) {
+      out[i] = narrow_to<P>(p.x);
+      out[i + 1] = narrow_to<P>(p.y);
+      out[i + 2] = narrow_to<P>(p.z);
+      out[i + 3] = narrow_to<P>(p.w);
+    }
+  }
+}
+
+template <typename G, typename P>
+__global__ void __launch_bounds__(256) mixed_adam_scalar(MixedAdamArgs a) {
+  const Coefficients c = coefficients(a);
+  const G* grad = static_cast<const G*>(a.grad);
+  P* out = static_cast<P*>(a.params16);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < a.n; i += int64_t{gridDim.x} * blockDim.x) {
+    float p = a.master[i], m = a.exp_avg[i], v = a.exp_avg_sq[i];
+    update(c, p, m, v, widen<G>(grad[i]));
+    a.master[i] = p;
+    a.exp_avg[i] = m;
+    a.exp_avg_sq[i] = v;
+    if (out) out[i] = narrow_to<P>(p);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename G, typename P>
+cudaError_t launch(const MixedAdamArgs& a, cudaStream_t stream) {
+  int device = 0, sms = 132;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const bool vec = a.n % 4 == 0 && aligned16(a.master) && aligned16(a.exp_avg) && aligned16(a.exp_avg_sq);
+  const int64_t work = vec ? a.n / 4 : a.n;
+  const int64_t wanted = (work + 255) / 256;
+  const int blocks = static_cast<int>(wanted < int64_t{sms} * 8 ? (wanted > 0 ? wanted : 1) : int64_t{sms} * 8);
+  if (vec) mixed_adam_vec4<G, P><<<blocks, 256, 0, stream>>>(a);
+  else mixed_adam_scalar<G, P><<<blocks, 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <typename G>
+cudaError_t launch_for_grad(const MixedAdamArgs& a, cudaStream_t stream) {
+  switch (a.params16_dtype) {
+    case Dtype::bf16: return launch<G, __nv_bfloat16>(a, stream);
+    case Dtype::f16: return launch<G, __half>(a, stream);
+    case Dtype::f32: return launch<G, float>(a, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t launch_mixed_adam(const MixedAdamArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return cudaSuccess;
+  switch (a.grad_dtype) {
+    case Dtype::bf16: return launch_for_grad<__nv_bfloat16>(a, stream);
+    case Dtype::f16: return launch_for_grad<__half>(a, stream);
+    case Dtype::f32: return launch_for_grad<float>(a, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace stratum::optim::cuda
