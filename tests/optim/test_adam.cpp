@@ -178,15 +178,20 @@ TEST(AdamMixed, MatchesAdamStepOnTheWidenedGradientOnAGpu) {
         for (int k = 0; k < kSteps; ++k) {
           at::Tensor g = (torch::randn({kNumel}, cuda) * (0.1 + k) * 4.0).to(dtype);
           const at::Tensor g_before = g.clone();
-          adam_step(ref, g.to(torch::kFloat), ref_state, c, lr_at(k), std::nullopt, scale);
+          // A copy: torch's fused Adam writes the unscaled gradient back into its argument.
+          adam_step(ref, g.to(torch::kFloat, false, /*copy=*/true), ref_state, c, lr_at(k), std::nullopt, scale);
           adam_step_mixed(mine, g, state, c, lr_at(k), std::nullopt, scale, params16);
           EXPECT_TRUE(torch::equal(g, g_before)) << "the gradient was modified";
         }
         const std::string what = std::string(c10::toString(dtype)) + (decoupled ? " AdamW" : " Adam-L2") +
                                  (offset ? " scalar" : " vec4");
-        EXPECT_LE((mine - ref).abs().max().item<double>(), kTol) << what;
-        EXPECT_LE((state.exp_avg - ref_state.exp_avg).abs().max().item<double>(), kTol) << what;
-        EXPECT_LE((state.exp_avg_sq - ref_state.exp_avg_sq).abs().max().item<double>(), kTol * 10) << what;
+        // Relative to the largest value: the second moment reaches hundreds here.
+        auto rel = [](const at::Tensor& a, const at::Tensor& b) {
+          return ((a - b).abs().max() / b.abs().max().clamp_min(1.0)).item<double>();
+        };
+        EXPECT_LE(rel(mine, ref), kTol) << what;
+        EXPECT_LE(rel(state.exp_avg, ref_state.exp_avg), kTol) << what;
+        EXPECT_LE(rel(state.exp_avg_sq, ref_state.exp_avg_sq), kTol) << what;
         EXPECT_TRUE(torch::equal(params16, mine.to(params16.scalar_type()))) << what;
         EXPECT_EQ(state.step.item<float>(), float(kSteps));
         // Neighbours of the narrowed buffers are untouched.

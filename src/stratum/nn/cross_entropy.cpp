@@ -4,7 +4,6 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "stratum/core/error.h"
-#include "stratum/nn/linear.h"
 
 namespace stratum::nn {
 namespace {
@@ -13,42 +12,39 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
-  // logits: [N, V]; targets: [N] int64.
+  // logits: [N, V]; targets: [N] int64. Per block: one fused log-softmax
+  // (forward) or softmax (backward) in fp32, then the target column.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets,
                             int64_t ignore_index, int64_t block_rows) {
     const int64_t n = logits.size(0);
-    at::Tensor lse = at::empty({n}, logits.options().dtype(at::kFloat));
-    at::Tensor picked = at::empty({n}, logits.options().dtype(at::kFloat));
+    at::Tensor picked = at::empty({n}, logits.options().dtype(at::kFloat));  // log p(target)
     const at::Tensor valid = targets.ne(ignore_index);
     const at::Tensor safe_targets = targets.masked_fill(valid.logical_not(), 0);
     for (int64_t r = 0; r < n; r += block_rows) {
       const int64_t len = std::min(block_rows, n - r);
-      const at::Tensor block = logits.narrow(0, r, len).to(at::kFloat);
-      lse.narrow(0, r, len).copy_(at::logsumexp(block, {1}));
-      picked.narrow(0, r, len).copy_(block.gather(1, safe_targets.narrow(0, r, len).unsqueeze(1)).squeeze(1));
+      const at::Tensor logp = at::log_softmax(logits.narrow(0, r, len), 1, at::kFloat);
+      picked.narrow(0, r, len).copy_(logp.gather(1, safe_targets.narrow(0, r, len).unsqueeze(1)).squeeze(1));
     }
     const at::Tensor count = valid.sum().to(at::kFloat);
-    ctx->save_for_backward({logits, safe_targets, valid, lse, count});
+    ctx->save_for_backward({logits, safe_targets, valid, count});
     ctx->saved_data["block_rows"] = block_rows;
-    return ((lse - picked) * valid).sum() / count;
+    return -(picked * valid).sum() / count;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &logits = saved[0], &targets = saved[1], &valid = saved[2], &lse = saved[3], &count = saved[4];
+    const at::Tensor &logits = saved[0], &targets = saved[1], &valid = saved[2], &count = saved[3];
     const int64_t block_rows = ctx->saved_data["block_rows"].toInt();
     const int64_t n = logits.size(0);
     // d loss / d logit = (softmax - onehot) * g / count on valid rows, 0 elsewhere.
-    const at::Tensor scale = (grads[0].to(at::kFloat) / count);
-    // Rows 64-element aligned, as the LM head's backward multiplies fastest with.
-    at::Tensor grad = empty_aligned_rows(n, logits.size(1), logits.options());
+    const at::Tensor row_scale = valid.to(at::kFloat) * (grads[0].to(at::kFloat) / count);
+    at::Tensor grad = at::empty(logits.sizes(), logits.options());
     for (int64_t r = 0; r < n; r += block_rows) {
       const int64_t len = std::min(block_rows, n - r);
-      at::Tensor g = logits.narrow(0, r, len).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
-      g.sub_(lse.narrow(0, r, len).unsqueeze(1)).exp_();
-      g.scatter_add_(1, targets.narrow(0, r, len).unsqueeze(1), at::full({len, 1}, -1.0f, g.options()));
-      g.mul_((valid.narrow(0, r, len).to(at::kFloat) * scale).unsqueeze(1));
-      grad.narrow(0, r, len).copy_(g);
+      at::Tensor p = at::softmax(logits.narrow(0, r, len), 1, at::kFloat);
+      p.scatter_add_(1, targets.narrow(0, r, len).unsqueeze(1), at::full({len, 1}, -1.0f, p.options()));
+      at::Tensor out = grad.narrow(0, r, len);
+      at::mul_out(out, p, row_scale.narrow(0, r, len).unsqueeze(1));  // rounded to the logits' dtype on store
     }
     return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
   }

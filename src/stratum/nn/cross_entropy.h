@@ -3,8 +3,9 @@
 // computed a block of rows at a time in fp32: never a full-vocabulary fp32
 // copy of the logits, their log-softmax or their gradient (12 bytes a logit at
 // the peak for at::cross_entropy on bf16 logits widened to fp32; here the
-// 16-bit gradient plus one block in fp32). Forward keeps each row's
-// log-sum-exp; backward rebuilds softmax(row) - onehot(target) block by block.
+// 16-bit gradient plus one block in fp32). Forward keeps each row's target
+// log-probability (one fused log-softmax per block); backward recomputes the
+// block's softmax and writes (softmax - onehot) * scale in the logits' dtype.
 // Rows whose target is `ignore_index` count neither in the loss nor the mean.
 #include <cstdint>
 

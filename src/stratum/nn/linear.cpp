@@ -44,46 +44,50 @@ struct LinearNoBias : torch::autograd::Function<LinearNoBias> {
 
 constexpr int64_t kRowAlign = 64;
 
-bool rows_aligned(const at::Tensor& t) { return t.stride(1) == 1 && t.stride(0) % kRowAlign == 0; }
+int64_t padded(int64_t n) { return (n + kRowAlign - 1) / kRowAlign * kRowAlign; }
 
-struct LinearAlignedRows : torch::autograd::Function<LinearAlignedRows> {
+// [rows, cols] -> [padded(rows), cols] with zero rows appended.
+at::Tensor pad_rows(const at::Tensor& t) {
+  at::Tensor out = at::empty({padded(t.size(0)), t.size(1)}, t.options());
+  out.narrow(0, 0, t.size(0)).copy_(t);
+  out.narrow(0, t.size(0), out.size(0) - t.size(0)).zero_();
+  return out;
+}
+
+// [rows, cols] -> [rows, padded(cols)] with zero columns appended.
+at::Tensor pad_cols(const at::Tensor& t) {
+  at::Tensor out = at::empty({t.size(0), padded(t.size(1))}, t.options());
+  out.narrow(1, 0, t.size(1)).copy_(t);
+  out.narrow(1, t.size(1), out.size(1) - t.size(1)).zero_();
+  return out;
+}
+
+struct LinearPaddedRows : torch::autograd::Function<LinearPaddedRows> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
     ctx->save_for_backward({x, w});
-    const at::Tensor x2 = x.reshape({-1, x.size(-1)});
-    at::Tensor out = empty_aligned_rows(x2.size(0), w.size(0), x.options());
-    at::mm_out(out, x2, w.t());
+    const at::Tensor out = x.reshape({-1, x.size(-1)}).mm(pad_rows(w).t());  // [N, padded(V)]
     std::vector<int64_t> sizes = x.sizes().vec();
     sizes.back() = w.size(0);
-    return out.view(sizes);
+    return out.narrow(1, 0, w.size(0)).view(sizes);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& x = saved[0];
     const at::Tensor& w = saved[1];
-    at::Tensor g2 = grads[0].reshape({-1, w.size(0)});
-    if (!rows_aligned(g2)) {  // e.g. a loss that returned a contiguous [N, V] gradient
-      at::Tensor aligned = empty_aligned_rows(g2.size(0), g2.size(1), g2.options());
-      aligned.copy_(g2);
-      g2 = aligned;
-    }
+    // The gradient padded with zero columns: [N, padded(V)].
+    const at::Tensor g = pad_cols(grads[0].reshape({-1, w.size(0)}));
     at::Tensor gx, gw;
-    if (ctx->needs_input_grad(0)) gx = g2.mm(w).view(x.sizes());
-    if (ctx->needs_input_grad(1)) gw = g2.t().mm(x.reshape({-1, x.size(-1)}));
+    if (ctx->needs_input_grad(0)) gx = g.mm(pad_rows(w)).view(x.sizes());
+    if (ctx->needs_input_grad(1)) gw = g.t().mm(x.reshape({-1, x.size(-1)})).narrow(0, 0, w.size(0));
     return {gx, gw};
   }
 };
 
 }  // namespace
 
-at::Tensor empty_aligned_rows(int64_t rows, int64_t cols, const at::TensorOptions& options) {
-  const int64_t padded = (cols + kRowAlign - 1) / kRowAlign * kRowAlign;
-  at::Tensor buffer = at::empty({rows, padded}, options);
-  return padded == cols ? buffer : buffer.narrow(1, 0, cols);
-}
-
-at::Tensor linear_aligned_rows(const at::Tensor& x, const at::Tensor& weight) {
+at::Tensor linear_padded_rows(const at::Tensor& x, const at::Tensor& weight) {
   if (weight.size(0) % kRowAlign == 0) return LinearNoBias::apply(x, weight);
-  return LinearAlignedRows::apply(x, weight);
+  return LinearPaddedRows::apply(x, weight);
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {

@@ -13,15 +13,12 @@ namespace stratum::nn {
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = at::Tensor());
 
 // The same without bias for wide outputs whose width is not a multiple of 64
-// (GPT-2's 50257-token vocabulary): the output rows are laid out 64-element
-// aligned (a [..., out] view of a wider buffer), and so is the gradient the
-// backward multiplies with. cuBLAS's fast Hopper kernels need aligned leading
-// dimensions; at 50257 it falls back to sm75 kernels about 4x slower, which
-// made the LM head a fifth of a GPT-2 1.3B step. Same values as linear().
-at::Tensor linear_aligned_rows(const at::Tensor& x, const at::Tensor& weight);
-
-// [rows, cols] with each row's stride rounded up to 64 elements: a view of a
-// [rows, round_up(cols, 64)] buffer (contiguous when cols is a multiple of 64).
-at::Tensor empty_aligned_rows(int64_t rows, int64_t cols, const at::TensorOptions& options);
+// (GPT-2's 50257-token vocabulary): the product runs on the weight padded
+// with zero rows to a multiple of 64 and returns the [..., out] view of the
+// wider result; the backward pads the incoming gradient the same way. cuBLAS
+// picks its fast Hopper kernels only for aligned shapes: at 50257 it fell
+// back to sm75 kernels about 4x slower, a fifth of a GPT-2 1.3B step. Same
+// values as linear() (the padding contributes exact zeros).
+at::Tensor linear_padded_rows(const at::Tensor& x, const at::Tensor& weight);
 
 }  // namespace stratum::nn

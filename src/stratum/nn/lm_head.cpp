@@ -14,7 +14,7 @@ LMHeadLayer::LMHeadLayer(int64_t hidden, int64_t vocab_size) : StackLayer("LMHea
 }
 
 at::Tensor LMHeadLayer::forward(const at::Tensor& x) {
-  return nn::linear_aligned_rows(x, embedding_ ? embedding_->weight : lm_head_->weight);
+  return nn::linear_padded_rows(x, embedding_ ? embedding_->weight : lm_head_->weight);
 }
 
 std::vector<at::Tensor> LMHeadLayer::borrowed_parameters() const {
