@@ -60,3 +60,35 @@ TEST(ChunkedCrossEntropy, BadInputIsNamed) {
   EXPECT_THROW(nn::chunked_cross_entropy(torch::zeros({2, 5}, at::kLong), torch::zeros({2}, at::kLong)), Error);
   EXPECT_THROW(nn::chunked_cross_entropy(torch::randn({2, 5}), torch::zeros({2}, at::kLong), -100, 0), Error);
 }
+
+// The GPU kernels (one pass a row each way) against torch's cross-entropy on
+// the same values in fp32: bf16 logits read through a strided row view (as
+// the LM head returns them), ignored targets, fp32 logits too.
+TEST(ChunkedCrossEntropy, GpuKernelsMatchTorch) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
+  torch::manual_seed(5);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  for (auto dtype : {torch::kBFloat16, torch::kFloat}) {
+    for (int64_t vocab : {int64_t{67}, int64_t{50257}}) {
+      at::Tensor wide = (torch::randn({3, 11, vocab + 13}, cuda) * 4).to(dtype);
+      at::Tensor logits = wide.narrow(2, 0, vocab);  // rows strided by vocab + 13
+      at::Tensor targets = torch::randint(vocab, {3, 11}, cuda.dtype(torch::kLong));
+      targets[1][4] = -100;
+      targets[2][0] = -100;
+      at::Tensor mine = logits.detach().clone().requires_grad_(true);  // a contiguous copy for the reference
+      at::Tensor view = logits.detach().requires_grad_(true);
+      at::Tensor loss = nn::chunked_cross_entropy(view, targets);
+      loss.backward();
+      at::Tensor ref = at::cross_entropy_loss(mine.to(torch::kFloat).reshape({-1, vocab}), targets.reshape({-1}), {},
+                                              at::Reduction::Mean, -100);
+      ref.backward();
+      const std::string what = std::string(c10::toString(dtype)) + " vocab " + std::to_string(vocab);
+      EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-5 * std::abs(ref.item<double>())) << what;
+      EXPECT_EQ(view.grad().scalar_type(), dtype) << what;
+      const at::Tensor got = view.grad().to(torch::kFloat), want = mine.grad().to(torch::kFloat);
+      const double tol = dtype == torch::kFloat ? 1e-6 : 8e-3;  // bf16 rounding of the stored gradient
+      EXPECT_LE((got - want).abs().max().item<double>(), tol * want.abs().max().item<double>()) << what;
+      EXPECT_EQ(got[1][4].abs().max().item<double>(), 0.0) << "an ignored row has no gradient; " << what;
+    }
+  }
+}

@@ -4,12 +4,74 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "stratum/core/error.h"
+#ifdef STRATUM_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "stratum/nn/cross_entropy_cuda.h"
+#endif
 
 namespace stratum::nn {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+#ifdef STRATUM_WITH_CUDA_KERNELS
+cuda::CrossEntropyRows kernel_rows(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
+                                   at::Tensor& lse) {
+  cuda::CrossEntropyRows a;
+  a.rows = logits.size(0);
+  a.vocab = logits.size(1);
+  a.row_stride = logits.stride(0);
+  a.logits = logits.const_data_ptr();
+  a.dtype = logits.scalar_type() == at::kBFloat16 ? cuda::Dtype::bf16
+            : logits.scalar_type() == at::kHalf   ? cuda::Dtype::f16
+                                                  : cuda::Dtype::f32;
+  a.targets = targets.const_data_ptr<int64_t>();
+  a.ignore_index = ignore_index;
+  a.lse = lse.data_ptr<float>();
+  return a;
+}
+
+void check_launch(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("chunked_cross_entropy: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// One kernel per direction on a GPU (nn/cross_entropy_cuda.h): logits [N, V]
+// with unit stride along V (rows may be strided: the LM head's padded view).
+struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets,
+                            int64_t ignore_index) {
+    c10::cuda::CUDAGuard guard(logits.device());
+    const auto f32 = logits.options().dtype(at::kFloat);
+    at::Tensor lse = at::empty({logits.size(0)}, f32), logp = at::empty({logits.size(0)}, f32);
+    const at::Tensor t = targets.contiguous();
+    check_launch(cuda::launch_cross_entropy_forward(kernel_rows(logits, t, ignore_index, lse), logp.data_ptr<float>(),
+                                                    c10::cuda::getCurrentCUDAStream().stream()),
+                 "forward kernel");
+    const at::Tensor count = t.ne(ignore_index).sum().to(at::kFloat);
+    ctx->save_for_backward({logits, t, lse, count});
+    ctx->saved_data["ignore_index"] = ignore_index;
+    return -logp.sum() / count;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &logits = saved[0], &targets = saved[1], &count = saved[3];
+    at::Tensor lse = saved[2];
+    c10::cuda::CUDAGuard guard(logits.device());
+    const at::Tensor scale = grads[0].to(at::kFloat) / count;
+    at::Tensor grad = at::empty(logits.sizes(), logits.options());
+    check_launch(cuda::launch_cross_entropy_backward(
+                     kernel_rows(logits, targets, ctx->saved_data["ignore_index"].toInt(), lse),
+                     scale.const_data_ptr<float>(), grad.data_ptr(), grad.stride(0),
+                     c10::cuda::getCurrentCUDAStream().stream()),
+                 "backward kernel");
+    return {grad, at::Tensor(), at::Tensor()};
+  }
+};
+#endif
 
 struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
   // logits: [N, V]; targets: [N] int64. Per block: one fused log-softmax
@@ -61,6 +123,11 @@ at::Tensor chunked_cross_entropy(const at::Tensor& logits, const at::Tensor& tar
                 c10::str(logits.sizes()));
   if (block_rows < 1) throw Error("chunked_cross_entropy: block_rows must be >= 1");
   const at::Tensor flat = logits.reshape({-1, logits.size(-1)});
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  if (flat.is_cuda() && flat.stride(1) == 1 &&
+      (flat.scalar_type() == at::kBFloat16 || flat.scalar_type() == at::kHalf || flat.scalar_type() == at::kFloat))
+    return FusedCrossEntropy::apply(flat, targets.reshape({-1}).to(at::kLong), ignore_index);
+#endif
   return ChunkedCrossEntropy::apply(flat, targets.reshape({-1}).to(at::kLong), ignore_index, block_rows);
 }
 

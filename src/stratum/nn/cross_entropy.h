@@ -7,6 +7,9 @@
 // log-probability (one fused log-softmax per block); backward recomputes the
 // block's softmax and writes (softmax - onehot) * scale in the logits' dtype.
 // Rows whose target is `ignore_index` count neither in the loss nor the mean.
+// On a GPU (builds with Stratum's CUDA kernels) the same math runs as one
+// kernel per direction (nn/cross_entropy_cuda.h): a pass over each row
+// forward, keeping its log-sum-exp, and one pass writing the gradient.
 #include <cstdint>
 
 #include <ATen/core/Tensor.h>
