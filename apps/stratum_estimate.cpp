@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
       in.hidden = c.hidden;
       in.heads = c.heads;
       in.vocab = c.vocab_size;
+      in.kv_heads = c.kv_heads;
+      in.ffn = c.ffn_hidden;
+      in.gated_mlp = c.arch == "llama";
       // The largest layer: a transformer block or the embedding table.
       auto block = c;
       block.layers = 1;

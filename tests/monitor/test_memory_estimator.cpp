@@ -61,8 +61,8 @@ TEST(MemoryEstimator, ActivationsShrinkWithCheckpointingAndGrowWithTheBatch) {
   in.micro_batch = 8;
   in.seq_len = 1024;
   const double full = estimate_activation_bytes(in);
-  // 12 layers x 32 sbh bytes + logits (bf16 + fp32 copy + fp32 log-softmax + bf16 grad) per token.
-  EXPECT_DOUBLE_EQ(full, 12 * 32.0 * 1024 * 8 * 768 + 1024 * 8 * 50257 * 12.0);
+  // 12 layers x 32 sbh bytes + logits (bf16 logits, gradient and the LM head's padded gradient copy).
+  EXPECT_DOUBLE_EQ(full, 12 * 32.0 * 1024 * 8 * 768 + 1024 * 8 * 50257 * 6.0);
   in.activation_checkpointing = true;
   EXPECT_LT(estimate_activation_bytes(in), full);
   in.activation_checkpointing = false;
@@ -73,7 +73,8 @@ TEST(MemoryEstimator, ActivationsShrinkWithCheckpointingAndGrowWithTheBatch) {
 }
 
 // Measured on 2 x H200 (stratum-train, bf16, ZeRO-2, seq 1024, micro 16; peak
-// allocated bytes, docs/benchmarks.md): the estimate is within 2% of each.
+// allocated bytes, docs/benchmarks.md) before the fused cross-entropy, when the
+// loss kept 12 bytes a logit: with that loss the estimate is within 2% of each.
 TEST(MemoryEstimator, MatchesPeaksMeasuredOnH200) {
   struct Case { int64_t params, layers, hidden, gpus; double measured_gib; };
   for (const Case& c : {Case{124439808, 12, 768, 1, 15.68}, Case{124439808, 12, 768, 2, 14.87},
@@ -87,6 +88,7 @@ TEST(MemoryEstimator, MatchesPeaksMeasuredOnH200) {
     in.micro_batch = 16;
     in.seq_len = 1024;
     in.gpus_per_node = c.gpus;
+    in.loss_bytes_per_logit = 12;  // at::cross_entropy on an fp32 copy, as then
     const double total = find(estimate_model_states(in), 2, false, false).gpu_bytes + estimate_activation_bytes(in);
     EXPECT_NEAR(total / double(1ull << 30) / c.measured_gib, 1.0, 0.02) << c.params << " on " << c.gpus;
   }
@@ -97,7 +99,8 @@ TEST(MemoryEstimator, MatchesPeaksMeasuredOnH200) {
 // of the estimate: gpt2-1.3b (seq 2048, micro 8) ZeRO-2 -0.5%, ZeRO-3 -1.4%,
 // ZeRO-2 + offload -0.6%, ZeRO-3 + offload -1.6%; LLaMA (llama-8b's shape,
 // micro 1, seq 1024, checkpointing) 16.75B ZeRO-3 -2.3%, 14.1B ZeRO-3 + offload
-// -8.7%. The target is 10%.
+// -8.7%. The target is 10%. Measured before the fused cross-entropy
+// (12 bytes a logit at the loss then).
 TEST(MemoryEstimator, MatchesZero3OffloadAndCheckpointingPeaksMeasuredOnH200) {
   struct Case {
     int64_t params, layers, hidden, heads, vocab, largest, micro, seq;
@@ -124,10 +127,57 @@ TEST(MemoryEstimator, MatchesZero3OffloadAndCheckpointingPeaksMeasuredOnH200) {
     in.seq_len = c.seq;
     in.activation_checkpointing = c.checkpointing;
     in.gpus_per_node = 2;
+    if (c.vocab == 128256) {  // llama-8b's shape
+      in.kv_heads = 8;
+      in.ffn = 14336;
+      in.gated_mlp = true;
+    }
+    in.loss_bytes_per_logit = 12;
     const double total =
         find(estimate_model_states(in), c.stage, c.offload, false).gpu_bytes + estimate_activation_bytes(in);
     EXPECT_NEAR(total / double(1ull << 30) / c.measured_gib, 1.0, 0.10)
         << c.params << " stage " << c.stage << (c.offload ? " offload" : "");
+  }
+}
+
+// With this build's loss (the fused cross-entropy, the padded LM head),
+// measured on 2 x H200 by bench_engine (bench/run_matrix.sh, bf16; training
+// peak of allocated bytes, docs/benchmarks.md). Errors of the estimate:
+// gpt2-1.3b seq 1024 micro 8 on 2 GPUs ZeRO-0 +1.2%, ZeRO-1 +1.5%, ZeRO-2
+// +1.6%, ZeRO-3 +0.1%; on 1 GPU micro 16 +2.2%; llama-1b seq 2048 micro 4 on
+// 2 GPUs ZeRO-2 -8.0%, ZeRO-3 -6.1% (SwiGLU's backward temporaries uncounted).
+TEST(MemoryEstimator, MatchesPeaksWithTheFusedLossMeasuredOnH200) {
+  struct Case {
+    int64_t params, layers, hidden, heads, kv_heads, ffn, vocab, largest, micro, seq, gpus;
+    int stage;
+    double measured_gib;
+  };
+  const int64_t gpt2_13b = 1315723264, llama1b = 1235814400;
+  const int64_t gpt2_emb = 50257 * 2048, llama_emb = 128256 * 2048;
+  for (const Case& c : {Case{gpt2_13b, 24, 2048, 16, 16, 8192, 50257, gpt2_emb, 8, 1024, 2, 0, 33.51},
+                        Case{gpt2_13b, 24, 2048, 16, 16, 8192, 50257, gpt2_emb, 8, 1024, 2, 1, 26.15},
+                        Case{gpt2_13b, 24, 2048, 16, 16, 8192, 50257, gpt2_emb, 8, 1024, 2, 2, 24.93},
+                        Case{gpt2_13b, 24, 2048, 16, 16, 8192, 50257, gpt2_emb, 8, 1024, 2, 3, 24.66},
+                        Case{gpt2_13b, 24, 2048, 16, 16, 8192, 50257, gpt2_emb, 16, 1024, 1, 0, 47.15},
+                        Case{llama1b, 16, 2048, 32, 8, 8192, 128256, llama_emb, 4, 2048, 2, 2, 27.74},
+                        Case{llama1b, 16, 2048, 32, 8, 8192, 128256, llama_emb, 4, 2048, 2, 3, 27.53}}) {
+    EstimateInput in;
+    in.params = c.params;
+    in.layers = c.layers;
+    in.hidden = c.hidden;
+    in.heads = c.heads;
+    in.kv_heads = c.kv_heads;
+    in.ffn = c.ffn;
+    in.gated_mlp = c.vocab == 128256;
+    in.vocab = c.vocab;
+    in.largest_layer_params = c.largest;
+    in.micro_batch = c.micro;
+    in.seq_len = c.seq;
+    in.gpus_per_node = c.gpus;
+    const double total =
+        find(estimate_model_states(in), c.stage, false, false).gpu_bytes + estimate_activation_bytes(in);
+    EXPECT_NEAR(total / double(1ull << 30) / c.measured_gib, 1.0, 0.10)
+        << c.params << " stage " << c.stage << " on " << c.gpus;
   }
 }
 

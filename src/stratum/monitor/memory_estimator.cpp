@@ -37,14 +37,22 @@ double estimate_activation_bytes(const EstimateInput& in) {
   const double s = static_cast<double>(in.seq_len), b = static_cast<double>(in.micro_batch),
                h = static_cast<double>(in.hidden), L = static_cast<double>(in.layers),
                v = static_cast<double>(in.vocab), w = static_cast<double>(in.param_bytes);
-  // Per layer, 16-bit, flash attention (no s x s scores), no dropout masks: Korthikanti et
-  // al.'s 34 sbh less the 2 sbh of dropout masks = 32 sbh bytes; scaled by the dtype.
-  const double per_layer = 16.0 * w * s * b * h;
+  // Kept per token and layer (flash attention: no s x s scores; no dropout
+  // masks): both norms' inputs and outputs (4h), q, k and v (h + 2 kv), the
+  // attention output (h), and the MLP's fc output and activation (2 ffn) or,
+  // gated, gate, up, silu(gate) and their product (4 ffn). GPT-2 (ffn 4h):
+  // 16h elements, Korthikanti et al.'s 34 sbh bytes less the 2 of dropout masks.
+  const double kv = in.heads > 0 && in.kv_heads > 0 ? h * static_cast<double>(in.kv_heads) / in.heads : h;
+  const double ffn = in.ffn > 0 ? static_cast<double>(in.ffn) : 4.0 * h;
+  const double per_token = 4.0 * h + h + 2.0 * kv + h + (in.gated_mlp ? 4.0 : 2.0) * ffn;
+  const double per_layer = w * s * b * per_token;
   const double layers = in.activation_checkpointing ? L * w * s * b * h + per_layer  // inputs + one recomputed layer
                                                     : L * per_layer;
-  // At the loss: the logits in the training dtype, their fp32 copy, the fp32
-  // log-softmax and the logits' gradient in the training dtype.
-  const double logits = s * b * v * (2.0 * w + 8.0);
+  // At the loss: the logits and their gradient in the training dtype, and the
+  // LM head's zero-padded copy of the gradient when V is not a multiple of 64.
+  const double per_logit =
+      in.loss_bytes_per_logit > 0 ? in.loss_bytes_per_logit : w * (in.vocab % 64 == 0 ? 2.0 : 3.0);
+  const double logits = s * b * v * per_logit;
   return layers + logits;
 }
 
