@@ -26,7 +26,7 @@ for (model, seq, gpus), group in sorted(rows.items()):
     fsdp = best(group, ("fsdp2",))
     ds3 = best(group, ("deepspeed-zero3",))
     print("| system | micro | tokens/s per GPU | TFLOP/s | MFU | peak GiB | fwd s | bwd s | opt s | exposed comm s | vs DDP/single | vs FSDP2 | vs DS ZeRO-3 |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in sorted(group, key=lambda r: -r["tokens_per_s_per_gpu"]):
         t = r["tokens_per_s_per_gpu"]
         ratio = lambda ref: f"{t / ref:.2f}x" if ref else "-"
