@@ -10,15 +10,16 @@
 #   bash bench/run_matrix.sh MODEL SEQ MICRO GPUS [build-dir] [out-dir]
 # Knobs (environment): ROUNDS (1), STEPS (10), WARMUP (3), STAGES ("0 1 2 3"),
 #   PEERS ("ddp ddp-compile fsdp2 fsdp2-compile ds1 ds2 ds3"; with GPUS=1:
-#   "single single-compile"), STRATUM_FLAGS (more bench_engine flags).
+#   "single single-compile"), STRATUM_FLAGS (more bench_engine flags); NCCL_*
+#   variables pass to Stratum's ranks (torch.distributed.run passes them itself).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-gpt2-350m} seq=${2:-1024} micro=${3:-8} gpus=${4:-2}
 build=${5:-build-device}
 out=${6:-${OUT:-/tmp}}
-rounds=${ROUNDS:-1} steps=${STEPS:-10} warmup=${WARMUP:-3} stages=${STAGES:-0 1 2 3}
-if [ "$gpus" = 1 ]; then peers=${PEERS:-single single-compile}
-else peers=${PEERS:-ddp ddp-compile fsdp2 fsdp2-compile ds1 ds2 ds3}; fi
+rounds=${ROUNDS:-1} steps=${STEPS:-10} warmup=${WARMUP:-3} stages=${STAGES-0 1 2 3}
+if [ "$gpus" = 1 ]; then peers=${PEERS-single single-compile}
+else peers=${PEERS-ddp ddp-compile fsdp2 fsdp2-compile ds1 ds2 ds3}; fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 if [[ "$peers" == *ds* ]] && ! python3 -c "import deepspeed" 2>/dev/null; then
@@ -41,8 +42,10 @@ peer() {  # NAME (single, single-compile, ddp, ddp-compile, fsdp2, fsdp2-compile
   fi 2>&1 | grep -E '^\{"system"|Error|error:' | tail -2 | tee -a "$log"
 }
 stratum() {  # STAGE
-  local pass=(-x NCCL_NVLS_ENABLE)
-  [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && pass+=(-x CUDA_VISIBLE_DEVICES)
+  local pass=(-x CUDA_VISIBLE_DEVICES) v
+  [ -n "${CUDA_VISIBLE_DEVICES:-}" ] || pass=()
+  # Every NCCL_* setting reaches the ranks (e.g. NCCL_MAX_CTAS to leave compute more SMs).
+  for v in $(env | grep -o '^NCCL_[A-Z_0-9]*'); do pass+=(-x "$v"); done
   mpirun --bind-to none -np "$gpus" "${pass[@]}" "$build/bin/bench_engine" \
     "${common[@]}" --stage "$1" ${STRATUM_FLAGS:-} 2>&1 | grep -E '^\{"system"|rror' | tail -2 | tee -a "$log"
 }

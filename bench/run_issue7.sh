@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The rest of issue 7's matrix, one device call each (about 9 minutes of the
+# 10-minute limit: the bench build is ~100 s on a fresh machine). Usage, from
+# the device tool with carry [".deps", ".whl"]:
+#   bash bench/run_issue7.sh CELL
+# CELL: 350m-2gpu | 350m-1gpu | 1.3b-2048-2gpu | llama-1gpu | llama-2gpu-peers | ctas
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp}
+OUT= bash scripts/device_build.sh --no-tests --targets "bench_engine stratum-report" >/tmp/build.log 2>&1 ||
+  { tail -30 /tmp/build.log; exit 1; }
+m() { STEPS=${STEPS:-8} WARMUP=${WARMUP:-3} timeout "$1" bash bench/run_matrix.sh "${@:2}" build-device "$out"; }
+case "${1:-}" in
+  350m-2gpu) m 420 gpt2-350m 1024 16 2 ;;
+  350m-1gpu) STAGES=0 m 200 gpt2-350m 1024 16 1 ;;
+  1.3b-2048-2gpu) PEERS="ddp-compile fsdp2 ds3" m 420 gpt2-1.3b 2048 4 2 ;;
+  llama-1gpu) STAGES=0 m 300 llama-1b 2048 4 1 ;;
+  llama-2gpu-peers) STAGES="2 3" PEERS="ddp-compile fsdp2-compile ds3" m 420 llama-1b 2048 4 2 ;;
+  ctas)  # does capping NCCL's thread blocks leave the backward more SMs? (ZeRO-2 tail and overlap)
+    for c in 0 4 8; do
+      if [ "$c" = 0 ]; then unset NCCL_MAX_CTAS; else export NCCL_MAX_CTAS=$c; fi
+      echo "== NCCL_MAX_CTAS=${NCCL_MAX_CTAS:-default}"
+      STAGES="0 2" PEERS="" m 150 gpt2-1.3b 1024 8 2
+    done ;;
+  *) echo "run_issue7: unknown cell '${1:-}'" >&2; exit 2 ;;
+esac
