@@ -6,7 +6,6 @@
 //   stratum-estimate --model llama-8b --num_gpus 2 --micro-batch 1 --seq 8192 --checkpointing
 #include <CLI/CLI.hpp>
 
-#include <algorithm>
 #include <iostream>
 
 #include "stratum/core/error.h"
@@ -37,21 +36,7 @@ int main(int argc, char** argv) {
     if (!model.empty()) {
       std::vector<std::pair<std::string, std::string>> kv;
       for (const auto& s : overrides) kv.push_back(stratum::models::parse_override(s));
-      const auto c = stratum::models::make_model_config(model, kv);
-      in.params = stratum::models::parameter_count(c);
-      in.layers = c.layers;
-      in.hidden = c.hidden;
-      in.heads = c.heads;
-      in.vocab = c.vocab_size;
-      in.kv_heads = c.kv_heads;
-      in.ffn = c.ffn_hidden;
-      in.gated_mlp = c.arch == "llama";
-      // The largest layer: a transformer block or the embedding table.
-      auto block = c;
-      block.layers = 1;
-      const int64_t one_block = stratum::models::parameter_count(block) - c.vocab_size * c.hidden *
-                                                                           (c.tie_embeddings ? 1 : 2);
-      in.largest_layer_params = std::max<int64_t>(one_block, c.vocab_size * c.hidden);
+      stratum::monitor::set_model_shape(in, stratum::models::make_model_config(model, kv));
     } else {
       in.params = static_cast<int64_t>(params);
       in.largest_layer_params = static_cast<int64_t>(largest_layer);

@@ -5,6 +5,9 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "stratum/monitor/memory_estimator.h"
 
@@ -72,26 +75,46 @@ TEST(MemoryEstimator, ActivationsShrinkWithCheckpointingAndGrowWithTheBatch) {
   EXPECT_EQ(estimate_activation_bytes(in), 0.0);
 }
 
+// A measured run: a preset (with overrides), its batch, sequence and GPUs
+// (one node), the stage and offload, and the training peak of allocated bytes.
+struct MeasuredRun {
+  std::string preset;
+  std::vector<std::pair<std::string, std::string>> overrides;
+  int64_t micro, seq, gpus;
+  int stage;
+  bool offload, checkpointing;
+  double measured_gib;
+};
+
+// The estimate over the measurement; loss_bytes_per_logit as in EstimateInput.
+double estimate_over_measured(const MeasuredRun& r, double loss_bytes_per_logit) {
+  EstimateInput in;
+  set_model_shape(in, stratum::models::make_model_config(r.preset, r.overrides));
+  in.micro_batch = r.micro;
+  in.seq_len = r.seq;
+  in.gpus_per_node = r.gpus;
+  in.activation_checkpointing = r.checkpointing;
+  in.loss_bytes_per_logit = loss_bytes_per_logit;
+  const double total =
+      find(estimate_model_states(in), r.stage, r.offload, false).gpu_bytes + estimate_activation_bytes(in);
+  return total / double(1ull << 30) / r.measured_gib;
+}
+
+std::string describe(const MeasuredRun& r) {
+  return r.preset + " stage " + std::to_string(r.stage) + (r.offload ? " offload" : "") + " on " +
+         std::to_string(r.gpus);
+}
+
 // Measured on 2 x H200 (stratum-train, bf16, ZeRO-2, seq 1024, micro 16; peak
 // allocated bytes, docs/benchmarks.md) before the fused cross-entropy, when the
 // loss kept 12 bytes a logit: with that loss the estimate is within 2% of each.
 TEST(MemoryEstimator, MatchesPeaksMeasuredOnH200) {
-  struct Case { int64_t params, layers, hidden, gpus; double measured_gib; };
-  for (const Case& c : {Case{124439808, 12, 768, 1, 15.68}, Case{124439808, 12, 768, 2, 14.87},
-                        Case{354823168, 24, 1024, 1, 26.65}, Case{354823168, 24, 1024, 2, 24.33}}) {
-    EstimateInput in;
-    in.params = c.params;
-    in.layers = c.layers;
-    in.hidden = c.hidden;
-    in.heads = c.hidden / 64;
-    in.vocab = 50257;
-    in.micro_batch = 16;
-    in.seq_len = 1024;
-    in.gpus_per_node = c.gpus;
-    in.loss_bytes_per_logit = 12;  // at::cross_entropy on an fp32 copy, as then
-    const double total = find(estimate_model_states(in), 2, false, false).gpu_bytes + estimate_activation_bytes(in);
-    EXPECT_NEAR(total / double(1ull << 30) / c.measured_gib, 1.0, 0.02) << c.params << " on " << c.gpus;
-  }
+  for (const MeasuredRun& r : {MeasuredRun{"gpt2-124m", {}, 16, 1024, 1, 2, false, false, 15.68},
+                       MeasuredRun{"gpt2-124m", {}, 16, 1024, 2, 2, false, false, 14.87},
+                       MeasuredRun{"gpt2-350m", {}, 16, 1024, 1, 2, false, false, 26.65},
+                       MeasuredRun{"gpt2-350m", {}, 16, 1024, 2, 2, false, false, 24.33}})
+    EXPECT_NEAR(estimate_over_measured(r, /*at::cross_entropy on an fp32 copy, as then*/ 12), 1.0, 0.02)
+        << describe(r);
 }
 
 // The new modes, measured on 2 x H200 (bench/run_zero3_gpu.sh, stratum-train,
@@ -102,42 +125,13 @@ TEST(MemoryEstimator, MatchesPeaksMeasuredOnH200) {
 // -8.7%. The target is 10%. Measured before the fused cross-entropy
 // (12 bytes a logit at the loss then).
 TEST(MemoryEstimator, MatchesZero3OffloadAndCheckpointingPeaksMeasuredOnH200) {
-  struct Case {
-    int64_t params, layers, hidden, heads, vocab, largest, micro, seq;
-    bool checkpointing;
-    int stage;
-    bool offload;
-    double measured_gib;
-  };
-  const int64_t gpt2_13b = 1315723264, llama72 = 16754741248, llama60 = 14137397248;
-  for (const Case& c : {Case{gpt2_13b, 24, 2048, 16, 50257, 50257 * 2048, 8, 2048, false, 2, false, 44.45},
-                        Case{gpt2_13b, 24, 2048, 16, 50257, 50257 * 2048, 8, 2048, false, 3, false, 44.18},
-                        Case{gpt2_13b, 24, 2048, 16, 50257, 50257 * 2048, 8, 2048, false, 2, true, 37.10},
-                        Case{gpt2_13b, 24, 2048, 16, 50257, 50257 * 2048, 8, 2048, false, 3, true, 36.83},
-                        Case{llama72, 72, 4096, 32, 128256, 128256 * 4096, 1, 1024, true, 3, false, 132.92},
-                        Case{llama60, 60, 4096, 32, 128256, 128256 * 4096, 1, 1024, true, 3, true, 34.32}}) {
-    EstimateInput in;
-    in.params = c.params;
-    in.layers = c.layers;
-    in.hidden = c.hidden;
-    in.heads = c.heads;
-    in.vocab = c.vocab;
-    in.largest_layer_params = c.largest;
-    in.micro_batch = c.micro;
-    in.seq_len = c.seq;
-    in.activation_checkpointing = c.checkpointing;
-    in.gpus_per_node = 2;
-    if (c.vocab == 128256) {  // llama-8b's shape
-      in.kv_heads = 8;
-      in.ffn = 14336;
-      in.gated_mlp = true;
-    }
-    in.loss_bytes_per_logit = 12;
-    const double total =
-        find(estimate_model_states(in), c.stage, c.offload, false).gpu_bytes + estimate_activation_bytes(in);
-    EXPECT_NEAR(total / double(1ull << 30) / c.measured_gib, 1.0, 0.10)
-        << c.params << " stage " << c.stage << (c.offload ? " offload" : "");
-  }
+  for (const MeasuredRun& r : {MeasuredRun{"gpt2-1.3b", {}, 8, 2048, 2, 2, false, false, 44.45},
+                       MeasuredRun{"gpt2-1.3b", {}, 8, 2048, 2, 3, false, false, 44.18},
+                       MeasuredRun{"gpt2-1.3b", {}, 8, 2048, 2, 2, true, false, 37.10},
+                       MeasuredRun{"gpt2-1.3b", {}, 8, 2048, 2, 3, true, false, 36.83},
+                       MeasuredRun{"llama-8b", {{"layers", "72"}}, 1, 1024, 2, 3, false, true, 132.92},
+                       MeasuredRun{"llama-8b", {{"layers", "60"}}, 1, 1024, 2, 3, true, true, 34.32}})
+    EXPECT_NEAR(estimate_over_measured(r, 12), 1.0, 0.10) << describe(r);
 }
 
 // With this build's loss (the fused cross-entropy, the padded LM head),
@@ -147,38 +141,14 @@ TEST(MemoryEstimator, MatchesZero3OffloadAndCheckpointingPeaksMeasuredOnH200) {
 // +1.6%, ZeRO-3 +0.1%; on 1 GPU micro 16 +2.2%; llama-1b seq 2048 micro 4 on
 // 2 GPUs ZeRO-2 -8.0%, ZeRO-3 -6.1% (SwiGLU's backward temporaries uncounted).
 TEST(MemoryEstimator, MatchesPeaksWithTheFusedLossMeasuredOnH200) {
-  struct Case {
-    int64_t params, layers, hidden, heads, kv_heads, ffn, vocab, largest, micro, seq, gpus;
-    int stage;
-    double measured_gib;
-  };
-  const int64_t gpt2_13b = 1315723264, llama1b = 1235814400;
-  const int64_t gpt2_emb = 50257 * 2048, llama_emb = 128256 * 2048;
-  for (const Case& c : {Case{gpt2_13b, 24, 2048, 16, 16, 8192, 50257, gpt2_emb, 8, 1024, 2, 0, 33.51},
-                        Case{gpt2_13b, 24, 2048, 16, 16, 8192, 50257, gpt2_emb, 8, 1024, 2, 1, 26.15},
-                        Case{gpt2_13b, 24, 2048, 16, 16, 8192, 50257, gpt2_emb, 8, 1024, 2, 2, 24.93},
-                        Case{gpt2_13b, 24, 2048, 16, 16, 8192, 50257, gpt2_emb, 8, 1024, 2, 3, 24.66},
-                        Case{gpt2_13b, 24, 2048, 16, 16, 8192, 50257, gpt2_emb, 16, 1024, 1, 0, 47.15},
-                        Case{llama1b, 16, 2048, 32, 8, 8192, 128256, llama_emb, 4, 2048, 2, 2, 27.74},
-                        Case{llama1b, 16, 2048, 32, 8, 8192, 128256, llama_emb, 4, 2048, 2, 3, 27.53}}) {
-    EstimateInput in;
-    in.params = c.params;
-    in.layers = c.layers;
-    in.hidden = c.hidden;
-    in.heads = c.heads;
-    in.kv_heads = c.kv_heads;
-    in.ffn = c.ffn;
-    in.gated_mlp = c.vocab == 128256;
-    in.vocab = c.vocab;
-    in.largest_layer_params = c.largest;
-    in.micro_batch = c.micro;
-    in.seq_len = c.seq;
-    in.gpus_per_node = c.gpus;
-    const double total =
-        find(estimate_model_states(in), c.stage, false, false).gpu_bytes + estimate_activation_bytes(in);
-    EXPECT_NEAR(total / double(1ull << 30) / c.measured_gib, 1.0, 0.10)
-        << c.params << " stage " << c.stage << " on " << c.gpus;
-  }
+  for (const MeasuredRun& r : {MeasuredRun{"gpt2-1.3b", {}, 8, 1024, 2, 0, false, false, 33.51},
+                       MeasuredRun{"gpt2-1.3b", {}, 8, 1024, 2, 1, false, false, 26.15},
+                       MeasuredRun{"gpt2-1.3b", {}, 8, 1024, 2, 2, false, false, 24.93},
+                       MeasuredRun{"gpt2-1.3b", {}, 8, 1024, 2, 3, false, false, 24.66},
+                       MeasuredRun{"gpt2-1.3b", {}, 16, 1024, 1, 0, false, false, 47.15},
+                       MeasuredRun{"llama-1b", {}, 4, 2048, 2, 2, false, false, 27.74},
+                       MeasuredRun{"llama-1b", {}, 4, 2048, 2, 3, false, false, 27.53}})
+    EXPECT_NEAR(estimate_over_measured(r, /*this build's loss*/ 0), 1.0, 0.10) << describe(r);
 }
 
 TEST(MemoryEstimator, ProgramPrintsEveryStage) {

@@ -1,5 +1,6 @@
 #include "stratum/monitor/memory_estimator.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace stratum::monitor {
@@ -30,6 +31,22 @@ std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
   add(3, true, false, 2 * w * psi / n + working_set, offloaded);
   add(3, true, true, working_set, offloaded + w * psi / n);
   return out;
+}
+
+void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
+  in.params = models::parameter_count(c);
+  in.layers = c.layers;
+  in.hidden = c.hidden;
+  in.heads = c.heads;
+  in.kv_heads = c.kv_heads;
+  in.ffn = c.ffn_hidden;
+  in.gated_mlp = c.arch == "llama";
+  in.vocab = c.vocab_size;
+  models::ModelConfig block = c;
+  block.layers = 1;
+  const int64_t one_block =
+      models::parameter_count(block) - c.vocab_size * c.hidden * (c.tie_embeddings ? 1 : 2);
+  in.largest_layer_params = std::max<int64_t>(one_block, c.vocab_size * c.hidden);
 }
 
 double estimate_activation_bytes(const EstimateInput& in) {

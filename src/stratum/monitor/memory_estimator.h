@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "stratum/models/model_config.h"
+
 namespace stratum::monitor {
 
 struct EstimateInput {
@@ -26,6 +28,12 @@ struct EstimateInput {
   bool activation_checkpointing = false;
   int64_t param_bytes = 2;  // 2: bf16/fp16 training with fp32 masters; 4: fp32 training
 };
+
+// Sets the fields `model` determines (a preset with its overrides):
+// parameters, the largest layer (a transformer block or the embedding table)
+// and the shape the activations depend on. Batch, sequence, GPUs and
+// precision are left as they are.
+void set_model_shape(EstimateInput& in, const models::ModelConfig& model);
 
 struct StateEstimate {
   int stage = 0;

@@ -46,26 +46,20 @@ constexpr int64_t kRowAlign = 64;
 
 int64_t padded(int64_t n) { return (n + kRowAlign - 1) / kRowAlign * kRowAlign; }
 
-// [rows, cols] -> [padded(rows), cols] with zero rows appended.
-at::Tensor pad_rows(const at::Tensor& t) {
-  at::Tensor out = at::empty({padded(t.size(0)), t.size(1)}, t.options());
-  out.narrow(0, 0, t.size(0)).copy_(t);
-  out.narrow(0, t.size(0), out.size(0) - t.size(0)).zero_();
-  return out;
-}
-
-// [rows, cols] -> [rows, padded(cols)] with zero columns appended.
-at::Tensor pad_cols(const at::Tensor& t) {
-  at::Tensor out = at::empty({t.size(0), padded(t.size(1))}, t.options());
-  out.narrow(1, 0, t.size(1)).copy_(t);
-  out.narrow(1, t.size(1), out.size(1) - t.size(1)).zero_();
+// `t` with zeros appended along `dim` up to a multiple of kRowAlign.
+at::Tensor pad_with_zeros(const at::Tensor& t, int64_t dim) {
+  std::vector<int64_t> sizes = t.sizes().vec();
+  sizes[dim] = padded(t.size(dim));
+  at::Tensor out = at::empty(sizes, t.options());
+  out.narrow(dim, 0, t.size(dim)).copy_(t);
+  out.narrow(dim, t.size(dim), sizes[dim] - t.size(dim)).zero_();
   return out;
 }
 
 struct LinearPaddedRows : torch::autograd::Function<LinearPaddedRows> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
     ctx->save_for_backward({x, w});
-    const at::Tensor out = x.reshape({-1, x.size(-1)}).mm(pad_rows(w).t());  // [N, padded(V)]
+    const at::Tensor out = x.reshape({-1, x.size(-1)}).mm(pad_with_zeros(w, 0).t());  // [N, padded(V)]
     std::vector<int64_t> sizes = x.sizes().vec();
     sizes.back() = w.size(0);
     return out.narrow(1, 0, w.size(0)).view(sizes);
@@ -74,10 +68,12 @@ struct LinearPaddedRows : torch::autograd::Function<LinearPaddedRows> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& x = saved[0];
     const at::Tensor& w = saved[1];
-    // The gradient padded with zero columns: [N, padded(V)].
-    const at::Tensor g = pad_cols(grads[0].reshape({-1, w.size(0)}));
+    // The gradient padded with zero columns: [N, padded(V)]. The weight is
+    // padded again rather than saved: ZeRO-3 releases it between forward and
+    // backward, and a saved copy would pin V x C more for the whole step.
+    const at::Tensor g = pad_with_zeros(grads[0].reshape({-1, w.size(0)}), 1);
     at::Tensor gx, gw;
-    if (ctx->needs_input_grad(0)) gx = g.mm(pad_rows(w)).view(x.sizes());
+    if (ctx->needs_input_grad(0)) gx = g.mm(pad_with_zeros(w, 0)).view(x.sizes());
     if (ctx->needs_input_grad(1)) gw = g.t().mm(x.reshape({-1, x.size(-1)})).narrow(0, 0, w.size(0));
     return {gx, gw};
   }
