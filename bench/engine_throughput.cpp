@@ -5,7 +5,8 @@
 // --peak-tflops), peak allocated memory, the mean time of forward, backward
 // and the optimizer step (CUDA events on the compute stream, as the peers: no
 // synchronization inside a step), and the exposed communication: how long the
-// compute stream stood waiting for collectives (NCCL builds).
+// compute stream stood waiting for collectives (NCCL builds). Stages 1/2 run
+// with zero_optimization.overlap_param_gather (off: --overlap-param-gather 0).
 // Run: mpirun -np 2 build/bin/bench_engine --model gpt2-350m --stage 2 [--seq 1024 --micro 8 --checkpointing]
 #include <chrono>
 #include <cstdio>
@@ -104,6 +105,7 @@ struct Options {
   int64_t seq = 1024, micro = 8, gas = 1, steps = 10, warmup = 3;
   int stage = 2;
   bool checkpointing = false;
+  bool overlap_param_gather = true;  // stages 1/2
   double peak_tflops = 989.0;
 };
 
@@ -129,6 +131,7 @@ Options parse(int argc, char** argv) {
     else if (k == "--zero-extra") o.zero_extra = v;  // more zero_optimization keys, e.g. ', "stage3_max_reuse_distance": 0'
     else if (k == "--peak-tflops") o.peak_tflops = std::stod(v);
     else if (k == "--profile") o.profile = v;  // one more step, traced to this path (rank 0)
+    else if (k == "--overlap-param-gather") o.overlap_param_gather = v != "0";
     else throw Error("bench_engine: unknown flag " + k);
   }
   return o;
@@ -156,6 +159,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 void run(const dist::DistContext& ctx, const Options& o) {
   const int dp = ctx.device_world()->size();
+  const bool gather_overlapped = o.overlap_param_gather && (o.stage == 1 || o.stage == 2);
   const std::string json = "{\"train_micro_batch_size_per_gpu\": " + std::to_string(o.micro) +
                            ", \"gradient_accumulation_steps\": " + std::to_string(o.gas) + ", " +
                            (o.precision == "bf16" ? "\"bf16\": {\"enabled\": true}, " : "") +
@@ -163,7 +167,7 @@ void run(const dist::DistContext& ctx, const Options& o) {
                            "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-4, \"betas\": [0.9, 0.95], "
                            "\"weight_decay\": 0.1}}, \"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": " +
                            std::to_string(o.stage) + ", \"overlap_comm\": true, \"reduce_bucket_size\": 50000000" +
-                           o.zero_extra + "}}";
+                           (gather_overlapped ? ", \"overlap_param_gather\": true" : "") + o.zero_extra + "}}";
   Config config = Config::from_string(json, "bench");
   const models::ModelConfig mcfg = models::make_model_config(o.model, o.overrides);
   if (o.seq > mcfg.max_seq_len)
@@ -236,7 +240,8 @@ void run(const dist::DistContext& ctx, const Options& o) {
                         {"forward_s", forward / o.steps},
                         {"backward_s", backward / o.steps},
                         {"optimizer_s", optimizer / o.steps},
-                        {"exposed_comm_s", exposed / o.steps}};
+                        {"exposed_comm_s", exposed / o.steps},
+                        {"overlap_param_gather", gather_overlapped}};
   if (ctx.rank == 0) std::printf("%s\n", out.dump().c_str());
   if (!o.profile.empty()) {
     auto step = [&] {

@@ -153,6 +153,17 @@ TEST(ConfigValid, ZeroOffloadTutorialShape) {
   EXPECT_EQ(c.resolve_batch(4).train_batch_size, 64);
 }
 
+// Stratum's overlap_param_gather (Megatron's name): stages 1/2 only.
+TEST(ConfigValid, OverlapParamGather) {
+  Config c = parse(R"({"train_batch_size": 4, "zero_optimization": {"stage": 2, "overlap_param_gather": true}})");
+  EXPECT_TRUE(c.zero_optimization.overlap_param_gather);
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_FALSE(parse(R"({"train_batch_size": 4, "zero_optimization": {"stage": 1}})").zero_optimization.overlap_param_gather);
+  Config s3 = parse(R"({"train_batch_size": 4, "zero_optimization": {"stage": 3, "overlap_param_gather": true}})");
+  ASSERT_EQ(s3.warnings.size(), 1u);
+  EXPECT_NE(s3.warnings[0].find("zero_optimization.overlap_param_gather"), std::string::npos) << s3.warnings[0];
+}
+
 TEST(ConfigValid, EverySchedulerWithItsParameters) {
   Config a = parse(R"({"train_batch_size": 1, "scheduler": {"type": "WarmupCosineLR", "params": {
       "total_num_steps": 2000, "warmup_min_ratio": 0.1, "warmup_num_steps": 100, "cos_min_ratio": 0.01,

@@ -122,6 +122,22 @@ TEST(Collectives, AllGatherOddAndEmptyChunks) {
   }
 }
 
+// ZeRO-1/2 gather the parameters in place: the input is this rank's chunk of the output.
+TEST(Collectives, AllGatherInPlace) {
+  for (const auto& b : backends()) {
+    const int n = b.world->size(), r = b.world->rank();
+    for (auto dtype : {at::kFloat, at::kBFloat16})
+      for (int64_t chunk : {1, 4099}) {
+        at::Tensor out = at::zeros({chunk * n}, at::TensorOptions().dtype(dtype).device(b.device));
+        at::Tensor mine = out.narrow(0, r * chunk, chunk);
+        mine.fill_(r + 1);
+        b.world->all_gather(out, mine)->wait();
+        at::Tensor want = at::arange(1, n + 1, at::kDouble).repeat_interleave(chunk);
+        expect_equal(out, want, b.name + " in-place all_gather " + c10::toString(dtype) + " chunk " + std::to_string(chunk));
+      }
+  }
+}
+
 TEST(Collectives, BroadcastFromEveryRoot) {
   for (const auto& b : backends()) {
     const int n = b.world->size(), r = b.world->rank();

@@ -311,3 +311,35 @@ TEST(Engine, ParametersKeepTheirIdentity) {
   EXPECT_FALSE(torch::equal(model->fc1->weight.detach(), snapshot)) << "the step changed the user's tensor";
   EXPECT_TRUE(torch::equal(w_before.detach(), model->fc1->weight.detach()));
 }
+
+// Stages 0/1 write the window's first gradients into the flat buffer instead
+// of adding them to zeros: a parameter that backward skips in a window must
+// still read as a zero gradient (not the last window's), and the window's
+// later micro-steps must add to the first. (One rank: no reduction in flight
+// while the test reads the gradients.)
+TEST(Engine, FirstBackwardOfAWindowWritesTheGradients) {
+  auto world = groups_of(1);
+  for (int stage : {0, 1}) {
+    Config config = Config::from_string(config_json(stage, 2, "fp32", 300, true), "grads");
+    torch::manual_seed(42);
+    auto model = Mlp();
+    auto engine = initialize(config, model.ptr(), world, torch::kCPU);
+    const int64_t m = engine.core().batch().micro_batch_per_gpu;
+    at::Tensor x = torch::randn({m, 16}), y = torch::ones({m, 32});
+    auto all = [&] { return torch::mse_loss(engine.forward(x), torch::ones({m, 4})); };
+    auto without_fc3 = [&] { return torch::mse_loss(torch::gelu(model->fc2(torch::gelu(model->fc1(x)))), y); };
+    for (int k = 0; k < 2; ++k) {  // a window that reaches fc3: its slot gets a gradient
+      engine.backward(all());
+      engine.step();
+    }
+    at::Tensor first;
+    for (int k = 0; k < 2; ++k) {  // a window that does not
+      engine.backward(without_fc3());
+      EXPECT_TRUE(model->fc3->weight.grad().defined()) << "stage " << stage;
+      EXPECT_EQ(model->fc3->weight.grad().abs().sum().item<double>(), 0.0) << "stage " << stage << " micro-step " << k;
+      if (k == 0) first = model->fc1->weight.grad().clone();
+      else EXPECT_TRUE(torch::allclose(model->fc1->weight.grad(), 2 * first)) << "stage " << stage << ": accumulated";
+      engine.step();
+    }
+  }
+}

@@ -65,6 +65,7 @@ struct TrainRun {
   int64_t param_numel = 0, total_numel = 0;
   int64_t peak_live = 0, live_after = 0, largest_layer = 0;
   bool params16 = false;  // the optimizer step wrote a 16-bit host copy (offload)
+  bool layer_runner = false;  // the strategy has per-layer work (stage 3; stages 1/2 with overlap_param_gather)
 };
 
 TrainRun train(const Options& o, const std::shared_ptr<dist::Communicator>& dp, int steps = kSteps,
@@ -107,6 +108,7 @@ TrainRun train(const Options& o, const std::shared_ptr<dist::Communicator>& dp, 
     run.live_after = g->live_elems();
   }
   run.params16 = strategy.segments().front().params16.defined();
+  run.layer_runner = strategy.gatherer() != nullptr;
   for (const auto& bucket : strategy.layout().buckets()) run.largest_layer = std::max(run.largest_layer, bucket.numel);
   return run;
 }
@@ -182,6 +184,30 @@ TEST(Zero3, SixteenBitMatchesStage0) {
     o.stage = 3;
     expect_same_training(train(o, world), ref, 2e-2, precision + " stage 3 vs stage 0");
   }
+}
+
+// Stages 1/2 with overlap_param_gather: the parameter all-gathers after each
+// step are waited for layer by layer in the next forward (GPT-2's tied
+// embedding by the LM head too), with layers spread over several 5000-element
+// buckets; training is stage 0's at one rank.
+TEST(OverlapParamGather, MatchesStage0) {
+  const int world = test::context().cpu_world->size();
+  for (const std::string model : {"tiny-gpt2", "tiny-llama"})
+    for (int gas : {1, 2}) {
+      Options ref_opts{model, {{"tie_embeddings", model == "tiny-llama" ? "false" : "true"}}, 0, gas};
+      TrainRun ref = train(ref_opts, groups_of(1));
+      for (int stage : {1, 2})
+        for (int dp = 1; dp <= world; dp *= 2) {
+          Options o = ref_opts;
+          o.stage = stage;
+          o.zero_extra = R"(, "overlap_param_gather": true)";
+          TrainRun got = train(o, dp == world ? test::context().cpu_world : groups_of(dp));
+          const std::string what = model + " gas " + std::to_string(gas) + " stage " + std::to_string(stage) + " dp " +
+                                   std::to_string(dp);
+          expect_same_training(got, ref, 1e-5, what);
+          EXPECT_TRUE(got.layer_runner) << what << ": the waits must be left to the layers";
+        }
+    }
 }
 
 // Recomputing the blocks in backward (dropout on, so the RNG must be replayed)
@@ -279,7 +305,10 @@ TEST(Zero3, MatchesStage0OnGpus) {
              {3, kStage3Variants[1].second},
              {1, ""},
              {2, ""},
+             {1, R"(, "overlap_param_gather": true)"},
+             {2, R"(, "overlap_param_gather": true)"},
              {2, R"(, "offload_optimizer": {"device": "cpu"})"},
+             {2, R"(, "offload_optimizer": {"device": "cpu"}, "overlap_param_gather": true)"},
              {3, R"(, "offload_optimizer": {"device": "cpu"})"},
              {3, R"(, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"})"}}) {
       Options o = ref_opts;
@@ -292,8 +321,9 @@ TEST(Zero3, MatchesStage0OnGpus) {
 }
 
 // On GPUs the device Adam writes the 16-bit parameters itself (stage 0: the
-// model's flat buffer; stage 3: its 16-bit shard): a loaded checkpoint must
-// reach those too, so the loaded engine's loss equals the saving engine's.
+// model's flat buffer; stages 1/2: this rank's slices of it; stage 3: its
+// 16-bit shard): a loaded checkpoint must reach those too, so the loaded
+// engine's loss equals the saving engine's.
 TEST(Zero3, LoadedCheckpointReachesTheModelOnGpus) {
   const auto& ctx = test::context();
   if (!ctx.gpu_world || ctx.gpu_world->size() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
@@ -301,9 +331,12 @@ TEST(Zero3, LoadedCheckpointReachesTheModelOnGpus) {
   auto world = ctx.gpu_world;
   const std::string dir = test::shared_temp_dir("stratum_gpu_ckpt_");
   at::Tensor tokens = at::randint(256, {8, kSeq + 1}, at::make_generator<at::CPUGeneratorImpl>(9), at::kLong).to(gpu);
-  for (int stage : {0, 1, 3}) {
+  for (const auto& cell : std::vector<std::pair<int, std::string>>{
+           {0, ""}, {1, ""}, {2, R"(, "overlap_param_gather": true)"}, {3, ""}}) {
+    const int stage = cell.first;
+    const std::string extra = cell.second;
     auto make = [&](int seed) {
-      Config config = Config::from_string(config_json(Options{"tiny-gpt2", {}, stage, 1, "bf16", ""}), "ckpt");
+      Config config = Config::from_string(config_json(Options{"tiny-gpt2", {}, stage, 1, "bf16", extra}), "ckpt");
       torch::manual_seed(seed);
       auto model = models::build_model(models::make_model_config("tiny-gpt2"));
       return std::make_pair(model, initialize(config, model, world, gpu));

@@ -114,6 +114,9 @@ struct ZeroConfig {
   bool allgather_partitions = true;
   int64_t allgather_bucket_size = 500'000'000;
   bool overlap_comm = false;  // DeepSpeed: defaults to true at stage 3 only
+  // Stratum (Megatron's name): stages 1/2 leave the parameter all-gathers after
+  // the step to the layers of the next forward (LayerStack models).
+  bool overlap_param_gather = false;
   bool load_from_fp32_weights = true;
   int64_t sub_group_size = 1'000'000'000;
   OffloadOptimizerConfig offload_optimizer;

@@ -16,6 +16,10 @@ void check_cross_field_rules(const Config& c, Diagnostics& diag) {
   if (z.offload_param.device == OffloadDevice::cpu && z.stage != 3)
     diag.error("zero_optimization.offload_param.device",
                "\"cpu\" needs ZeRO stage 3, but zero_optimization.stage is " + std::to_string(z.stage));
+  if (z.overlap_param_gather && (z.stage == 0 || z.stage == 3))
+    diag.warning("zero_optimization.overlap_param_gather",
+                 "has no effect at stage " + std::to_string(z.stage) +
+                     " (stages 1 and 2 gather parameters after the step; stage 3 gathers per layer anyway)");
 
   if (c.communication_data_type == DType::fp16 && c.bf16.enabled)
     diag.error("communication_data_type", "\"fp16\" with bf16 training loses range; use \"bf16\" or \"fp32\"");

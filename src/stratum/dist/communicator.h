@@ -77,6 +77,7 @@ class Communicator {
   // Flat tensors: input.numel() == output.numel() * size(); rank r gets chunk r.
   virtual WorkPtr reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op) = 0;
   // Flat tensors: output.numel() == input.numel() * size(); chunk r comes from rank r.
+  // In place when `input` is this rank's chunk of `output`.
   virtual WorkPtr all_gather(at::Tensor& output, const at::Tensor& input) = 0;
   virtual WorkPtr broadcast(at::Tensor& tensor, int root) = 0;
   virtual WorkPtr send(const at::Tensor& tensor, int peer) = 0;

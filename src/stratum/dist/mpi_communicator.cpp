@@ -210,7 +210,10 @@ WorkPtr MpiCommunicator::all_gather(at::Tensor& output, const at::Tensor& input)
   w->requests.resize(1);
   const MPI_Datatype type = transport_type(input.scalar_type());
   const int count = mpi_count(input.numel(), CommOp::all_gather);
-  check_mpi(MPI_Iallgather(input.data_ptr(), count, type, output.data_ptr(), count, type, comm_, &w->requests[0]),
+  // In place (the input is this rank's block of the output): MPI wants MPI_IN_PLACE, not aliased buffers.
+  const bool in_place = input.data_ptr() == static_cast<char*>(output.data_ptr()) + rank() * input.nbytes();
+  check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : input.data_ptr(), count, type, output.data_ptr(), count, type,
+                           comm_, &w->requests[0]),
             "MPI_Iallgather");
   return w;
 }

@@ -408,6 +408,7 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
   }
   agree_or_throw(engine, error);
   strategy.publish_params();  // collective: the model takes the loaded masters
+  strategy.wait_params();
   strategy.zero_gradients();
   if (engine.dp()->rank() == 0)
     log::info("loaded checkpoint " + tag_dir + " (saved by " + std::to_string(manifest.at("data_parallel_size").get<int>()) +

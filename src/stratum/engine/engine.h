@@ -54,7 +54,11 @@ class Engine {
   void backward(const at::Tensor& loss) { core_->backward(loss); }
   bool step() { return core_->step(); }
 
-  Model& module() { return *model_; }
+  // The model with its parameters final (see EngineCore::sync_params).
+  Model& module() {
+    core_->sync_params();
+    return *model_;
+  }
   const std::shared_ptr<Model>& model() const { return model_; }
   EngineCore& core() { return *core_; }
   const EngineCore& core() const { return *core_; }

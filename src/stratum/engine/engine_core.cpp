@@ -33,6 +33,7 @@ zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype, c10:
   o.offload_param = c.zero_optimization.offload_param.device == config::OffloadDevice::cpu;
   o.pin_memory = c.zero_optimization.offload_optimizer.pin_memory;
   o.device_params16 = !o.offload_optimizer && model_dtype != at::kFloat && optim::mixed_adam_available(device);
+  o.overlap_param_gather = c.zero_optimization.overlap_param_gather;
   // 16-bit gradients travel in fp32 unless communication_data_type says otherwise.
   if (c.communication_data_type)
     o.comm_dtype = *c.communication_data_type == config::DType::bf16   ? at::kBFloat16
@@ -75,7 +76,8 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   if (options.stage == 3)
     strategy_ = zero::make_stage3(options, *layers, std::move(params), std::move(names), model_dtype_, dp_, device);
   else
-    strategy_ = zero::make_zero_strategy(options, std::move(params), std::move(names), model_dtype_, dp_);
+    strategy_ = zero::make_zero_strategy(options, std::move(params), std::move(names), model_dtype_, dp_,
+                                         layers ? &*layers : nullptr);
   for (auto& seg : strategy_->segments()) adam_.push_back(optim::make_adam_state(seg.master));
   if (options.offload_optimizer)
     host_adam_ = std::make_unique<optim::HostAdam>(*config_.optimizer,
@@ -113,6 +115,7 @@ bool EngineCore::step() {
   ++micro_steps_;
   if (!boundary) return false;
   strategy_->wait_gradients();
+  strategy_->wait_params();  // the last step's gathers read the slices this one rewrites
   last_skipped_ = false;
   // The scale the window's backward passes used; update() may change it.
   const double scale = scaler_->scale();
@@ -155,41 +158,47 @@ at::Tensor EngineCore::global_grad_norm(double loss_scale) {
 double EngineCore::last_grad_norm() const { return last_grad_norm_.defined() ? last_grad_norm_.item<double>() : 0.0; }
 
 void EngineCore::apply_optimizer(const at::Tensor& grad_scale) {
+  // The host's Adam needs the factor on the host: one read for every segment.
+  const double host_grad_scale = host_adam_ ? grad_scale.item<double>() : 1.0;
+  // Last segment first: at stages 1/2 each segment's all-gather starts as soon
+  // as it is updated, and the last bucket holds the layers the next forward reads first.
+  for (size_t i = strategy_->segments().size(); i-- > 0;) {
+    update_segment(i, grad_scale, host_grad_scale);
+    strategy_->segment_updated(i);
+  }
+}
+
+void EngineCore::update_segment(size_t i, const at::Tensor& grad_scale, double host_grad_scale) {
+  zero::OptimizerSegment& seg = strategy_->segments()[i];
+  const double lr = scheduler_->lr();
+  const std::optional<double> beta1 = scheduler_->beta1();
+  if (host_adam_) {
+    host_adam_->step(seg.master, seg.grad, seg.params16, adam_[i], lr, beta1, host_grad_scale);
+    return;
+  }
+  if (optim::mixed_adam_available(seg.master.device())) {  // one pass, no widened copy
+    optim::adam_step_mixed(seg.master, seg.grad, adam_[i], *config_.optimizer, lr, beta1, grad_scale, seg.params16);
+    return;
+  }
+  if (seg.grad.scalar_type() == at::kFloat) {
+    optim::adam_step(seg.master, seg.grad, adam_[i], *config_.optimizer, lr, beta1, grad_scale);
+    return;
+  }
   // 16-bit gradients are widened to fp32 a chunk at a time: a whole fp32 copy
   // would add 4Ψ/N bytes at the peak (at ZeRO-3 on 2 GPUs, the difference
   // between a 16B-parameter model fitting or not).
   constexpr int64_t kChunk = int64_t{1} << 27;
-  auto& segments = strategy_->segments();
-  const double lr = scheduler_->lr();
-  const std::optional<double> beta1 = scheduler_->beta1();
-  // The host's Adam needs the factor on the host: one read for every segment.
-  const double host_grad_scale = host_adam_ ? grad_scale.item<double>() : 1.0;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    zero::OptimizerSegment& seg = segments[i];
-    if (host_adam_) {
-      host_adam_->step(seg.master, seg.grad, seg.params16, adam_[i], lr, beta1, host_grad_scale);
-      continue;
-    }
-    if (optim::mixed_adam_available(seg.master.device())) {  // one pass, no widened copy
-      optim::adam_step_mixed(seg.master, seg.grad, adam_[i], *config_.optimizer, lr, beta1, grad_scale, seg.params16);
-      continue;
-    }
-    if (seg.grad.scalar_type() == at::kFloat) {
-      optim::adam_step(seg.master, seg.grad, adam_[i], *config_.optimizer, lr, beta1, grad_scale);
-      continue;
-    }
-    const int64_t n = seg.master.numel();
-    for (int64_t off = 0; off < n; off += kChunk) {
-      const int64_t len = std::min(kChunk, n - off);
-      // Each chunk starts from the step count before this step; the count moves once, below.
-      optim::AdamState part{adam_[i].exp_avg.narrow(0, off, len), adam_[i].exp_avg_sq.narrow(0, off, len),
-                            adam_[i].step.clone()};
-      at::Tensor master = seg.master.narrow(0, off, len);
-      optim::adam_step(master, seg.grad.narrow(0, off, len).to(at::kFloat), part, *config_.optimizer, lr, beta1,
-                       grad_scale);
-    }
-    adam_[i].step.add_(1);
+  const int64_t n = seg.master.numel();
+  for (int64_t off = 0; off < n; off += kChunk) {
+    const int64_t len = std::min(kChunk, n - off);
+    // Each chunk starts from the step count before this step; the count moves once, below.
+    optim::AdamState part{adam_[i].exp_avg.narrow(0, off, len), adam_[i].exp_avg_sq.narrow(0, off, len),
+                          adam_[i].step.clone()};
+    at::Tensor master = seg.master.narrow(0, off, len);
+    optim::adam_step(master, seg.grad.narrow(0, off, len).to(at::kFloat), part, *config_.optimizer, lr, beta1,
+                     grad_scale);
   }
+  adam_[i].step.add_(1);
 }
 
 ModelStateBytes EngineCore::model_state_bytes() const {

@@ -46,6 +46,10 @@ class EngineCore {
   // and updates. Returns true when the optimizer ran (false between boundaries
   // and on a skipped fp16 overflow step).
   bool step();
+  // The model's parameters are final on the current stream. Only needed with
+  // zero_optimization.overlap_param_gather, where step() leaves the all-gathers
+  // to the next forward, before reading parameters outside of it.
+  void sync_params() { strategy_->wait_params(); }
 
   bool is_gradient_accumulation_boundary() const;
   int64_t global_steps() const { return global_steps_; }   // optimizer steps taken or skipped
@@ -72,6 +76,8 @@ class EngineCore {
   at::Tensor global_grad_norm(double loss_scale);
   // grad_scale: 0-dim fp32 on the gradients' device (loss scale / clip coefficient).
   void apply_optimizer(const at::Tensor& grad_scale);
+  // Segment i's Adam step (on the device, or the host with offload).
+  void update_segment(size_t i, const at::Tensor& grad_scale, double host_grad_scale);
 
   Config config_;
   config::BatchSizes batch_;

@@ -75,6 +75,7 @@ FlatStrategy::~FlatStrategy() {
 }
 
 void FlatStrategy::for_each_full_param(const std::function<void(int, const at::Tensor&)>& fn) {
+  wait_params();
   for (size_t i = 0; i < params_.size(); ++i) fn(static_cast<int>(i), params_[i].detach());
 }
 
@@ -166,19 +167,95 @@ at::Tensor FlatStrategy::make_shard_master() const {
   return make_master(shard);
 }
 
-void FlatStrategy::gather_params_from_shard(const at::Tensor& master_shard, const at::Tensor& params16) {
-  c10::AutoGradMode no_grad(false);
-  const at::Tensor& source = params16.defined() ? params16 : master_shard;
-  std::vector<std::pair<dist::WorkPtr, at::Tensor>> works;
+void FlatStrategy::make_bucket_segments(const at::Tensor& master, const at::Tensor& grad_shard,
+                                        const at::Tensor& host_params16, const LayerParams* layers) {
+  const bool device16 = options_.device_params16 && !host_params16.defined() && model_dtype_ != at::kFloat;
   for (size_t b = 0; b < layout_.buckets().size(); ++b) {
     const BucketSpan& s = layout_.buckets()[b];
-    // From pinned host memory the copy is asynchronous; the collective is ordered after it.
-    at::Tensor mine = source.narrow(0, s.shard_offset, s.slice_numel(dp_->size()))
-                          .to(flat_params_.device(), model_dtype_, /*non_blocking=*/true);
-    at::Tensor out = bucket_of(flat_params_, static_cast<int>(b));
-    works.emplace_back(dp_->all_gather(out, mine), mine);
+    auto piece = [&](const at::Tensor& t) {
+      return t.defined() ? t.narrow(0, s.shard_offset, s.slice_numel(dp_->size())) : t;
+    };
+    // The device Adam rounds into the model's own slice: the all-gather then runs in place.
+    at::Tensor params16 = device16 ? slice_of(flat_params_, static_cast<int>(b)) : piece(host_params16);
+    segments_.push_back(OptimizerSegment{piece(master), piece(grad_shard), params16});
   }
-  for (auto& [w, keep] : works) w->wait();
+  param_gather_ = std::make_unique<BucketParamGather>(layout_, flat_params_, dp_);
+  if (options_.overlap_param_gather && layers) param_gather_->wait_by_layer(*layers);
+}
+
+void FlatStrategy::segment_updated(size_t segment) {
+  if (!param_gather_) return;
+  const OptimizerSegment& seg = segments_.at(segment);
+  param_gather_->start(static_cast<int>(segment), seg.params16.defined() ? seg.params16 : seg.master);
+}
+
+void FlatStrategy::publish_bucket_params() {
+  // Last bucket first: it holds the first layers, which the next forward reads first.
+  for (int b = static_cast<int>(segments_.size()) - 1; b >= 0; --b)
+    if (!param_gather_->started(b)) segment_updated(static_cast<size_t>(b));
+  param_gather_->end_round();
+  if (!param_gather_->lazy()) param_gather_->wait_all();
+}
+
+void FlatStrategy::wait_params() {
+  if (param_gather_) param_gather_->wait_all();
+}
+
+LayerParamGatherer* FlatStrategy::gatherer() {
+  return param_gather_ && param_gather_->lazy() ? param_gather_.get() : nullptr;
+}
+
+void BoundaryReducedStrategy::init_flat_grads() {
+  flat_grads_ = at::zeros_like(flat_params_);
+  adopted_.assign(params_.size(), false);
+  zero_gradients();
+}
+
+at::Tensor BoundaryReducedStrategy::grad_slot(int index) const {
+  const ParamSlot& s = layout_.params()[index];
+  return flat_grads_.narrow(0, s.offset, s.numel).view(params_[index].sizes());
+}
+
+void BoundaryReducedStrategy::prepare_backward(bool boundary) {
+  armed_ = boundary;
+  reset_pending();
+}
+
+void BoundaryReducedStrategy::on_grad_ready(int index) {
+  if (fresh_window_) {
+    c10::AutoGradMode no_grad(false);
+    at::Tensor& p = params_[index];
+    at::Tensor slot = grad_slot(index);
+    // (A parameter autograd reaches twice, e.g. from two checkpointed layers, is in its slot already.)
+    if (p.grad().data_ptr() != slot.data_ptr()) slot.copy_(p.grad());
+    p.mutable_grad() = slot;  // later micro-steps accumulate in place
+    adopted_[index] = true;
+  }
+  if (!armed_ || !count_ready(index) || !options_.overlap_comm) return;
+  launch(layout_.params()[index].bucket);
+}
+
+void BoundaryReducedStrategy::finish_backward() {
+  if (fresh_window_) {
+    // A parameter backward did not reach has a zero gradient this window.
+    c10::AutoGradMode no_grad(false);
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (!adopted_[i]) {
+        at::Tensor slot = grad_slot(static_cast<int>(i));
+        slot.zero_();
+        params_[i].mutable_grad() = slot;
+      }
+    fresh_window_ = false;
+  }
+  if (!armed_) return;
+  for (size_t b = 0; b < launched_.size(); ++b)
+    if (!launched_[b]) launch(static_cast<int>(b));
+}
+
+void BoundaryReducedStrategy::zero_gradients() {
+  for (auto& p : params_) p.mutable_grad().reset();
+  std::fill(adopted_.begin(), adopted_.end(), false);
+  fresh_window_ = true;
 }
 
 }  // namespace stratum::zero

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "stratum/zero/bucket_param_gather.h"
 #include "stratum/zero/strategy.h"
 
 namespace stratum::zero {
@@ -26,6 +27,11 @@ class FlatStrategy : public ZeroStrategy {
 
   // Called by the post-accumulate-grad hook of parameter `index` (autograd's thread).
   virtual void on_grad_ready(int index) = 0;
+
+  // Stages 1/2 (param_gather_ set): segment b is this rank's slice of bucket b.
+  void segment_updated(size_t segment) override;
+  void wait_params() override;
+  LayerParamGatherer* gatherer() override;
 
  protected:
   // Stage 3: `layout` given, the parameters stay where they are (no flat buffer).
@@ -53,9 +59,15 @@ class FlatStrategy : public ZeroStrategy {
   // Rank r's slice of bucket b in a flat buffer.
   at::Tensor slice_of(const at::Tensor& flat, int b) const;
   at::Tensor bucket_of(const at::Tensor& flat, int b) const;
-  // Stages 1/2: all-gather every bucket of the flat parameters from this rank's
-  // updated shard: params16 when the CPU Adam wrote one, else the masters.
-  void gather_params_from_shard(const at::Tensor& master_shard, const at::Tensor& params16);
+  // Stages 1/2: one optimizer segment per bucket (this rank's slice of it), and
+  // the parameter all-gathers that follow the optimizer (lazy with
+  // overlap_param_gather and `layers`). params16: the device's flat slices
+  // with device_params16, the host buffer's with offload, else none.
+  void make_bucket_segments(const at::Tensor& master, const at::Tensor& grad_shard, const at::Tensor& host_params16,
+                            const LayerParams* layers);
+  // Stages 1/2: all-gathers the buckets segment_updated did not start (a
+  // checkpoint load) and, unless lazy, waits for them all.
+  void publish_bucket_params();
   // This rank's slices of the flat parameters as fp32 masters: on the device, or
   // on the host with offload_optimizer.
   at::Tensor make_shard_master() const;
@@ -75,6 +87,7 @@ class FlatStrategy : public ZeroStrategy {
   c10::Device device_;  // where the model trains
   at::Tensor flat_params_;
   std::vector<OptimizerSegment> segments_;
+  std::unique_ptr<BucketParamGather> param_gather_;  // stages 1/2
   std::vector<int> pending_;           // parameters still to finish, per bucket
   std::vector<bool> launched_;         // bucket reduction started this micro-step
   std::deque<InFlight> in_flight_;
@@ -82,31 +95,38 @@ class FlatStrategy : public ZeroStrategy {
   double pre_scale_ = 1.0, post_scale_ = 1.0;
 };
 
-// Stages 0 and 1: autograd accumulates whole gradients into the flat buffer
-// across micro-steps; on the boundary micro-step each bucket is reduced as soon
-// as its parameters are done (overlap_comm) or after backward.
+// Stages 0 and 1: whole gradients in one flat buffer, accumulated across
+// micro-steps; on the boundary micro-step each bucket is reduced as soon as
+// its parameters are done (overlap_comm) or after backward.
+//
+// The first backward of a window writes the buffer instead of adding to a
+// zeroed one: the parameters' .grad are unset (zero_gradients), autograd hands
+// over each whole gradient and the hook copies it into its slot, which becomes
+// .grad for the window's later micro-steps to accumulate into. That saves
+// zeroing the buffer and reading it back (a third of the traffic per step).
 class BoundaryReducedStrategy : public FlatStrategy {
  public:
   using FlatStrategy::FlatStrategy;
 
-  void prepare_backward(bool boundary) override {
-    armed_ = boundary;
-    reset_pending();
-  }
-  void on_grad_ready(int index) override {
-    if (!armed_ || !count_ready(index) || !options_.overlap_comm) return;
-    launch(layout_.params()[index].bucket);
-  }
-  void finish_backward() override {
-    if (!armed_) return;
-    for (size_t b = 0; b < launched_.size(); ++b)
-      if (!launched_[b]) launch(static_cast<int>(b));
-  }
+  void prepare_backward(bool boundary) override;
+  void on_grad_ready(int index) override;
+  void finish_backward() override;
   void wait_gradients() override { wait_in_flight(); }
+  void zero_gradients() override;
 
  protected:
+  // The flat gradient buffer (zeros: padding reduces as zero) and the window's first backward to come.
+  void init_flat_grads();
   // Starts bucket b's reduction (and marks it launched).
   virtual void launch(int b) = 0;
+
+  at::Tensor flat_grads_;
+
+ private:
+  at::Tensor grad_slot(int index) const;
+
+  bool fresh_window_ = true;     // the next backward is the window's first
+  std::vector<bool> adopted_;    // this window's first backward gave parameter i a gradient
 };
 
 }  // namespace stratum::zero

@@ -41,9 +41,14 @@ struct ZeroOptions {
   bool pin_memory = true;
   // The engine's optimizer writes each segment's updated parameters, rounded to
   // the model dtype, into segment.params16 on the device (optim::adam_step_mixed):
-  // stage 0 points it at the model's flat buffer and stage 3 at its 16-bit
-  // shard, so publishing them needs no cast. Stages 1 and 2 still cast.
+  // stage 0 points it at the model's flat buffer, stages 1/2 at this rank's
+  // slice of each bucket of it (the all-gather then runs in place) and stage 3
+  // at its 16-bit shard, so publishing them needs no cast.
   bool device_params16 = false;
+  // Stages 1/2 with a LayerStack model: the parameter all-gathers after the
+  // step are waited for by the layers that read them in the next forward
+  // (Megatron's overlap_param_gather) instead of at the end of step().
+  bool overlap_param_gather = false;
   c10::Device device = c10::kCPU;  // stage 3: where the model trains (its parameters may still be on the host)
   // Stage 3 (DeepSpeed's stage3_* keys, in elements).
   int64_t prefetch_elems = 50'000'000;
@@ -108,15 +113,24 @@ class ZeroStrategy {
   virtual std::vector<OptimizerSegment>& segments() = 0;
   // True when segments hold only this rank's part (norms and overflow need a DP reduction).
   virtual bool partitioned() const = 0;
-  // After the optimizer: the model's parameters take the updated masters.
+  // After the optimizer: the model's parameters take the updated masters
+  // (collective at stages 1/2; see overlap_param_gather for when they are final).
   virtual void publish_params() = 0;
   virtual void zero_gradients() = 0;
   virtual ModelStateBytes bytes() const = 0;
   virtual const FlatLayout& layout() const = 0;
   // Which flat ranges this rank's segments hold (stage 0: all of it).
   virtual std::vector<FlatPiece> owned_pieces() const = 0;
-  // Stage 3's gatherer; nullptr at stages 0-2.
+  // What the layer runner calls around each layer: stage 3's gatherer, and
+  // stages 1/2's waits with overlap_param_gather; nullptr otherwise.
   virtual LayerParamGatherer* gatherer() { return nullptr; }
+  // After the optimizer updated segment i (the engine goes from the last
+  // segment to the first, the next forward's order): stages 1/2 start
+  // all-gathering its bucket, so the rest of the optimizer overlaps it.
+  virtual void segment_updated(size_t segment) { (void)segment; }
+  // The parameters are final on the current stream (publish_params with
+  // overlap_param_gather leaves the waits to the next forward).
+  virtual void wait_params() {}
   // Calls fn(index, value) for every parameter with its whole value in the model
   // dtype (collective at stage 3, which gathers one layer at a time).
   virtual void for_each_full_param(const std::function<void(int, const at::Tensor&)>& fn) = 0;
@@ -126,9 +140,12 @@ class ZeroStrategy {
 // order; their data is moved into the flat buffer (same tensors: autograd and
 // user references stay valid) in `model_dtype` on their device. Collective over
 // `dp` (rank 0's initial weights are broadcast).
+// `layers` (a LayerStack model's, may be null): stages 1/2 use it for
+// overlap_param_gather, which without it waits in publish_params().
 std::unique_ptr<ZeroStrategy> make_zero_strategy(const ZeroOptions& options, std::vector<at::Tensor> params,
                                                  std::vector<std::string> names, at::ScalarType model_dtype,
-                                                 std::shared_ptr<dist::Communicator> dp);
+                                                 std::shared_ptr<dist::Communicator> dp,
+                                                 const LayerParams* layers = nullptr);
 
 // Stage 3. `params` may be anywhere (the CPU module as built); each layer's are
 // moved to `device` one layer at a time, rank 0's values broadcast, and only

@@ -1,6 +1,6 @@
-// ZeRO stage 0: classic data parallelism. Full gradients (views of one flat
-// buffer that autograd accumulates into in place), all-reduced bucket by
-// bucket; every rank runs the optimizer on all fp32 master weights.
+// ZeRO stage 0: classic data parallelism. Full gradients in one flat buffer
+// (BoundaryReducedStrategy: written by the first backward of a window), all-reduced
+// bucket by bucket; every rank runs the optimizer on all fp32 master weights.
 #include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/variable.h>
@@ -16,8 +16,7 @@ class Stage0 : public BoundaryReducedStrategy {
   using BoundaryReducedStrategy::BoundaryReducedStrategy;
 
   void init() {
-    flat_grads_ = at::zeros_like(flat_params_);
-    attach_grad_views(flat_grads_, layout_, params_);
+    init_flat_grads();
     // fp32 training updates the parameters themselves; 16-bit keeps an fp32 master copy.
     master_ = model_dtype_ == at::kFloat ? flat_params_ : flat_params_.to(at::kFloat);
     const bool written = options_.device_params16 && !master_.is_same(flat_params_);
@@ -35,7 +34,6 @@ class Stage0 : public BoundaryReducedStrategy {
     }
   }
 
-  void zero_gradients() override { flat_grads_.zero_(); }
 
   std::vector<FlatPiece> owned_pieces() const override { return {FlatPiece{0, layout_.total_numel(), 0, 0}}; }
 
@@ -51,7 +49,6 @@ class Stage0 : public BoundaryReducedStrategy {
     launch_reduction(bucket, bucket, /*accumulate=*/false, /*scatter=*/false);
   }
 
-  at::Tensor flat_grads_;
   at::Tensor master_;
 };
 

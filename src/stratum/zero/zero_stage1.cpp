@@ -2,7 +2,7 @@
 // Gradients stay whole (autograd accumulates into a flat buffer across
 // micro-steps); at the boundary each bucket is reduce-scattered so a rank gets
 // the averaged gradient of its slice; after the step each bucket's parameters
-// are all-gathered from the ranks' updated slices.
+// are all-gathered from the ranks' updated slices (bucket_param_gather.h).
 #include <ATen/ATen.h>
 
 #include "stratum/zero/flat_strategy.h"
@@ -15,25 +15,19 @@ class Stage1 : public BoundaryReducedStrategy {
  public:
   using BoundaryReducedStrategy::BoundaryReducedStrategy;
 
-  void init() {
-    flat_grads_ = at::zeros_like(flat_params_);
-    attach_grad_views(flat_grads_, layout_, params_);
+  void init(const LayerParams* layers) {
+    init_flat_grads();
     master_ = make_shard_master();
     params16_ = make_params16(master_.numel());
-    for (size_t b = 0; b < layout_.buckets().size(); ++b) {
-      const BucketSpan& s = layout_.buckets()[b];
-      auto piece = [&](const at::Tensor& t) {
-        return t.defined() ? t.narrow(0, s.shard_offset, s.slice_numel(dp_->size())) : t;
-      };
-      segments_.push_back(OptimizerSegment{piece(master_), slice_of(flat_grads_, static_cast<int>(b)), piece(params16_)});
-    }
+    make_bucket_segments(master_, at::Tensor(), params16_, layers);
+    // The reduced gradient of a slice lands in the whole-gradient buffer, in place.
+    for (size_t b = 0; b < segments_.size(); ++b) segments_[b].grad = slice_of(flat_grads_, static_cast<int>(b));
     install_hooks();
   }
 
   bool partitioned() const override { return true; }
 
-  void publish_params() override { gather_params_from_shard(master_, params16_); }
-  void zero_gradients() override { flat_grads_.zero_(); }
+  void publish_params() override { publish_bucket_params(); }
 
   std::vector<FlatPiece> owned_pieces() const override {
     return layout_.rank_pieces(dp_->rank(), /*segment_per_bucket=*/true);
@@ -50,7 +44,6 @@ class Stage1 : public BoundaryReducedStrategy {
     launch_reduction(bucket_of(flat_grads_, b), slice_of(flat_grads_, b), /*accumulate=*/false, /*scatter=*/true);
   }
 
-  at::Tensor flat_grads_;
   at::Tensor master_;
   at::Tensor params16_;  // offload with 16-bit training: what the CPU Adam writes for the device
 };
@@ -59,9 +52,9 @@ class Stage1 : public BoundaryReducedStrategy {
 
 std::unique_ptr<ZeroStrategy> make_stage1(const ZeroOptions& o, std::vector<at::Tensor> params,
                                           std::vector<std::string> names, at::ScalarType dtype,
-                                          std::shared_ptr<dist::Communicator> dp) {
+                                          std::shared_ptr<dist::Communicator> dp, const LayerParams* layers) {
   auto s = std::make_unique<Stage1>(o, std::move(params), std::move(names), dtype, std::move(dp));
-  s->init();
+  s->init(layers);
   return s;
 }
 

@@ -19,11 +19,11 @@ class Stage2 : public FlatStrategy {
 
   using FlatStrategy::FlatStrategy;
 
-  void init() {
+  void init(const LayerParams* layers) {
     grad_shard_ = at::zeros({layout_.shard_numel()}, flat_params_.options());
     master_ = make_shard_master();
     params16_ = make_params16(master_.numel());
-    segments_ = {OptimizerSegment{master_, grad_shard_, params16_}};
+    make_bucket_segments(master_, grad_shard_, params16_, layers);
     staging_.resize(layout_.buckets().size());
     install_hooks();
   }
@@ -58,7 +58,7 @@ class Stage2 : public FlatStrategy {
   }
 
   void wait_gradients() override {}
-  void publish_params() override { gather_params_from_shard(master_, params16_); }
+  void publish_params() override { publish_bucket_params(); }
 
   void zero_gradients() override {
     grad_shard_.zero_();
@@ -66,7 +66,7 @@ class Stage2 : public FlatStrategy {
   }
 
   std::vector<FlatPiece> owned_pieces() const override {
-    return layout_.rank_pieces(dp_->rank(), /*segment_per_bucket=*/false);
+    return layout_.rank_pieces(dp_->rank(), /*segment_per_bucket=*/true);
   }
 
   ModelStateBytes bytes() const override {
@@ -101,9 +101,9 @@ class Stage2 : public FlatStrategy {
 
 std::unique_ptr<ZeroStrategy> make_stage2(const ZeroOptions& o, std::vector<at::Tensor> params,
                                           std::vector<std::string> names, at::ScalarType dtype,
-                                          std::shared_ptr<dist::Communicator> dp) {
+                                          std::shared_ptr<dist::Communicator> dp, const LayerParams* layers) {
   auto s = std::make_unique<Stage2>(o, std::move(params), std::move(names), dtype, std::move(dp));
-  s->init();
+  s->init(layers);
   return s;
 }
 
