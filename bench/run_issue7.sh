@@ -4,10 +4,14 @@
 # the device tool with carry [".deps", ".whl"]:
 #   bash bench/run_issue7.sh CELL
 # CELL: 350m-2gpu | 350m-1gpu | 1.3b-2048-2gpu | llama-1gpu | llama-2gpu-peers | ctas
+#       | check-2gpu (the ZeRO GPU tests on 2 GPUs, then gpt2-1.3b ZeRO 0-3 vs compiled DDP)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
-OUT= bash scripts/device_build.sh --no-tests --targets "bench_engine stratum-report" >/tmp/build.log 2>&1 ||
+targets="bench_engine stratum-report"
+gpu_tests="test_zero3 test_engine test_collectives test_checkpoint"
+[ "${1:-}" = check-2gpu ] && targets="$targets $gpu_tests"
+OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
   { tail -30 /tmp/build.log; exit 1; }
 m() { STEPS=${STEPS:-8} WARMUP=${WARMUP:-3} timeout "$1" bash bench/run_matrix.sh "${@:2}" build-device "$out"; }
 case "${1:-}" in
@@ -22,5 +26,9 @@ case "${1:-}" in
       echo "== NCCL_MAX_CTAS=${NCCL_MAX_CTAS:-default}"
       STAGES="0 2" PEERS="" m 150 gpt2-1.3b 1024 8 2
     done ;;
+  check-2gpu)
+    (cd build-device && timeout 240 ctest -R "zero3_np2|engine_np2|collectives_np2|checkpoint_np2" --output-on-failure \
+      --timeout 200 2>&1 | grep -E "tests passed|Failed|FAILED|Passed|rror" | tail -20)
+    STAGES="0 1 2 3" PEERS="ddp-compile" m 330 gpt2-1.3b 1024 8 2 ;;
   *) echo "run_issue7: unknown cell '${1:-}'" >&2; exit 2 ;;
 esac
