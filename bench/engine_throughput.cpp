@@ -8,11 +8,13 @@
 // compute stream stood waiting for collectives (NCCL builds). Stages 1/2 run
 // with zero_optimization.overlap_param_gather (off: --overlap-param-gather 0).
 // Run: mpirun -np 2 build/bin/bench_engine --model gpt2-350m --stage 2 [--seq 1024 --micro 8 --checkpointing]
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -41,36 +43,45 @@ void device_sync() {
 #endif
 }
 
-// Phase boundaries on the compute stream: CUDA events on a GPU, host clocks
-// after a synchronization on CPU ranks.
-class PhaseClock {
+// Phase boundaries on the compute stream (CUDA events; host clocks on CPU
+// ranks, where every op is synchronous), read once at the end: no
+// synchronization between steps, so work a step leaves in flight (the lazy
+// parameter all-gathers) overlaps the next as it does in training.
+class PhaseTimeline {
  public:
-  explicit PhaseClock(bool cuda) : cuda_(cuda) {
+  explicit PhaseTimeline(bool cuda) : cuda_(cuda) {}
+  ~PhaseTimeline() {
 #ifdef STRATUM_WITH_CUDA
-    if (cuda_)
-      for (auto& e : events_) cudaEventCreate(&e);
+    for (auto e : events_) cudaEventDestroy(e);
 #endif
   }
-  ~PhaseClock() {
-#ifdef STRATUM_WITH_CUDA
-    if (cuda_)
-      for (auto& e : events_) cudaEventDestroy(e);
-#endif
-  }
-  PhaseClock(const PhaseClock&) = delete;
-  PhaseClock& operator=(const PhaseClock&) = delete;
+  PhaseTimeline(const PhaseTimeline&) = delete;
+  PhaseTimeline& operator=(const PhaseTimeline&) = delete;
 
-  void mark(int i) {
+  size_t mark() {
 #ifdef STRATUM_WITH_CUDA
     if (cuda_) {
-      cudaEventRecord(events_[i], c10::cuda::getCurrentCUDAStream().stream());
-      return;
+      cudaEvent_t e;
+      cudaEventCreate(&e);
+      cudaEventRecord(e, c10::cuda::getCurrentCUDAStream().stream());
+      events_.push_back(e);
+      return events_.size() - 1;
     }
 #endif
-    host_[i] = std::chrono::steady_clock::now();
+    host_.push_back(std::chrono::steady_clock::now());
+    return host_.size() - 1;
   }
-  // Seconds from mark a to mark b (call after the device has finished both).
-  double seconds(int a, int b) const {
+  // The time from mark a to mark b counts for phase p (0 forward, 1 backward, 2 optimizer).
+  void span(int p, size_t a, size_t b) { spans_.push_back({p, a, b}); }
+  // Seconds per phase; the device must have passed every mark.
+  std::array<double, 3> totals() const {
+    std::array<double, 3> t{};
+    for (const auto& [p, a, b] : spans_) t[p] += seconds(a, b);
+    return t;
+  }
+
+ private:
+  double seconds(size_t a, size_t b) const {
 #ifdef STRATUM_WITH_CUDA
     if (cuda_) {
       float ms = 0;
@@ -81,12 +92,12 @@ class PhaseClock {
     return std::chrono::duration<double>(host_[b] - host_[a]).count();
   }
 
- private:
   bool cuda_;
 #ifdef STRATUM_WITH_CUDA
-  cudaEvent_t events_[4] = {};
+  std::vector<cudaEvent_t> events_;
 #endif
-  std::chrono::steady_clock::time_point host_[4];
+  std::vector<std::chrono::steady_clock::time_point> host_;
+  std::vector<std::tuple<int, size_t, size_t>> spans_;
 };
 
 double peak_gib(int device) {
@@ -180,47 +191,48 @@ void run(const dist::DistContext& ctx, const Options& o) {
   const c10::Device device = ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
                                            : c10::Device(c10::kCPU);
   const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
-  PhaseClock clock(ctx.gpu_world != nullptr);
 #ifdef STRATUM_WITH_NCCL
   dist::set_exposed_comm_timing(ctx.gpu_world != nullptr);
 #endif
-  double wall = 0, forward = 0, backward = 0, optimizer = 0, exposed = 0, loss_value = 0;
-  for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
-    device_sync();
-    const auto t0 = std::chrono::steady_clock::now();
-    double f = 0, b = 0;
+  auto train_step = [&](PhaseTimeline& timeline) {
     at::Tensor loss;
     for (int64_t k = 0; k < o.gas; ++k) {
       at::Tensor tokens = torch::randint(mcfg.vocab_size, {o.micro, o.seq + 1}, opts);
-      clock.mark(0);
+      const size_t a = timeline.mark();
       loss = engine.forward(tokens.narrow(1, 0, o.seq), tokens.narrow(1, 1, o.seq));
-      clock.mark(1);
+      const size_t b = timeline.mark();
       engine.backward(loss);
-      clock.mark(2);
-      if (k + 1 < o.gas) {
-        engine.step();
-        device_sync();  // the events are reused for the next micro-batch
-        f += clock.seconds(0, 1);
-        b += clock.seconds(1, 2);
-      }
+      const size_t c = timeline.mark();
+      timeline.span(0, a, b);
+      timeline.span(1, b, c);
+      if (k + 1 < o.gas) engine.step();  // counts the micro-step
     }
+    const size_t d = timeline.mark();
     engine.step();
-    clock.mark(3);
+    timeline.span(2, d, timeline.mark());
+    return loss;
+  };
+  {
+    PhaseTimeline warm(ctx.gpu_world != nullptr);
+    for (int64_t s = 0; s < o.warmup; ++s) train_step(warm);
     device_sync();
-    loss_value = loss.item<double>();
-#ifdef STRATUM_WITH_NCCL
-    const double waited = ctx.gpu_world ? dist::take_exposed_comm_seconds() : 0.0;
-#else
-    const double waited = 0.0;
-#endif
-    if (s >= o.warmup) {
-      wall += seconds_since(t0);
-      forward += f + clock.seconds(0, 1);
-      backward += b + clock.seconds(1, 2);
-      optimizer += clock.seconds(2, 3);
-      exposed += waited;
-    }
   }
+#ifdef STRATUM_WITH_NCCL
+  if (ctx.gpu_world) dist::take_exposed_comm_seconds();  // the warm-up's
+#endif
+  PhaseTimeline timeline(ctx.gpu_world != nullptr);
+  at::Tensor last_loss;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t s = 0; s < o.steps; ++s) last_loss = train_step(timeline);
+  device_sync();
+  const double wall = seconds_since(t0);
+#ifdef STRATUM_WITH_NCCL
+  const double exposed = ctx.gpu_world ? dist::take_exposed_comm_seconds() : 0.0;
+#else
+  const double exposed = 0.0;
+#endif
+  const auto [forward, backward, optimizer] = timeline.totals();
+  const double loss_value = last_loss.item<double>();
   const double tokens_per_gpu = o.micro * o.gas * o.seq * o.steps / wall;
   const double flops_per_token = 6.0 * n_params + 12.0 * mcfg.layers * mcfg.hidden * o.seq;
   const double tflops = tokens_per_gpu * flops_per_token / 1e12;

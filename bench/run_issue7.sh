@@ -5,6 +5,8 @@
 #   bash bench/run_issue7.sh CELL
 # CELL: 350m-2gpu | 350m-1gpu | 1.3b-2048-2gpu | llama-1gpu | llama-2gpu-peers | ctas
 #       | check-2gpu (the ZeRO GPU tests on 2 GPUs, then gpt2-1.3b ZeRO 0-3 vs compiled DDP)
+#       | 1.3b-2gpu (ZeRO 0-3 vs DDP eager/compiled, compiled FSDP2, DeepSpeed ZeRO-3)
+#       | 1.3b-1gpu (micro 8, 16 and 32 vs torch eager and compiled, on the two chips at once)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
@@ -16,6 +18,8 @@ OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.lo
 m() { STEPS=${STEPS:-8} WARMUP=${WARMUP:-3} timeout "$1" bash bench/run_matrix.sh "${@:2}" build-device "$out"; }
 case "${1:-}" in
   350m-2gpu) m 420 gpt2-350m 1024 16 2 ;;
+  1.3b-2gpu) PEERS="ddp ddp-compile fsdp2-compile ds3" m 460 gpt2-1.3b 1024 8 2 ;;
+  1.3b-1gpu) for micro in 8 16 32; do STAGES=0 m 150 gpt2-1.3b 1024 $micro 1; done ;;
   350m-1gpu) STAGES=0 m 200 gpt2-350m 1024 16 1 ;;
   1.3b-2048-2gpu) PEERS="ddp-compile fsdp2 ds3" m 420 gpt2-1.3b 2048 4 2 ;;
   llama-1gpu) STAGES=0 m 300 llama-1b 2048 4 1 ;;

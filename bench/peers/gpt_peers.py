@@ -193,35 +193,46 @@ def main():
             opt.zero_grad(set_to_none=True)
         autocast = a.system != "fsdp2"  # FSDP2 casts parameters itself; single and DDP use AMP
 
-    gen = torch.Generator(device="cpu").manual_seed(1000 + rank)
+    # Tokens drawn on the device: a host-to-device copy would synchronize every step.
+    gen = torch.Generator(device=device).manual_seed(1000 + rank)
     times = {"forward": [], "backward": [], "optimizer": []}
     ev = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else None
-    wall = 0.0
-    for it in range(a.warmup + a.steps):
-        tokens = torch.randint(0, model_vocab(model), (a.micro, a.seq + 1), generator=gen).to(device)
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        marks = [ev() for _ in range(4)] if cuda else None
-        if cuda:
+
+    def train_step(marks):
+        # Phase boundaries as CUDA events on the compute stream, read after the
+        # last step: no synchronization between steps (as bench_engine).
+        tokens = torch.randint(0, model_vocab(model), (a.micro, a.seq + 1), generator=gen, device=device)
+        if marks is not None:
             marks[0].record()
         with torch.autocast(device.type, dtype=bf16, enabled=autocast):
             loss = run(tokens[:, :-1], tokens[:, 1:])
-        if cuda:
+        if marks is not None:
             marks[1].record()
         backward(loss)
-        if cuda:
+        if marks is not None:
             marks[2].record()
         step()
-        if cuda:
+        if marks is not None:
             marks[3].record()
-            torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        if it >= a.warmup:
-            wall += dt
-            if cuda:
-                for k, (s, e) in zip(times, zip(marks[:-1], marks[1:])):
-                    times[k].append(s.elapsed_time(e) / 1e3)
+        return loss
+
+    for _ in range(a.warmup):
+        train_step(None)
+    if cuda:
+        torch.cuda.synchronize()
+    all_marks = []
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        marks = [ev() for _ in range(4)] if cuda else None
+        all_marks.append(marks)
+        loss = train_step(marks)
+    if cuda:
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    if cuda:
+        for marks in all_marks:
+            for k, (s, e) in zip(times, zip(marks[:-1], marks[1:])):
+                times[k].append(s.elapsed_time(e) / 1e3)
     tokens_per_gpu = a.steps * a.micro * a.seq / wall
     flops_per_token = 6 * n_params + 12 * PRESETS[a.model][4] * PRESETS[a.model][3] * a.seq
     tflops = tokens_per_gpu * flops_per_token / 1e12
@@ -236,7 +247,7 @@ def main():
     if rank == 0:
         print(json.dumps(out), flush=True)
     if a.profile:
-        tokens = torch.randint(0, model_vocab(model), (a.micro, a.seq + 1), generator=gen).to(device)
+        tokens = torch.randint(0, model_vocab(model), (a.micro, a.seq + 1), generator=gen, device=device)
 
         def one_step():
             with torch.autocast(device.type, dtype=bf16, enabled=autocast):
