@@ -138,6 +138,24 @@ TEST(Collectives, AllGatherInPlace) {
   }
 }
 
+// ZeRO-1 reduces each gradient bucket in place: the output is this rank's chunk of the input.
+TEST(Collectives, ReduceScatterInPlace) {
+  for (const auto& b : backends()) {
+    const int n = b.world->size(), r = b.world->rank();
+    for (auto op : {ReduceOp::sum, ReduceOp::avg})
+      for (int64_t chunk : {1, 4099}) {
+        at::Tensor in = rank_values(chunk * n, r, at::kFloat, b.device);
+        at::Tensor mine = in.narrow(0, r * chunk, chunk);
+        b.world->reduce_scatter(mine, in, op)->wait();
+        at::Tensor want = at::zeros({chunk * n}, at::kDouble);
+        for (int q = 0; q < n; ++q) want += rank_values(chunk * n, q, at::kDouble, c10::Device(c10::kCPU));
+        if (op == ReduceOp::avg) want /= n;
+        expect_equal(mine, want.narrow(0, r * chunk, chunk),
+                     b.name + " in-place reduce_scatter " + reduce_op_name(op) + " chunk " + std::to_string(chunk));
+      }
+  }
+}
+
 TEST(Collectives, BroadcastFromEveryRoot) {
   for (const auto& b : backends()) {
     const int n = b.world->size(), r = b.world->rank();

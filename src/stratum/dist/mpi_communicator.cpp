@@ -185,7 +185,9 @@ WorkPtr MpiCommunicator::reduce_scatter(at::Tensor& output, const at::Tensor& in
   const uint64_t seq = ++seq_;
   const bool staged = is_16bit_float(input.scalar_type());
   at::Tensor in = staged ? input.to(at::kFloat) : input;
-  at::Tensor out = staged ? at::empty_like(output, output.options().dtype(at::kFloat)) : output;
+  // In place (the output is this rank's chunk of the input): MPI wants separate buffers.
+  const bool aliased = !staged && output.data_ptr() == static_cast<char*>(input.data_ptr()) + rank() * output.nbytes();
+  at::Tensor out = staged || aliased ? at::empty_like(output, output.options().dtype(in.scalar_type())) : output;
   auto w = std::make_shared<MpiWork>(describe(CommOp::reduce_scatter, seq, input.nbytes(), c10::toString(input.scalar_type())),
                                      options_, std::vector<at::Tensor>{output, input, in, out});
   w->requests.resize(1);

@@ -8,7 +8,9 @@ namespace stratum::monitor {
 std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
   const double psi = static_cast<double>(in.params);
   const double n = static_cast<double>(in.nodes * in.gpus_per_node);
-  const double w = static_cast<double>(in.param_bytes);  // bytes of a parameter or gradient as trained
+  const double w = static_cast<double>(in.param_bytes);  // bytes of a parameter as trained
+  // Of a gradient at stages 0-2 (ZeRO-3's are in the model's dtype).
+  const double g = in.grad_bytes > 0 ? static_cast<double>(in.grad_bytes) : n > 1 ? std::max(w, 4.0) : w;
   // fp32 master + Adam m + v: 12 bytes a parameter; with 16-bit training the master is a
   // separate copy, with fp32 training the parameters are the master (stage 0) or a copy of a shard.
   const double k = in.param_bytes == 4 ? 8.0 : 12.0;
@@ -21,12 +23,12 @@ std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
   auto add = [&](int stage, bool opt, bool param, double gpu, double cpu_per_gpu) {
     out.push_back(StateEstimate{stage, opt, param, gpu, cpu_per_gpu * per_node});
   };
-  add(0, false, false, 2 * w * psi + k * psi, 0);
+  add(0, false, false, (w + g) * psi + k * psi, 0);
   const double k1 = 12.0;  // stages >= 1 keep a separate fp32 master shard (+ m + v), also in fp32 training
-  add(1, false, false, 2 * w * psi + k1 * psi / n, 0);
-  add(1, true, false, 2 * w * psi, offloaded);
-  add(2, false, false, w * psi + (w + k1) * psi / n, 0);
-  add(2, true, false, w * psi + w * psi / n, offloaded);
+  add(1, false, false, (w + g) * psi + k1 * psi / n, 0);
+  add(1, true, false, (w + g) * psi, offloaded);
+  add(2, false, false, w * psi + (g + k1) * psi / n, 0);
+  add(2, true, false, w * psi + g * psi / n, offloaded);
   add(3, false, false, (2 * w + k1) * psi / n + working_set, 0);
   add(3, true, false, 2 * w * psi / n + working_set, offloaded);
   add(3, true, true, working_set, offloaded + w * psi / n);

@@ -27,6 +27,10 @@ struct EstimateInput {
   int64_t micro_batch = 1, seq_len = 1024;
   bool activation_checkpointing = false;
   int64_t param_bytes = 2;  // 2: bf16/fp16 training with fp32 masters; 4: fp32 training
+  // Bytes of a gradient at stages 0-2. 0: this build's, those of the wire
+  // (fp32, 4) over several GPUs and param_bytes on one. Runs measured before
+  // kept them in the model's dtype: param_bytes.
+  int64_t grad_bytes = 0;
 };
 
 // Sets the fields `model` determines (a preset with its overrides):

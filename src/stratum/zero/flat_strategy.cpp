@@ -35,11 +35,15 @@ FlatStrategy::FlatStrategy(const ZeroOptions& options, FlatLayout layout, std::v
       layout_(std::move(layout)),
       params_(std::move(params)),
       model_dtype_(model_dtype),
+      // One rank has no wire: its gradients stay in the model's dtype.
+      grad_dtype_(dp->size() > 1 ? at::promote_types(model_dtype, options.comm_dtype) : model_dtype),
       dp_(std::move(dp)),
       device_(options.device) {
   const double n = dp_->size();
   pre_scale_ = options_.prescale_gradients ? 1.0 / n : 1.0 / options_.gradient_predivide_factor;
   post_scale_ = options_.prescale_gradients ? 1.0 : options_.gradient_predivide_factor / n;
+  average_on_wire_ = !options_.prescale_gradients && options_.gradient_predivide_factor == 1.0 &&
+                     at::isFloatingType(options_.comm_dtype);
   pending_.assign(layout_.buckets().size(), 0);
   launched_.assign(layout_.buckets().size(), false);
 }
@@ -111,14 +115,16 @@ void FlatStrategy::launch_reduction(const at::Tensor& grads, at::Tensor dest, bo
   c10::AutoGradMode no_grad(false);
   // The wire copy: a wider dtype (fp32 for 16-bit training), or the bucket itself.
   at::Tensor wire = grads.scalar_type() == options_.comm_dtype ? grads : grads.to(options_.comm_dtype);
-  if (pre_scale_ != 1.0) wire.mul_(pre_scale_);
+  if (!average_on_wire_ && pre_scale_ != 1.0) wire.mul_(pre_scale_);
+  const dist::ReduceOp op = average_on_wire_ ? dist::ReduceOp::avg : dist::ReduceOp::sum;
   const int n = dp_->size();
   if (scatter && n > 1 && options_.reduce_scatter) {
-    at::Tensor out = at::empty({grads.numel() / n}, wire.options());
-    auto work = dp_->reduce_scatter(out, wire, dist::ReduceOp::sum);
+    const bool into_dest = !accumulate && dest.scalar_type() == wire.scalar_type() && dest.is_contiguous();
+    at::Tensor out = into_dest ? dest : at::empty({grads.numel() / n}, wire.options());
+    auto work = dp_->reduce_scatter(out, wire, op);
     in_flight_.push_back(InFlight{work, out, dest, accumulate, wire});
   } else {
-    auto work = dp_->all_reduce(wire, dist::ReduceOp::sum);
+    auto work = dp_->all_reduce(wire, op);
     at::Tensor result = scatter ? wire.narrow(0, dp_->rank() * (grads.numel() / n), grads.numel() / n) : wire;
     in_flight_.push_back(InFlight{work, result, dest, accumulate, wire});
   }
@@ -129,9 +135,9 @@ void FlatStrategy::wait_in_flight(size_t keep) {
   while (in_flight_.size() > keep) {
     InFlight& f = in_flight_.front();
     f.work->wait();
-    if (post_scale_ != 1.0) f.wire.mul_(post_scale_);
+    if (!average_on_wire_ && post_scale_ != 1.0) f.wire.mul_(post_scale_);
     if (f.accumulate) f.dest.add_(f.wire);
-    else if (!f.wire.is_same(f.dest)) f.dest.copy_(f.wire);
+    else if (f.wire.data_ptr() != f.dest.data_ptr()) f.dest.copy_(f.wire);
     in_flight_.pop_front();
   }
 }
@@ -206,8 +212,8 @@ LayerParamGatherer* FlatStrategy::gatherer() {
 }
 
 void BoundaryReducedStrategy::init_flat_grads() {
-  flat_grads_ = at::zeros_like(flat_params_);
-  adopted_.assign(params_.size(), false);
+  flat_grads_ = at::zeros({flat_params_.numel()}, flat_params_.options().dtype(grad_dtype_));
+  written_.assign(params_.size(), false);
   zero_gradients();
 }
 
@@ -222,14 +228,16 @@ void BoundaryReducedStrategy::prepare_backward(bool boundary) {
 }
 
 void BoundaryReducedStrategy::on_grad_ready(int index) {
-  if (fresh_window_) {
+  {
     c10::AutoGradMode no_grad(false);
     at::Tensor& p = params_[index];
     at::Tensor slot = grad_slot(index);
-    // (A parameter autograd reaches twice, e.g. from two checkpointed layers, is in its slot already.)
-    if (p.grad().data_ptr() != slot.data_ptr()) slot.copy_(p.grad());
-    p.mutable_grad() = slot;  // later micro-steps accumulate in place
-    adopted_[index] = true;
+    // Written once per window, then added to (also when autograd reaches a
+    // parameter twice in one backward, e.g. from two checkpointed layers).
+    if (written_[index]) slot.add_(p.grad());
+    else slot.copy_(p.grad());
+    written_[index] = true;
+    p.mutable_grad().reset();
   }
   if (!armed_ || !count_ready(index) || !options_.overlap_comm) return;
   launch(layout_.params()[index].bucket);
@@ -240,10 +248,9 @@ void BoundaryReducedStrategy::finish_backward() {
     // A parameter backward did not reach has a zero gradient this window.
     c10::AutoGradMode no_grad(false);
     for (size_t i = 0; i < params_.size(); ++i)
-      if (!adopted_[i]) {
-        at::Tensor slot = grad_slot(static_cast<int>(i));
-        slot.zero_();
-        params_[i].mutable_grad() = slot;
+      if (!written_[i]) {
+        grad_slot(static_cast<int>(i)).zero_();
+        written_[i] = true;
       }
     fresh_window_ = false;
   }
@@ -253,8 +260,7 @@ void BoundaryReducedStrategy::finish_backward() {
 }
 
 void BoundaryReducedStrategy::zero_gradients() {
-  for (auto& p : params_) p.mutable_grad().reset();
-  std::fill(adopted_.begin(), adopted_.end(), false);
+  std::fill(written_.begin(), written_.end(), false);
   fresh_window_ = true;
 }
 

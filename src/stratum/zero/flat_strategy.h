@@ -40,8 +40,8 @@ class FlatStrategy : public ZeroStrategy {
 
   struct InFlight {
     dist::WorkPtr work;
-    at::Tensor wire;     // what the collective reduced (the result, in comm dtype)
-    at::Tensor dest;     // where the averaged gradient goes (model dtype)
+    at::Tensor wire;     // what the collective reduced (the result, in comm dtype; may be dest itself)
+    at::Tensor dest;     // where the averaged gradient goes
     bool accumulate;     // dest += result (stage 2 across micro-steps), else dest = result
     at::Tensor keep;     // input kept alive until done
   };
@@ -50,8 +50,11 @@ class FlatStrategy : public ZeroStrategy {
   void reset_pending();
   // Counts one finished parameter; true when its bucket has them all.
   bool count_ready(int index);
-  // Reduces `grads` (a bucket, model dtype) over DP into `dest`: all-reduce when
-  // dest is the whole bucket, reduce-scatter when dest is this rank's slice.
+  // Reduces `grads` (a bucket) over DP into `dest`: all-reduce when dest is the
+  // whole bucket, reduce-scatter when dest is this rank's slice (straight into
+  // it when the dtypes match and nothing accumulates: in place when dest is
+  // the slice of grads). Averages with the collective itself (NCCL's avg)
+  // unless prescale_gradients / gradient_predivide_factor ask otherwise.
   void launch_reduction(const at::Tensor& grads, at::Tensor dest, bool accumulate, bool scatter);
   // Finishes reductions oldest first until at most `keep` are in flight (bounds
   // the gradient buffers alive during backward).
@@ -83,6 +86,12 @@ class FlatStrategy : public ZeroStrategy {
   FlatLayout layout_;
   std::vector<at::Tensor> params_;
   at::ScalarType model_dtype_;
+  // Stages 0-2 over several ranks accumulate gradients in the wider of the
+  // model and wire dtypes (fp32 for 16-bit training by default): the wire
+  // needs no cast, the optimizer reads them as they are, and accumulation over
+  // micro-steps keeps fp32 precision (as DeepSpeed's bf16 optimizer and DDP
+  // over fp32 weights). One rank: the model's dtype.
+  at::ScalarType grad_dtype_;
   std::shared_ptr<dist::Communicator> dp_;
   c10::Device device_;  // where the model trains
   at::Tensor flat_params_;
@@ -93,17 +102,17 @@ class FlatStrategy : public ZeroStrategy {
   std::deque<InFlight> in_flight_;
   bool armed_ = false;                 // this micro-step's hooks launch reductions
   double pre_scale_ = 1.0, post_scale_ = 1.0;
+  bool average_on_wire_ = false;  // the plain mean: the collective's avg does both scalings
 };
 
 // Stages 0 and 1: whole gradients in one flat buffer, accumulated across
 // micro-steps; on the boundary micro-step each bucket is reduced as soon as
 // its parameters are done (overlap_comm) or after backward.
 //
-// The first backward of a window writes the buffer instead of adding to a
-// zeroed one: the parameters' .grad are unset (zero_gradients), autograd hands
-// over each whole gradient and the hook copies it into its slot, which becomes
-// .grad for the window's later micro-steps to accumulate into. That saves
-// zeroing the buffer and reading it back (a third of the traffic per step).
+// Gradients live in the flat buffer (grad_dtype_), not in .grad: autograd
+// hands each parameter's whole gradient to the hook, which writes it into its
+// slot on the window's first backward (no zeroing, no read-back) and adds it
+// on the later micro-steps, then drops it.
 class BoundaryReducedStrategy : public FlatStrategy {
  public:
   using FlatStrategy::FlatStrategy;
@@ -115,7 +124,7 @@ class BoundaryReducedStrategy : public FlatStrategy {
   void zero_gradients() override;
 
  protected:
-  // The flat gradient buffer (zeros: padding reduces as zero) and the window's first backward to come.
+  // The flat gradient buffer (zeros: padding reduces as zero).
   void init_flat_grads();
   // Starts bucket b's reduction (and marks it launched).
   virtual void launch(int b) = 0;
@@ -125,8 +134,8 @@ class BoundaryReducedStrategy : public FlatStrategy {
  private:
   at::Tensor grad_slot(int index) const;
 
-  bool fresh_window_ = true;     // the next backward is the window's first
-  std::vector<bool> adopted_;    // this window's first backward gave parameter i a gradient
+  bool fresh_window_ = true;  // the next backward is the window's first
+  std::vector<bool> written_;  // parameter i's slot holds this window's gradient
 };
 
 }  // namespace stratum::zero

@@ -7,11 +7,13 @@
 //
 // Per-rank model-state bytes, Ψ parameters, N data-parallel ranks:
 //                 16-bit params (bf16/fp16)      fp32 params
-//   stage 0       2Ψ + 2Ψ + 12Ψ   = 16Ψ           4Ψ + 4Ψ + 8Ψ     = 16Ψ (master = params)
-//   stage 1       2Ψ + 2Ψ + 12Ψ/N                 4Ψ + 4Ψ + 12Ψ/N
-//   stage 2       2Ψ + 14Ψ/N                      4Ψ + 16Ψ/N
+//   stage 0       2Ψ + GΨ + 12Ψ                   4Ψ + 4Ψ + 8Ψ     = 16Ψ (master = params)
+//   stage 1       2Ψ + GΨ + 12Ψ/N                 4Ψ + 4Ψ + 12Ψ/N
+//   stage 2       2Ψ + (G + 12)Ψ/N                4Ψ + 16Ψ/N
 //   stage 3       16Ψ/N (+ gathered layers)       16Ψ/N (master = params shard)
-// (params + grads + fp32 master/Adam m/Adam v), within bucket padding.
+// (params + grads + fp32 master/Adam m/Adam v), within bucket padding. G, the
+// gradient bytes at stages 0-2: those of the wire (communication_data_type,
+// fp32 by default: 4) when N > 1, 2 at N = 1.
 #include <functional>
 #include <memory>
 #include <optional>

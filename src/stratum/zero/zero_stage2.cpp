@@ -20,7 +20,7 @@ class Stage2 : public FlatStrategy {
   using FlatStrategy::FlatStrategy;
 
   void init(const LayerParams* layers) {
-    grad_shard_ = at::zeros({layout_.shard_numel()}, flat_params_.options());
+    grad_shard_ = at::zeros({layout_.shard_numel()}, flat_params_.options().dtype(grad_dtype_));
     master_ = make_shard_master();
     params16_ = make_params16(master_.numel());
     make_bucket_segments(master_, grad_shard_, params16_, layers);
@@ -77,7 +77,8 @@ class Stage2 : public FlatStrategy {
  private:
   at::Tensor& staging_for(int b) {
     // Zeros: padding, and parameters that get no gradient, reduce as zero.
-    if (!staging_[b].defined()) staging_[b] = at::zeros({layout_.buckets()[b].numel}, flat_params_.options());
+    if (!staging_[b].defined())
+      staging_[b] = at::zeros({layout_.buckets()[b].numel}, flat_params_.options().dtype(grad_dtype_));
     return staging_[b];
   }
 
