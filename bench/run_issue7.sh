@@ -7,6 +7,7 @@
 #       | check-2gpu (the ZeRO GPU tests on 2 GPUs, then gpt2-1.3b ZeRO 0-3 vs compiled DDP)
 #       | 1.3b-2gpu (ZeRO 0-3 vs DDP eager/compiled, compiled FSDP2, DeepSpeed ZeRO-3)
 #       | 1.3b-1gpu (micro 8, 16 and 32 vs torch eager and compiled, on the two chips at once)
+#       | 1gpu-fill (gpt2-1.3b micro 16 and 32, llama-1b seq 2048 micro 8, vs compiled torch)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
@@ -19,6 +20,9 @@ m() { STEPS=${STEPS:-8} WARMUP=${WARMUP:-3} timeout "$1" bash bench/run_matrix.s
 case "${1:-}" in
   350m-2gpu) m 420 gpt2-350m 1024 16 2 ;;
   1.3b-2gpu) PEERS="ddp ddp-compile fsdp2-compile ds3" m 460 gpt2-1.3b 1024 8 2 ;;
+  1gpu-fill)
+    for micro in 16 32; do STAGES=0 PEERS=single-compile m 200 gpt2-1.3b 1024 $micro 1; done
+    STAGES=0 PEERS=single-compile m 200 llama-1b 2048 8 1 ;;
   1.3b-1gpu) for micro in 8 16 32; do STAGES=0 m 150 gpt2-1.3b 1024 $micro 1; done ;;
   350m-1gpu) STAGES=0 m 200 gpt2-350m 1024 16 1 ;;
   1.3b-2048-2gpu) PEERS="ddp-compile fsdp2 ds3" m 420 gpt2-1.3b 2048 4 2 ;;
