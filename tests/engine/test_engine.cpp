@@ -313,14 +313,14 @@ TEST(Engine, ParametersKeepTheirIdentity) {
   EXPECT_TRUE(torch::equal(w_before.detach(), model->fc1->weight.detach()));
 }
 
-// Stages 0/1 keep gradients in the strategy's flat buffer, not in .grad: the
+// Stages 0-2 keep gradients in the strategy's buffers, not in .grad: the
 // window's first backward writes each slot (no zeroing), later micro-steps add
 // to it, and a parameter that backward skips in a window reads as zero (not
-// the last window's gradient). (One rank: no reduction in flight while the
-// test reads the buffer.)
+// the last window's gradient; at stage 2 its staging range is not zero-filled
+// in advance). (One rank: no reduction in flight while the test reads.)
 TEST(Engine, FirstBackwardOfAWindowWritesTheGradients) {
   auto world = groups_of(1);
-  for (int stage : {0, 1}) {
+  for (int stage : {0, 1, 2}) {
     Config config = Config::from_string(config_json(stage, 2, "fp32", 300, true), "grads");
     torch::manual_seed(42);
     auto model = Mlp();
