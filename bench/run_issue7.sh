@@ -8,18 +8,24 @@
 #       | 1.3b-2gpu (ZeRO 0-3 vs DDP eager/compiled, compiled FSDP2, DeepSpeed ZeRO-3)
 #       | 1.3b-1gpu (micro 8, 16 and 32 vs torch eager and compiled, on the two chips at once)
 #       | 1gpu-fill (gpt2-1.3b micro 16 and 32, llama-1b seq 2048 micro 8, vs compiled torch)
+#       | final (GPU tests on 2 GPUs; gpt2-1.3b ZeRO 0-2 vs compiled DDP; one GPU at micro 16 and 32)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
 targets="bench_engine stratum-report"
 gpu_tests="test_zero3 test_engine test_collectives test_checkpoint"
-[ "${1:-}" = check-2gpu ] && targets="$targets $gpu_tests"
+case "${1:-}" in check-2gpu|final) targets="$targets $gpu_tests" ;; esac
 OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
   { tail -30 /tmp/build.log; exit 1; }
 m() { STEPS=${STEPS:-8} WARMUP=${WARMUP:-3} timeout "$1" bash bench/run_matrix.sh "${@:2}" build-device "$out"; }
 case "${1:-}" in
   350m-2gpu) m 420 gpt2-350m 1024 16 2 ;;
   1.3b-2gpu) PEERS="ddp ddp-compile fsdp2-compile ds3" m 460 gpt2-1.3b 1024 8 2 ;;
+  final)
+    (cd build-device && timeout 120 ctest -R "zero3_np2|engine_np2|collectives_np2" --output-on-failure \
+      --timeout 100 2>&1 | grep -E "tests passed|Failed|FAILED|Passed|rror" | tail -20)
+    STAGES="0 1 2" PEERS="ddp-compile" m 200 gpt2-1.3b 1024 8 2
+    for micro in 16 32; do STAGES=0 PEERS=single-compile m 100 gpt2-1.3b 1024 $micro 1; done ;;
   1gpu-fill)
     for micro in 16 32; do STAGES=0 PEERS=single-compile m 200 gpt2-1.3b 1024 $micro 1; done
     STAGES=0 PEERS=single-compile m 200 llama-1b 2048 8 1 ;;
