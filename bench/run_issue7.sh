@@ -25,7 +25,7 @@ case "${1:-}" in
     (cd build-device && timeout 120 ctest -R "zero3_np2|engine_np2|collectives_np2" --output-on-failure \
       --timeout 100 2>&1 | grep -E "tests passed|Failed|FAILED|Passed|rror" | tail -20)
     STAGES="0 1 2" PEERS="ddp-compile" m 200 gpt2-1.3b 1024 8 2
-    for micro in 16 32; do STAGES=0 PEERS=single-compile m 100 gpt2-1.3b 1024 $micro 1; done ;;
+    for micro in 16 32; do STAGES=0 PEERS=single-compile m 120 gpt2-1.3b 1024 $micro 1; done ;;
   1gpu-fill)
     for micro in 16 32; do STAGES=0 PEERS=single-compile m 200 gpt2-1.3b 1024 $micro 1; done
     STAGES=0 PEERS=single-compile m 200 llama-1b 2048 8 1 ;;
