@@ -9,6 +9,7 @@
 #       | 1.3b-1gpu (micro 8, 16 and 32 vs torch eager and compiled, on the two chips at once)
 #       | 1gpu-fill (gpt2-1.3b micro 16 and 32, llama-1b seq 2048 micro 8, vs compiled torch)
 #       | final (GPU tests on 2 GPUs; gpt2-1.3b ZeRO 0-2 vs compiled DDP; one GPU at micro 16 and 32)
+#       | scaling (gpt2-1.3b ZeRO-2 micro 8 on one GPU: the 1 -> 2 GPU efficiency's base)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
@@ -26,6 +27,7 @@ case "${1:-}" in
       --timeout 100 2>&1 | grep -E "tests passed|Failed|FAILED|Passed|rror" | tail -20)
     STAGES="0 1 2" PEERS="ddp-compile" m 200 gpt2-1.3b 1024 8 2
     for micro in 16 32; do STAGES=0 PEERS=single-compile m 120 gpt2-1.3b 1024 $micro 1; done ;;
+  scaling) STAGES=2 PEERS="" m 90 gpt2-1.3b 1024 8 1 ;;
   1gpu-fill)
     for micro in 16 32; do STAGES=0 PEERS=single-compile m 200 gpt2-1.3b 1024 $micro 1; done
     STAGES=0 PEERS=single-compile m 200 llama-1b 2048 8 1 ;;
