@@ -5,6 +5,8 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "stratum/core/log.h"
+
 namespace stratum::zero {
 namespace {
 
@@ -76,6 +78,12 @@ FlatStrategy::FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> p
 
 FlatStrategy::~FlatStrategy() {
   for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  // Lazy gathers of the last step: the model outlives the strategy and must see them.
+  try {
+    wait_params();
+  } catch (const std::exception& e) {
+    log::warn(std::string("ZeRO: the last parameter all-gather failed: ") + e.what());
+  }
 }
 
 void FlatStrategy::for_each_full_param(const std::function<void(int, const at::Tensor&)>& fn) {

@@ -34,7 +34,6 @@ class Stage0 : public BoundaryReducedStrategy {
     }
   }
 
-
   std::vector<FlatPiece> owned_pieces() const override { return {FlatPiece{0, layout_.total_numel(), 0, 0}}; }
 
   ModelStateBytes bytes() const override {

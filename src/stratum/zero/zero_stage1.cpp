@@ -1,6 +1,6 @@
 // ZeRO stage 1: optimizer states (fp32 master, Adam m and v) partitioned.
-// Gradients stay whole (autograd accumulates into a flat buffer across
-// micro-steps); at the boundary each bucket is reduce-scattered so a rank gets
+// Gradients stay whole (in a flat buffer, accumulated across micro-steps: see
+// BoundaryReducedStrategy); at the boundary each bucket is reduce-scattered so a rank gets
 // the averaged gradient of its slice; after the step each bucket's parameters
 // are all-gathered from the ranks' updated slices (bucket_param_gather.h).
 #include <ATen/ATen.h>
