@@ -19,12 +19,16 @@ case "${1:-}" in check-2gpu|final) targets="$targets $gpu_tests" ;; esac
 OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
   { tail -30 /tmp/build.log; exit 1; }
 m() { STEPS=${STEPS:-8} WARMUP=${WARMUP:-3} timeout "$1" bash bench/run_matrix.sh "${@:2}" build-device "$out"; }
+# The GPU cases of these CTest entries (2 ranks: NCCL on both chips), within TIMEOUT seconds.
+gpu_tests_np2() {  # TIMEOUT "test_a|test_b"
+  (cd build-device && timeout "$1" ctest -R "$2" --output-on-failure --timeout $(($1 - 20)) 2>&1 |
+    grep -E "tests passed|Failed|FAILED|Passed|rror" | tail -20)
+}
 case "${1:-}" in
   350m-2gpu) m 420 gpt2-350m 1024 16 2 ;;
   1.3b-2gpu) PEERS="ddp ddp-compile fsdp2-compile ds3" m 460 gpt2-1.3b 1024 8 2 ;;
   final)
-    (cd build-device && timeout 120 ctest -R "zero3_np2|engine_np2|collectives_np2" --output-on-failure \
-      --timeout 100 2>&1 | grep -E "tests passed|Failed|FAILED|Passed|rror" | tail -20)
+    gpu_tests_np2 120 "zero3_np2|engine_np2|collectives_np2"
     STAGES="0 1 2" PEERS="ddp-compile" m 200 gpt2-1.3b 1024 8 2
     for micro in 16 32; do STAGES=0 PEERS=single-compile m 120 gpt2-1.3b 1024 $micro 1; done ;;
   scaling) STAGES=2 PEERS="" m 90 gpt2-1.3b 1024 8 1 ;;
@@ -43,8 +47,7 @@ case "${1:-}" in
       STAGES="0 2" PEERS="" m 150 gpt2-1.3b 1024 8 2
     done ;;
   check-2gpu)
-    (cd build-device && timeout 240 ctest -R "zero3_np2|engine_np2|collectives_np2|checkpoint_np2" --output-on-failure \
-      --timeout 200 2>&1 | grep -E "tests passed|Failed|FAILED|Passed|rror" | tail -20)
+    gpu_tests_np2 240 "zero3_np2|engine_np2|collectives_np2|checkpoint_np2"
     STAGES="0 1 2 3" PEERS="ddp-compile" m 330 gpt2-1.3b 1024 8 2 ;;
   *) echo "run_issue7: unknown cell '${1:-}'" >&2; exit 2 ;;
 esac
