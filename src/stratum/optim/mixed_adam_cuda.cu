@@ -9,18 +9,13 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "stratum/core/cuda_float_convert.cuh"
+
 namespace stratum::optim::cuda {
 namespace {
 
-template <typename T> __device__ __forceinline__ float widen(T x);
-template <> __device__ __forceinline__ float widen<float>(float x) { return x; }
-template <> __device__ __forceinline__ float widen<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> __device__ __forceinline__ float widen<__half>(__half x) { return __half2float(x); }
-
-template <typename T> __device__ __forceinline__ T narrow_to(float x);
-template <> __device__ __forceinline__ float narrow_to<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 narrow_to<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-template <> __device__ __forceinline__ __half narrow_to<__half>(float x) { return __float2half(x); }
+using cuda_detail::narrow_to;
+using cuda_detail::widen;
 
 struct Coefficients {
   float lr, beta1, beta2, eps, weight_decay, step_size, bias_correction2_sqrt, grad_scale;
