@@ -256,11 +256,8 @@ void run(const dist::DistContext& ctx, const Options& o) {
                         {"overlap_param_gather", gather_overlapped}};
   if (ctx.rank == 0) std::printf("%s\n", out.dump().c_str());
   if (!o.profile.empty()) {
-    auto step = [&] {
-      at::Tensor tokens = torch::randint(mcfg.vocab_size, {o.micro, o.seq + 1}, opts);
-      engine.backward(engine.forward(tokens.narrow(1, 0, o.seq), tokens.narrow(1, 1, o.seq)));
-      engine.step();
-    };
+    PhaseTimeline untimed(ctx.gpu_world != nullptr);
+    auto step = [&] { train_step(untimed); };
     if (ctx.rank == 0) profile_step(o.profile, ctx.gpu_world != nullptr, step);
     else step();  // the other ranks join the collectives untraced
     device_sync();
