@@ -175,6 +175,24 @@ TEST(Zero3, ModelStateBytesAre16PsiOverN) {
   }
 }
 
+// DeepSpeed's prefetch rule: a budget smaller than one layer still prefetches
+// the next layer (the one that crosses the budget), so the working set holds
+// two layers; a budget of 0 prefetches nothing. Same training either way.
+TEST(Zero3, PrefetchBudgetBelowOneLayerStillPrefetches) {
+  auto world = test::context().cpu_world;
+  const std::string release_at_once = R"(, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0)";
+  Options none{"tiny-llama", {{"tie_embeddings", "false"}}, 3, 1, "fp32",
+               release_at_once + R"(, "stage3_prefetch_bucket_size": 0)"};
+  Options one = none;
+  one.zero_extra = release_at_once + R"(, "stage3_prefetch_bucket_size": 1)";
+  TrainRun without = train(none, world, /*steps=*/2);
+  TrainRun with = train(one, world, /*steps=*/2);
+  EXPECT_LE(without.peak_live, without.largest_layer) << "nothing prefetched: one layer at a time";
+  EXPECT_GT(with.peak_live, without.peak_live) << "the next layer is prefetched although it exceeds the budget";
+  EXPECT_LE(with.peak_live, 2 * with.largest_layer);
+  expect_same_training(with, without, 1e-6, "prefetch 1 vs 0");
+}
+
 TEST(Zero3, SixteenBitMatchesStage0) {
   auto world = test::context().cpu_world;
   for (const std::string precision : {"bf16", "fp16"}) {
