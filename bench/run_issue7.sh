@@ -10,12 +10,13 @@
 #       | 1gpu-fill (gpt2-1.3b micro 16 and 32, llama-1b seq 2048 micro 8, vs compiled torch)
 #       | final (GPU tests on 2 GPUs; gpt2-1.3b ZeRO 0-2 vs compiled DDP; one GPU at micro 16 and 32)
 #       | scaling (gpt2-1.3b ZeRO-2 micro 8 on one GPU: the 1 -> 2 GPU efficiency's base)
+#       | z3 (GPU tests: ZeRO, collectives, the CUDA kernels; gpt2-1.3b ZeRO-3 and 1 vs compiled FSDP2 and DDP)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
 targets="bench_engine stratum-report"
 gpu_tests="test_zero3 test_engine test_collectives test_checkpoint"
-case "${1:-}" in check-2gpu|final) targets="$targets $gpu_tests" ;; esac
+case "${1:-}" in check-2gpu|final) targets="$targets $gpu_tests" ;; z3) targets="$targets $gpu_tests test_optim test_nn" ;; esac
 OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
   { tail -30 /tmp/build.log; exit 1; }
 m() { STEPS=${STEPS:-8} WARMUP=${WARMUP:-3} timeout "$1" bash bench/run_matrix.sh "${@:2}" build-device "$out"; }
@@ -31,6 +32,12 @@ case "${1:-}" in
     gpu_tests_np2 120 "zero3_np2|engine_np2|collectives_np2"
     STAGES="0 1 2" PEERS="ddp-compile" m 200 gpt2-1.3b 1024 8 2
     for micro in 16 32; do STAGES=0 PEERS=single-compile m 120 gpt2-1.3b 1024 $micro 1; done ;;
+  z3)
+    gpu_tests_np2 120 "zero3_np2|engine_np2|collectives_np2"
+    for t in "test_optim *AdamMixed*:*HostAdam*" "test_nn *GpuKernels*:*LinearPadded*"; do
+      set -- $t; timeout 60 build-device/bin/$1 --gtest_filter="$2" 2>&1 | grep -E "PASSED|FAILED|SKIPPED" | head -5
+    done
+    STAGES="3 1" PEERS="fsdp2-compile ddp-compile" m 330 gpt2-1.3b 1024 8 2 ;;
   scaling) STAGES=2 PEERS="" m 90 gpt2-1.3b 1024 8 1 ;;
   1gpu-fill)
     for micro in 16 32; do STAGES=0 PEERS=single-compile m 200 gpt2-1.3b 1024 $micro 1; done
