@@ -47,12 +47,15 @@ case "${1:-}" in
   1.3b-2048-2gpu) PEERS="ddp-compile fsdp2 ds3" m 420 gpt2-1.3b 2048 4 2 ;;
   llama-1gpu) STAGES=0 m 300 llama-1b 2048 4 1 ;;
   llama-2gpu-peers) STAGES="2 3" PEERS="ddp-compile fsdp2-compile ds3" m 420 llama-1b 2048 4 2 ;;
-  ctas)  # does capping NCCL's thread blocks leave the backward more SMs? (ZeRO-2 tail and overlap)
-    for c in 0 4 8; do
+  ctas)  # does capping NCCL's thread blocks leave the backward more SMs? (ZeRO-0 all-reduce, ZeRO-3 gathers)
+    for c in 0 8 4; do
       if [ "$c" = 0 ]; then unset NCCL_MAX_CTAS; else export NCCL_MAX_CTAS=$c; fi
       echo "== NCCL_MAX_CTAS=${NCCL_MAX_CTAS:-default}"
-      STAGES="0 2" PEERS="" m 150 gpt2-1.3b 1024 8 2
-    done ;;
+      STAGES="0 3" PEERS="" m 120 gpt2-1.3b 1024 8 2
+    done
+    unset NCCL_MAX_CTAS
+    echo "== ZeRO-3, layers re-gathered for backward (stage3_max_reuse_distance 0, FSDP2's reshard_after_forward)"
+    STAGES=3 PEERS="" STRATUM_FLAGS='--zero-extra ,"stage3_max_reuse_distance":0' m 70 gpt2-1.3b 1024 8 2 ;;
   check-2gpu)
     gpu_tests_np2 240 "zero3_np2|engine_np2|collectives_np2|checkpoint_np2"
     STAGES="0 1 2 3" PEERS="ddp-compile" m 330 gpt2-1.3b 1024 8 2 ;;

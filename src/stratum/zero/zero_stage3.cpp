@@ -7,8 +7,9 @@
 // parameters follow), the next units are prefetched, and a unit is released
 // (rebound to an empty tensor) when it will not be reused within
 // stage3_max_reuse_distance. In backward a unit's gradients are copied into a
-// staging buffer as autograd finishes them; the last one launches the unit's
-// reduce-scatter into this rank's gradient shard and releases the unit.
+// staging buffer (in the wire's dtype) as autograd finishes them; the last one
+// launches the unit's reduce-scatter into this rank's gradient shard and
+// releases the unit.
 // Parameters of at most stage3_param_persistence_threshold elements form one
 // persistent unit that stays gathered; their gradients (whole, views of one
 // buffer) are reduce-scattered at the end of backward.
@@ -176,8 +177,10 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     const ParamSlot& slot = layout_.params()[index];
     Unit& unit = units_[u];
     if (!unit.staging.defined()) {
-      // Not zero-filled: each slot is written by its first gradient, the rest zeroed at reduction.
-      unit.staging = at::empty({layout_.buckets()[u].numel}, grad_shard_.options());
+      // In the wire's dtype (fp32 for 16-bit training over several ranks): the
+      // reduce-scatter reads it as is, with no widening pass per layer. Not
+      // zero-filled: each slot is written by its first gradient, the rest zeroed at reduction.
+      unit.staging = at::empty({layout_.buckets()[u].numel}, grad_shard_.options().dtype(grad_dtype_));
       for (int p : layout_.buckets()[u].params) staged_[p] = false;
     }
     at::Tensor dest = unit.staging.narrow(0, slot.offset - layout_.buckets()[u].offset, slot.numel);
