@@ -236,7 +236,10 @@ void run(const dist::DistContext& ctx, const Options& o) {
   const double tokens_per_gpu = o.micro * o.gas * o.seq * o.steps / wall;
   const double flops_per_token = 6.0 * n_params + 12.0 * mcfg.layers * mcfg.hidden * o.seq;
   const double tflops = tokens_per_gpu * flops_per_token / 1e12;
-  nlohmann::ordered_json out = {{"system", "stratum-zero" + std::to_string(o.stage) + (o.checkpointing ? "-ckpt" : "")},
+  // "-tuned": zero_optimization keys beyond the defaults (named in the row's zero_extra).
+  const std::string system = "stratum-zero" + std::to_string(o.stage) + (o.checkpointing ? "-ckpt" : "") +
+                             (o.zero_extra.empty() ? "" : "-tuned");
+  nlohmann::ordered_json out = {{"system", system},
                         {"model", o.model},
                         {"gpus", dp},
                         {"seq", o.seq},
@@ -253,7 +256,8 @@ void run(const dist::DistContext& ctx, const Options& o) {
                         {"backward_s", backward / o.steps},
                         {"optimizer_s", optimizer / o.steps},
                         {"exposed_comm_s", exposed / o.steps},
-                        {"overlap_param_gather", gather_overlapped}};
+                        {"overlap_param_gather", gather_overlapped},
+                        {"zero_extra", o.zero_extra}};
   if (ctx.rank == 0) std::printf("%s\n", out.dump().c_str());
   if (!o.profile.empty()) {
     PhaseTimeline untimed(ctx.gpu_world != nullptr);
