@@ -11,6 +11,7 @@
 #       | final (GPU tests on 2 GPUs; gpt2-1.3b ZeRO 0-2 vs compiled DDP; one GPU at micro 16 and 32)
 #       | scaling (gpt2-1.3b ZeRO-2 micro 8 on one GPU: the 1 -> 2 GPU efficiency's base)
 #       | z3-350m (gpt2-1.3b ZeRO-3, also with re-gathered layers, vs compiled FSDP2; gpt2-350m ZeRO 0-3 vs compiled DDP, FSDP2)
+#       | s12-last (the scaling base and gpt2-350m on one GPU each; gpt2-1.3b seq 2048 ZeRO 1, 3 vs compiled DDP, FSDP2)
 #       | z3 (GPU tests: ZeRO, collectives, the CUDA kernels; gpt2-1.3b ZeRO-3 and 1 vs compiled FSDP2 and DDP)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +44,10 @@ case "${1:-}" in
     STAGES=3 PEERS="fsdp2-compile" m 200 gpt2-1.3b 1024 8 2
     STAGES=3 PEERS="" STRATUM_FLAGS='--zero-extra ,"stage3_max_reuse_distance":0' m 60 gpt2-1.3b 1024 8 2
     PEERS="ddp-compile fsdp2-compile" m 270 gpt2-350m 1024 16 2 ;;
+  s12-last)
+    STAGES=2 PEERS="" m 80 gpt2-1.3b 1024 8 1
+    STAGES=0 PEERS=single-compile m 130 gpt2-350m 1024 16 1
+    STAGES="1 3" PEERS="ddp-compile fsdp2-compile" m 320 gpt2-1.3b 2048 4 2 ;;
   scaling) STAGES=2 PEERS="" m 90 gpt2-1.3b 1024 8 1 ;;
   1gpu-fill)
     for micro in 16 32; do STAGES=0 PEERS=single-compile m 200 gpt2-1.3b 1024 $micro 1; done
