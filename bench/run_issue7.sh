@@ -12,6 +12,7 @@
 #       | scaling (gpt2-1.3b ZeRO-2 micro 8 on one GPU: the 1 -> 2 GPU efficiency's base)
 #       | z3-350m (gpt2-1.3b ZeRO-3, also with re-gathered layers, vs compiled FSDP2; gpt2-350m ZeRO 0-3 vs compiled DDP, FSDP2)
 #       | s12-last (the scaling base and gpt2-350m on one GPU each; gpt2-1.3b seq 2048 ZeRO 1, 3 vs compiled DDP, FSDP2)
+#       | s12-profile (gpt2-350m traced vs compiled torch; llama-1b and gpt2-1.3b at seq 2048 on one GPU vs compiled torch)
 #       | z3 (GPU tests: ZeRO, collectives, the CUDA kernels; gpt2-1.3b ZeRO-3 and 1 vs compiled FSDP2 and DDP)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +49,11 @@ case "${1:-}" in
     STAGES=2 PEERS="" m 80 gpt2-1.3b 1024 8 1
     STAGES=0 PEERS=single-compile m 130 gpt2-350m 1024 16 1
     STAGES="1 3" PEERS="ddp-compile fsdp2-compile" m 320 gpt2-1.3b 2048 4 2 ;;
+  s12-profile)
+    timeout 150 bash bench/run_profiles.sh gpt2-350m 1024 16 0 build-device "$out" --compile >"$out/profile_350m.txt" 2>&1
+    grep -E "^\{|GPU span|busy|^\| [a-z]" "$out/profile_350m.txt"; rm -f "$out"/*.json.gz
+    STAGES=0 PEERS=single-compile m 170 llama-1b 2048 4 1
+    STAGES=0 PEERS=single-compile m 130 gpt2-1.3b 2048 4 1 ;;
   scaling) STAGES=2 PEERS="" m 90 gpt2-1.3b 1024 8 1 ;;
   1gpu-fill)
     for micro in 16 32; do STAGES=0 PEERS=single-compile m 200 gpt2-1.3b 1024 $micro 1; done
