@@ -1,7 +1,10 @@
 #pragma once
 // RMSNorm (LLaMA): y = weight * (x / sqrt(mean(x^2) + eps)), the statistics in
-// fp32 whatever the input dtype, rounded back to it before the weight multiply
-// (Hugging Face's LlamaRMSNorm, so bf16 results match theirs bit for bit).
+// fp32 whatever the input dtype. With the weight in x's dtype this is ATen's
+// fused rms_norm, which multiplies by the weight before rounding once
+// (Megatron's and Transformer Engine's order; Hugging Face's LlamaRMSNorm rounds
+// the normalized x first, so 16-bit outputs may differ from theirs by one
+// rounding). Mixed dtypes keep Hugging Face's composition.
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
