@@ -1,6 +1,6 @@
 // nn::linear_padded_rows against at::linear: same values and gradients for
 // widths that are and are not multiples of 64, and behind the chunked
-// cross-entropy (the LM head's real use).
+// cross-entropy (the LM head's real use); nn::linear_stacked against separate linears.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -54,4 +54,34 @@ TEST(LinearPaddedRows, BehindTheChunkedCrossEntropy) {
   EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-6);
   EXPECT_TRUE(torch::allclose(h.grad(), h2.grad(), 1e-5, 1e-6));
   EXPECT_TRUE(torch::allclose(w.grad(), w2.grad(), 1e-5, 1e-6));
+}
+
+// linear_stacked: one GEMM over [W0; W1; W2] equals three linears of the same
+// input, values and gradients; a frozen weight gets no gradient, the others do.
+TEST(LinearStacked, MatchesSeparateLinears) {
+  torch::manual_seed(2);
+  const at::Tensor x0 = torch::randn({2, 5, 24});
+  const std::vector<at::Tensor> w0 = {torch::randn({16, 24}), torch::randn({8, 24}), torch::randn({8, 24})};
+  const at::Tensor upstream = torch::randn({2, 5, 32});
+  for (bool freeze_middle : {false, true}) {
+    auto leaves = [&](std::vector<at::Tensor>& ws) {
+      at::Tensor x = x0.clone().requires_grad_(true);
+      for (size_t i = 0; i < w0.size(); ++i) ws.push_back(w0[i].clone().requires_grad_(!(freeze_middle && i == 1)));
+      return x;
+    };
+    std::vector<at::Tensor> ws, refs;
+    at::Tensor x = leaves(ws), xr = leaves(refs);
+    const at::Tensor got = nn::linear_stacked(x, ws);
+    const at::Tensor want = at::cat({at::linear(xr, refs[0]), at::linear(xr, refs[1]), at::linear(xr, refs[2])}, -1);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5));
+    (got * upstream).sum().backward();
+    (want * upstream).sum().backward();
+    EXPECT_TRUE(torch::allclose(x.grad(), xr.grad(), 1e-5, 1e-5));
+    for (size_t i = 0; i < ws.size(); ++i) {
+      ASSERT_EQ(ws[i].grad().defined(), refs[i].grad().defined()) << "weight " << i;
+      if (ws[i].grad().defined()) EXPECT_TRUE(torch::allclose(ws[i].grad(), refs[i].grad(), 1e-5, 1e-5)) << "weight " << i;
+    }
+    EXPECT_EQ(ws[1].grad().defined(), !freeze_middle);
+  }
 }

@@ -58,9 +58,12 @@ GroupedQueryAttentionImpl::GroupedQueryAttentionImpl(int64_t hidden, int64_t hea
 
 at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   const auto [cos, sin] = rope->cos_sin(x.size(1), x.device(), x.scalar_type());
-  const at::Tensor q = apply_rotary(split_heads(nn::linear(x, q_proj->weight), heads), cos, sin);
-  const at::Tensor k = apply_rotary(split_heads(nn::linear(x, k_proj->weight), kv_heads), cos, sin);
-  const at::Tensor v = split_heads(nn::linear(x, v_proj->weight), kv_heads);
+  // One GEMM for the three projections (HF keeps them as three weights).
+  const auto qkv = nn::linear_stacked(x, {q_proj->weight, k_proj->weight, v_proj->weight})
+                       .split_with_sizes({heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
+  const at::Tensor q = apply_rotary(split_heads(qkv[0], heads), cos, sin);
+  const at::Tensor k = apply_rotary(split_heads(qkv[1], kv_heads), cos, sin);
+  const at::Tensor v = split_heads(qkv[2], kv_heads);
   const double p = is_training() ? dropout : 0.0;
   return nn::linear(merge_heads(causal_attention(q, k, v, p)), o_proj->weight);
 }

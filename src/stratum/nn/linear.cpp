@@ -42,6 +42,37 @@ struct LinearNoBias : torch::autograd::Function<LinearNoBias> {
   }
 };
 
+// y = x [W0; W1; ...]ᵀ: one GEMM for projections that read the same input
+// (q/k/v, gate/up). The stacked weight is a temporary of each pass; the
+// parameters themselves are saved, as in LinearNoBias.
+struct LinearStacked : torch::autograd::Function<LinearStacked> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights) {
+    std::vector<at::Tensor> saved{x};
+    saved.insert(saved.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(saved);
+    return at::linear(x, at::cat(weights, 0));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const std::vector<at::Tensor> weights(saved.begin() + 1, saved.end());
+    const at::Tensor& grad = grads[0];
+    variable_list out(saved.size());
+    if (ctx->needs_input_grad(0)) out[0] = grad.matmul(at::cat(weights, 0));
+    bool any_weight = false;
+    for (size_t i = 1; i < saved.size(); ++i) any_weight = any_weight || ctx->needs_input_grad(i);
+    if (any_weight) {
+      const at::Tensor gw = grad.reshape({-1, grad.size(-1)}).t().mm(x.reshape({-1, x.size(-1)}));
+      int64_t row = 0;
+      for (size_t i = 1; i < saved.size(); ++i) {
+        if (ctx->needs_input_grad(i)) out[i] = gw.narrow(0, row, saved[i].size(0));
+        row += saved[i].size(0);
+      }
+    }
+    return out;
+  }
+};
+
 constexpr int64_t kRowAlign = 64;
 
 int64_t padded(int64_t n) { return (n + kRowAlign - 1) / kRowAlign * kRowAlign; }
@@ -84,6 +115,11 @@ struct LinearPaddedRows : torch::autograd::Function<LinearPaddedRows> {
 at::Tensor linear_padded_rows(const at::Tensor& x, const at::Tensor& weight) {
   if (weight.size(0) % kRowAlign == 0) return LinearNoBias::apply(x, weight);
   return LinearPaddedRows::apply(x, weight);
+}
+
+at::Tensor linear_stacked(const at::Tensor& x, const std::vector<at::Tensor>& weights) {
+  if (weights.size() == 1) return LinearNoBias::apply(x, weights.front());
+  return LinearStacked::apply(x, at::TensorList(weights));
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {

@@ -7,12 +7,19 @@
 // Every layer in nn/ uses this linear, so the same math runs at every stage.
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 namespace stratum::nn {
 
 // x: [..., in], weight: [out, in], bias: [out] or undefined.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = at::Tensor());
 
-// The same without bias for wide outputs whose width is not a multiple of 64
+// x [W0; W1; ...]ᵀ without bias, the weights stacked along the output
+// dimension: one GEMM (and one input-gradient GEMM) for projections of the
+// same input; split the result along the last dimension. Weights: [out_i, in].
+at::Tensor linear_stacked(const at::Tensor& x, const std::vector<at::Tensor>& weights);
+
+// A linear without bias for wide outputs whose width is not a multiple of 64
 // (GPT-2's 50257-token vocabulary): the product runs on the weight padded
 // with zero rows to a multiple of 64 and returns the [..., out] view of the
 // wider result; the backward pads the incoming gradient the same way. cuBLAS

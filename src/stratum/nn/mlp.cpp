@@ -25,7 +25,9 @@ SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden) : torch::nn::Mo
 }
 
 at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
-  return nn::linear(at::silu(nn::linear(x, gate_proj->weight)) * nn::linear(x, up_proj->weight), down_proj->weight);
+  // Gate and up projections as one GEMM over the stacked weights.
+  const auto gate_up = nn::linear_stacked(x, {gate_proj->weight, up_proj->weight}).split(gate_proj->weight.size(0), -1);
+  return nn::linear(at::silu(gate_up[0]) * gate_up[1], down_proj->weight);
 }
 
 }  // namespace stratum::nn
