@@ -71,7 +71,8 @@ class LayerParamGatherer {
  public:
   virtual ~LayerParamGatherer() = default;
   // Gathers the layer's parameters (waiting for a prefetch in flight) and
-  // starts gathering the next layers' within stage3_prefetch_bucket_size.
+  // starts gathering the next layers' while less than
+  // stage3_prefetch_bucket_size elements are in flight (DeepSpeed's rule).
   virtual void before_forward(size_t layer) = 0;
   // Releases what will not be reused soon; `backward_follows`: the layer's
   // output is part of a graph that backward will run through.
