@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "stratum/nn/fused_ops.h"
+
 namespace stratum::nn {
 namespace {
 
@@ -18,7 +20,7 @@ variable_list linear_backward(AutogradContext* ctx, const at::Tensor& grad, bool
   at::Tensor gx, gw, gb;
   if (ctx->needs_input_grad(0)) gx = grad.matmul(w);
   if (ctx->needs_input_grad(1)) gw = g2.t().mm(x.reshape({-1, x.size(-1)}));
-  if (with_bias && ctx->needs_input_grad(2)) gb = g2.sum(0);
+  if (with_bias && ctx->needs_input_grad(2)) gb = bias_grad(g2.contiguous());
   return with_bias ? variable_list{gx, gw, gb} : variable_list{gx, gw};
 }
 

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "stratum/nn/fused_ops.h"
 #include "stratum/nn/linear.h"
 
 namespace stratum::nn {
@@ -13,7 +14,7 @@ GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout)
 }
 
 at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
-  at::Tensor y = nn::linear(at::gelu(nn::linear(x, c_fc->weight, c_fc->bias), "tanh"), c_proj->weight, c_proj->bias);
+  at::Tensor y = nn::linear(nn::linear_bias_gelu(x, c_fc->weight, c_fc->bias), c_proj->weight, c_proj->bias);
   return is_training() && dropout > 0 ? at::dropout(y, dropout, /*train=*/true) : y;
 }
 
@@ -26,8 +27,7 @@ SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden) : torch::nn::Mo
 
 at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
   // Gate and up projections as one GEMM over the stacked weights.
-  const auto gate_up = nn::linear_stacked(x, {gate_proj->weight, up_proj->weight}).split(gate_proj->weight.size(0), -1);
-  return nn::linear(at::silu(gate_up[0]) * gate_up[1], down_proj->weight);
+  return nn::linear(nn::swiglu(nn::linear_stacked(x, {gate_proj->weight, up_proj->weight})), down_proj->weight);
 }
 
 }  // namespace stratum::nn

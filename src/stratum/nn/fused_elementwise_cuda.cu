@@ -1,0 +1,187 @@
+// SwiGLU, bias gradients and the tanh-GELU backward as one kernel each; see
+// fused_elementwise_cuda.h. Column sums are deterministic: each block sums a
+// tile of rows into its own row of the workspace, and a second kernel adds
+// those rows in a fixed order (no atomics), as ATen's sum does.
+#include "stratum/nn/fused_elementwise_cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "stratum/core/cuda_float_convert.cuh"
+
+namespace stratum::nn::cuda {
+namespace {
+
+using cuda_detail::narrow_to;
+using cuda_detail::widen;
+
+constexpr int kColsPerBlock = 32;   // threadIdx.x: one warp reads 32 adjacent elements of a row
+constexpr int kRowLanes = 8;        // threadIdx.y
+constexpr int kRowsPerBlock = 256;  // rows one block sums
+constexpr int kThreads = 256;       // elementwise kernels
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
+
+// Grid-stride over rows (y) and columns (x) of a [rows, cols] problem.
+#define STRATUM_FOR_EACH_ROW_COL(rows, cols)                                     \
+  for (int64_t r = blockIdx.y; r < (rows); r += gridDim.y)                      \
+    for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < (cols); \
+         c += int64_t{gridDim.x} * blockDim.x)
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(Matrix gu, T* out) {
+  const int64_t f = gu.cols / 2;
+  const T* in = static_cast<const T*>(gu.data);
+  STRATUM_FOR_EACH_ROW_COL(gu.rows, f) {
+    const float g = widen<T>(in[r * gu.ld + c]);
+    const float u = widen<T>(in[r * gu.ld + f + c]);
+    out[r * f + c] = narrow_to<T>(g * sigmoid(g) * u);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(Matrix gu, const T* d_out, T* d_gu) {
+  const int64_t f = gu.cols / 2;
+  const T* in = static_cast<const T*>(gu.data);
+  STRATUM_FOR_EACH_ROW_COL(gu.rows, f) {
+    const float g = widen<T>(in[r * gu.ld + c]);
+    const float u = widen<T>(in[r * gu.ld + f + c]);
+    const float d = widen<T>(d_out[r * f + c]);
+    const float s = sigmoid(g);
+    d_gu[r * 2 * f + c] = narrow_to<T>(d * u * s * (1.f + g * (1.f - s)));
+    d_gu[r * 2 * f + f + c] = narrow_to<T>(d * g * s);
+  }
+}
+
+// Element (r, c) of the matrix whose columns are summed.
+template <typename T>
+struct ReadElement {
+  const T* data;
+  int64_t ld;
+  __device__ float operator()(int64_t r, int64_t c) const { return widen<T>(data[r * ld + c]); }
+};
+
+// dh = dy * gelu_tanh'(h), ATen's formula in fp32; stores dh and returns it as stored.
+template <typename T>
+struct GeluTanhBackward {
+  const T *dy, *h;
+  T* dh;
+  int64_t cols;
+  __device__ float operator()(int64_t r, int64_t c) const {
+    constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+    constexpr float kKappa = 0.044715f;
+    const int64_t i = r * cols + c;
+    const float x = widen<T>(h[i]);
+    const float x_sq = x * x;
+    const float t = tanhf(kBeta * (x + kKappa * x_sq * x));
+    const float derivative = 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kBeta * (1.f + 3.f * kKappa * x_sq);
+    const T out = narrow_to<T>(widen<T>(dy[i]) * derivative);
+    dh[i] = out;
+    return widen<T>(out);
+  }
+};
+
+// Block (x, y) sums rows [y * kRowsPerBlock, ...) of columns [x * kColsPerBlock, ...)
+// into workspace[y * cols + c].
+template <typename Op>
+__global__ void __launch_bounds__(kColsPerBlock * kRowLanes)
+    column_partial_sums(int64_t rows, int64_t cols, Op op, float* workspace) {
+  const int64_t c = blockIdx.x * int64_t{kColsPerBlock} + threadIdx.x;
+  const int64_t r0 = blockIdx.y * int64_t{kRowsPerBlock};
+  const int64_t r1 = r0 + kRowsPerBlock < rows ? r0 + kRowsPerBlock : rows;
+  float acc = 0.f;
+  if (c < cols)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) acc += op(r, c);
+  __shared__ float part[kRowLanes][kColsPerBlock + 1];
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float s = 0.f;
+    for (int i = 0; i < kRowLanes; ++i) s += part[i][threadIdx.x];
+    workspace[blockIdx.y * cols + c] = s;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) finish_column_sums(int64_t tiles, int64_t cols, const float* workspace,
+                                                                 T* out) {
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols; c += int64_t{gridDim.x} * blockDim.x) {
+    float s = 0.f;
+    for (int64_t t = 0; t < tiles; ++t) s += workspace[t * cols + c];
+    out[c] = narrow_to<T>(s);
+  }
+}
+
+int64_t row_tiles(int64_t rows) { return (rows + kRowsPerBlock - 1) / kRowsPerBlock; }
+
+dim3 elementwise_grid(int64_t rows, int64_t cols) {
+  const int64_t x = (cols + kThreads - 1) / kThreads;
+  return dim3(static_cast<unsigned>(x < 64 ? x : 64), static_cast<unsigned>(rows < 8192 ? rows : 8192));
+}
+
+template <typename T, typename Op>
+cudaError_t column_sums(int64_t rows, int64_t cols, Op op, float* workspace, void* out, cudaStream_t stream) {
+  const int64_t tiles = row_tiles(rows);
+  const dim3 grid(static_cast<unsigned>((cols + kColsPerBlock - 1) / kColsPerBlock), static_cast<unsigned>(tiles));
+  if (tiles > 0) column_partial_sums<<<grid, dim3(kColsPerBlock, kRowLanes), 0, stream>>>(rows, cols, op, workspace);
+  const int64_t blocks = (cols + kThreads - 1) / kThreads;
+  finish_column_sums<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(tiles, cols, workspace,
+                                                                                 static_cast<T*>(out));
+  return cudaGetLastError();
+}
+
+template <typename F>
+cudaError_t by_dtype(Dtype dtype, F&& f) {
+  switch (dtype) {
+    case Dtype::bf16: return f(__nv_bfloat16{});
+    case Dtype::f16: return f(__half{});
+    case Dtype::f32: return f(float{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+int64_t column_sum_workspace_floats(int64_t rows, int64_t cols) { return row_tiles(rows) * cols; }
+
+cudaError_t launch_swiglu_forward(Matrix gate_up, Dtype dtype, void* out, cudaStream_t stream) {
+  if (gate_up.rows == 0 || gate_up.cols == 0) return cudaSuccess;
+  return by_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    swiglu_forward_kernel<T><<<elementwise_grid(gate_up.rows, gate_up.cols / 2), kThreads, 0, stream>>>(
+        gate_up, static_cast<T*>(out));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_swiglu_backward(Matrix gate_up, const void* d_out, Dtype dtype, void* d_gate_up,
+                                   cudaStream_t stream) {
+  if (gate_up.rows == 0 || gate_up.cols == 0) return cudaSuccess;
+  return by_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    swiglu_backward_kernel<T><<<elementwise_grid(gate_up.rows, gate_up.cols / 2), kThreads, 0, stream>>>(
+        gate_up, static_cast<const T*>(d_out), static_cast<T*>(d_gate_up));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_column_sum(Matrix g, Dtype dtype, float* workspace, void* bias_grad, cudaStream_t stream) {
+  if (g.cols == 0) return cudaSuccess;
+  return by_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    return column_sums<T>(g.rows, g.cols, ReadElement<T>{static_cast<const T*>(g.data), g.ld}, workspace, bias_grad,
+                          stream);
+  });
+}
+
+cudaError_t launch_gelu_tanh_backward_bias(const void* dy, const void* h, int64_t rows, int64_t cols, Dtype dtype,
+                                           void* dh, float* workspace, void* bias_grad, cudaStream_t stream) {
+  if (cols == 0) return cudaSuccess;
+  return by_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    const GeluTanhBackward<T> op{static_cast<const T*>(dy), static_cast<const T*>(h), static_cast<T*>(dh), cols};
+    return column_sums<T>(rows, cols, op, workspace, bias_grad, stream);
+  });
+}
+
+}  // namespace stratum::nn::cuda

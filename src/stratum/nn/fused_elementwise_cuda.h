@@ -1,0 +1,42 @@
+#pragma once
+// CUDA kernels for the elementwise work libtorch runs as several kernels
+// (fused_elementwise_cuda.cu): SwiGLU each way, the bias gradient (a column
+// sum), and the tanh-GELU backward with its bias gradient in the same pass.
+// Plain pointers, no torch headers, so nvcc compiles only this. 16-bit or
+// fp32 tensors; arithmetic and sums in fp32.
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "stratum/nn/cross_entropy_cuda.h"  // Dtype
+
+namespace stratum::nn::cuda {
+
+// A row-major matrix [rows, cols] whose rows are `ld` elements apart.
+struct Matrix {
+  const void* data = nullptr;
+  int64_t rows = 0, cols = 0, ld = 0;
+};
+
+// out[r, c] = silu(gate_up[r, c]) * gate_up[r, F + c], F = gate_up.cols / 2;
+// out is contiguous [rows, F].
+cudaError_t launch_swiglu_forward(Matrix gate_up, Dtype dtype, void* out, cudaStream_t stream);
+
+// d_gate_up [rows, 2F], contiguous: the gate half d_out * up * silu'(gate),
+// the up half d_out * silu(gate). d_out is contiguous [rows, F].
+cudaError_t launch_swiglu_backward(Matrix gate_up, const void* d_out, Dtype dtype, void* d_gate_up,
+                                   cudaStream_t stream);
+
+// Floats of workspace the column sums below need (one row of partial sums per
+// tile of rows; no zeroing needed).
+int64_t column_sum_workspace_floats(int64_t rows, int64_t cols);
+
+// bias_grad[c] = sum over rows of g[r, c], deterministic (fixed order).
+cudaError_t launch_column_sum(Matrix g, Dtype dtype, float* workspace, void* bias_grad, cudaStream_t stream);
+
+// dh = dy * gelu_tanh'(h) (contiguous [rows, cols], rounded to dtype) and
+// bias_grad[c] = sum over rows of the rounded dh[r, c]. dy and h contiguous.
+cudaError_t launch_gelu_tanh_backward_bias(const void* dy, const void* h, int64_t rows, int64_t cols, Dtype dtype,
+                                           void* dh, float* workspace, void* bias_grad, cudaStream_t stream);
+
+}  // namespace stratum::nn::cuda

@@ -1,0 +1,164 @@
+#include "stratum/nn/fused_ops.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "stratum/core/error.h"
+#ifdef STRATUM_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "stratum/nn/fused_elementwise_cuda.h"
+#endif
+
+namespace stratum::nn {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+#ifdef STRATUM_WITH_CUDA_KERNELS
+bool kernel_dtype(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf || t == at::kFloat; }
+
+// The kernels take contiguous GPU tensors in one floating dtype.
+bool use_kernels(std::initializer_list<const at::Tensor*> ts) {
+  const at::Tensor& first = **ts.begin();
+  for (const at::Tensor* t : ts)
+    if (!t->is_cuda() || !t->is_contiguous() || t->scalar_type() != first.scalar_type()) return false;
+  return kernel_dtype(first.scalar_type());
+}
+
+cuda::Dtype dtype_of(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 ? cuda::Dtype::bf16
+         : t.scalar_type() == at::kHalf   ? cuda::Dtype::f16
+                                          : cuda::Dtype::f32;
+}
+
+cuda::Matrix matrix_of(const at::Tensor& t) {  // contiguous [..., cols]
+  const int64_t cols = t.size(-1);
+  return cuda::Matrix{t.const_data_ptr(), cols == 0 ? 0 : t.numel() / cols, cols, cols};
+}
+
+void check_launch(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("fused elementwise kernel: ") + what + ": " + cudaGetErrorString(e));
+}
+
+cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+
+at::Tensor column_sum_workspace(const at::Tensor& like, int64_t rows, int64_t cols) {
+  return at::empty({cuda::column_sum_workspace_floats(rows, cols)}, like.options().dtype(at::kFloat));
+}
+
+std::vector<int64_t> with_last(const at::Tensor& t, int64_t last) {
+  std::vector<int64_t> sizes = t.sizes().vec();
+  sizes.back() = last;
+  return sizes;
+}
+#endif
+
+struct SwiGLU : torch::autograd::Function<SwiGLU> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up) {
+    ctx->save_for_backward({gate_up});
+    const int64_t f = gate_up.size(-1) / 2;
+#ifdef STRATUM_WITH_CUDA_KERNELS
+    if (use_kernels({&gate_up})) {
+      c10::cuda::CUDAGuard guard(gate_up.device());
+      at::Tensor out = at::empty(with_last(gate_up, f), gate_up.options());
+      check_launch(cuda::launch_swiglu_forward(matrix_of(gate_up), dtype_of(gate_up), out.data_ptr(), stream()),
+                   "swiglu forward");
+      return out;
+    }
+#endif
+    return at::silu(gate_up.narrow(-1, 0, f)) * gate_up.narrow(-1, f, f);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor gate_up = ctx->get_saved_variables()[0];
+    const at::Tensor d_out = grads[0].contiguous();
+    const int64_t f = gate_up.size(-1) / 2;
+#ifdef STRATUM_WITH_CUDA_KERNELS
+    if (use_kernels({&gate_up, &d_out})) {
+      c10::cuda::CUDAGuard guard(gate_up.device());
+      at::Tensor d_gate_up = at::empty_like(gate_up);
+      check_launch(cuda::launch_swiglu_backward(matrix_of(gate_up), d_out.const_data_ptr(), dtype_of(gate_up),
+                                                d_gate_up.data_ptr(), stream()),
+                   "swiglu backward");
+      return {d_gate_up};
+    }
+#endif
+    // In fp32, rounded once per output: what the kernel computes.
+    const at::Tensor g = gate_up.narrow(-1, 0, f).to(at::kFloat), u = gate_up.narrow(-1, f, f).to(at::kFloat);
+    const at::Tensor d = d_out.to(at::kFloat), s = at::sigmoid(g);
+    const at::Tensor d_gate = d * u * s * (1 + g * (1 - s)), d_up = d * g * s;
+    return {at::cat({d_gate, d_up}, -1).to(gate_up.scalar_type())};
+  }
+};
+
+struct LinearBiasGelu : torch::autograd::Function<LinearBiasGelu> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    const at::Tensor h = at::linear(x, w, b);
+    ctx->save_for_backward({x, w, h});  // the weight parameter itself (see nn/linear.h)
+    return at::gelu(h, "tanh");
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1], &h = saved[2];
+    const at::Tensor dy = grads[0].contiguous();
+    const int64_t f = h.size(-1), rows = f == 0 ? 0 : h.numel() / f;
+    at::Tensor dh, db;
+#ifdef STRATUM_WITH_CUDA_KERNELS
+    if (use_kernels({&h, &dy})) {
+      c10::cuda::CUDAGuard guard(h.device());
+      dh = at::empty_like(h);
+      db = at::empty({f}, h.options());
+      const at::Tensor workspace = column_sum_workspace(h, rows, f);
+      check_launch(cuda::launch_gelu_tanh_backward_bias(dy.const_data_ptr(), h.const_data_ptr(), rows, f, dtype_of(h),
+                                                        dh.data_ptr(), workspace.data_ptr<float>(), db.data_ptr(),
+                                                        stream()),
+                   "gelu backward");
+    }
+#endif
+    if (!dh.defined()) {
+      dh = at::gelu_backward(dy, h, "tanh");
+      db = bias_grad(dh.reshape({rows, f}));
+    }
+    const at::Tensor dh2 = dh.reshape({rows, f});
+    at::Tensor gx, gw;
+    if (ctx->needs_input_grad(0)) gx = dh.matmul(w);
+    if (ctx->needs_input_grad(1)) gw = dh2.t().mm(x.reshape({rows, x.size(-1)}));
+    return {gx, gw, ctx->needs_input_grad(2) ? db : at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor swiglu(const at::Tensor& gate_up) {
+  if (!gate_up.defined() || gate_up.dim() < 1 || gate_up.size(-1) % 2 != 0)
+    throw Error("swiglu: gate_up must be [..., 2F] (gate and up stacked along the last dimension), got " +
+                (gate_up.defined() ? c10::str(gate_up.sizes()) : std::string("an undefined tensor")));
+  return SwiGLU::apply(gate_up);
+}
+
+at::Tensor linear_bias_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!bias.defined()) throw Error("linear_bias_gelu: the bias is undefined (use at::gelu(nn::linear(x, w)))");
+  return LinearBiasGelu::apply(x, weight, bias);
+}
+
+at::Tensor bias_grad(const at::Tensor& g) {
+  if (g.dim() != 2) throw Error("bias_grad: g must be [rows, out], got " + c10::str(g.sizes()));
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  if (use_kernels({&g})) {
+    c10::cuda::CUDAGuard guard(g.device());
+    at::Tensor out = at::empty({g.size(1)}, g.options());
+    const at::Tensor workspace = column_sum_workspace(g, g.size(0), g.size(1));
+    check_launch(cuda::launch_column_sum(matrix_of(g), dtype_of(g), workspace.data_ptr<float>(), out.data_ptr(),
+                                         stream()),
+                 "bias gradient");
+    return out;
+  }
+#endif
+  return g.sum(0);
+}
+
+}  // namespace stratum::nn

@@ -1,0 +1,22 @@
+#pragma once
+// Elementwise steps of the transformer blocks as single autograd functions:
+// one CUDA kernel each way on a GPU (nn/fused_elementwise_cuda.cu), the ATen
+// composition elsewhere (the CPU path the tests compare against).
+#include <ATen/core/Tensor.h>
+
+namespace stratum::nn {
+
+// silu(gate) * up for gate_up = [..., 2F] (gate first, as linear_stacked
+// returns it): [..., F]. Saves only gate_up for backward (autograd's chain
+// kept silu(gate) as well) and returns the gradient as one [..., 2F] tensor.
+at::Tensor swiglu(const at::Tensor& gate_up);
+
+// gelu_tanh(x Wᵀ + b): GPT-2's first MLP layer. The backward computes the
+// GELU derivative and the bias gradient in one pass over the pre-activation.
+at::Tensor linear_bias_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// The bias gradient of a linear: the column sums of g [rows, out], fp32 sums
+// rounded to g's dtype (not an autograd function; backward passes call it).
+at::Tensor bias_grad(const at::Tensor& g);
+
+}  // namespace stratum::nn

@@ -1,0 +1,104 @@
+// nn::swiglu, nn::linear_bias_gelu and nn::bias_grad against the ATen ops
+// they replace: values and gradients on the CPU (the composite path) and, on
+// a GPU, the fused kernels in fp32 (tight) and bf16 (within bf16 rounding),
+// with shapes that exercise several row tiles and a partial column tile.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "stratum/core/error.h"
+#include "stratum/nn/fused_ops.h"
+
+using namespace stratum;
+
+namespace {
+
+double rel_err(const at::Tensor& got, const at::Tensor& want) {
+  const at::Tensor g = got.to(torch::kFloat).cpu(), w = want.to(torch::kFloat).cpu();
+  return (g - w).abs().max().item<double>() / std::max(w.abs().max().item<double>(), 1e-12);
+}
+
+struct Result {
+  at::Tensor out;
+  std::vector<at::Tensor> grads;
+};
+
+// Runs f on leaf copies of `inputs` (in `dtype` on `device`), backward with `upstream`.
+template <typename F>
+Result run(F f, const std::vector<at::Tensor>& inputs, const at::Tensor& upstream, torch::Dtype dtype,
+           torch::Device device) {
+  std::vector<at::Tensor> leaves;
+  for (const auto& t : inputs) leaves.push_back(t.to(device, dtype).detach().requires_grad_(true));
+  at::Tensor out = f(leaves);
+  out.backward(upstream.to(device, dtype));
+  Result r{out.detach()};
+  for (const auto& l : leaves) r.grads.push_back(l.grad());
+  return r;
+}
+
+at::Tensor swiglu_ref(const std::vector<at::Tensor>& in) {
+  const int64_t f = in[0].size(-1) / 2;
+  return at::silu(in[0].narrow(-1, 0, f)) * in[0].narrow(-1, f, f);
+}
+at::Tensor swiglu_fused(const std::vector<at::Tensor>& in) { return nn::swiglu(in[0]); }
+at::Tensor gelu_ref(const std::vector<at::Tensor>& in) { return at::gelu(at::linear(in[0], in[1], in[2]), "tanh"); }
+at::Tensor gelu_fused(const std::vector<at::Tensor>& in) { return nn::linear_bias_gelu(in[0], in[1], in[2]); }
+
+// The fused result in `dtype` on `device` against the reference in fp32 on the CPU.
+void expect_matches(at::Tensor (*fused)(const std::vector<at::Tensor>&),
+                    at::Tensor (*ref)(const std::vector<at::Tensor>&), const std::vector<at::Tensor>& inputs,
+                    const at::Tensor& upstream, torch::Dtype dtype, torch::Device device, double tol,
+                    const std::string& what) {
+  // The reference sees the inputs as rounded to dtype, so only the arithmetic differs.
+  std::vector<at::Tensor> rounded;
+  for (const auto& t : inputs) rounded.push_back(t.to(dtype).to(torch::kFloat));
+  const Result want = run(ref, rounded, upstream.to(dtype).to(torch::kFloat), torch::kFloat, torch::kCPU);
+  const Result got = run(fused, inputs, upstream, dtype, device);
+  EXPECT_EQ(got.out.scalar_type(), dtype) << what;
+  EXPECT_LE(rel_err(got.out, want.out), tol) << what << ": output";
+  for (size_t i = 0; i < want.grads.size(); ++i) {
+    ASSERT_TRUE(got.grads[i].defined()) << what << ": gradient " << i;
+    EXPECT_EQ(got.grads[i].sizes(), want.grads[i].sizes()) << what << ": gradient " << i;
+    EXPECT_LE(rel_err(got.grads[i], want.grads[i]), tol) << what << ": gradient " << i;
+  }
+}
+
+void check_all(torch::Device device, torch::Dtype dtype, double tol) {
+  torch::manual_seed(3);
+  const std::string where = device.str() + " " + std::string(c10::toString(dtype));
+  // 600 rows (three row tiles of 256) and 70 columns (a partial tile of 32).
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{2, 300}, {1, 1}}) {
+    const int64_t rows = shape[0] * shape[1];
+    expect_matches(swiglu_fused, swiglu_ref, {torch::randn({shape[0], shape[1], 140}) * 3},
+                   torch::randn({shape[0], shape[1], 70}), dtype, device, tol,
+                   "swiglu " + where + " rows " + std::to_string(rows));
+    expect_matches(gelu_fused, gelu_ref,
+                   {torch::randn({shape[0], shape[1], 24}), torch::randn({70, 24}) * 0.3, torch::randn({70})},
+                   torch::randn({shape[0], shape[1], 70}), dtype, device, tol,
+                   "linear_bias_gelu " + where + " rows " + std::to_string(rows));
+    const at::Tensor g = torch::randn({rows, 70});
+    EXPECT_LE(rel_err(nn::bias_grad(g.to(device, dtype)), g.to(dtype).to(torch::kFloat).sum(0)), tol)
+        << "bias_grad " << where;
+  }
+}
+
+}  // namespace
+
+TEST(FusedOps, MatchAtenOnTheCpu) { check_all(torch::kCPU, torch::kFloat, 1e-5); }
+
+TEST(FusedOps, GpuKernelsMatchAten) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
+  check_all(torch::kCUDA, torch::kFloat, 1e-5);
+  check_all(torch::kCUDA, torch::kBFloat16, 2e-2);  // bf16 rounding of stored values
+  // The bias gradient is deterministic (no atomics), and empty inputs are fine.
+  const at::Tensor g = torch::randn({1000, 333}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16));
+  EXPECT_TRUE(torch::equal(nn::bias_grad(g), nn::bias_grad(g)));
+  const at::Tensor none = torch::zeros({0, 8}, g.options());
+  EXPECT_EQ(nn::bias_grad(none).abs().sum().item<double>(), 0.0);
+}
+
+TEST(FusedOps, BadShapesAreNamed) {
+  EXPECT_THROW(nn::swiglu(torch::randn({2, 5})), Error);
+  EXPECT_THROW(nn::linear_bias_gelu(torch::randn({2, 4}), torch::randn({3, 4}), at::Tensor()), Error);
+  EXPECT_THROW(nn::bias_grad(torch::randn({2, 3, 4})), Error);
+}
