@@ -13,13 +13,18 @@
 #       | z3-350m (gpt2-1.3b ZeRO-3, also with re-gathered layers, vs compiled FSDP2; gpt2-350m ZeRO 0-3 vs compiled DDP, FSDP2)
 #       | s12-last (the scaling base and gpt2-350m on one GPU each; gpt2-1.3b seq 2048 ZeRO 1, 3 vs compiled DDP, FSDP2)
 #       | s12-profile (gpt2-350m traced vs compiled torch; llama-1b and gpt2-1.3b at seq 2048 on one GPU vs compiled torch)
+#       | kernels (the nn GPU tests; llama-1b seq 2048 and gpt2-350m on one GPU each vs compiled torch)
 #       | z3 (GPU tests: ZeRO, collectives, the CUDA kernels; gpt2-1.3b ZeRO-3 and 1 vs compiled FSDP2 and DDP)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
 targets="bench_engine stratum-report"
 gpu_tests="test_zero3 test_engine test_collectives test_checkpoint"
-case "${1:-}" in check-2gpu|final) targets="$targets $gpu_tests" ;; z3) targets="$targets $gpu_tests test_optim test_nn" ;; esac
+case "${1:-}" in
+  check-2gpu|final) targets="$targets $gpu_tests" ;;
+  z3) targets="$targets $gpu_tests test_optim test_nn" ;;
+  kernels) targets="$targets test_nn test_models" ;;
+esac
 OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
   { tail -30 /tmp/build.log; exit 1; }
 m() { STEPS=${STEPS:-8} WARMUP=${WARMUP:-3} timeout "$1" bash bench/run_matrix.sh "${@:2}" build-device "$out"; }
@@ -54,6 +59,12 @@ case "${1:-}" in
     grep -E "^\{|GPU span|busy|^\| [a-z]" "$out/profile_350m.txt"; rm -f "$out"/*.json.gz
     STAGES=0 PEERS=single-compile m 170 llama-1b 2048 4 1
     STAGES=0 PEERS=single-compile m 130 gpt2-1.3b 2048 4 1 ;;
+  kernels)
+    for t in "test_nn *Gpu*:*Fused*:*Linear*" "test_models *"; do
+      set -- $t; timeout 90 build-device/bin/$1 --gtest_filter="$2" 2>&1 | grep -E "PASSED|FAILED|SKIPPED|Failure|rror" | head -8
+    done
+    STAGES=0 PEERS=single-compile m 170 llama-1b 2048 4 1
+    STAGES=0 PEERS=single-compile m 130 gpt2-350m 1024 16 1 ;;
   scaling) STAGES=2 PEERS="" m 90 gpt2-1.3b 1024 8 1 ;;
   1gpu-fill)
     for micro in 16 32; do STAGES=0 PEERS=single-compile m 200 gpt2-1.3b 1024 $micro 1; done
