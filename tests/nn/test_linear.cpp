@@ -56,6 +56,22 @@ TEST(LinearPaddedRows, BehindTheChunkedCrossEntropy) {
   EXPECT_TRUE(torch::allclose(w.grad(), w2.grad(), 1e-5, 1e-6));
 }
 
+// A gradient that arrives in padded rows (as the GPU cross-entropy writes
+// it) is read in place; the same gradients as a contiguous one.
+TEST(LinearPaddedRows, ReadsAGradientInPaddedRows) {
+  torch::manual_seed(3);
+  const at::Tensor x0 = torch::randn({2, 5, 24}), w0 = torch::randn({67, 24});
+  const at::Tensor wide = torch::randn({10, 128});
+  const at::Tensor upstream = wide.narrow(1, 0, 67).view({2, 5, 67});  // rows 128 elements apart
+  at::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+  nn::linear_padded_rows(x, w).backward(upstream);
+  at::Tensor xr = x0.clone().requires_grad_(true), wr = w0.clone().requires_grad_(true);
+  at::linear(xr, wr).backward(upstream.contiguous());
+  EXPECT_TRUE(torch::allclose(x.grad(), xr.grad(), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(w.grad(), wr.grad(), 1e-5, 1e-5));
+  EXPECT_EQ(w.grad().sizes(), w.sizes());
+}
+
 // linear_stacked: one GEMM over [W0; W1; W2] equals three linears of the same
 // input, values and gradients; a frozen weight gets no gradient, the others do.
 TEST(LinearStacked, MatchesSeparateLinears) {
