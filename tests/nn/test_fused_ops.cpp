@@ -1,4 +1,4 @@
-// nn::swiglu, nn::linear_bias_gelu and nn::bias_grad against the ATen ops
+// nn::swiglu, nn::rotary, nn::linear_bias_gelu and nn::bias_grad against the ATen ops
 // they replace: values and gradients on the CPU (the composite path) and, on
 // a GPU, the fused kernels in fp32 (tight) and bf16 (within bf16 rounding),
 // with shapes that exercise several row tiles and a partial column tile.
@@ -41,6 +41,15 @@ at::Tensor swiglu_ref(const std::vector<at::Tensor>& in) {
   return at::silu(in[0].narrow(-1, 0, f)) * in[0].narrow(-1, f, f);
 }
 at::Tensor swiglu_fused(const std::vector<at::Tensor>& in) { return nn::swiglu(in[0]); }
+// x [B, H, T, D] as attention gets it: a transposed view of [B, T, H, D].
+at::Tensor rotary_ref(const std::vector<at::Tensor>& in) {
+  const at::Tensor x = in[0].transpose(1, 2);
+  const int64_t half = x.size(-1) / 2;
+  return x * in[1] + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * in[2];
+}
+at::Tensor rotary_fused(const std::vector<at::Tensor>& in) {
+  return nn::rotary(in[0].transpose(1, 2), in[1].detach(), in[2].detach());
+}
 at::Tensor gelu_ref(const std::vector<at::Tensor>& in) { return at::gelu(at::linear(in[0], in[1], in[2]), "tanh"); }
 at::Tensor gelu_fused(const std::vector<at::Tensor>& in) { return nn::linear_bias_gelu(in[0], in[1], in[2]); }
 
@@ -48,7 +57,7 @@ at::Tensor gelu_fused(const std::vector<at::Tensor>& in) { return nn::linear_bia
 void expect_matches(at::Tensor (*fused)(const std::vector<at::Tensor>&),
                     at::Tensor (*ref)(const std::vector<at::Tensor>&), const std::vector<at::Tensor>& inputs,
                     const at::Tensor& upstream, torch::Dtype dtype, torch::Device device, double tol,
-                    const std::string& what) {
+                    const std::string& what, size_t compared_grads = 99) {
   // The reference sees the inputs as rounded to dtype, so only the arithmetic differs.
   std::vector<at::Tensor> rounded;
   for (const auto& t : inputs) rounded.push_back(t.to(dtype).to(torch::kFloat));
@@ -56,7 +65,7 @@ void expect_matches(at::Tensor (*fused)(const std::vector<at::Tensor>&),
   const Result got = run(fused, inputs, upstream, dtype, device);
   EXPECT_EQ(got.out.scalar_type(), dtype) << what;
   EXPECT_LE(rel_err(got.out, want.out), tol) << what << ": output";
-  for (size_t i = 0; i < want.grads.size(); ++i) {
+  for (size_t i = 0; i < std::min(want.grads.size(), compared_grads); ++i) {
     ASSERT_TRUE(got.grads[i].defined()) << what << ": gradient " << i;
     EXPECT_EQ(got.grads[i].sizes(), want.grads[i].sizes()) << what << ": gradient " << i;
     EXPECT_LE(rel_err(got.grads[i], want.grads[i]), tol) << what << ": gradient " << i;
@@ -76,6 +85,11 @@ void check_all(torch::Device device, torch::Dtype dtype, double tol) {
                    {torch::randn({shape[0], shape[1], 24}), torch::randn({70, 24}) * 0.3, torch::randn({70})},
                    torch::randn({shape[0], shape[1], 70}), dtype, device, tol,
                    "linear_bias_gelu " + where + " rows " + std::to_string(rows));
+    const at::Tensor angles = torch::rand({shape[1], 8}) * 6;
+    const at::Tensor cos = at::cat({angles.cos(), angles.cos()}, -1), sin = at::cat({angles.sin(), angles.sin()}, -1);
+    expect_matches(rotary_fused, rotary_ref, {torch::randn({shape[0], shape[1], 3, 16}), cos, sin},
+                   torch::randn({shape[0], 3, shape[1], 16}), dtype, device, tol,
+                   "rotary " + where + " rows " + std::to_string(rows), /*compared_grads=*/1);  // cos, sin: constants
     const at::Tensor g = torch::randn({rows, 70});
     EXPECT_LE(rel_err(nn::bias_grad(g.to(device, dtype)), g.to(dtype).to(torch::kFloat).sum(0)), tol)
         << "bias_grad " << where;
@@ -99,6 +113,7 @@ TEST(FusedOps, GpuKernelsMatchAten) {
 
 TEST(FusedOps, BadShapesAreNamed) {
   EXPECT_THROW(nn::swiglu(torch::randn({2, 5})), Error);
+  EXPECT_THROW(nn::rotary(torch::randn({1, 2, 3, 5}), torch::randn({3, 5}), torch::randn({3, 5})), Error);
   EXPECT_THROW(nn::linear_bias_gelu(torch::randn({2, 4}), torch::randn({3, 4}), at::Tensor()), Error);
   EXPECT_THROW(nn::bias_grad(torch::randn({2, 3, 4})), Error);
 }

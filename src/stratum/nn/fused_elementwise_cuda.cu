@@ -112,6 +112,34 @@ __global__ void __launch_bounds__(kThreads) finish_column_sums(int64_t tiles, in
   }
 }
 
+// One thread per (row, pair): reads x[d] and x[d + D/2], writes both outputs.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) rotary_kernel(Rotary a) {
+  const int64_t half = a.size[3] / 2, n_heads = a.size[1], seq = a.size[2];
+  const int64_t pairs = a.size[0] * n_heads * seq * half;
+  const T* x = static_cast<const T*>(a.x);
+  const T* cos = static_cast<const T*>(a.cos);
+  const T* sin = static_cast<const T*>(a.sin);
+  T* y = static_cast<T*>(a.y);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < pairs; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t d = i % half, row = i / half;
+    const int64_t t = row % seq, h = (row / seq) % n_heads, b = row / (seq * n_heads);
+    const int64_t xi = b * a.x_stride[0] + h * a.x_stride[1] + t * a.x_stride[2] + d;
+    const int64_t yi = b * a.y_stride[0] + h * a.y_stride[1] + t * a.y_stride[2] + d;
+    const int64_t ti = t * a.size[3] + d;
+    const float lo = widen<T>(x[xi]), hi = widen<T>(x[xi + half]);
+    const float c_lo = widen<T>(cos[ti]), c_hi = widen<T>(cos[ti + half]);
+    const float s_lo = widen<T>(sin[ti]), s_hi = widen<T>(sin[ti + half]);
+    if (!a.transpose) {
+      y[yi] = narrow_to<T>(lo * c_lo - hi * s_lo);
+      y[yi + half] = narrow_to<T>(hi * c_hi + lo * s_hi);
+    } else {
+      y[yi] = narrow_to<T>(lo * c_lo + hi * s_hi);
+      y[yi + half] = narrow_to<T>(hi * c_hi - lo * s_lo);
+    }
+  }
+}
+
 int64_t row_tiles(int64_t rows) { return (rows + kRowsPerBlock - 1) / kRowsPerBlock; }
 
 dim3 elementwise_grid(int64_t rows, int64_t cols) {
@@ -141,6 +169,21 @@ cudaError_t by_dtype(Dtype dtype, F&& f) {
 }
 
 }  // namespace
+
+cudaError_t launch_rotary(const Rotary& r, Dtype dtype, cudaStream_t stream) {
+  const int64_t pairs = r.size[0] * r.size[1] * r.size[2] * (r.size[3] / 2);
+  if (pairs == 0) return cudaSuccess;
+  int device = 0, sms = 132;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int64_t wanted = (pairs + kThreads - 1) / kThreads;
+  const unsigned blocks = static_cast<unsigned>(wanted < int64_t{sms} * 16 ? wanted : int64_t{sms} * 16);
+  return by_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    rotary_kernel<T><<<blocks, kThreads, 0, stream>>>(r);
+    return cudaGetLastError();
+  });
+}
 
 int64_t column_sum_workspace_floats(int64_t rows, int64_t cols) { return row_tiles(rows) * cols; }
 

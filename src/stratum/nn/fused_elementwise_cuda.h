@@ -39,4 +39,20 @@ cudaError_t launch_column_sum(Matrix g, Dtype dtype, float* workspace, void* bia
 cudaError_t launch_gelu_tanh_backward_bias(const void* dy, const void* h, int64_t rows, int64_t cols, Dtype dtype,
                                            void* dh, float* workspace, void* bias_grad, cudaStream_t stream);
 
+// RoPE on x [B, H, T, D] (any strides, unit stride along D): for each pair
+// (d, d + D/2), y[d] = x[d] cos[t, d] - x[d + D/2] sin[t, d] and
+// y[d + D/2] = x[d + D/2] cos[t, d + D/2] + x[d] sin[t, d + D/2]; with
+// `transpose` the exact gradient instead (the rotation's transpose). cos and
+// sin: contiguous [T, D] in x's dtype. y: [B, H, T, D] with strides `y_stride`.
+struct Rotary {
+  const void* x = nullptr;
+  int64_t size[4] = {0, 0, 0, 0};
+  int64_t x_stride[4] = {0, 0, 0, 1};
+  const void *cos = nullptr, *sin = nullptr;
+  void* y = nullptr;
+  int64_t y_stride[4] = {0, 0, 0, 1};
+  bool transpose = false;
+};
+cudaError_t launch_rotary(const Rotary& r, Dtype dtype, cudaStream_t stream);
+
 }  // namespace stratum::nn::cuda

@@ -15,6 +15,11 @@ at::Tensor swiglu(const at::Tensor& gate_up);
 // GELU derivative and the bias gradient in one pass over the pre-activation.
 at::Tensor linear_bias_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
+// RoPE: x * cos + rotate_half(x) * sin for x [..., seq, head_dim] and
+// constant cos/sin [seq, head_dim] (no gradient for them); its backward is
+// the rotation's transpose, one kernel each way on a GPU.
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
 // The bias gradient of a linear: the column sums of g [rows, out], fp32 sums
 // rounded to g's dtype (not an autograd function; backward passes call it).
 at::Tensor bias_grad(const at::Tensor& g);

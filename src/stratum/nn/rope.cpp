@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "stratum/core/error.h"
+#include "stratum/nn/fused_ops.h"
 
 namespace stratum::nn {
 
@@ -48,10 +49,7 @@ std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(int64_t seq_len, c10:
 }
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  const at::Tensor x1 = x.narrow(-1, 0, half);
-  const at::Tensor x2 = x.narrow(-1, half, half);
-  return x * cos + at::cat({-x2, x1}, -1) * sin;
+  return nn::rotary(x, cos, sin);
 }
 
 }  // namespace stratum::nn
