@@ -4,7 +4,11 @@
 # headers of the nvidia-cuda-{runtime,nvcc,cccl}-cu12 wheels (set up once in
 # .cuda-check/, git-ignored). It catches what a compile would, short of nvcc's
 # own quirks and code generation; the device build stays the real test.
-# Usage: scripts/cuda_syntax_check.sh [file.cu ...]   (default: every src/**/*.cu)
+# With a configured build/ (compile_commands.json) it also type-checks the
+# host sources' GPU branches (STRATUM_WITH_CUDA, _CUDA_KERNELS, _NCCL, and
+# dist/nccl_communicator.cpp) with g++ against the same headers and NCCL's.
+# Usage: scripts/cuda_syntax_check.sh [file.cu|file.cpp ...]
+#        (default: every src/**/*.cu and every host file with a GPU branch)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=.cuda-check
@@ -24,10 +28,25 @@ if [ ! -f "$root/cuda/include/cuda_runtime.h" ]; then
     'extern "C" __host__ __device__ cudaError_t cudaConfigureCall(dim3, dim3, size_t = 0, cudaStream_t = 0);' \
     > "$root/prelude.h"
 fi
+if [ ! -f "$root/nccl/include/nccl.h" ] || [ ! -f "$root/stub/c10/cuda/impl/cuda_cmake_macros.h" ]; then
+  python3 -m pip download -q --no-deps -d "$root/wheels" nvidia-nccl-cu12 2>&1 | grep -v '^WARNING' || true
+  for w in "$root"/wheels/nvidia_nccl*.whl; do python3 -m zipfile -e "$w" "$root/unpacked"; done
+  mkdir -p "$root/nccl/include" "$root/stub/c10/cuda/impl"
+  cp "$root/unpacked/nvidia/nccl/include/"*.h "$root/nccl/include/"
+  echo '#pragma once' > "$root/stub/c10/cuda/impl/cuda_cmake_macros.h"  # the CPU torch wheel lacks it
+fi
 files=("$@")
-[ ${#files[@]} -gt 0 ] || mapfile -t files < <(find src -name '*.cu' | sort)
+if [ ${#files[@]} -eq 0 ]; then
+  mapfile -t files < <(find src -name '*.cu' | sort
+    { grep -rlE 'STRATUM_WITH_(CUDA|CUDA_KERNELS|NCCL)\b' src apps bench tests --include='*.cpp'
+      echo src/stratum/dist/nccl_communicator.cpp; } | sort -u)
+fi
 status=0
 for f in "${files[@]}"; do
+  if [[ "$f" == *.cpp ]]; then
+    python3 scripts/host_gpu_check.py "$root" "$f" && echo "ok      $f" || { echo "FAILED  $f"; status=1; }
+    continue
+  fi
   if clang++ -x cuda --cuda-path="$root/cuda" --cuda-gpu-arch=sm_80 -nocudalib -Wno-unknown-cuda-version \
        -D__CLANG_CUDA_TEXTURE_INTRINSICS_H__ -include "$root/prelude.h" -fsyntax-only -std=c++17 -Wall -Isrc "$f"; then
     echo "ok      $f"
