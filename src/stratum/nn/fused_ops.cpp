@@ -20,12 +20,19 @@ using torch::autograd::variable_list;
 #ifdef STRATUM_WITH_CUDA_KERNELS
 bool kernel_dtype(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf || t == at::kFloat; }
 
-// The kernels take contiguous GPU tensors in one floating dtype.
-bool use_kernels(std::initializer_list<const at::Tensor*> ts) {
+// GPU tensors in one floating dtype the kernels know.
+bool on_gpu_in_one_dtype(std::initializer_list<const at::Tensor*> ts) {
   const at::Tensor& first = **ts.begin();
   for (const at::Tensor* t : ts)
-    if (!t->is_cuda() || !t->is_contiguous() || t->scalar_type() != first.scalar_type()) return false;
+    if (!t->defined() || !t->is_cuda() || t->scalar_type() != first.scalar_type()) return false;
   return kernel_dtype(first.scalar_type());
+}
+
+// Most kernels also take their tensors contiguous.
+bool use_kernels(std::initializer_list<const at::Tensor*> ts) {
+  for (const at::Tensor* t : ts)
+    if (!t->defined() || !t->is_contiguous()) return false;
+  return on_gpu_in_one_dtype(ts);
 }
 
 cuda::Dtype dtype_of(const at::Tensor& t) {
@@ -136,8 +143,9 @@ struct LinearBiasGelu : torch::autograd::Function<LinearBiasGelu> {
 at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool transpose) {
   const int64_t d = x.size(-1), half = d / 2;
 #ifdef STRATUM_WITH_CUDA_KERNELS
-  if (x.dim() == 4 && x.stride(3) == 1 && use_kernels({&x}) && use_kernels({&x, &cos, &sin}) && cos.dim() == 2 &&
-      cos.size(0) == x.size(2) && cos.size(1) == d && sin.sizes() == cos.sizes()) {
+  // x may be strided (a transposed view of the q/k projection); cos and sin contiguous.
+  if (x.dim() == 4 && x.stride(3) == 1 && on_gpu_in_one_dtype({&x, &cos, &sin}) && use_kernels({&cos, &sin}) &&
+      cos.dim() == 2 && cos.size(0) == x.size(2) && cos.size(1) == d && sin.sizes() == cos.sizes()) {
     c10::cuda::CUDAGuard guard(x.device());
     // [B, T, H, D] in memory, as the ATen composition left it for attention.
     at::Tensor y = at::empty({x.size(0), x.size(2), x.size(1), d}, x.options()).transpose(1, 2);
