@@ -1,7 +1,8 @@
-// nn::swiglu, nn::rotary, nn::linear_bias_gelu and nn::bias_grad against the ATen ops
-// they replace: values and gradients on the CPU (the composite path) and, on
-// a GPU, the fused kernels in fp32 (tight) and bf16 (within bf16 rounding),
-// with shapes that exercise several row tiles and a partial column tile.
+// nn::swiglu, nn::rotary, nn::add_layer_norm, nn::linear_bias_gelu and
+// nn::bias_grad against the ATen ops they replace: values and gradients on the
+// CPU (the composite path) and, on a GPU, the fused kernels in fp32 (tight)
+// and bf16 (within bf16 rounding), with shapes that exercise several row
+// tiles and a partial column tile.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -96,7 +97,43 @@ void check_all(torch::Device device, torch::Dtype dtype, double tol) {
   }
 }
 
+// add_layer_norm against x + branch and at::layer_norm, both outputs used.
+void check_add_layer_norm(torch::Device device, torch::Dtype dtype, double tol) {
+  torch::manual_seed(4);
+  for (int64_t rows : {int64_t{1}, int64_t{300}}) {
+    const std::vector<at::Tensor> inputs = {torch::randn({rows, 96}), torch::randn({rows, 96}),
+                                            1 + 0.1 * torch::randn({96}), 0.1 * torch::randn({96})};
+    const at::Tensor up_h = torch::randn({rows, 96}), up_y = torch::randn({rows, 96});
+    auto leaves = [&](torch::Dtype t, torch::Device d, bool rounded) {
+      std::vector<at::Tensor> out;
+      for (const auto& in : inputs) out.push_back((rounded ? in.to(dtype).to(t) : in.to(t)).to(d).requires_grad_(true));
+      return out;
+    };
+    std::vector<at::Tensor> ref = leaves(torch::kFloat, torch::kCPU, true), got = leaves(dtype, device, false);
+    const at::Tensor h_ref = ref[0] + ref[1];
+    const at::Tensor y_ref = at::layer_norm(h_ref, {96}, ref[2], ref[3], 1e-5);
+    ((h_ref * up_h.to(dtype).to(torch::kFloat)).sum() + (y_ref * up_y.to(dtype).to(torch::kFloat)).sum()).backward();
+    const auto [h, y] = nn::add_layer_norm(got[0], got[1], got[2], got[3], 1e-5);
+    ((h * up_h.to(device, dtype)).sum() + (y * up_y.to(device, dtype)).sum()).backward();
+    const std::string what = "add_layer_norm " + device.str() + " " + std::string(c10::toString(dtype)) + " rows " +
+                             std::to_string(rows);
+    EXPECT_LE(rel_err(h, h_ref), tol) << what << ": h";
+    EXPECT_LE(rel_err(y, y_ref), tol) << what << ": normed";
+    for (size_t i = 0; i < ref.size(); ++i) {
+      ASSERT_TRUE(got[i].grad().defined()) << what << ": gradient " << i;
+      EXPECT_LE(rel_err(got[i].grad(), ref[i].grad()), tol) << what << ": gradient " << i;
+    }
+  }
+}
+
 }  // namespace
+
+TEST(FusedOps, AddLayerNormMatchesAten) {
+  check_add_layer_norm(torch::kCPU, torch::kFloat, 1e-5);
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "the GPU kernels need a GPU";
+  check_add_layer_norm(torch::kCUDA, torch::kFloat, 1e-5);
+  check_add_layer_norm(torch::kCUDA, torch::kBFloat16, 2e-2);
+}
 
 TEST(FusedOps, MatchAtenOnTheCpu) { check_all(torch::kCPU, torch::kFloat, 1e-5); }
 
@@ -116,4 +153,6 @@ TEST(FusedOps, BadShapesAreNamed) {
   EXPECT_THROW(nn::rotary(torch::randn({1, 2, 3, 5}), torch::randn({3, 5}), torch::randn({3, 5})), Error);
   EXPECT_THROW(nn::linear_bias_gelu(torch::randn({2, 4}), torch::randn({3, 4}), at::Tensor()), Error);
   EXPECT_THROW(nn::bias_grad(torch::randn({2, 3, 4})), Error);
+  EXPECT_THROW(nn::add_layer_norm(torch::randn({2, 4}), torch::randn({2, 5}), torch::ones({4}), torch::zeros({4}), 1e-5),
+               Error);
 }

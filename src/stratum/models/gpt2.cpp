@@ -9,6 +9,7 @@
 #include "stratum/models/causal_lm.h"
 #include "stratum/nn/attention.h"
 #include "stratum/nn/lm_head.h"
+#include "stratum/nn/fused_ops.h"
 #include "stratum/nn/mlp.h"
 
 namespace stratum::models {
@@ -50,8 +51,10 @@ class GPT2Block : public nn::StackLayer {
     mlp = register_module("mlp", std::make_shared<nn::GeluMLPImpl>(c.hidden, c.ffn_hidden, c.dropout));
   }
   at::Tensor forward(const at::Tensor& x) override {
-    const at::Tensor h = x + attn->forward(ln_1(x));
-    return h + mlp->forward(ln_2(h));
+    // The attention's residual add and ln_2 as one function (one backward pass for both).
+    const auto [h, normed] = nn::add_layer_norm(x, attn->forward(ln_1(x)), ln_2->weight, ln_2->bias,
+                                                ln_2->options.eps());
+    return h + mlp->forward(normed);
   }
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   std::shared_ptr<nn::FusedQKVAttentionImpl> attn;

@@ -112,6 +112,58 @@ __global__ void __launch_bounds__(kThreads) finish_column_sums(int64_t tiles, in
   }
 }
 
+// Sum over the block (kThreads threads) of one value per thread, returned to all.
+__device__ float block_sum(float v, float* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // scratch may still be read from the previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.f;
+  for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
+  return total;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) layer_norm_backward_input_kernel(LayerNormBackward a) {
+  __shared__ float scratch[kThreads / 32];
+  const T* h = static_cast<const T*>(a.h);
+  const T* dy = static_cast<const T*>(a.dy);
+  const T* dh_ext = static_cast<const T*>(a.dh_ext);
+  const T* gamma = static_cast<const T*>(a.gamma);
+  T* dh = static_cast<T*>(a.dh);
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    const float mean = a.mean[r], rstd = a.rstd[r];
+    const int64_t base = r * a.cols;
+    float sum_g = 0.f, sum_gx = 0.f;
+    for (int64_t c = threadIdx.x; c < a.cols; c += kThreads) {
+      const float g = widen<T>(dy[base + c]) * widen<T>(gamma[c]);
+      sum_g += g;
+      sum_gx += g * (widen<T>(h[base + c]) - mean) * rstd;
+    }
+    const float mean_g = block_sum(sum_g, scratch) / a.cols;
+    const float mean_gx = block_sum(sum_gx, scratch) / a.cols;
+    for (int64_t c = threadIdx.x; c < a.cols; c += kThreads) {
+      const float g = widen<T>(dy[base + c]) * widen<T>(gamma[c]);
+      const float xhat = (widen<T>(h[base + c]) - mean) * rstd;
+      float out = rstd * (g - mean_g - xhat * mean_gx);
+      if (dh_ext) out += widen<T>(dh_ext[base + c]);
+      dh[base + c] = narrow_to<T>(out);
+    }
+  }
+}
+
+template <typename T>
+struct DyTimesXhat {
+  const T *dy, *h;
+  const float *mean, *rstd;
+  int64_t cols;
+  __device__ float operator()(int64_t r, int64_t c) const {
+    const int64_t i = r * cols + c;
+    return widen<T>(dy[i]) * (widen<T>(h[i]) - mean[r]) * rstd[r];
+  }
+};
+
 // One thread per (row, pair): reads x[d] and x[d + D/2], writes both outputs.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) rotary_kernel(Rotary a) {
@@ -169,6 +221,30 @@ cudaError_t by_dtype(Dtype dtype, F&& f) {
 }
 
 }  // namespace
+
+cudaError_t launch_layer_norm_backward_input(const LayerNormBackward& a, Dtype dtype, cudaStream_t stream) {
+  if (a.rows == 0 || a.cols == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(a.rows < 65535 ? a.rows : 65535);
+  return by_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    layer_norm_backward_input_kernel<T><<<blocks, kThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_layer_norm_backward_params(const LayerNormBackward& a, Dtype dtype, float* workspace,
+                                              void* gamma_grad, void* beta_grad, cudaStream_t stream) {
+  if (a.cols == 0) return cudaSuccess;
+  return by_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    const T* dy = static_cast<const T*>(a.dy);
+    const DyTimesXhat<T> dgamma{dy, static_cast<const T*>(a.h), a.mean, a.rstd, a.cols};
+    if (cudaError_t e = column_sums<T>(a.rows, a.cols, dgamma, workspace, gamma_grad, stream); e != cudaSuccess)
+      return e;
+    // The workspace is reused: stream order puts the second pass after the first's finish.
+    return column_sums<T>(a.rows, a.cols, ReadElement<T>{dy, a.cols}, workspace, beta_grad, stream);
+  });
+}
 
 cudaError_t launch_rotary(const Rotary& r, Dtype dtype, cudaStream_t stream) {
   const int64_t pairs = r.size[0] * r.size[1] * r.size[2] * (r.size[3] / 2);

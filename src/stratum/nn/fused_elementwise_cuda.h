@@ -39,6 +39,23 @@ cudaError_t launch_column_sum(Matrix g, Dtype dtype, float* workspace, void* bia
 cudaError_t launch_gelu_tanh_backward_bias(const void* dy, const void* h, int64_t rows, int64_t cols, Dtype dtype,
                                            void* dh, float* workspace, void* bias_grad, cudaStream_t stream);
 
+// LayerNorm's input gradient plus the residual gradient, one block a row:
+// dh[r] = dh_ext[r] + rstd (g - mean(g) - xhat mean(g xhat)), g = dy * gamma,
+// xhat = (h - mean) rstd; dh_ext may be null. All [rows, cols] contiguous;
+// mean and rstd fp32 [rows] (ATen's native_layer_norm's).
+struct LayerNormBackward {
+  const void *h = nullptr, *dy = nullptr, *dh_ext = nullptr, *gamma = nullptr;
+  const float *mean = nullptr, *rstd = nullptr;
+  int64_t rows = 0, cols = 0;
+  void* dh = nullptr;
+};
+cudaError_t launch_layer_norm_backward_input(const LayerNormBackward& a, Dtype dtype, cudaStream_t stream);
+
+// gamma_grad[c] = sum over rows of dy * xhat, beta_grad[c] = sum of dy
+// (deterministic column sums; workspace as column_sum_workspace_floats).
+cudaError_t launch_layer_norm_backward_params(const LayerNormBackward& a, Dtype dtype, float* workspace,
+                                              void* gamma_grad, void* beta_grad, cudaStream_t stream);
+
 // RoPE on x [B, H, T, D] (any strides, unit stride along D): for each pair
 // (d, d + D/2), y[d] = x[d] cos[t, d] - x[d + D/2] sin[t, d] and
 // y[d + D/2] = x[d + D/2] cos[t, d + D/2] + x[d] sin[t, d + D/2]; with

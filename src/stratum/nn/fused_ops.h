@@ -4,6 +4,8 @@
 // composition elsewhere (the CPU path the tests compare against).
 #include <ATen/core/Tensor.h>
 
+#include <utility>
+
 namespace stratum::nn {
 
 // silu(gate) * up for gate_up = [..., 2F] (gate first, as linear_stacked
@@ -19,6 +21,13 @@ at::Tensor linear_bias_gelu(const at::Tensor& x, const at::Tensor& weight, const
 // constant cos/sin [seq, head_dim] (no gradient for them); its backward is
 // the rotation's transpose, one kernel each way on a GPU.
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+// h = x + branch and LayerNorm(h) (weight, bias [C]): a block's residual add
+// and the norm after it, returned as (h, normed). The backward adds h's
+// gradient from the residual stream into LayerNorm's input gradient in one
+// pass on a GPU, and computes the weight and bias gradients as column sums.
+std::pair<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& x, const at::Tensor& branch,
+                                                 const at::Tensor& weight, const at::Tensor& bias, double eps);
 
 // The bias gradient of a linear: the column sums of g [rows, out], fp32 sums
 // rounded to g's dtype (not an autograd function; backward passes call it).
