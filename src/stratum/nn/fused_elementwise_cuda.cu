@@ -1,5 +1,5 @@
-// SwiGLU, bias gradients and the tanh-GELU backward as one kernel each; see
-// fused_elementwise_cuda.h. Column sums are deterministic: each block sums a
+// SwiGLU, RoPE, LayerNorm's backward, bias gradients and the tanh-GELU
+// backward as one kernel each (two for column sums); see fused_elementwise_cuda.h. Column sums are deterministic: each block sums a
 // tile of rows into its own row of the workspace, and a second kernel adds
 // those rows in a fixed order (no atomics), as ATen's sum does.
 #include "stratum/nn/fused_elementwise_cuda.h"

@@ -1,7 +1,8 @@
 #pragma once
 // CUDA kernels for the elementwise work libtorch runs as several kernels
-// (fused_elementwise_cuda.cu): SwiGLU each way, the bias gradient (a column
-// sum), and the tanh-GELU backward with its bias gradient in the same pass.
+// (fused_elementwise_cuda.cu): SwiGLU and RoPE each way, LayerNorm's backward
+// with the residual gradient added, the bias gradient (a column sum), and the
+// tanh-GELU backward with its bias gradient in the same pass.
 // Plain pointers, no torch headers, so nvcc compiles only this. 16-bit or
 // fp32 tensors; arithmetic and sums in fp32.
 #include <cstdint>
