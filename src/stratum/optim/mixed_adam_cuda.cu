@@ -50,8 +50,28 @@ __device__ Coefficients coefficients(const MixedAdamArgs& a) {
   return c;
 }
 
-// Four elements a thread per iteration with 16-byte loads of the fp32 buffers
-// (the launcher checks alignment and n % 4 == 0).
+// Four consecutive elements as one memory access (16 bytes of fp32, 8 of a
+// 16-bit type): the launcher checks that the pointers are aligned to it.
+template <typename T> struct Quad { using type = uint2; };
+template <> struct Quad<float> { using type = float4; };
+
+template <typename T>
+__device__ __forceinline__ void load4(const T* p, int64_t q, float (&out)[4]) {
+  const typename Quad<T>::type raw = reinterpret_cast<const typename Quad<T>::type*>(p)[q];
+  const T* e = reinterpret_cast<const T*>(&raw);
+  for (int k = 0; k < 4; ++k) out[k] = widen<T>(e[k]);
+}
+
+template <typename T>
+__device__ __forceinline__ void store4(T* p, int64_t q, const float (&in)[4]) {
+  typename Quad<T>::type raw;
+  T* e = reinterpret_cast<T*>(&raw);
+  for (int k = 0; k < 4; ++k) e[k] = narrow_to<T>(in[k]);
+  reinterpret_cast<typename Quad<T>::type*>(p)[q] = raw;
+}
+
+// Four elements a thread per iteration, every buffer read and written in
+// quads (the launcher checks alignment and n % 4 == 0).
 template <typename G, typename P>
 __global__ void __launch_bounds__(256) mixed_adam_vec4(MixedAdamArgs a) {
   const Coefficients c = coefficients(a);
@@ -59,23 +79,16 @@ __global__ void __launch_bounds__(256) mixed_adam_vec4(MixedAdamArgs a) {
   P* out = static_cast<P*>(a.params16);
   const int64_t quads = a.n / 4;
   for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < quads; q += int64_t{gridDim.x} * blockDim.x) {
-    float4 p = reinterpret_cast<const float4*>(a.master)[q];
-    float4 m = reinterpret_cast<const float4*>(a.exp_avg)[q];
-    float4 v = reinterpret_cast<const float4*>(a.exp_avg_sq)[q];
-    const int64_t i = q * 4;
-    update(c, p.x, m.x, v.x, widen<G>(grad[i]));
-    update(c, p.y, m.y, v.y, widen<G>(grad[i + 1]));
-    update(c, p.z, m.z, v.z, widen<G>(grad[i + 2]));
-    update(c, p.w, m.w, v.w, widen<G>(grad[i + 3]));
-    reinterpret_cast<float4*>(a.master)[q] = p;
-    reinterpret_cast<float4*>(a.exp_avg)[q] = m;
-    reinterpret_cast<float4*>(a.exp_avg_sq)[q] = v;
-    if (out) {
-      out[i] = narrow_to<P>(p.x);
-      out[i + 1] = narrow_to<P>(p.y);
-      out[i + 2] = narrow_to<P>(p.z);
-      out[i + 3] = narrow_to<P>(p.w);
-    }
+    float p[4], m[4], v[4], g[4];
+    load4(a.master, q, p);
+    load4(a.exp_avg, q, m);
+    load4(a.exp_avg_sq, q, v);
+    load4(grad, q, g);
+    for (int k = 0; k < 4; ++k) update(c, p[k], m[k], v[k], g[k]);
+    store4(a.master, q, p);
+    store4(a.exp_avg, q, m);
+    store4(a.exp_avg_sq, q, v);
+    if (out) store4(out, q, p);
   }
 }
 
@@ -94,14 +107,15 @@ __global__ void __launch_bounds__(256) mixed_adam_scalar(MixedAdamArgs a) {
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <typename G, typename P>
 cudaError_t launch(const MixedAdamArgs& a, cudaStream_t stream) {
   int device = 0, sms = 132;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const bool vec = a.n % 4 == 0 && aligned16(a.master) && aligned16(a.exp_avg) && aligned16(a.exp_avg_sq);
+  const bool vec = a.n % 4 == 0 && aligned(a.master, 16) && aligned(a.exp_avg, 16) && aligned(a.exp_avg_sq, 16) &&
+                   aligned(a.grad, 4 * sizeof(G)) && (!a.params16 || aligned(a.params16, 4 * sizeof(P)));
   const int64_t work = vec ? a.n / 4 : a.n;
   const int64_t wanted = (work + 255) / 256;
   const int blocks = static_cast<int>(wanted < int64_t{sms} * 8 ? (wanted > 0 ? wanted : 1) : int64_t{sms} * 8);
