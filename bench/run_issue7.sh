@@ -13,7 +13,7 @@
 #       | z3-350m (gpt2-1.3b ZeRO-3, also with re-gathered layers, vs compiled FSDP2; gpt2-350m ZeRO 0-3 vs compiled DDP, FSDP2)
 #       | s12-last (the scaling base and gpt2-350m on one GPU each; gpt2-1.3b seq 2048 ZeRO 1, 3 vs compiled DDP, FSDP2)
 #       | s12-profile (gpt2-350m traced vs compiled torch; llama-1b and gpt2-1.3b at seq 2048 on one GPU vs compiled torch)
-#       | kernels (the nn GPU tests; llama-1b seq 2048 and gpt2-350m on one GPU each vs compiled torch)
+#       | kernels (the nn, models and Adam GPU tests; llama-1b seq 2048 and gpt2-350m on one GPU vs compiled torch)
 #       | z3 (GPU tests: ZeRO, collectives, the CUDA kernels; gpt2-1.3b ZeRO-3 and 1 vs compiled FSDP2 and DDP)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ gpu_tests="test_zero3 test_engine test_collectives test_checkpoint"
 case "${1:-}" in
   check-2gpu|final) targets="$targets $gpu_tests" ;;
   z3) targets="$targets $gpu_tests test_optim test_nn" ;;
-  kernels) targets="$targets test_nn test_models" ;;
+  kernels) targets="$targets test_nn test_models test_optim" ;;
 esac
 OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
   { tail -30 /tmp/build.log; exit 1; }
@@ -60,7 +60,7 @@ case "${1:-}" in
     STAGES=0 PEERS=single-compile m 170 llama-1b 2048 4 1
     STAGES=0 PEERS=single-compile m 130 gpt2-1.3b 2048 4 1 ;;
   kernels)
-    for t in "test_nn *Gpu*:*Fused*:*Linear*" "test_models *"; do
+    for t in "test_nn *Gpu*:*Fused*:*Linear*" "test_models *" "test_optim *AdamMixed*:*HostAdam*"; do
       set -- $t; timeout 90 build-device/bin/$1 --gtest_filter="$2" 2>&1 | grep -E "PASSED|FAILED|SKIPPED|Failure|rror" | head -8
     done
     STAGES=0 PEERS=single-compile m 170 llama-1b 2048 4 1
