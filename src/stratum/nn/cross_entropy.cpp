@@ -6,9 +6,9 @@
 #include "stratum/core/error.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 
 #include "stratum/nn/cross_entropy_cuda.h"
+#include "stratum/nn/kernel_launch.h"
 #endif
 
 namespace stratum::nn {
@@ -25,17 +25,11 @@ cuda::CrossEntropyRows kernel_rows(const at::Tensor& logits, const at::Tensor& t
   a.vocab = logits.size(1);
   a.row_stride = logits.stride(0);
   a.logits = logits.const_data_ptr();
-  a.dtype = logits.scalar_type() == at::kBFloat16 ? cuda::Dtype::bf16
-            : logits.scalar_type() == at::kHalf   ? cuda::Dtype::f16
-                                                  : cuda::Dtype::f32;
+  a.dtype = cuda::dtype_of(logits);
   a.targets = targets.const_data_ptr<int64_t>();
   a.ignore_index = ignore_index;
   a.lse = lse.data_ptr<float>();
   return a;
-}
-
-void check_launch(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("chunked_cross_entropy: ") + what + ": " + cudaGetErrorString(e));
 }
 
 // One kernel per direction on a GPU (nn/cross_entropy_cuda.h): logits [N, V]
@@ -47,9 +41,9 @@ struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
     const auto f32 = logits.options().dtype(at::kFloat);
     at::Tensor lse = at::empty({logits.size(0)}, f32), logp = at::empty({logits.size(0)}, f32);
     const at::Tensor t = targets.contiguous();
-    check_launch(cuda::launch_cross_entropy_forward(kernel_rows(logits, t, ignore_index, lse), logp.data_ptr<float>(),
-                                                    c10::cuda::getCurrentCUDAStream().stream()),
-                 "forward kernel");
+    cuda::check_launch(cuda::launch_cross_entropy_forward(kernel_rows(logits, t, ignore_index, lse),
+                                                          logp.data_ptr<float>(), cuda::current_stream()),
+                       "chunked_cross_entropy: forward kernel");
     const at::Tensor count = t.ne(ignore_index).sum().to(at::kFloat);
     ctx->save_for_backward({logits, t, lse, count});
     ctx->saved_data["ignore_index"] = ignore_index;
@@ -68,11 +62,10 @@ struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
     const bool padded = row > v && (row * logits.element_size()) % 16 == 0;
     at::Tensor grad = padded ? at::empty({logits.size(0), row}, logits.options()).narrow(1, 0, v)
                              : at::empty(logits.sizes(), logits.options());
-    check_launch(cuda::launch_cross_entropy_backward(
-                     kernel_rows(logits, targets, ctx->saved_data["ignore_index"].toInt(), lse),
-                     scale.const_data_ptr<float>(), grad.data_ptr(), grad.stride(0),
-                     c10::cuda::getCurrentCUDAStream().stream()),
-                 "backward kernel");
+    cuda::check_launch(cuda::launch_cross_entropy_backward(
+                           kernel_rows(logits, targets, ctx->saved_data["ignore_index"].toInt(), lse),
+                           scale.const_data_ptr<float>(), grad.data_ptr(), grad.stride(0), cuda::current_stream()),
+                       "chunked_cross_entropy: backward kernel");
     return {grad, at::Tensor(), at::Tensor()};
   }
 };

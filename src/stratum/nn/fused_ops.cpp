@@ -6,9 +6,9 @@
 #include "stratum/core/error.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 
 #include "stratum/nn/fused_elementwise_cuda.h"
+#include "stratum/nn/kernel_launch.h"
 #endif
 
 namespace stratum::nn {
@@ -35,22 +35,18 @@ bool use_kernels(std::initializer_list<const at::Tensor*> ts) {
   return on_gpu_in_one_dtype(ts);
 }
 
-cuda::Dtype dtype_of(const at::Tensor& t) {
-  return t.scalar_type() == at::kBFloat16 ? cuda::Dtype::bf16
-         : t.scalar_type() == at::kHalf   ? cuda::Dtype::f16
-                                          : cuda::Dtype::f32;
-}
-
 cuda::Matrix matrix_of(const at::Tensor& t) {  // contiguous [..., cols]
   const int64_t cols = t.size(-1);
   return cuda::Matrix{t.const_data_ptr(), cols == 0 ? 0 : t.numel() / cols, cols, cols};
 }
 
+using cuda::dtype_of;
+
 void check_launch(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("fused elementwise kernel: ") + what + ": " + cudaGetErrorString(e));
+  cuda::check_launch(e, std::string("fused elementwise kernel: ") + what);
 }
 
-cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+cudaStream_t stream() { return cuda::current_stream(); }
 
 at::Tensor column_sum_workspace(const at::Tensor& like, int64_t rows, int64_t cols) {
   return at::empty({cuda::column_sum_workspace_floats(rows, cols)}, like.options().dtype(at::kFloat));
