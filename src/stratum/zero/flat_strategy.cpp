@@ -48,6 +48,7 @@ FlatStrategy::FlatStrategy(const ZeroOptions& options, FlatLayout layout, std::v
                      at::isFloatingType(options_.comm_dtype);
   pending_.assign(layout_.buckets().size(), 0);
   launched_.assign(layout_.buckets().size(), false);
+  staged_.assign(params_.size(), false);
 }
 
 FlatStrategy::FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> params, std::vector<std::string> names,
@@ -148,6 +149,29 @@ void FlatStrategy::wait_in_flight(size_t keep) {
     else if (f.wire.data_ptr() != f.dest.data_ptr()) f.dest.copy_(f.wire);
     in_flight_.pop_front();
   }
+}
+
+at::Tensor FlatStrategy::new_staging(int b) {
+  const BucketSpan& s = layout_.buckets()[b];
+  for (int p : s.params) staged_[p] = false;
+  return at::empty({s.numel}, at::TensorOptions().dtype(grad_dtype_).device(device_));
+}
+
+void FlatStrategy::stage_gradient(const at::Tensor& staging, int index, const at::Tensor& grad) {
+  c10::AutoGradMode no_grad(false);
+  const ParamSlot& slot = layout_.params()[index];
+  at::Tensor mine = staging.narrow(0, slot.offset - layout_.buckets()[slot.bucket].offset, slot.numel);
+  if (staged_[index]) mine.add_(grad.reshape(-1));
+  else mine.copy_(grad.reshape(-1));
+  staged_[index] = true;
+}
+
+void FlatStrategy::zero_unstaged(const at::Tensor& staging, int b) const {
+  c10::AutoGradMode no_grad(false);
+  const BucketSpan& s = layout_.buckets()[b];
+  if (s.numel > s.used) staging.narrow(0, s.used, s.numel - s.used).zero_();
+  for (int p : s.params)
+    if (!staged_[p]) staging.narrow(0, layout_.params()[p].offset - s.offset, layout_.params()[p].numel).zero_();
 }
 
 at::Tensor FlatStrategy::host_empty(int64_t numel, at::ScalarType dtype) const {

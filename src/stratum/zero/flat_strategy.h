@@ -62,6 +62,15 @@ class FlatStrategy : public ZeroStrategy {
   // Rank r's slice of bucket b in a flat buffer.
   at::Tensor slice_of(const at::Tensor& flat, int b) const;
   at::Tensor bucket_of(const at::Tensor& flat, int b) const;
+  // Stages 2/3 stage a bucket's gradients of one micro-step in a buffer of
+  // grad_dtype_ before reducing it: each parameter's range is written by its
+  // gradient's first arrival and added to after (a parameter reached twice);
+  // what no gradient wrote (padding, parameters backward did not reach) is
+  // zeroed by zero_unstaged just before the reduction. No zero fill of whole
+  // buckets (~2 ms a step on gpt2-1.3b).
+  at::Tensor new_staging(int b);
+  void stage_gradient(const at::Tensor& staging, int index, const at::Tensor& grad);
+  void zero_unstaged(const at::Tensor& staging, int b) const;
   // Stages 1/2: one optimizer segment per bucket (this rank's slice of it), and
   // the parameter all-gathers that follow the optimizer (lazy with
   // overlap_param_gather and `layers`). params16: the device's flat slices
@@ -103,6 +112,7 @@ class FlatStrategy : public ZeroStrategy {
   bool armed_ = false;                 // this micro-step's hooks launch reductions
   double pre_scale_ = 1.0, post_scale_ = 1.0;
   bool average_on_wire_ = false;  // the plain mean: the collective's avg does both scalings
+  std::vector<char> staged_;      // by parameter: written into its bucket's current staging buffer
 };
 
 // Stages 0 and 1: whole gradients in one flat buffer, accumulated across

@@ -34,19 +34,13 @@ class Stage2 : public FlatStrategy {
     (void)boundary;
     armed_ = true;
     reset_pending();
-    got_.assign(params_.size(), false);
   }
 
   void on_grad_ready(int index) override {
     c10::AutoGradMode no_grad(false);
     const ParamSlot& slot = layout_.params()[index];
     at::Tensor& p = params_[index];
-    at::Tensor& staging = staging_for(slot.bucket);
-    const int64_t within = slot.offset - layout_.buckets()[slot.bucket].offset;
-    at::Tensor mine = staging.narrow(0, within, slot.numel);
-    if (got_[index]) mine.add_(p.grad().reshape(-1));  // reached twice in one backward
-    else mine.copy_(p.grad().reshape(-1));
-    got_[index] = true;
+    stage_gradient(staging_for(slot.bucket), index, p.grad());
     p.mutable_grad().reset();  // the full gradient is not kept
     if (count_ready(index) && options_.overlap_comm) {
       launch(slot.bucket);
@@ -80,24 +74,14 @@ class Stage2 : public FlatStrategy {
 
  private:
   at::Tensor& staging_for(int b) {
-    // Every parameter's range is written before the reduction (launch); only
-    // the padding is zeroed here (zero-filling whole buckets cost ~2 ms a step on gpt2-1.3b).
-    if (!staging_[b].defined()) {
-      const BucketSpan& s = layout_.buckets()[b];
-      staging_[b] = at::empty({s.numel}, flat_params_.options().dtype(grad_dtype_));
-      staging_[b].narrow(0, s.used, s.numel - s.used).zero_();
-    }
+    if (!staging_[b].defined()) staging_[b] = new_staging(b);
     return staging_[b];
   }
 
   void launch(int b) {
     launched_[b] = true;
     at::Tensor staging = staging_for(b);
-    if (pending_[b] > 0) {  // launched after backward: parameters it did not reach reduce as zero
-      const BucketSpan& s = layout_.buckets()[b];
-      for (int i : s.params)
-        if (!got_[i]) staging.narrow(0, layout_.params()[i].offset - s.offset, layout_.params()[i].numel).zero_();
-    }
+    zero_unstaged(staging, b);
     staging_[b] = at::Tensor();  // owned by the reduction until it completes
     const BucketSpan& s = layout_.buckets()[b];
     at::Tensor dest = grad_shard_.narrow(0, s.shard_offset, s.slice_numel(dp_->size()));
@@ -108,7 +92,6 @@ class Stage2 : public FlatStrategy {
   at::Tensor master_;
   at::Tensor params16_;  // offload with 16-bit training: what the CPU Adam writes for the device
   std::vector<at::Tensor> staging_;
-  std::vector<bool> got_;  // parameter i's gradient reached its staging buffer this micro-step
   bool first_micro_step_ = true;
 };
 

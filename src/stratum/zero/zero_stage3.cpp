@@ -86,7 +86,6 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     const auto& buckets = layout_.buckets();
     units_.resize(buckets.size());
     unit_of_param_.assign(params_.size(), -1);
-    staged_.assign(params_.size(), false);
     for (size_t u = 0; u < buckets.size(); ++u) {
       units_[u].persistent = layer_of_unit[u] < 0;
       for (int p : buckets[u].params) unit_of_param_[p] = static_cast<int>(u);
@@ -174,20 +173,11 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     const int u = unit_of_param_[index];
     if (!armed_ || units_[u].persistent) return;  // persistent gradients accumulate in place
     c10::AutoGradMode no_grad(false);
-    const ParamSlot& slot = layout_.params()[index];
     Unit& unit = units_[u];
-    if (!unit.staging.defined()) {
-      // In the wire's dtype (fp32 for 16-bit training over several ranks): the
-      // reduce-scatter reads it as is, with no widening pass per layer. Not
-      // zero-filled: each slot is written by its first gradient, the rest zeroed at reduction.
-      unit.staging = at::empty({layout_.buckets()[u].numel}, grad_shard_.options().dtype(grad_dtype_));
-      for (int p : layout_.buckets()[u].params) staged_[p] = false;
-    }
-    at::Tensor dest = unit.staging.narrow(0, slot.offset - layout_.buckets()[u].offset, slot.numel);
-    const at::Tensor grad = params_[index].grad().reshape(-1);
-    if (staged_[index]) dest.add_(grad);
-    else dest.copy_(grad);
-    staged_[index] = true;
+    // In the wire's dtype (fp32 for 16-bit training over several ranks): the
+    // reduce-scatter reads it as is, with no widening pass per layer.
+    if (!unit.staging.defined()) unit.staging = new_staging(u);
+    stage_gradient(unit.staging, index, params_[index].grad());
     params_[index].mutable_grad().reset();
     if (--unit.pending == 0) {
       reduce_unit(u);
@@ -369,10 +359,7 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
   void reduce_unit(int u) {
     Unit& unit = units_[u];
     at::Tensor staging = unit.staging;
-    const BucketSpan& b = layout_.buckets()[u];
-    if (b.numel > b.used) staging.narrow(0, b.used, b.numel - b.used).zero_();  // padding
-    for (int p : b.params)  // parameters this backward did not reach
-      if (!staged_[p]) staging.narrow(0, layout_.params()[p].offset - b.offset, layout_.params()[p].numel).zero_();
+    zero_unstaged(staging, u);
     unit.staging = at::Tensor();  // owned by the reduction until it completes
     launch_reduction(staging, grad_dest(u), accumulating(u), /*scatter=*/true);
     unit.reduced = true;
@@ -381,7 +368,6 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
 
   std::vector<Unit> units_;
   std::vector<int> unit_of_param_;
-  std::vector<char> staged_;  // by parameter: written into its unit's staging buffer already
   std::vector<std::vector<int>> layer_units_;  // non-persistent units each layer needs
   std::vector<int64_t> layer_numel_;
   at::Tensor shard_params_, grad_shard_, master_, params16_, persistent_grads_, empty_;
