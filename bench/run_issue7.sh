@@ -13,6 +13,7 @@
 #       | z3-350m (gpt2-1.3b ZeRO-3, also with re-gathered layers, vs compiled FSDP2; gpt2-350m ZeRO 0-3 vs compiled DDP, FSDP2)
 #       | s12-last (the scaling base and gpt2-350m on one GPU each; gpt2-1.3b seq 2048 ZeRO 1, 3 vs compiled DDP, FSDP2)
 #       | s12-profile (gpt2-350m traced vs compiled torch; llama-1b and gpt2-1.3b at seq 2048 on one GPU vs compiled torch)
+#       | fused-profile (the fused-kernel tests; gpt2-350m and llama-1b traced vs compiled torch)
 #       | kernels (the nn, models and Adam GPU tests; llama-1b seq 2048 and gpt2-350m on one GPU vs compiled torch)
 #       | z3 (GPU tests: ZeRO, collectives, the CUDA kernels; gpt2-1.3b ZeRO-3 and 1 vs compiled FSDP2 and DDP)
 set -uo pipefail
@@ -24,6 +25,7 @@ case "${1:-}" in
   check-2gpu|final) targets="$targets $gpu_tests" ;;
   z3) targets="$targets $gpu_tests test_optim test_nn" ;;
   kernels) targets="$targets test_nn test_models test_optim" ;;
+  fused-profile) targets="$targets test_nn test_models" ;;
 esac
 OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
   { tail -30 /tmp/build.log; exit 1; }
@@ -32,6 +34,14 @@ m() { STEPS=${STEPS:-8} WARMUP=${WARMUP:-3} timeout "$1" bash bench/run_matrix.s
 gpu_tests_np2() {  # TIMEOUT "test_a|test_b"
   (cd build-device && timeout "$1" ctest -R "$2" --output-on-failure --timeout $(($1 - 20)) 2>&1 |
     grep -E "tests passed|Failed|FAILED|Passed|rror" | tail -20)
+}
+# gtest binaries with a filter each ("binary filter"), failures shown in full.
+gtests() {
+  local t
+  for t in "$@"; do
+    timeout 90 build-device/bin/${t%% *} --gtest_filter="${t#* }" 2>&1 |
+      grep -E -A6 "PASSED|FAILED|SKIPPED|Failure|rror" | head -40
+  done
 }
 case "${1:-}" in
   350m-2gpu) m 420 gpt2-350m 1024 16 2 ;;
@@ -60,9 +70,7 @@ case "${1:-}" in
     STAGES=0 PEERS=single-compile m 170 llama-1b 2048 4 1
     STAGES=0 PEERS=single-compile m 130 gpt2-1.3b 2048 4 1 ;;
   kernels)
-    for t in "test_nn *Gpu*:*Fused*:*Linear*" "test_models *" "test_optim *AdamMixed*:*HostAdam*"; do
-      set -- $t; timeout 90 build-device/bin/$1 --gtest_filter="$2" 2>&1 | grep -E "PASSED|FAILED|SKIPPED|Failure|rror" | head -8
-    done
+    gtests "test_nn *Gpu*:*Fused*:*Linear*" "test_models *" "test_optim *AdamMixed*:*HostAdam*"
     STAGES=0 PEERS=single-compile m 170 llama-1b 2048 4 1
     STAGES=0 PEERS=single-compile m 130 gpt2-350m 1024 16 1 ;;
   scaling) STAGES=2 PEERS="" m 90 gpt2-1.3b 1024 8 1 ;;
@@ -83,6 +91,11 @@ case "${1:-}" in
     unset NCCL_MAX_CTAS
     echo "== ZeRO-3, layers re-gathered for backward (stage3_max_reuse_distance 0, FSDP2's reshard_after_forward)"
     STAGES=3 PEERS="" STRATUM_FLAGS='--zero-extra ,"stage3_max_reuse_distance":0' m 70 gpt2-1.3b 1024 8 2 ;;
+  fused-profile)
+    gtests "test_nn *Fused*:*Linear*" "test_models *"
+    timeout 150 bash bench/run_profiles.sh gpt2-350m 1024 16 0 build-device "$out" --compile >"$out/profile_350m.txt" 2>&1
+    timeout 200 bash bench/run_profiles.sh llama-1b 2048 4 0 build-device "$out" --compile >"$out/profile_llama.txt" 2>&1
+    tail -45 "$out/profile_350m.txt"; grep -A12 "^longest" "$out/profile_llama.txt" ;;
   check-2gpu)
     gpu_tests_np2 240 "zero3_np2|engine_np2|collectives_np2|checkpoint_np2"
     STAGES="0 1 2 3" PEERS="ddp-compile" m 330 gpt2-1.3b 1024 8 2 ;;
