@@ -106,7 +106,8 @@ void check_add_layer_norm(torch::Device device, torch::Dtype dtype, double tol) 
     const at::Tensor up_h = torch::randn({rows, 96}), up_y = torch::randn({rows, 96});
     auto leaves = [&](torch::Dtype t, torch::Device d, bool rounded) {
       std::vector<at::Tensor> out;
-      for (const auto& in : inputs) out.push_back((rounded ? in.to(dtype).to(t) : in.to(t)).to(d).requires_grad_(true));
+      for (const auto& in : inputs)  // fresh leaves: .to() may return `in` itself
+        out.push_back((rounded ? in.to(dtype).to(t) : in.to(t)).to(d).detach().clone().requires_grad_(true));
       return out;
     };
     std::vector<at::Tensor> ref = leaves(torch::kFloat, torch::kCPU, true), got = leaves(dtype, device, false);

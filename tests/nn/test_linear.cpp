@@ -56,9 +56,9 @@ TEST(LinearPaddedRows, BehindTheChunkedCrossEntropy) {
   EXPECT_TRUE(torch::allclose(w.grad(), w2.grad(), 1e-5, 1e-6));
 }
 
-// A gradient that arrives in padded rows (as the GPU cross-entropy writes
-// it) is read in place; the same gradients as a contiguous one.
-TEST(LinearPaddedRows, ReadsAGradientInPaddedRows) {
+// A gradient that arrives in strided rows gives the same gradients as a
+// contiguous one.
+TEST(LinearPaddedRows, TakesAGradientInStridedRows) {
   torch::manual_seed(3);
   const at::Tensor x0 = torch::randn({2, 5, 24}), w0 = torch::randn({67, 24});
   const at::Tensor wide = torch::randn({10, 128});

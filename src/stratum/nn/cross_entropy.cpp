@@ -56,12 +56,7 @@ struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
     at::Tensor lse = saved[2];
     c10::cuda::CUDAGuard guard(logits.device());
     const at::Tensor scale = grads[0].to(at::kFloat) / count;
-    // Logits in padded rows (the LM head's view) get their gradient in the
-    // same layout, which nn::linear_padded_rows reads without a copy.
-    const int64_t v = logits.size(1), row = logits.stride(0);
-    const bool padded = row > v && (row * logits.element_size()) % 16 == 0;
-    at::Tensor grad = padded ? at::empty({logits.size(0), row}, logits.options()).narrow(1, 0, v)
-                             : at::empty(logits.sizes(), logits.options());
+    at::Tensor grad = at::empty(logits.sizes(), logits.options());
     cuda::check_launch(cuda::launch_cross_entropy_backward(
                            kernel_rows(logits, targets, ctx->saved_data["ignore_index"].toInt(), lse),
                            scale.const_data_ptr<float>(), grad.data_ptr(), grad.stride(0), cuda::current_stream()),

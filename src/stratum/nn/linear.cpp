@@ -3,8 +3,6 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <cstdint>
-
 #include "stratum/nn/fused_ops.h"
 
 namespace stratum::nn {
@@ -91,13 +89,6 @@ at::Tensor pad_with_zeros(const at::Tensor& t, int64_t dim) {
   return out;
 }
 
-// Rows of unit stride whose length in memory is longer than the row and a
-// multiple of 16 bytes: what cuBLAS needs of a leading dimension.
-bool aligned_rows(const at::Tensor& g) {
-  return g.dim() == 2 && g.stride(1) == 1 && g.stride(0) > g.size(1) && (g.stride(0) * g.element_size()) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(g.const_data_ptr()) % 16 == 0;
-}
-
 struct LinearPaddedRows : torch::autograd::Function<LinearPaddedRows> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
     ctx->save_for_backward({x, w});
@@ -112,14 +103,6 @@ struct LinearPaddedRows : torch::autograd::Function<LinearPaddedRows> {
     const at::Tensor& w = saved[1];
     const at::Tensor g2 = grads[0].reshape({-1, w.size(0)});
     at::Tensor gx, gw;
-    if (aligned_rows(g2)) {
-      // Already in padded rows (the GPU cross-entropy writes its gradient
-      // so): the products read it in place, the padded row length as its
-      // leading dimension, instead of a strided copy of N x V elements.
-      if (ctx->needs_input_grad(0)) gx = g2.mm(w).view(x.sizes());
-      if (ctx->needs_input_grad(1)) gw = g2.t().mm(x.reshape({-1, x.size(-1)}));
-      return {gx, gw};
-    }
     // The gradient padded with zero columns: [N, padded(V)]. The weight is
     // padded again rather than saved: ZeRO-3 releases it between forward and
     // backward, and a saved copy would pin V x C more for the whole step.

@@ -122,12 +122,19 @@ at::Tensor FlatStrategy::bucket_of(const at::Tensor& flat, int b) const {
 
 void FlatStrategy::launch_reduction(const at::Tensor& grads, at::Tensor dest, bool accumulate, bool scatter) {
   c10::AutoGradMode no_grad(false);
+  const int n = dp_->size();
+  if (n == 1) {
+    // One rank: the reduction is the identity (the scalings multiply to 1/n =
+    // 1), so neither the widened wire copy nor the collective is needed.
+    if (accumulate) dest.add_(grads);
+    else if (dest.data_ptr() != grads.data_ptr() || dest.scalar_type() != grads.scalar_type()) dest.copy_(grads);
+    return;
+  }
   // The wire copy: a wider dtype (fp32 for 16-bit training), or the bucket itself.
   at::Tensor wire = grads.scalar_type() == options_.comm_dtype ? grads : grads.to(options_.comm_dtype);
   if (!average_on_wire_ && pre_scale_ != 1.0) wire.mul_(pre_scale_);
   const dist::ReduceOp op = average_on_wire_ ? dist::ReduceOp::avg : dist::ReduceOp::sum;
-  const int n = dp_->size();
-  if (scatter && n > 1 && options_.reduce_scatter) {
+  if (scatter && options_.reduce_scatter) {
     const bool into_dest = !accumulate && dest.scalar_type() == wire.scalar_type() && dest.is_contiguous();
     at::Tensor out = into_dest ? dest : at::empty({grads.numel() / n}, wire.options());
     auto work = dp_->reduce_scatter(out, wire, op);
