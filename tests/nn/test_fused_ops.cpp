@@ -76,55 +76,58 @@ void expect_matches(at::Tensor (*fused)(const std::vector<at::Tensor>&),
 void check_all(torch::Device device, torch::Dtype dtype, double tol) {
   torch::manual_seed(3);
   const std::string where = device.str() + " " + std::string(c10::toString(dtype));
-  // 600 rows (three row tiles of 256) and 70 columns (a partial tile of 32).
-  for (const auto& shape : std::vector<std::vector<int64_t>>{{2, 300}, {1, 1}}) {
-    const int64_t rows = shape[0] * shape[1];
-    expect_matches(swiglu_fused, swiglu_ref, {torch::randn({shape[0], shape[1], 140}) * 3},
-                   torch::randn({shape[0], shape[1], 70}), dtype, device, tol,
-                   "swiglu " + where + " rows " + std::to_string(rows));
-    expect_matches(gelu_fused, gelu_ref,
-                   {torch::randn({shape[0], shape[1], 24}), torch::randn({70, 24}) * 0.3, torch::randn({70})},
-                   torch::randn({shape[0], shape[1], 70}), dtype, device, tol,
-                   "linear_bias_gelu " + where + " rows " + std::to_string(rows));
-    const at::Tensor angles = torch::rand({shape[1], 8}) * 6;
-    const at::Tensor cos = at::cat({angles.cos(), angles.cos()}, -1), sin = at::cat({angles.sin(), angles.sin()}, -1);
-    expect_matches(rotary_fused, rotary_ref, {torch::randn({shape[0], shape[1], 3, 16}), cos, sin},
-                   torch::randn({shape[0], 3, shape[1], 16}), dtype, device, tol,
-                   "rotary " + where + " rows " + std::to_string(rows), /*compared_grads=*/1);  // cos, sin: constants
-    const at::Tensor g = torch::randn({rows, 70});
-    EXPECT_LE(rel_err(nn::bias_grad(g.to(device, dtype)), g.to(dtype).to(torch::kFloat).sum(0)), tol)
-        << "bias_grad " << where;
-  }
+  // 600 rows (three row tiles of 256). Widths: 70 (a partial column tile;
+  // one element per access on a GPU) and 264 (16-byte accesses, and a
+  // partial block of column packs); head_dim 12 and 16 likewise.
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{2, 300}, {1, 1}})
+    for (const int64_t w : {int64_t{70}, int64_t{264}}) {
+      const int64_t rows = shape[0] * shape[1], head_dim = w == 70 ? 12 : 16;
+      const std::string what = where + " rows " + std::to_string(rows) + " width " + std::to_string(w);
+      expect_matches(swiglu_fused, swiglu_ref, {torch::randn({shape[0], shape[1], 2 * w}) * 3},
+                     torch::randn({shape[0], shape[1], w}), dtype, device, tol, "swiglu " + what);
+      expect_matches(gelu_fused, gelu_ref,
+                     {torch::randn({shape[0], shape[1], 24}), torch::randn({w, 24}) * 0.3, torch::randn({w})},
+                     torch::randn({shape[0], shape[1], w}), dtype, device, tol, "linear_bias_gelu " + what);
+      const at::Tensor angles = torch::rand({shape[1], head_dim / 2}) * 6;
+      const at::Tensor cos = at::cat({angles.cos(), angles.cos()}, -1), sin = at::cat({angles.sin(), angles.sin()}, -1);
+      expect_matches(rotary_fused, rotary_ref, {torch::randn({shape[0], shape[1], 3, head_dim}), cos, sin},
+                     torch::randn({shape[0], 3, shape[1], head_dim}), dtype, device, tol, "rotary " + what,
+                     /*compared_grads=*/1);  // cos, sin: constants
+      const at::Tensor g = torch::randn({rows, w});
+      EXPECT_LE(rel_err(nn::bias_grad(g.to(device, dtype)), g.to(dtype).to(torch::kFloat).sum(0)), tol)
+          << "bias_grad " << what;
+    }
 }
 
 // add_layer_norm against x + branch and at::layer_norm, both outputs used.
 void check_add_layer_norm(torch::Device device, torch::Dtype dtype, double tol) {
   torch::manual_seed(4);
-  for (int64_t rows : {int64_t{1}, int64_t{300}}) {
-    const std::vector<at::Tensor> inputs = {torch::randn({rows, 96}), torch::randn({rows, 96}),
-                                            1 + 0.1 * torch::randn({96}), 0.1 * torch::randn({96})};
-    const at::Tensor up_h = torch::randn({rows, 96}), up_y = torch::randn({rows, 96});
-    auto leaves = [&](torch::Dtype t, torch::Device d, bool rounded) {
-      std::vector<at::Tensor> out;
-      for (const auto& in : inputs)  // fresh leaves: .to() may return `in` itself
-        out.push_back((rounded ? in.to(dtype).to(t) : in.to(t)).to(d).detach().clone().requires_grad_(true));
-      return out;
-    };
-    std::vector<at::Tensor> ref = leaves(torch::kFloat, torch::kCPU, true), got = leaves(dtype, device, false);
-    const at::Tensor h_ref = ref[0] + ref[1];
-    const at::Tensor y_ref = at::layer_norm(h_ref, {96}, ref[2], ref[3], 1e-5);
-    ((h_ref * up_h.to(dtype).to(torch::kFloat)).sum() + (y_ref * up_y.to(dtype).to(torch::kFloat)).sum()).backward();
-    const auto [h, y] = nn::add_layer_norm(got[0], got[1], got[2], got[3], 1e-5);
-    ((h * up_h.to(device, dtype)).sum() + (y * up_y.to(device, dtype)).sum()).backward();
-    const std::string what = "add_layer_norm " + device.str() + " " + std::string(c10::toString(dtype)) + " rows " +
-                             std::to_string(rows);
-    EXPECT_LE(rel_err(h, h_ref), tol) << what << ": h";
-    EXPECT_LE(rel_err(y, y_ref), tol) << what << ": normed";
-    for (size_t i = 0; i < ref.size(); ++i) {
-      ASSERT_TRUE(got[i].grad().defined()) << what << ": gradient " << i;
-      EXPECT_LE(rel_err(got[i].grad(), ref[i].grad()), tol) << what << ": gradient " << i;
+  for (int64_t rows : {int64_t{1}, int64_t{300}})
+    for (int64_t c : {int64_t{96}, int64_t{70}}) {  // 16-byte accesses on a GPU, and one element at a time
+      const std::vector<at::Tensor> inputs = {torch::randn({rows, c}), torch::randn({rows, c}),
+                                              1 + 0.1 * torch::randn({c}), 0.1 * torch::randn({c})};
+      const at::Tensor up_h = torch::randn({rows, c}), up_y = torch::randn({rows, c});
+      auto leaves = [&](torch::Dtype t, torch::Device d, bool rounded) {
+        std::vector<at::Tensor> out;
+        for (const auto& in : inputs)  // fresh leaves: .to() may return `in` itself
+          out.push_back((rounded ? in.to(dtype).to(t) : in.to(t)).to(d).detach().clone().requires_grad_(true));
+        return out;
+      };
+      std::vector<at::Tensor> ref = leaves(torch::kFloat, torch::kCPU, true), got = leaves(dtype, device, false);
+      const at::Tensor h_ref = ref[0] + ref[1];
+      const at::Tensor y_ref = at::layer_norm(h_ref, {c}, ref[2], ref[3], 1e-5);
+      ((h_ref * up_h.to(dtype).to(torch::kFloat)).sum() + (y_ref * up_y.to(dtype).to(torch::kFloat)).sum()).backward();
+      const auto [h, y] = nn::add_layer_norm(got[0], got[1], got[2], got[3], 1e-5);
+      ((h * up_h.to(device, dtype)).sum() + (y * up_y.to(device, dtype)).sum()).backward();
+      const std::string what = "add_layer_norm " + device.str() + " " + std::string(c10::toString(dtype)) + " rows " +
+                               std::to_string(rows) + " cols " + std::to_string(c);
+      EXPECT_LE(rel_err(h, h_ref), tol) << what << ": h";
+      EXPECT_LE(rel_err(y, y_ref), tol) << what << ": normed";
+      for (size_t i = 0; i < ref.size(); ++i) {
+        ASSERT_TRUE(got[i].grad().defined()) << what << ": gradient " << i;
+        EXPECT_LE(rel_err(got[i].grad(), ref[i].grad()), tol) << what << ": gradient " << i;
+      }
     }
-  }
 }
 
 }  // namespace
