@@ -1,8 +1,8 @@
-// nn::swiglu, nn::rotary, nn::add_layer_norm, nn::linear_bias_gelu and
-// nn::bias_grad against the ATen ops they replace: values and gradients on the
-// CPU (the composite path) and, on a GPU, the fused kernels in fp32 (tight)
-// and bf16 (within bf16 rounding), with shapes that exercise several row
-// tiles and a partial column tile.
+// nn::swiglu, nn::rotary, nn::layer_norm, nn::add_layer_norm,
+// nn::linear_bias_gelu and nn::bias_grad against the ATen ops they replace:
+// values and gradients on the CPU (the composite path) and, on a GPU, the
+// fused kernels in fp32 (tight) and bf16 (within bf16 rounding), with shapes
+// that exercise several row tiles and a partial column tile.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -53,6 +53,10 @@ at::Tensor rotary_fused(const std::vector<at::Tensor>& in) {
 }
 at::Tensor gelu_ref(const std::vector<at::Tensor>& in) { return at::gelu(at::linear(in[0], in[1], in[2]), "tanh"); }
 at::Tensor gelu_fused(const std::vector<at::Tensor>& in) { return nn::linear_bias_gelu(in[0], in[1], in[2]); }
+at::Tensor layer_norm_ref(const std::vector<at::Tensor>& in) {
+  return at::layer_norm(in[0], {in[0].size(-1)}, in[1], in[2], 1e-5);
+}
+at::Tensor layer_norm_fused(const std::vector<at::Tensor>& in) { return nn::layer_norm(in[0], in[1], in[2], 1e-5); }
 
 // The fused result in `dtype` on `device` against the reference in fp32 on the CPU.
 void expect_matches(at::Tensor (*fused)(const std::vector<at::Tensor>&),
@@ -88,6 +92,9 @@ void check_all(torch::Device device, torch::Dtype dtype, double tol) {
       expect_matches(gelu_fused, gelu_ref,
                      {torch::randn({shape[0], shape[1], 24}), torch::randn({w, 24}) * 0.3, torch::randn({w})},
                      torch::randn({shape[0], shape[1], w}), dtype, device, tol, "linear_bias_gelu " + what);
+      expect_matches(layer_norm_fused, layer_norm_ref,
+                     {torch::randn({shape[0], shape[1], w}), 1 + 0.1 * torch::randn({w}), 0.1 * torch::randn({w})},
+                     torch::randn({shape[0], shape[1], w}), dtype, device, tol, "layer_norm " + what);
       const at::Tensor angles = torch::rand({shape[1], head_dim / 2}) * 6;
       const at::Tensor cos = at::cat({angles.cos(), angles.cos()}, -1), sin = at::cat({angles.sin(), angles.sin()}, -1);
       expect_matches(rotary_fused, rotary_ref, {torch::randn({shape[0], shape[1], 3, head_dim}), cos, sin},
@@ -157,6 +164,7 @@ TEST(FusedOps, BadShapesAreNamed) {
   EXPECT_THROW(nn::rotary(torch::randn({1, 2, 3, 5}), torch::randn({3, 5}), torch::randn({3, 5})), Error);
   EXPECT_THROW(nn::linear_bias_gelu(torch::randn({2, 4}), torch::randn({3, 4}), at::Tensor()), Error);
   EXPECT_THROW(nn::bias_grad(torch::randn({2, 3, 4})), Error);
+  EXPECT_THROW(nn::layer_norm(torch::randn({2, 4}), torch::ones({5}), torch::zeros({5}), 1e-5), Error);
   EXPECT_THROW(nn::add_layer_norm(torch::randn({2, 4}), torch::randn({2, 5}), torch::ones({4}), torch::zeros({4}), 1e-5),
                Error);
 }

@@ -52,8 +52,8 @@ class GPT2Block : public nn::StackLayer {
   }
   at::Tensor forward(const at::Tensor& x) override {
     // The attention's residual add and ln_2 as one function (one backward pass for both).
-    const auto [h, normed] = nn::add_layer_norm(x, attn->forward(ln_1(x)), ln_2->weight, ln_2->bias,
-                                                ln_2->options.eps());
+    const at::Tensor attended = attn->forward(nn::layer_norm(x, ln_1->weight, ln_1->bias, ln_1->options.eps()));
+    const auto [h, normed] = nn::add_layer_norm(x, attended, ln_2->weight, ln_2->bias, ln_2->options.eps());
     return h + mlp->forward(normed);
   }
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
@@ -66,7 +66,9 @@ class GPT2FinalNorm : public nn::StackLayer {
   explicit GPT2FinalNorm(const ModelConfig& c) : StackLayer("GPT2FinalNorm") {
     ln_f = register_module("ln_f", layer_norm(c));
   }
-  at::Tensor forward(const at::Tensor& x) override { return ln_f(x); }
+  at::Tensor forward(const at::Tensor& x) override {
+    return nn::layer_norm(x, ln_f->weight, ln_f->bias, ln_f->options.eps());
+  }
   torch::nn::LayerNorm ln_f{nullptr};
 };
 

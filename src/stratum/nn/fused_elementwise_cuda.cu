@@ -16,6 +16,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 
@@ -32,6 +33,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kColThreads = 32;    // column sums: threadIdx.x, one pack of columns each
 constexpr int kRowLanes = 8;       // column sums: threadIdx.y
 constexpr int kRowsPerBlock = 256; // column sums: rows one block sums
+constexpr int kRotaryThreads = 128;
 
 // N consecutive elements loaded or stored in one access.
 template <typename T, int N>
@@ -103,38 +105,48 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(Matrix gu, co
 
 // ---- RoPE ------------------------------------------------------------------
 
-// One thread per (row, pack of N pairs): reads x[d..] and x[d + D/2..], writes both.
+// One thread per (row, pack of N pairs): reads x[d..] and x[d + D/2..],
+// writes both. blockIdx.z is the batch, blockIdx.y the slower of (head,
+// position) in x's memory and the threads walk the faster one, so a warp
+// reads consecutive rows; no 64-bit divisions (they cost as much as the
+// memory traffic at this size).
 template <typename T, int N>
-__global__ void __launch_bounds__(kThreads) rotary_kernel(Rotary a) {
-  const int64_t half = a.size[3] / 2, per_row = half / N, n_heads = a.size[1], seq = a.size[2];
+__global__ void __launch_bounds__(kRotaryThreads) rotary_kernel(Rotary a) {
+  const bool heads_inner = a.x_stride[1] <= a.x_stride[2];
+  const int n_inner = static_cast<int>(heads_inner ? a.size[1] : a.size[2]);
+  const int64_t n_outer = heads_inner ? a.size[2] : a.size[1], half = a.size[3] / 2;
+  const int per_row = static_cast<int>(half / N);
   const T* x = static_cast<const T*>(a.x);
   const T* cos = static_cast<const T*>(a.cos);
   const T* sin = static_cast<const T*>(a.sin);
   T* y = static_cast<T*>(a.y);
-  STRATUM_GRID_STRIDE(i, a.size[0] * n_heads * seq * per_row) {
-    const int64_t row = i / per_row, d = (i - row * per_row) * N;
-    const int64_t t = row % seq, h = (row / seq) % n_heads, b = row / (seq * n_heads);
-    const int64_t xi = b * a.x_stride[0] + h * a.x_stride[1] + t * a.x_stride[2] + d;
-    const int64_t yi = b * a.y_stride[0] + h * a.y_stride[1] + t * a.y_stride[2] + d;
-    const int64_t ti = t * a.size[3] + d;
-    const Elems<T, N> lo = load<T, N>(x + xi), hi = load<T, N>(x + xi + half);
-    const Elems<T, N> c_lo = load<T, N>(cos + ti), c_hi = load<T, N>(cos + ti + half);
-    const Elems<T, N> s_lo = load<T, N>(sin + ti), s_hi = load<T, N>(sin + ti + half);
-    Elems<T, N> y_lo, y_hi;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= n_inner * per_row) return;
+  const int inner = j / per_row, d = (j - inner * per_row) * N;
+  for (int64_t b = blockIdx.z; b < a.size[0]; b += gridDim.z)
+    for (int64_t outer = blockIdx.y; outer < n_outer; outer += gridDim.y) {
+      const int64_t h = heads_inner ? inner : outer, t = heads_inner ? outer : inner;
+      const int64_t xi = b * a.x_stride[0] + h * a.x_stride[1] + t * a.x_stride[2] + d;
+      const int64_t yi = b * a.y_stride[0] + h * a.y_stride[1] + t * a.y_stride[2] + d;
+      const int64_t ti = t * a.size[3] + d;
+      const Elems<T, N> lo = load<T, N>(x + xi), hi = load<T, N>(x + xi + half);
+      const Elems<T, N> c_lo = load<T, N>(cos + ti), c_hi = load<T, N>(cos + ti + half);
+      const Elems<T, N> s_lo = load<T, N>(sin + ti), s_hi = load<T, N>(sin + ti + half);
+      Elems<T, N> y_lo, y_hi;
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const float l = widen<T>(lo.v[k]), u = widen<T>(hi.v[k]);
-      if (!a.transpose) {
-        y_lo.v[k] = narrow_to<T>(l * widen<T>(c_lo.v[k]) - u * widen<T>(s_lo.v[k]));
-        y_hi.v[k] = narrow_to<T>(u * widen<T>(c_hi.v[k]) + l * widen<T>(s_hi.v[k]));
-      } else {
-        y_lo.v[k] = narrow_to<T>(l * widen<T>(c_lo.v[k]) + u * widen<T>(s_hi.v[k]));
-        y_hi.v[k] = narrow_to<T>(u * widen<T>(c_hi.v[k]) - l * widen<T>(s_lo.v[k]));
+      for (int k = 0; k < N; ++k) {
+        const float l = widen<T>(lo.v[k]), u = widen<T>(hi.v[k]);
+        if (!a.transpose) {
+          y_lo.v[k] = narrow_to<T>(l * widen<T>(c_lo.v[k]) - u * widen<T>(s_lo.v[k]));
+          y_hi.v[k] = narrow_to<T>(u * widen<T>(c_hi.v[k]) + l * widen<T>(s_hi.v[k]));
+        } else {
+          y_lo.v[k] = narrow_to<T>(l * widen<T>(c_lo.v[k]) + u * widen<T>(s_hi.v[k]));
+          y_hi.v[k] = narrow_to<T>(u * widen<T>(c_hi.v[k]) - l * widen<T>(s_lo.v[k]));
+        }
       }
+      store<T, N>(y + yi, y_lo);
+      store<T, N>(y + yi + half, y_hi);
     }
-    store<T, N>(y + yi, y_lo);
-    store<T, N>(y + yi + half, y_hi);
-  }
 }
 
 // ---- Column sums -----------------------------------------------------------
@@ -370,17 +382,23 @@ cudaError_t launch_swiglu_backward(Matrix gate_up, const void* d_out, Dtype dtyp
 }
 
 cudaError_t launch_rotary(const Rotary& r, Dtype dtype, cudaStream_t stream) {
-  const int64_t rows = r.size[0] * r.size[1] * r.size[2], half = r.size[3] / 2;
-  if (rows * half == 0) return cudaSuccess;
+  const int64_t half = r.size[3] / 2;
+  const bool heads_inner = r.x_stride[1] <= r.x_stride[2];
+  const int64_t n_inner = heads_inner ? r.size[1] : r.size[2], n_outer = heads_inner ? r.size[2] : r.size[1];
+  if (r.size[0] * n_inner * n_outer * half == 0) return cudaSuccess;
   return by_dtype(dtype, [&](auto zero) {
     using T = decltype(zero);
-    if (packable<T>({r.x, r.cos, r.sin, r.y}, {half, r.x_stride[0], r.x_stride[1], r.x_stride[2], r.y_stride[0],
-                                               r.y_stride[1], r.y_stride[2]})) {
-      constexpr int N = kPack<T>;
-      rotary_kernel<T, N><<<grid_for(rows * half / N), kThreads, 0, stream>>>(r);
-    } else {
-      rotary_kernel<T, 1><<<grid_for(rows * half), kThreads, 0, stream>>>(r);
-    }
+    const bool packed = packable<T>({r.x, r.cos, r.sin, r.y}, {half, r.x_stride[0], r.x_stride[1], r.x_stride[2],
+                                                               r.y_stride[0], r.y_stride[1], r.y_stride[2]});
+    const int64_t inner_work = n_inner * (packed ? half / kPack<T> : half);
+    if (inner_work > int64_t{1} << 30) return cudaErrorInvalidValue;  // int indices in the kernel
+    // Few heads (GQA's k) take a smaller block rather than idle threads.
+    const int64_t threads = std::min<int64_t>(kRotaryThreads, (inner_work + 31) / 32 * 32);
+    const dim3 grid(static_cast<unsigned>((inner_work + threads - 1) / threads),
+                    static_cast<unsigned>(std::min<int64_t>(n_outer, 65535)),
+                    static_cast<unsigned>(std::min<int64_t>(r.size[0], 65535)));
+    if (packed) rotary_kernel<T, kPack<T>><<<grid, static_cast<unsigned>(threads), 0, stream>>>(r);
+    else rotary_kernel<T, 1><<<grid, static_cast<unsigned>(threads), 0, stream>>>(r);
     return cudaGetLastError();
   });
 }

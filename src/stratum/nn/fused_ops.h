@@ -29,6 +29,10 @@ at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
 std::pair<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& x, const at::Tensor& branch,
                                                  const at::Tensor& weight, const at::Tensor& bias, double eps);
 
+// LayerNorm(x) over the last dimension (weight, bias [C]); on a GPU its
+// backward is the kernels add_layer_norm uses, without the residual term.
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
+
 // The bias gradient of a linear: the column sums of g [rows, out], fp32 sums
 // rounded to g's dtype (not an autograd function; backward passes call it).
 at::Tensor bias_grad(const at::Tensor& g);
