@@ -14,6 +14,7 @@
 #       | s12-last (the scaling base and gpt2-350m on one GPU each; gpt2-1.3b seq 2048 ZeRO 1, 3 vs compiled DDP, FSDP2)
 #       | s12-profile (gpt2-350m traced vs compiled torch; llama-1b and gpt2-1.3b at seq 2048 on one GPU vs compiled torch)
 #       | fused-profile (the fused-kernel tests; gpt2-350m and llama-1b traced vs compiled torch)
+#       | s13-final (fused-kernel and ZeRO GPU tests; gpt2-350m ZeRO 0-1 and gpt2-1.3b ZeRO 0, 1, 3 vs compiled DDP)
 #       | kernels (the nn, models and Adam GPU tests; llama-1b seq 2048 and gpt2-350m on one GPU vs compiled torch)
 #       | z3 (GPU tests: ZeRO, collectives, the CUDA kernels; gpt2-1.3b ZeRO-3 and 1 vs compiled FSDP2 and DDP)
 set -uo pipefail
@@ -26,6 +27,7 @@ case "${1:-}" in
   z3) targets="$targets $gpu_tests test_optim test_nn" ;;
   kernels) targets="$targets test_nn test_models test_optim" ;;
   fused-profile) targets="$targets test_nn test_models" ;;
+  s13-final) targets="$targets test_nn test_zero3 test_engine" ;;
 esac
 OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
   { tail -30 /tmp/build.log; exit 1; }
@@ -96,6 +98,11 @@ case "${1:-}" in
     timeout 150 bash bench/run_profiles.sh gpt2-350m 1024 16 0 build-device "$out" --compile >"$out/profile_350m.txt" 2>&1
     timeout 200 bash bench/run_profiles.sh llama-1b 2048 4 0 build-device "$out" --compile >"$out/profile_llama.txt" 2>&1
     tail -45 "$out/profile_350m.txt"; grep -A12 "^longest" "$out/profile_llama.txt" ;;
+  s13-final)
+    gtests "test_nn *Fused*:*Linear*:*Gpu*"
+    gpu_tests_np2 140 "zero3_np2|engine_np2"
+    STAGES="0 1" PEERS="ddp-compile" m 150 gpt2-350m 1024 16 2
+    STAGES="0 1 3" PEERS="ddp-compile" m 170 gpt2-1.3b 1024 8 2 ;;
   check-2gpu)
     gpu_tests_np2 240 "zero3_np2|engine_np2|collectives_np2|checkpoint_np2"
     STAGES="0 1 2 3" PEERS="ddp-compile" m 330 gpt2-1.3b 1024 8 2 ;;
