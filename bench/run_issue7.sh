@@ -15,6 +15,7 @@
 #       | s12-profile (gpt2-350m traced vs compiled torch; llama-1b and gpt2-1.3b at seq 2048 on one GPU vs compiled torch)
 #       | fused-profile (the fused-kernel tests; gpt2-350m and llama-1b traced vs compiled torch)
 #       | s13-final (fused-kernel and ZeRO GPU tests; gpt2-350m ZeRO 0-1 and gpt2-1.3b ZeRO 0, 1, 3 vs compiled DDP)
+#       | s13-llama (llama-1b seq 2048 ZeRO 1 and 3 on 2 GPUs vs compiled DDP and FSDP2)
 #       | kernels (the nn, models and Adam GPU tests; llama-1b seq 2048 and gpt2-350m on one GPU vs compiled torch)
 #       | z3 (GPU tests: ZeRO, collectives, the CUDA kernels; gpt2-1.3b ZeRO-3 and 1 vs compiled FSDP2 and DDP)
 set -uo pipefail
@@ -103,6 +104,7 @@ case "${1:-}" in
     gpu_tests_np2 140 "zero3_np2|engine_np2"
     STAGES="0 1" PEERS="ddp-compile" m 150 gpt2-350m 1024 16 2
     STAGES="0 1 3" PEERS="ddp-compile" m 170 gpt2-1.3b 1024 8 2 ;;
+  s13-llama) STAGES="1 3" PEERS="ddp-compile fsdp2-compile" m 300 llama-1b 2048 4 2 ;;
   check-2gpu)
     gpu_tests_np2 240 "zero3_np2|engine_np2|collectives_np2|checkpoint_np2"
     STAGES="0 1 2 3" PEERS="ddp-compile" m 330 gpt2-1.3b 1024 8 2 ;;
