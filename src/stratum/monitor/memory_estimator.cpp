@@ -59,11 +59,12 @@ double estimate_activation_bytes(const EstimateInput& in) {
   // Kept per token and layer (flash attention: no s x s scores; no dropout
   // masks): both norms' inputs and outputs (4h), q, k and v (h + 2 kv), the
   // attention output (h), and the MLP's fc output and activation (2 ffn) or,
-  // gated, gate, up, silu(gate) and their product (4 ffn). GPT-2 (ffn 4h):
+  // gated, gate and up (one stacked tensor, nn::swiglu saves only it) and
+  // their product (3 ffn). GPT-2 (ffn 4h):
   // 16h elements, Korthikanti et al.'s 34 sbh bytes less the 2 of dropout masks.
   const double kv = in.heads > 0 && in.kv_heads > 0 ? h * static_cast<double>(in.kv_heads) / in.heads : h;
   const double ffn = in.ffn > 0 ? static_cast<double>(in.ffn) : 4.0 * h;
-  const double per_token = 4.0 * h + h + 2.0 * kv + h + (in.gated_mlp ? 4.0 : 2.0) * ffn;
+  const double per_token = 4.0 * h + h + 2.0 * kv + h + (in.gated_mlp ? 3.0 : 2.0) * ffn;
   const double per_layer = w * s * b * per_token;
   const double layers = in.activation_checkpointing ? L * w * s * b * h + per_layer  // inputs + one recomputed layer
                                                     : L * per_layer;
