@@ -101,12 +101,11 @@ struct LinearPaddedRows : torch::autograd::Function<LinearPaddedRows> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& x = saved[0];
     const at::Tensor& w = saved[1];
-    const at::Tensor g2 = grads[0].reshape({-1, w.size(0)});
-    at::Tensor gx, gw;
     // The gradient padded with zero columns: [N, padded(V)]. The weight is
     // padded again rather than saved: ZeRO-3 releases it between forward and
     // backward, and a saved copy would pin V x C more for the whole step.
-    const at::Tensor g = pad_with_zeros(g2, 1);
+    const at::Tensor g = pad_with_zeros(grads[0].reshape({-1, w.size(0)}), 1);
+    at::Tensor gx, gw;
     if (ctx->needs_input_grad(0)) gx = g.mm(pad_with_zeros(w, 0)).view(x.sizes());
     if (ctx->needs_input_grad(1)) gw = g.t().mm(x.reshape({-1, x.size(-1)})).narrow(0, 0, w.size(0));
     return {gx, gw};
