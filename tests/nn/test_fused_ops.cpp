@@ -144,6 +144,7 @@ TEST(FusedOps, AddLayerNormMatchesAten) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "the GPU kernels need a GPU";
   check_add_layer_norm(torch::kCUDA, torch::kFloat, 1e-5);
   check_add_layer_norm(torch::kCUDA, torch::kBFloat16, 2e-2);
+  check_add_layer_norm(torch::kCUDA, torch::kHalf, 1e-2);  // fp16 training runs these kernels too
 }
 
 TEST(FusedOps, MatchAtenOnTheCpu) { check_all(torch::kCPU, torch::kFloat, 1e-5); }
@@ -152,6 +153,7 @@ TEST(FusedOps, GpuKernelsMatchAten) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
   check_all(torch::kCUDA, torch::kFloat, 1e-5);
   check_all(torch::kCUDA, torch::kBFloat16, 2e-2);  // bf16 rounding of stored values
+  check_all(torch::kCUDA, torch::kHalf, 1e-2);
   // The bias gradient is deterministic (no atomics), and empty inputs are fine.
   const at::Tensor g = torch::randn({1000, 333}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16));
   EXPECT_TRUE(torch::equal(nn::bias_grad(g), nn::bias_grad(g)));
