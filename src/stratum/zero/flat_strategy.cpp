@@ -5,37 +5,10 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "stratum/core/error.h"
 #include "stratum/core/log.h"
-#ifdef STRATUM_WITH_CUDA_KERNELS
-#include <c10/cuda/CUDAStream.h>
-
-#include "stratum/zero/wire_cast_cuda.h"
-#endif
 
 namespace stratum::zero {
 namespace {
-
-// `grads` in the wire's dtype: a new tensor unless it already is. 16-bit GPU
-// gradients widen to fp32 in a vectorized kernel (ATen's converting copy
-// took twice as long on an H200: 3.9 ms a step for 1.2B gradients).
-at::Tensor to_wire(const at::Tensor& grads, at::ScalarType wire) {
-  if (grads.scalar_type() == wire) return grads;
-#ifdef STRATUM_WITH_CUDA_KERNELS
-  const at::ScalarType from = grads.scalar_type();
-  if (wire == at::kFloat && (from == at::kBFloat16 || from == at::kHalf) && grads.is_cuda() &&
-      grads.is_contiguous()) {
-    at::Tensor out = at::empty(grads.sizes(), grads.options().dtype(at::kFloat));
-    const cudaError_t e = cuda::launch_widen_to_float(grads.const_data_ptr(), from == at::kBFloat16,
-                                                      out.data_ptr<float>(), grads.numel(),
-                                                      c10::cuda::getCurrentCUDAStream().stream());
-    if (e != cudaSuccess)
-      throw Error(std::string("ZeRO gradient reduction: widening to fp32: ") + cudaGetErrorString(e));
-    return out;
-  }
-#endif
-  return grads.to(wire);
-}
 
 // Tells the strategy that autograd finished accumulating one parameter's gradient.
 class GradReadyHook : public torch::autograd::PostAccumulateGradHook {
@@ -158,7 +131,7 @@ void FlatStrategy::launch_reduction(const at::Tensor& grads, at::Tensor dest, bo
     return;
   }
   // The wire copy: a wider dtype (fp32 for 16-bit training), or the bucket itself.
-  at::Tensor wire = to_wire(grads, options_.comm_dtype);
+  at::Tensor wire = grads.scalar_type() == options_.comm_dtype ? grads : grads.to(options_.comm_dtype);
   if (!average_on_wire_ && pre_scale_ != 1.0) wire.mul_(pre_scale_);
   const dist::ReduceOp op = average_on_wire_ ? dist::ReduceOp::avg : dist::ReduceOp::sum;
   if (scatter && options_.reduce_scatter) {
