@@ -15,6 +15,7 @@
 #       | s12-profile (gpt2-350m traced vs compiled torch; llama-1b and gpt2-1.3b at seq 2048 on one GPU vs compiled torch)
 #       | fused-profile (the fused-kernel tests; gpt2-350m and llama-1b traced vs compiled torch)
 #       | s13-final (fused-kernel and ZeRO GPU tests; gpt2-350m ZeRO 0-1 and gpt2-1.3b ZeRO 0, 1, 3 vs compiled DDP)
+#       | widen-hooks (ZeRO GPU tests; gpt2-1.3b ZeRO 0-2 vs compiled DDP, for branch wip/widen-in-hooks)
 #       | s13-llama (llama-1b seq 2048 ZeRO 1 and 3 on 2 GPUs vs compiled DDP and FSDP2)
 #       | kernels (the nn, models and Adam GPU tests; llama-1b seq 2048 and gpt2-350m on one GPU vs compiled torch)
 #       | z3 (GPU tests: ZeRO, collectives, the CUDA kernels; gpt2-1.3b ZeRO-3 and 1 vs compiled FSDP2 and DDP)
@@ -29,6 +30,7 @@ case "${1:-}" in
   kernels) targets="$targets test_nn test_models test_optim" ;;
   fused-profile) targets="$targets test_nn test_models" ;;
   s13-final) targets="$targets test_nn test_zero3 test_engine" ;;
+  widen-hooks) targets="$targets test_zero3 test_engine" ;;
 esac
 OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
   { tail -30 /tmp/build.log; exit 1; }
@@ -104,6 +106,9 @@ case "${1:-}" in
     gpu_tests_np2 140 "zero3_np2|engine_np2"
     STAGES="0 1" PEERS="ddp-compile" m 150 gpt2-350m 1024 16 2
     STAGES="0 1 3" PEERS="ddp-compile" m 170 gpt2-1.3b 1024 8 2 ;;
+  widen-hooks)
+    gpu_tests_np2 150 "zero3_np2|engine_np2"
+    STAGES="0 1 2" PEERS="ddp-compile" m 300 gpt2-1.3b 1024 8 2 ;;
   s13-llama) STAGES="1 3" PEERS="ddp-compile fsdp2-compile" m 300 llama-1b 2048 4 2 ;;
   check-2gpu)
     gpu_tests_np2 240 "zero3_np2|engine_np2|collectives_np2|checkpoint_np2"

@@ -6,9 +6,32 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "stratum/core/log.h"
+#ifdef STRATUM_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDAStream.h>
+
+#include "stratum/zero/wire_cast_cuda.h"
+#endif
 
 namespace stratum::zero {
 namespace {
+
+// dst = src for a gradient written into its slot. Over several ranks the
+// slots are fp32 and autograd's gradients 16-bit: a vectorized kernel widens
+// them (ATen's dtype-converting copy moves one element per access).
+void write_gradient(const at::Tensor& dst, const at::Tensor& src) {
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  const at::ScalarType from = src.scalar_type();
+  if (dst.scalar_type() == at::kFloat && (from == at::kBFloat16 || from == at::kHalf) && dst.is_cuda() &&
+      src.device() == dst.device() && dst.is_contiguous() && src.is_contiguous() && dst.numel() == src.numel()) {
+    const cudaError_t e = cuda::launch_widen_to_float(src.const_data_ptr(), from == at::kBFloat16,
+                                                      dst.data_ptr<float>(), src.numel(),
+                                                      c10::cuda::getCurrentCUDAStream().stream());
+    if (e != cudaSuccess) throw Error(std::string("ZeRO: widening a gradient to fp32: ") + cudaGetErrorString(e));
+    return;
+  }
+#endif
+  dst.copy_(src);
+}
 
 // Tells the strategy that autograd finished accumulating one parameter's gradient.
 class GradReadyHook : public torch::autograd::PostAccumulateGradHook {
@@ -169,7 +192,7 @@ void FlatStrategy::stage_gradient(const at::Tensor& staging, int index, const at
   const ParamSlot& slot = layout_.params()[index];
   at::Tensor mine = staging.narrow(0, slot.offset - layout_.buckets()[slot.bucket].offset, slot.numel);
   if (staged_[index]) mine.add_(grad.reshape(-1));
-  else mine.copy_(grad.reshape(-1));
+  else write_gradient(mine, grad.reshape(-1));
   staged_[index] = true;
 }
 
@@ -274,7 +297,7 @@ void BoundaryReducedStrategy::on_grad_ready(int index) {
     // Written once per window, then added to (also when autograd reaches a
     // parameter twice in one backward, e.g. from two checkpointed layers).
     if (written_[index]) slot.add_(p.grad());
-    else slot.copy_(p.grad());
+    else write_gradient(slot, p.grad());
     written_[index] = true;
     p.mutable_grad().reset();
   }
