@@ -16,6 +16,7 @@
 #       | fused-profile (the fused-kernel tests; gpt2-350m and llama-1b traced vs compiled torch)
 #       | s13-final (fused-kernel and ZeRO GPU tests; gpt2-350m ZeRO 0-1 and gpt2-1.3b ZeRO 0, 1, 3 vs compiled DDP)
 #       | widen-hooks (ZeRO GPU tests; gpt2-1.3b ZeRO 0-2 vs compiled DDP, for branch wip/widen-in-hooks)
+#       | s14-norm (Adam/ZeRO GPU tests; the Adam's bandwidth vs a copy; gpt2-1.3b ZeRO 0-2 vs compiled DDP, ZeRO-0 with the two-quad Adam)
 #       | s13-llama (llama-1b seq 2048 ZeRO 1 and 3 on 2 GPUs vs compiled DDP and FSDP2)
 #       | kernels (the nn, models and Adam GPU tests; llama-1b seq 2048 and gpt2-350m on one GPU vs compiled torch)
 #       | z3 (GPU tests: ZeRO, collectives, the CUDA kernels; gpt2-1.3b ZeRO-3 and 1 vs compiled FSDP2 and DDP)
@@ -30,6 +31,7 @@ case "${1:-}" in
   kernels) targets="$targets test_nn test_models test_optim" ;;
   fused-profile) targets="$targets test_nn test_models" ;;
   s13-final) targets="$targets test_nn test_zero3 test_engine" ;;
+  s14-norm) targets="$targets test_zero3 test_engine test_optim bench_adam_bandwidth" ;;
   widen-hooks) targets="$targets test_zero3 test_engine" ;;
 esac
 OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
@@ -109,6 +111,13 @@ case "${1:-}" in
   widen-hooks)
     gpu_tests_np2 150 "zero3_np2|engine_np2"
     STAGES="0 1 2" PEERS="ddp-compile" m 300 gpt2-1.3b 1024 8 2 ;;
+  s14-norm)
+    gtests "test_optim *AdamMixed*:*HostAdam*"
+    STRATUM_ADAM_QUADS=2 gtests "test_optim *AdamMixed*"
+    for q in 1 2; do STRATUM_ADAM_QUADS=$q timeout 60 build-device/bin/bench_adam_bandwidth; done
+    gpu_tests_np2 150 "zero3_np2|engine_np2"
+    STAGES="0 1 2" PEERS="ddp-compile" m 230 gpt2-1.3b 1024 8 2
+    STAGES=0 PEERS="" STRATUM_ADAM_QUADS=2 m 60 gpt2-1.3b 1024 8 2 ;;
   s13-llama) STAGES="1 3" PEERS="ddp-compile fsdp2-compile" m 300 llama-1b 2048 4 2 ;;
   check-2gpu)
     gpu_tests_np2 240 "zero3_np2|engine_np2|collectives_np2|checkpoint_np2"

@@ -44,8 +44,8 @@ peer() {  # NAME (single, single-compile, ddp, ddp-compile, fsdp2, fsdp2-compile
 stratum() {  # STAGE
   local pass=(-x CUDA_VISIBLE_DEVICES) v
   [ -n "${CUDA_VISIBLE_DEVICES:-}" ] || pass=()
-  # Every NCCL_* setting reaches the ranks (e.g. NCCL_MAX_CTAS to leave compute more SMs).
-  for v in $(env | grep -o '^NCCL_[A-Z_0-9]*'); do pass+=(-x "$v"); done
+  # Every NCCL_* and STRATUM_* setting reaches the ranks (e.g. NCCL_MAX_CTAS to leave compute more SMs).
+  for v in $(env | grep -oE '^(NCCL|STRATUM)_[A-Z_0-9]*'); do pass+=(-x "$v"); done
   mpirun --bind-to none -np "$gpus" "${pass[@]}" "$build/bin/bench_engine" \
     "${common[@]}" --stage "$1" ${STRATUM_FLAGS:-} 2>&1 | grep -E '^\{"system"|rror' | tail -2 | tee -a "$log"
 }

@@ -50,6 +50,10 @@ class Work {
   virtual void synchronize() { wait(); }
   // Non-blocking: has it finished (for NCCL: on the device)?
   virtual bool completed() = 0;
+  // As wait(), for a side stream whose waiting holds nothing up: not counted
+  // as exposed communication (set_exposed_comm_timing) nor, in the comms
+  // logger, as the operation's latency (its own wait() still records that).
+  virtual void wait_in_background() { wait(); }
 };
 using WorkPtr = std::shared_ptr<Work>;
 

@@ -34,6 +34,8 @@ class TimedWork : public Work {
     inner_->synchronize();
     record();
   }
+  // Stream order only: the host does not wait, so there is no latency to record.
+  void wait_in_background() override { inner_->wait_in_background(); }
   bool completed() override {
     if (!inner_->completed()) return false;
     record();

@@ -218,6 +218,13 @@ class NcclWork : public Work {
     timer.recorded.push_back(events);
   }
 
+  void wait_in_background() override {
+    if (host_blocking_) return synchronize();
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    check_cuda(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_).stream(), pending_->done, 0),
+               "cudaStreamWaitEvent");
+  }
+
   void synchronize() override {
     // Poll rather than cudaEventSynchronize so that a hang is bounded by the timeout
     // (the watchdog also catches it; whichever comes first ends the job).

@@ -147,9 +147,13 @@ bool EngineCore::check_overflow() {
 }
 
 at::Tensor EngineCore::global_grad_norm(double loss_scale) {
-  std::vector<at::Tensor> grads;
-  for (auto& s : strategy_->segments()) grads.push_back(s.grad);
-  at::Tensor sq = optim::squared_norm(grads).to(strategy_->segments().front().grad.device());
+  // Computed during backward as the reductions landed, where the strategy could.
+  at::Tensor sq = strategy_->reduced_grad_sq_norm();
+  if (!sq.defined()) {
+    std::vector<at::Tensor> grads;
+    for (auto& s : strategy_->segments()) grads.push_back(s.grad);
+    sq = optim::squared_norm(grads).to(strategy_->segments().front().grad.device());
+  }
   // Partitioned gradients: each rank holds a disjoint part of the sum.
   if (strategy_->partitioned()) dp_->all_reduce(sq, dist::ReduceOp::sum)->wait();
   return sq.sqrt() / loss_scale;

@@ -167,6 +167,26 @@ void FlatStrategy::launch_reduction(const at::Tensor& grads, at::Tensor dest, bo
     at::Tensor result = scatter ? wire.narrow(0, dp_->rank() * (grads.numel() / n), grads.numel() / n) : wire;
     in_flight_.push_back(InFlight{work, result, dest, accumulate, wire});
   }
+  if (!final_reductions_ || !device_.is_cuda()) return;
+  // The collective's output is the window's gradient as it lands (no scaling,
+  // copy or add after it): its norm can start when the collective ends.
+  const InFlight& f = in_flight_.back();
+  const bool in_place = average_on_wire_ && !accumulate && f.wire.data_ptr() == dest.data_ptr() &&
+                        f.wire.numel() == dest.numel() && f.wire.scalar_type() == dest.scalar_type();
+  if (!grad_norm_) grad_norm_ = std::make_unique<ReducedGradNorm>(device_, layout_.buckets().size());
+  if (in_place) grad_norm_->add(f.work, dest);
+  else grad_norm_->invalidate();
+}
+
+at::Tensor FlatStrategy::reduced_grad_sq_norm() {
+  if (!grad_norm_) return at::Tensor();
+  int64_t numel = 0;
+  for (const OptimizerSegment& s : segments_) numel += s.grad.numel();
+  return grad_norm_->take(numel);
+}
+
+void FlatStrategy::forget_grad_norm() {
+  if (grad_norm_) grad_norm_->reset();
 }
 
 void FlatStrategy::wait_in_flight(size_t keep) {
@@ -286,6 +306,7 @@ at::Tensor BoundaryReducedStrategy::grad_slot(int index) const {
 
 void BoundaryReducedStrategy::prepare_backward(bool boundary) {
   armed_ = boundary;
+  final_reductions_ = boundary;
   reset_pending();
 }
 
@@ -322,6 +343,7 @@ void BoundaryReducedStrategy::finish_backward() {
 }
 
 void BoundaryReducedStrategy::zero_gradients() {
+  forget_grad_norm();
   std::fill(written_.begin(), written_.end(), false);
   fresh_window_ = true;
 }

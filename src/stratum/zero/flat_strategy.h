@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "stratum/zero/bucket_param_gather.h"
+#include "stratum/zero/reduced_grad_norm.h"
 #include "stratum/zero/strategy.h"
 
 namespace stratum::zero {
@@ -24,6 +25,8 @@ class FlatStrategy : public ZeroStrategy {
 
   // Stages 0-2: the flat buffer holds every parameter whole.
   void for_each_full_param(const std::function<void(int, const at::Tensor&)>& fn) override;
+
+  at::Tensor reduced_grad_sq_norm() override;
 
   // Called by the post-accumulate-grad hook of parameter `index` (autograd's thread).
   virtual void on_grad_ready(int index) = 0;
@@ -56,6 +59,8 @@ class FlatStrategy : public ZeroStrategy {
   // the slice of grads). Averages with the collective itself (NCCL's avg)
   // unless prescale_gradients / gradient_predivide_factor ask otherwise.
   void launch_reduction(const at::Tensor& grads, at::Tensor dest, bool accumulate, bool scatter);
+  // Before gradients are rewritten (zero_gradients): norms still reading them finish first.
+  void forget_grad_norm();
   // Finishes reductions oldest first until at most `keep` are in flight (bounds
   // the gradient buffers alive during backward).
   void wait_in_flight(size_t keep = 0);
@@ -110,6 +115,8 @@ class FlatStrategy : public ZeroStrategy {
   std::vector<bool> launched_;         // bucket reduction started this micro-step
   std::deque<InFlight> in_flight_;
   bool armed_ = false;                 // this micro-step's hooks launch reductions
+  bool final_reductions_ = false;      // this micro-step's reductions give the window's gradients
+  std::unique_ptr<ReducedGradNorm> grad_norm_;  // CUDA over several ranks, made at the first reduction
   double pre_scale_ = 1.0, post_scale_ = 1.0;
   bool average_on_wire_ = false;  // the plain mean: the collective's avg does both scalings
   std::vector<char> staged_;      // by parameter: written into its bucket's current staging buffer

@@ -113,6 +113,10 @@ class ZeroStrategy {
   virtual void finish_backward() = 0;
   // At the boundary: waits for every reduction; segments' grads are then final.
   virtual void wait_gradients() = 0;
+  // After wait_gradients(): the sum of squares of the segments' gradients when
+  // the reductions computed it as they completed (reduced_grad_norm.h), else
+  // undefined and the caller computes it. Partitioned: this rank's part.
+  virtual at::Tensor reduced_grad_sq_norm() { return at::Tensor(); }
   virtual std::vector<OptimizerSegment>& segments() = 0;
   // True when segments hold only this rank's part (norms and overflow need a DP reduction).
   virtual bool partitioned() const = 0;

@@ -31,8 +31,8 @@ class Stage2 : public FlatStrategy {
   bool partitioned() const override { return true; }
 
   void prepare_backward(bool boundary) override {
-    (void)boundary;
     armed_ = true;
+    final_reductions_ = boundary;
     reset_pending();
   }
 
@@ -59,6 +59,7 @@ class Stage2 : public FlatStrategy {
   void publish_params() override { publish_bucket_params(); }
 
   void zero_gradients() override {
+    forget_grad_norm();
     grad_shard_.zero_();
     first_micro_step_ = true;
   }

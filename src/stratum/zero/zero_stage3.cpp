@@ -161,8 +161,8 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
   LayerParamGatherer* gatherer() override { return this; }
 
   void prepare_backward(bool boundary) override {
-    (void)boundary;
     armed_ = true;
+    final_reductions_ = boundary;
     for (size_t u = 0; u < units_.size(); ++u) {
       units_[u].pending = static_cast<int>(layout_.buckets()[u].params.size());
       units_[u].reduced = false;
@@ -212,6 +212,7 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
   }
 
   void zero_gradients() override {
+    forget_grad_norm();
     grad_shard_.zero_();
     if (persistent_grads_.defined()) persistent_grads_.zero_();
     first_micro_step_ = true;

@@ -1,0 +1,68 @@
+#include "stratum/zero/reduced_grad_norm.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linalg_vector_norm.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+namespace stratum::zero {
+namespace {
+
+c10::Stream current_stream(c10::Device device) { return c10::impl::VirtualGuardImpl(device.type()).getStream(device); }
+
+}  // namespace
+
+ReducedGradNorm::ReducedGradNorm(c10::Device device, int64_t capacity)
+    : device_(device),
+      side_(c10::impl::VirtualGuardImpl(device.type()).getStreamFromGlobalPool(device)),
+      norms_(at::empty({capacity}, at::TensorOptions().dtype(at::kFloat).device(device))) {}
+
+ReducedGradNorm::~ReducedGradNorm() {
+  try {
+    join();
+  } catch (...) {  // a failed device: nothing left to order
+  }
+}
+
+void ReducedGradNorm::add(const dist::WorkPtr& work, const at::Tensor& reduced) {
+  if (!valid_ || count_ == norms_.numel()) {
+    valid_ = false;
+    return;
+  }
+  c10::AutoGradMode no_grad(false);
+  c10::StreamGuard on_side(side_);
+  work->wait_in_background();
+  at::Tensor slot = norms_.select(0, count_);
+  at::linalg_vector_norm_out(slot, reduced, 2, std::nullopt, false, at::kFloat);
+  done_.emplace(device_.type());
+  done_->record(side_);
+  ++count_;
+  numel_ += reduced.numel();
+}
+
+void ReducedGradNorm::join() {
+  if (done_) done_->block(current_stream(device_));
+  done_.reset();
+}
+
+at::Tensor ReducedGradNorm::take(int64_t expected_numel) {
+  const bool usable = valid_ && count_ > 0 && numel_ == expected_numel;
+  join();
+  at::Tensor total;
+  if (usable) {
+    c10::AutoGradMode no_grad(false);
+    total = norms_.narrow(0, 0, count_).square().sum();
+  }
+  count_ = numel_ = 0;
+  valid_ = true;
+  return total;
+}
+
+void ReducedGradNorm::reset() {
+  join();
+  count_ = numel_ = 0;
+  valid_ = true;
+}
+
+}  // namespace stratum::zero
