@@ -43,7 +43,6 @@ int main(int argc, char** argv) {
   at::Tensor master = at::randn({n}, f32), m = at::zeros({n}, f32), v = at::zeros({n}, f32);
   at::Tensor grad32 = at::randn({n}, f32), grad16 = grad32.to(at::kBFloat16), params16 = master.to(at::kBFloat16);
   at::Tensor step = at::ones({1}, f32);
-  const char* quads = std::getenv("STRATUM_ADAM_QUADS");
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   for (const bool wide_grad : {true, false}) {
     namespace oc = stratum::optim::cuda;
@@ -60,8 +59,8 @@ int main(int argc, char** argv) {
     a.lr = 1e-4f, a.beta1 = 0.9f, a.beta2 = 0.95f, a.eps = 1e-8f, a.weight_decay = 0.1f;
     const double s = seconds_per_call([&] { oc::launch_mixed_adam(a, stream); }, 10);
     const double bytes = double(n) * ((wide_grad ? 4 : 2) + 12 + 12 + 2);
-    std::printf("{\"case\":\"adam grad %s\",\"quads\":\"%s\",\"n\":%lld,\"ms\":%.3f,\"TB_per_s\":%.3f}\n",
-                wide_grad ? "fp32" : "bf16", quads ? quads : "1", static_cast<long long>(n), s * 1e3, bytes / s / 1e12);
+    std::printf("{\"case\":\"adam grad %s\",\"n\":%lld,\"ms\":%.3f,\"TB_per_s\":%.3f}\n",
+                wide_grad ? "fp32" : "bf16", static_cast<long long>(n), s * 1e3, bytes / s / 1e12);
   }
   const double s = seconds_per_call(
       [&] { cudaMemcpyAsync(v.data_ptr(), m.const_data_ptr(), n * 4, cudaMemcpyDeviceToDevice, stream); }, 10);

@@ -16,7 +16,8 @@
 #       | fused-profile (the fused-kernel tests; gpt2-350m and llama-1b traced vs compiled torch)
 #       | s13-final (fused-kernel and ZeRO GPU tests; gpt2-350m ZeRO 0-1 and gpt2-1.3b ZeRO 0, 1, 3 vs compiled DDP)
 #       | widen-hooks (ZeRO GPU tests; gpt2-1.3b ZeRO 0-2 vs compiled DDP, for branch wip/widen-in-hooks)
-#       | s14-norm (Adam/ZeRO GPU tests; the Adam's bandwidth vs a copy; gpt2-1.3b ZeRO 0-2 vs compiled DDP, ZeRO-0 with the two-quad Adam)
+#       | s14-norm (Adam/ZeRO GPU tests; the Adam's bandwidth vs a copy; gpt2-1.3b ZeRO 0-2 vs compiled DDP)
+#       | s14-fill (ZeRO GPU tests; gpt2-350m ZeRO 0-2 vs compiled DDP; gpt2-1.3b ZeRO-3 vs compiled FSDP2)
 #       | s13-llama (llama-1b seq 2048 ZeRO 1 and 3 on 2 GPUs vs compiled DDP and FSDP2)
 #       | kernels (the nn, models and Adam GPU tests; llama-1b seq 2048 and gpt2-350m on one GPU vs compiled torch)
 #       | z3 (GPU tests: ZeRO, collectives, the CUDA kernels; gpt2-1.3b ZeRO-3 and 1 vs compiled FSDP2 and DDP)
@@ -32,6 +33,7 @@ case "${1:-}" in
   fused-profile) targets="$targets test_nn test_models" ;;
   s13-final) targets="$targets test_nn test_zero3 test_engine" ;;
   s14-norm) targets="$targets test_zero3 test_engine test_optim bench_adam_bandwidth" ;;
+  s14-fill) targets="$targets test_zero3 test_engine" ;;
   widen-hooks) targets="$targets test_zero3 test_engine" ;;
 esac
 OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
@@ -40,7 +42,7 @@ m() { STEPS=${STEPS:-8} WARMUP=${WARMUP:-3} timeout "$1" bash bench/run_matrix.s
 # The GPU cases of these CTest entries (2 ranks: NCCL on both chips), within TIMEOUT seconds.
 gpu_tests_np2() {  # TIMEOUT "test_a|test_b"
   (cd build-device && timeout "$1" ctest -R "$2" --output-on-failure --timeout $(($1 - 20)) 2>&1 |
-    grep -E "tests passed|Failed|FAILED|Passed|rror" | tail -20)
+    grep -E -A3 "tests passed|Failed|FAILED|Passed|rror|Failure" | tail -40)
 }
 # gtest binaries with a filter each ("binary filter"), failures shown in full.
 gtests() {
@@ -113,11 +115,13 @@ case "${1:-}" in
     STAGES="0 1 2" PEERS="ddp-compile" m 300 gpt2-1.3b 1024 8 2 ;;
   s14-norm)
     gtests "test_optim *AdamMixed*:*HostAdam*"
-    STRATUM_ADAM_QUADS=2 gtests "test_optim *AdamMixed*"
-    for q in 1 2; do STRATUM_ADAM_QUADS=$q timeout 60 build-device/bin/bench_adam_bandwidth; done
+    timeout 60 build-device/bin/bench_adam_bandwidth
     gpu_tests_np2 150 "zero3_np2|engine_np2"
-    STAGES="0 1 2" PEERS="ddp-compile" m 230 gpt2-1.3b 1024 8 2
-    STAGES=0 PEERS="" STRATUM_ADAM_QUADS=2 m 60 gpt2-1.3b 1024 8 2 ;;
+    STAGES="0 1 2" PEERS="ddp-compile" m 230 gpt2-1.3b 1024 8 2 ;;
+  s14-fill)
+    gpu_tests_np2 150 "zero3_np2|engine_np2"
+    STAGES="0 1 2" PEERS="ddp-compile" m 200 gpt2-350m 1024 16 2
+    STAGES=3 PEERS="fsdp2-compile" m 150 gpt2-1.3b 1024 8 2 ;;
   s13-llama) STAGES="1 3" PEERS="ddp-compile fsdp2-compile" m 300 llama-1b 2048 4 2 ;;
   check-2gpu)
     gpu_tests_np2 240 "zero3_np2|engine_np2|collectives_np2|checkpoint_np2"

@@ -46,6 +46,7 @@ struct Options {
   std::string precision = "fp32";
   std::string zero_extra;  // more zero_optimization keys, e.g. ", \"stage3_prefetch_bucket_size\": 0"
   std::string checkpointing;  // an activation_checkpointing section, or empty
+  std::string top_extra;      // more top-level keys, each followed by a comma
 };
 
 std::string config_json(const Options& o) {
@@ -54,7 +55,7 @@ std::string config_json(const Options& o) {
                                              : "";
   std::string ac = o.checkpointing.empty() ? "" : R"("activation_checkpointing": )" + o.checkpointing + ",";
   return R"({"train_batch_size": )" + std::to_string(kGlobalBatch) + R"(, "gradient_accumulation_steps": )" +
-         std::to_string(o.gas) + "," + prec + ac + R"(
+         std::to_string(o.gas) + "," + prec + ac + o.top_extra + R"(
     "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01, "eps": 1e-4}},
     "gradient_clipping": 1.0,
     "zero_optimization": {"stage": )" + std::to_string(o.stage) + R"(, "reduce_bucket_size": 5000)" + o.zero_extra +
@@ -380,6 +381,7 @@ TEST(Zero3, GradNormFromReductionsOnGpus) {
     int stage, gas;
     std::string precision, extra;
     bool offered;
+    std::string top_extra;
   };
   for (const Case& c : std::vector<Case>{{0, 1, "fp32", "", true},
                                          {1, 1, "fp32", "", true},
@@ -389,11 +391,11 @@ TEST(Zero3, GradNormFromReductionsOnGpus) {
                                          {1, 1, "bf16", "", true},
                                          {2, 1, "bf16", R"(, "overlap_param_gather": true)", true},
                                          {3, 1, "bf16", "", true},
-                                         {0, 1, "fp32", R"(, "gradient_predivide_factor": 2.0)", false},
+                                         {0, 1, "fp32", "", false, R"("gradient_predivide_factor": 2.0,)"},
                                          {2, 2, "fp32", "", false}}) {
     const std::string what = "stage " + std::to_string(c.stage) + " gas " + std::to_string(c.gas) + " " +
-                             c.precision + c.extra;
-    Options o{"tiny-llama", {{"tie_embeddings", "false"}}, c.stage, c.gas, c.precision, c.extra};
+                             c.precision + c.extra + c.top_extra;
+    Options o{"tiny-llama", {{"tie_embeddings", "false"}}, c.stage, c.gas, c.precision, c.extra, "", c.top_extra};
     Config config = Config::from_string(config_json(o), "zero3-test");
     torch::manual_seed(42);
     auto engine = initialize(config, models::build_model(models::make_model_config(o.model, o.overrides)),

@@ -6,8 +6,6 @@
 // follows torch's _fused_adam(w) (fp32, same order) so the two agree to rounding.
 #include "stratum/optim/mixed_adam_cuda.h"
 
-#include <cstdlib>
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -72,38 +70,25 @@ __device__ __forceinline__ void store4(T* p, int64_t q, const float (&in)[4]) {
   reinterpret_cast<typename Quad<T>::type*>(p)[q] = raw;
 }
 
-// Four elements a thread per iteration (Quads = 1), or two groups of four
-// whose loads are all issued before any arithmetic (Quads = 2: twice the
-// bytes in flight a thread), every buffer read and written in quads (the
-// launcher checks alignment and n % 4 == 0).
-template <typename G, typename P, int Quads>
+// Four elements a thread per iteration, every buffer read and written in
+// quads (the launcher checks alignment and n % 4 == 0).
+template <typename G, typename P>
 __global__ void __launch_bounds__(256) mixed_adam_vec4(MixedAdamArgs a) {
   const Coefficients c = coefficients(a);
   const G* grad = static_cast<const G*>(a.grad);
   P* out = static_cast<P*>(a.params16);
   const int64_t quads = a.n / 4;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t q0 = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q0 < quads; q0 += stride * Quads) {
-    float p[Quads][4], m[Quads][4], v[Quads][4], g[Quads][4];
-#pragma unroll
-    for (int u = 0; u < Quads; ++u) {
-      const int64_t q = q0 + u * stride;
-      if (q >= quads) break;
-      load4(a.master, q, p[u]);
-      load4(a.exp_avg, q, m[u]);
-      load4(a.exp_avg_sq, q, v[u]);
-      load4(grad, q, g[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < Quads; ++u) {
-      const int64_t q = q0 + u * stride;
-      if (q >= quads) break;
-      for (int k = 0; k < 4; ++k) update(c, p[u][k], m[u][k], v[u][k], g[u][k]);
-      store4(a.master, q, p[u]);
-      store4(a.exp_avg, q, m[u]);
-      store4(a.exp_avg_sq, q, v[u]);
-      if (out) store4(out, q, p[u]);
-    }
+  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < quads; q += int64_t{gridDim.x} * blockDim.x) {
+    float p[4], m[4], v[4], g[4];
+    load4(a.master, q, p);
+    load4(a.exp_avg, q, m);
+    load4(a.exp_avg_sq, q, v);
+    load4(grad, q, g);
+    for (int k = 0; k < 4; ++k) update(c, p[k], m[k], v[k], g[k]);
+    store4(a.master, q, p);
+    store4(a.exp_avg, q, m);
+    store4(a.exp_avg_sq, q, v);
+    if (out) store4(out, q, p);
   }
 }
 
@@ -124,15 +109,6 @@ __global__ void __launch_bounds__(256) mixed_adam_scalar(MixedAdamArgs a) {
 
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-// EXPERIMENT (bench/adam_bandwidth): STRATUM_ADAM_QUADS=2 picks the two-quad loop.
-int quads_per_thread() {
-  static const int quads = [] {
-    const char* e = std::getenv("STRATUM_ADAM_QUADS");
-    return e && std::atoi(e) == 2 ? 2 : 1;
-  }();
-  return quads;
-}
-
 template <typename G, typename P>
 cudaError_t launch(const MixedAdamArgs& a, cudaStream_t stream) {
   int device = 0, sms = 132;
@@ -143,8 +119,7 @@ cudaError_t launch(const MixedAdamArgs& a, cudaStream_t stream) {
   const int64_t work = vec ? a.n / 4 : a.n;
   const int64_t wanted = (work + 255) / 256;
   const int blocks = static_cast<int>(wanted < int64_t{sms} * 8 ? (wanted > 0 ? wanted : 1) : int64_t{sms} * 8);
-  if (vec && quads_per_thread() == 2) mixed_adam_vec4<G, P, 2><<<blocks, 256, 0, stream>>>(a);
-  else if (vec) mixed_adam_vec4<G, P, 1><<<blocks, 256, 0, stream>>>(a);
+  if (vec) mixed_adam_vec4<G, P><<<blocks, 256, 0, stream>>>(a);
   else mixed_adam_scalar<G, P><<<blocks, 256, 0, stream>>>(a);
   return cudaGetLastError();
 }
