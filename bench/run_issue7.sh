@@ -18,6 +18,7 @@
 #       | widen-hooks (ZeRO GPU tests; gpt2-1.3b ZeRO 0-2 vs compiled DDP, for branch wip/widen-in-hooks)
 #       | s14-norm (Adam/ZeRO GPU tests; the Adam's bandwidth vs a copy; gpt2-1.3b ZeRO 0-2 vs compiled DDP)
 #       | s14-fill (ZeRO GPU tests; gpt2-350m ZeRO 0-2 vs compiled DDP; gpt2-1.3b ZeRO-3 vs compiled FSDP2)
+#       | s14-last (ZeRO GPU tests; llama-1b seq 2048 ZeRO 0, 2 vs compiled DDP; DeepSpeed ZeRO-1/2 on gpt2-1.3b)
 #       | s13-llama (llama-1b seq 2048 ZeRO 1 and 3 on 2 GPUs vs compiled DDP and FSDP2)
 #       | kernels (the nn, models and Adam GPU tests; llama-1b seq 2048 and gpt2-350m on one GPU vs compiled torch)
 #       | z3 (GPU tests: ZeRO, collectives, the CUDA kernels; gpt2-1.3b ZeRO-3 and 1 vs compiled FSDP2 and DDP)
@@ -33,7 +34,7 @@ case "${1:-}" in
   fused-profile) targets="$targets test_nn test_models" ;;
   s13-final) targets="$targets test_nn test_zero3 test_engine" ;;
   s14-norm) targets="$targets test_zero3 test_engine test_optim bench_adam_bandwidth" ;;
-  s14-fill) targets="$targets test_zero3 test_engine" ;;
+  s14-fill|s14-last) targets="$targets test_zero3 test_engine" ;;
   widen-hooks) targets="$targets test_zero3 test_engine" ;;
 esac
 OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
@@ -122,6 +123,10 @@ case "${1:-}" in
     gpu_tests_np2 150 "zero3_np2|engine_np2"
     STAGES="0 1 2" PEERS="ddp-compile" m 200 gpt2-350m 1024 16 2
     STAGES=3 PEERS="fsdp2-compile" m 150 gpt2-1.3b 1024 8 2 ;;
+  s14-last)
+    gpu_tests_np2 150 "zero3_np2|engine_np2"
+    STAGES="0 2" PEERS="ddp-compile" m 220 llama-1b 2048 4 2
+    STAGES="" PEERS="ds1 ds2" m 150 gpt2-1.3b 1024 8 2 ;;
   s13-llama) STAGES="1 3" PEERS="ddp-compile fsdp2-compile" m 300 llama-1b 2048 4 2 ;;
   check-2gpu)
     gpu_tests_np2 240 "zero3_np2|engine_np2|collectives_np2|checkpoint_np2"
