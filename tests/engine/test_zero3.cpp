@@ -387,6 +387,8 @@ TEST(Zero3, GradNormFromReductionsOnGpus) {
                                          {1, 1, "fp32", "", true},
                                          {2, 1, "fp32", "", true},
                                          {3, 1, "fp32", "", true},
+                                         {3, 1, "fp32", kStage3Variants[0].second, true},
+                                         {3, 1, "fp32", kStage3Variants[2].second, true},
                                          {0, 2, "bf16", "", true},
                                          {1, 1, "bf16", "", true},
                                          {2, 1, "bf16", R"(, "overlap_param_gather": true)", true},
