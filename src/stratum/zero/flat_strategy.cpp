@@ -167,7 +167,7 @@ void FlatStrategy::launch_reduction(const at::Tensor& grads, at::Tensor dest, bo
     at::Tensor result = scatter ? wire.narrow(0, dp_->rank() * (grads.numel() / n), grads.numel() / n) : wire;
     in_flight_.push_back(InFlight{work, result, dest, accumulate, wire});
   }
-  if (!final_reductions_ || !device_.is_cuda()) return;
+  if (!final_reductions_) return;
   // The collective's output is the window's gradient as it lands (no scaling,
   // copy or add after it): its norm can start when the collective ends.
   const InFlight& f = in_flight_.back();

@@ -116,7 +116,7 @@ class FlatStrategy : public ZeroStrategy {
   std::deque<InFlight> in_flight_;
   bool armed_ = false;                 // this micro-step's hooks launch reductions
   bool final_reductions_ = false;      // this micro-step's reductions give the window's gradients
-  std::unique_ptr<ReducedGradNorm> grad_norm_;  // CUDA over several ranks, made at the first reduction
+  std::unique_ptr<ReducedGradNorm> grad_norm_;  // over several ranks, made at the first final reduction
   double pre_scale_ = 1.0, post_scale_ = 1.0;
   bool average_on_wire_ = false;  // the plain mean: the collective's avg does both scalings
   std::vector<char> staged_;      // by parameter: written into its bucket's current staging buffer

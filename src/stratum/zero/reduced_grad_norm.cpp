@@ -14,9 +14,9 @@ c10::Stream current_stream(c10::Device device) { return c10::impl::VirtualGuardI
 }  // namespace
 
 ReducedGradNorm::ReducedGradNorm(c10::Device device, int64_t capacity)
-    : device_(device),
-      side_(c10::impl::VirtualGuardImpl(device.type()).getStreamFromGlobalPool(device)),
-      norms_(at::empty({capacity}, at::TensorOptions().dtype(at::kFloat).device(device))) {}
+    : device_(device), norms_(at::empty({capacity}, at::TensorOptions().dtype(at::kFloat).device(device))) {
+  if (device.is_cuda()) side_ = c10::impl::VirtualGuardImpl(device.type()).getStreamFromGlobalPool(device);
+}
 
 ReducedGradNorm::~ReducedGradNorm() {
   try {
@@ -30,13 +30,17 @@ void ReducedGradNorm::add(const dist::WorkPtr& work, const at::Tensor& reduced) 
     valid_ = false;
     return;
   }
-  c10::AutoGradMode no_grad(false);
-  c10::StreamGuard on_side(side_);
-  work->wait_in_background();
-  at::Tensor slot = norms_.select(0, count_);
-  at::linalg_vector_norm_out(slot, reduced, 2, std::nullopt, false, at::kFloat);
-  done_.emplace(device_.type());
-  done_->record(side_);
+  if (!side_) {
+    deferred_.push_back(reduced);  // a host wait here would hold backward up
+  } else {
+    c10::AutoGradMode no_grad(false);
+    c10::StreamGuard on_side(*side_);
+    work->wait_in_background();
+    at::Tensor slot = norms_.select(0, count_);
+    at::linalg_vector_norm_out(slot, reduced, 2, std::nullopt, false, at::kFloat);
+    done_.emplace(device_.type());
+    done_->record(*side_);
+  }
   ++count_;
   numel_ += reduced.numel();
 }
@@ -52,15 +56,19 @@ at::Tensor ReducedGradNorm::take(int64_t expected_numel) {
   at::Tensor total;
   if (usable) {
     c10::AutoGradMode no_grad(false);
+    for (size_t i = 0; i < deferred_.size(); ++i) {
+      at::Tensor slot = norms_.select(0, static_cast<int64_t>(i));
+      at::linalg_vector_norm_out(slot, deferred_[i], 2, std::nullopt, false, at::kFloat);
+    }
     total = norms_.narrow(0, 0, count_).square().sum();
   }
-  count_ = numel_ = 0;
-  valid_ = true;
+  reset();
   return total;
 }
 
 void ReducedGradNorm::reset() {
   join();
+  deferred_.clear();
   count_ = numel_ = 0;
   valid_ = true;
 }

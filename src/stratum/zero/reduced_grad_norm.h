@@ -8,9 +8,11 @@
 // rounded after it. Any other final reduction in the window (gradient
 // accumulation at stages 2/3, predivide factors, stage 3's 16-bit gradient
 // shard, one region reduced twice) voids it and the engine computes the norm
-// itself. Needs a device with streams (CUDA); elsewhere it stays off.
-// Internal to zero/.
+// itself. On the CPU (no streams) the pieces are kept and their norms taken
+// at the step, after the reductions were waited for: no overlap, the same
+// bookkeeping (so it is tested without a GPU). Internal to zero/.
 #include <optional>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -29,7 +31,7 @@ class ReducedGradNorm {
   ~ReducedGradNorm();
 
   // `reduced` holds its final gradient once `work` completes: its norm is
-  // queued on the side stream behind it.
+  // queued on the side stream behind it (CUDA) or taken at the step (CPU).
   void add(const dist::WorkPtr& work, const at::Tensor& reduced);
   // A final reduction whose result is not the gradient as it lands.
   void invalidate() { valid_ = false; }
@@ -46,8 +48,9 @@ class ReducedGradNorm {
   void join();
 
   c10::Device device_;
-  c10::Stream side_;
+  std::optional<c10::Stream> side_;  // CUDA: one of the device's pool streams
   at::Tensor norms_;  // [capacity] fp32: the 2-norm of each piece
+  std::vector<at::Tensor> deferred_;  // CPU: the pieces, normed in take()
   int64_t count_ = 0, numel_ = 0;
   bool valid_ = true;
   std::optional<c10::Event> done_;  // the side stream's last norm
