@@ -429,6 +429,63 @@ TEST(Zero3, GradNormFromReductions) {
   }
 }
 
+// An untied embedding's gradient travels as rows (nn/embedding.h): stages
+// 0-2 over 2 and 4 ranks train as stage 0 on one rank (which reduces nothing
+// and takes the dense gradient), with and without gradient accumulation, and
+// the embedding has a bucket of its own.
+TEST(RowGradients, MatchOneRank) {
+  const int world = test::context().cpu_world->size();
+  if (world < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  for (int gas : {1, 2}) {
+    Options ref_opts{"tiny-llama", {{"tie_embeddings", "false"}}, 0, gas};
+    TrainRun ref = train(ref_opts, groups_of(1));
+    for (int stage : {0, 1, 2})
+      for (int dp = 2; dp <= world; dp *= 2) {
+        Options o = ref_opts;
+        o.stage = stage;
+        expect_same_training(train(o, dp == world ? test::context().cpu_world : groups_of(dp)), ref, 1e-5,
+                             "rows: gas " + std::to_string(gas) + " stage " + std::to_string(stage) + " dp " +
+                                 std::to_string(dp));
+      }
+  }
+  Config config = Config::from_string(config_json(Options{"tiny-llama", {{"tie_embeddings", "false"}}, 1}), "rows");
+  torch::manual_seed(42);
+  auto engine = initialize(config, models::build_model(models::make_model_config("tiny-llama", {{"tie_embeddings", "false"}})),
+                           test::context().cpu_world, c10::Device(c10::kCPU));
+  const auto& layout = engine.core().strategy().layout();
+  const auto& slot = layout.params().front();  // model.embed_tokens.weight
+  EXPECT_EQ(layout.buckets()[slot.bucket].params.size(), 1u) << "the embedding shares its bucket";
+}
+
+// Ranks may look up different numbers of rows (here sequences of different
+// lengths): the exchanged gradient is still the mean of every rank's dense
+// one, which an engine on each rank alone (dense gradients) gives.
+TEST(RowGradients, UnevenRowCountsAcrossRanks) {
+  auto world = test::context().cpu_world;
+  if (world->size() < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  const int r = world->rank();
+  const std::vector<std::pair<std::string, std::string>> untied = {{"tie_embeddings", "false"}};
+  auto embedding_grad = [&](const std::shared_ptr<dist::Communicator>& dp) {
+    Config config = Config::from_string(config_json(Options{"tiny-llama", untied, 0}), "rows");
+    torch::manual_seed(42);
+    auto engine =
+        initialize(config, models::build_model(models::make_model_config("tiny-llama", untied)), dp, c10::Device(c10::kCPU));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(100 + r);
+    const int64_t len = kSeq - 4 * (r % 3);  // 16, 12, 8, 16 tokens
+    at::Tensor tokens = at::randint(256, {2, len + 1}, gen, at::TensorOptions().dtype(at::kLong));
+    engine.backward(engine.forward(tokens.narrow(1, 0, len), tokens.narrow(1, 1, len)));
+    auto& strategy = engine.core().strategy();
+    strategy.wait_gradients();
+    const auto& slot = strategy.layout().params().front();
+    return strategy.segments().front().grad.narrow(0, slot.offset, slot.numel).clone();
+  };
+  const at::Tensor exchanged = embedding_grad(world);
+  at::Tensor expected = embedding_grad(groups_of(1));
+  world->all_reduce(expected, dist::ReduceOp::avg)->wait();
+  EXPECT_GT(expected.abs().sum().item<double>(), 0.0);
+  EXPECT_LE(rel_diff(exchanged, expected), 1e-6);
+}
+
 // The fp32 wire copy of 16-bit gradients equals ATen's conversion: aligned
 // and unaligned starts, lengths around the 8-element pack, and an empty one.
 TEST(Zero3, WireWideningMatchesAtenOnAGpu) {

@@ -72,7 +72,8 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
     : config_(config), model_dtype_(model_dtype), dp_(std::move(dp)) {
   check_supported(config_, params, layers.has_value());
   batch_ = config_.resolve_batch(dp_->size());
-  const zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
+  zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
+  if (layers && options.stage < 3) options.row_gradient_params = layers->row_fed;
   if (options.stage == 3)
     strategy_ = zero::make_stage3(options, *layers, std::move(params), std::move(names), model_dtype_, dp_, device);
   else

@@ -80,6 +80,8 @@ zero::LayerParams layer_params(const nn::LayerStackImpl& stack, const std::vecto
       if (auto it = index.find(p.unsafeGetTensorImpl()); it != index.end()) borrowed.push_back(it->second);
     out.own.push_back(std::move(own));
     out.borrowed.push_back(std::move(borrowed));
+    for (const auto& p : stack.layer(l).row_gradient_parameters())
+      if (auto it = index.find(p.unsafeGetTensorImpl()); it != index.end()) out.row_fed.push_back(it->second);
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include "stratum/core/error.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/nn/attention.h"
+#include "stratum/nn/embedding.h"
 #include "stratum/nn/lm_head.h"
 #include "stratum/nn/mlp.h"
 #include "stratum/nn/rms_norm.h"
@@ -17,19 +18,25 @@ namespace {
 
 class LlamaEmbedding : public nn::StackLayer {
  public:
-  explicit LlamaEmbedding(const ModelConfig& c) : StackLayer("LlamaEmbedding"), max_seq_len_(c.max_seq_len) {
+  explicit LlamaEmbedding(const ModelConfig& c)
+      : StackLayer("LlamaEmbedding"), max_seq_len_(c.max_seq_len), tied_(c.tie_embeddings) {
     embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden));
   }
   at::Tensor forward(const at::Tensor& tokens) override {
     if (tokens.size(-1) > max_seq_len_)
       throw Error("LLaMA: sequence of " + std::to_string(tokens.size(-1)) + " tokens is longer than max_seq_len " +
                   std::to_string(max_seq_len_));
-    return embed_tokens(tokens);
+    return nn::embedding_lookup(embed_tokens->weight, tokens);
+  }
+  // Untied, the embedding's only gradient is the lookup's.
+  std::vector<at::Tensor> row_gradient_parameters() const override {
+    return tied_ ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{embed_tokens->weight};
   }
   torch::nn::Embedding embed_tokens{nullptr};
 
  private:
   int64_t max_seq_len_;
+  bool tied_;
 };
 
 // x + self_attn(input_layernorm(x)), then + mlp(post_attention_layernorm(.)).

@@ -33,6 +33,10 @@ class StackLayer : public torch::nn::Module {
   // tied token embedding). ZeRO-3 must gather them for this layer too, and
   // pipeline stages holding both layers must sum their gradients.
   virtual std::vector<at::Tensor> borrowed_parameters() const { return {}; }
+  // Parameters whose gradient comes only from nn::embedding_lookup (an untied
+  // token embedding): ZeRO stages 0-2 exchange their looked-up rows'
+  // gradients instead of reducing a dense one (nn/embedding.h).
+  virtual std::vector<at::Tensor> row_gradient_parameters() const { return {}; }
 };
 
 // Runs one layer on the stack's behalf: the engine installs one to gather a

@@ -1,10 +1,13 @@
 #include "stratum/zero/flat_layout.h"
 
+#include <algorithm>
+
 #include "stratum/core/error.h"
 
 namespace stratum::zero {
 
-FlatLayout FlatLayout::build(const std::vector<ParamSpec>& params, int64_t bucket_elems, int dp_size) {
+FlatLayout FlatLayout::build(const std::vector<ParamSpec>& params, int64_t bucket_elems, int dp_size,
+                             const std::vector<int>& alone) {
   if (params.empty()) throw Error("ZeRO: the model has no trainable parameters (none with requires_grad)");
   if (dp_size < 1) throw Error("ZeRO: data-parallel size must be >= 1");
   if (bucket_elems < 1) throw Error("ZeRO: bucket size must be >= 1 element");
@@ -22,7 +25,8 @@ FlatLayout FlatLayout::build(const std::vector<ParamSpec>& params, int64_t bucke
   };
   for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
     const int64_t n = params[i].numel;
-    if (!current.params.empty() && current.used + n > bucket_elems) close();
+    const bool own_bucket = std::find(alone.begin(), alone.end(), i) != alone.end();
+    if (!current.params.empty() && (own_bucket || current.used + n > bucket_elems)) close();
     if (current.params.empty()) {
       current.offset = l.total_;
       current.shard_offset = l.total_ / dp_size;
@@ -31,6 +35,7 @@ FlatLayout FlatLayout::build(const std::vector<ParamSpec>& params, int64_t bucke
     current.params.push_back(i);
     current.used += n;
     l.param_numel_ += n;
+    if (own_bucket) close();
   }
   close();
   return l;

@@ -49,7 +49,10 @@ struct FlatPiece {
 class FlatLayout {
  public:
   // `params` in registration order. Throws stratum::Error when there are none.
-  static FlatLayout build(const std::vector<ParamSpec>& params, int64_t bucket_elems, int dp_size);
+  // `alone`: parameters that get a bucket of their own (row-fed embeddings,
+  // whose bucket is exchanged as rows instead of reduced).
+  static FlatLayout build(const std::vector<ParamSpec>& params, int64_t bucket_elems, int dp_size,
+                          const std::vector<int>& alone = {});
   // ZeRO-3: one bucket per group (a layer's parameters), in the order given.
   // Every parameter must be in exactly one group; empty groups get no bucket.
   static FlatLayout build_groups(const std::vector<ParamSpec>& params, const std::vector<std::vector<int>>& groups,

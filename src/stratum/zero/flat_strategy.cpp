@@ -5,6 +5,9 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
+
+#include "stratum/core/error.h"
 #include "stratum/core/log.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAStream.h>
@@ -77,7 +80,10 @@ FlatStrategy::FlatStrategy(const ZeroOptions& options, FlatLayout layout, std::v
 FlatStrategy::FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> params, std::vector<std::string> names,
                            at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp)
     // Copies, not moves: the order in which arguments are evaluated is unspecified.
-    : FlatStrategy(options, FlatLayout::build(specs_of(params, names), options.bucket_elems, dp->size()), params,
+    : FlatStrategy(options,
+                   FlatLayout::build(specs_of(params, names), options.bucket_elems, dp->size(),
+                                     dp->size() > 1 ? options.row_gradient_params : std::vector<int>{}),
+                   params,
                    model_dtype, dp) {
   const c10::Device device = params_.front().device();
   device_ = device;
@@ -102,6 +108,8 @@ FlatStrategy::FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> p
 
 FlatStrategy::~FlatStrategy() {
   for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (row_fed(static_cast<int>(i))) nn::unregister_row_gradient_sink(params_[i], this);
   // Lazy gathers of the last step: the model outlives the strategy and must see them.
   try {
     wait_params();
@@ -118,6 +126,14 @@ void FlatStrategy::for_each_full_param(const std::function<void(int, const at::T
 void FlatStrategy::install_hooks() {
   for (size_t i = 0; i < params_.size(); ++i)
     torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<GradReadyHook>(this, static_cast<int>(i)));
+  if (dp_->size() == 1 || options_.row_gradient_params.empty() || options_.stage == 3) return;
+  row_fed_.assign(params_.size(), 0);
+  row_bucket_.assign(layout_.buckets().size(), 0);
+  for (int p : options_.row_gradient_params) {
+    row_fed_.at(p) = 1;
+    row_bucket_.at(layout_.params()[p].bucket) = 1;
+    nn::register_row_gradient_sink(params_[p], this);
+  }
 }
 
 void FlatStrategy::reset_pending() {
@@ -167,14 +183,18 @@ void FlatStrategy::launch_reduction(const at::Tensor& grads, at::Tensor dest, bo
     at::Tensor result = scatter ? wire.narrow(0, dp_->rank() * (grads.numel() / n), grads.numel() / n) : wire;
     in_flight_.push_back(InFlight{work, result, dest, accumulate, wire});
   }
-  if (!final_reductions_) return;
   // The collective's output is the window's gradient as it lands (no scaling,
   // copy or add after it): its norm can start when the collective ends.
   const InFlight& f = in_flight_.back();
   const bool in_place = average_on_wire_ && !accumulate && f.wire.data_ptr() == dest.data_ptr() &&
                         f.wire.numel() == dest.numel() && f.wire.scalar_type() == dest.scalar_type();
+  note_final_gradient(in_place ? f.work : nullptr, dest, in_place);
+}
+
+void FlatStrategy::note_final_gradient(const dist::WorkPtr& work, const at::Tensor& dest, bool in_place) {
+  if (!final_reductions_) return;
   if (!grad_norm_) grad_norm_ = std::make_unique<ReducedGradNorm>(device_, layout_.buckets().size());
-  if (in_place) grad_norm_->add(f.work, dest);
+  if (in_place) grad_norm_->add(work, dest);
   else grad_norm_->invalidate();
 }
 
@@ -187,6 +207,59 @@ at::Tensor FlatStrategy::reduced_grad_sq_norm() {
 
 void FlatStrategy::forget_grad_norm() {
   if (grad_norm_) grad_norm_->reset();
+  taken_rows_.clear();
+}
+
+void FlatStrategy::take_rows(const at::Tensor& weight, const at::Tensor& ids, const at::Tensor& grad_rows) {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (row_fed(static_cast<int>(i)) && params_[i].unsafeGetTensorImpl() == weight.unsafeGetTensorImpl()) {
+      taken_rows_.push_back(TakenRows{static_cast<int>(i), ids, grad_rows.detach()});
+      return;
+    }
+  throw Error("ZeRO: an embedding's row gradients reached a strategy that does not own the weight");
+}
+
+void FlatStrategy::exchange_rows(int b, const at::Tensor& dest, int64_t dest_offset) {
+  c10::AutoGradMode no_grad(false);
+  const BucketSpan& span = layout_.buckets()[b];
+  const int p = span.params.front();  // a row bucket holds one parameter
+  const ParamSpec& spec = layout_.specs()[p];
+  const int64_t vocab = spec.shape.at(0), hidden = spec.shape.at(1);
+  std::vector<at::Tensor> ids, rows;
+  for (const TakenRows& t : taken_rows_)
+    if (t.param == p) ids.push_back(t.ids), rows.push_back(t.rows.reshape({-1, hidden}));
+  const at::TensorOptions on_device = at::TensorOptions().device(device_);
+  at::Tensor my_ids = ids.empty() ? at::empty({0}, on_device.dtype(at::kLong)) : at::cat(ids);
+  at::Tensor my_rows = rows.empty() ? at::empty({0, hidden}, on_device.dtype(model_dtype_)) : at::cat(rows);
+  // Counts first: ranks may hold different numbers of rows (the host reads
+  // the largest, so every rank sends buffers of one size).
+  const int n = dp_->size();
+  at::Tensor count = at::full({1}, my_ids.numel(), on_device.dtype(at::kLong));
+  at::Tensor counts = at::empty({n}, count.options());
+  dp_->all_gather(counts, count)->wait();
+  const int64_t most = counts.max().item<int64_t>();
+  at::Tensor send_ids = at::zeros({most}, my_ids.options());
+  at::Tensor send_rows = at::zeros({most, hidden}, my_rows.options());  // zero rows: padding adds nothing
+  send_ids.narrow(0, 0, my_ids.numel()).copy_(my_ids);
+  send_rows.narrow(0, 0, my_rows.size(0)).copy_(my_rows);
+  at::Tensor all_ids = at::empty({n * most}, send_ids.options());
+  at::Tensor all_rows = at::empty({n * most * hidden}, send_rows.options());
+  auto ids_work = dp_->all_gather(all_ids, send_ids);
+  auto rows_work = dp_->all_gather(all_rows, send_rows.reshape({-1}));
+  ids_work->wait();
+  rows_work->wait();
+  // The mean over ranks of each rank's dense gradient, summed in the wire's dtype.
+  at::Tensor dense = at::embedding_dense_backward(all_rows.view({n * most, hidden}).to(grad_dtype_), all_ids, vocab,
+                                                  /*padding_idx=*/-1, /*scale_grad_by_freq=*/false)
+                         .mul_(1.0 / n)
+                         .reshape({-1});
+  // dest covers [dest_offset, +numel) of the bucket: the parameter's elements, then zero padding.
+  const int64_t begin = std::min(dest_offset, spec.numel), end = std::min(dest_offset + dest.numel(), spec.numel);
+  if (end > begin) dest.narrow(0, 0, end - begin).copy_(dense.narrow(0, begin, end - begin));
+  if (dest.numel() > end - begin) dest.narrow(0, end - begin, dest.numel() - (end - begin)).zero_();
+  note_final_gradient(nullptr, dest, /*in_place=*/true);  // final on the current stream now
+  taken_rows_.erase(std::remove_if(taken_rows_.begin(), taken_rows_.end(), [p](const TakenRows& t) { return t.param == p; }),
+                    taken_rows_.end());
 }
 
 void FlatStrategy::wait_in_flight(size_t keep) {
@@ -311,6 +384,7 @@ void BoundaryReducedStrategy::prepare_backward(bool boundary) {
 }
 
 void BoundaryReducedStrategy::on_grad_ready(int index) {
+  if (row_fed(index)) return;  // its gradient comes as rows (take_rows)
   {
     c10::AutoGradMode no_grad(false);
     at::Tensor& p = params_[index];
@@ -331,7 +405,7 @@ void BoundaryReducedStrategy::finish_backward() {
     // A parameter backward did not reach has a zero gradient this window.
     c10::AutoGradMode no_grad(false);
     for (size_t i = 0; i < params_.size(); ++i)
-      if (!written_[i]) {
+      if (!written_[i] && !row_fed(static_cast<int>(i))) {  // row-fed: written by the exchange
         grad_slot(static_cast<int>(i)).zero_();
         written_[i] = true;
       }

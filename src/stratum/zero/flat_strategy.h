@@ -7,13 +7,14 @@
 #include <memory>
 #include <vector>
 
+#include "stratum/nn/embedding.h"
 #include "stratum/zero/bucket_param_gather.h"
 #include "stratum/zero/reduced_grad_norm.h"
 #include "stratum/zero/strategy.h"
 
 namespace stratum::zero {
 
-class FlatStrategy : public ZeroStrategy {
+class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink {
  public:
   FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> params, std::vector<std::string> names,
                at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp);
@@ -30,6 +31,10 @@ class FlatStrategy : public ZeroStrategy {
 
   // Called by the post-accumulate-grad hook of parameter `index` (autograd's thread).
   virtual void on_grad_ready(int index) = 0;
+
+  // A row-fed parameter's lookup gradient (nn/embedding.h), kept for the
+  // window's exchange.
+  void take_rows(const at::Tensor& weight, const at::Tensor& ids, const at::Tensor& grad_rows) override;
 
   // Stages 1/2 (param_gather_ set): segment b is this rank's slice of bucket b.
   void segment_updated(size_t segment) override;
@@ -59,8 +64,21 @@ class FlatStrategy : public ZeroStrategy {
   // the slice of grads). Averages with the collective itself (NCCL's avg)
   // unless prescale_gradients / gradient_predivide_factor ask otherwise.
   void launch_reduction(const at::Tensor& grads, at::Tensor dest, bool accumulate, bool scatter);
+  // A final reduction's destination, for the clipping norm (reduced_grad_norm.h):
+  // in place (its value once `work` completes; null work: now, on the current
+  // stream) or not (the window's norm is then the engine's to compute).
+  void note_final_gradient(const dist::WorkPtr& work, const at::Tensor& dest, bool in_place);
   // Before gradients are rewritten (zero_gradients): norms still reading them finish first.
   void forget_grad_norm();
+  // Bucket b holds a row-fed parameter (options_.row_gradient_params): it is
+  // never reduced; at the boundary exchange_rows() fills it instead.
+  bool row_bucket(int b) const { return !row_bucket_.empty() && row_bucket_[b]; }
+  bool row_fed(int index) const { return !row_fed_.empty() && row_fed_[index]; }
+  // The averaged gradient of row bucket b over DP from every rank's rows of
+  // this window (an all-gather of the rows, the ids and their counts), written
+  // into `dest`, which holds the bucket's elements [dest_offset,
+  // dest_offset + dest.numel()). Collective; ends the window's rows.
+  void exchange_rows(int b, const at::Tensor& dest, int64_t dest_offset);
   // Finishes reductions oldest first until at most `keep` are in flight (bounds
   // the gradient buffers alive during backward).
   void wait_in_flight(size_t keep = 0);
@@ -120,6 +138,14 @@ class FlatStrategy : public ZeroStrategy {
   double pre_scale_ = 1.0, post_scale_ = 1.0;
   bool average_on_wire_ = false;  // the plain mean: the collective's avg does both scalings
   std::vector<char> staged_;      // by parameter: written into its bucket's current staging buffer
+  // Row-fed parameters (several ranks, stages 0-2): by parameter, by bucket,
+  // and the rows autograd handed over this window.
+  std::vector<char> row_fed_, row_bucket_;
+  struct TakenRows {
+    int param;
+    at::Tensor ids, rows;
+  };
+  std::vector<TakenRows> taken_rows_;
 };
 
 // Stages 0 and 1: whole gradients in one flat buffer, accumulated across

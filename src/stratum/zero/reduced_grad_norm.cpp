@@ -34,8 +34,11 @@ void ReducedGradNorm::add(const dist::WorkPtr& work, const at::Tensor& reduced) 
     deferred_.push_back(reduced);  // a host wait here would hold backward up
   } else {
     c10::AutoGradMode no_grad(false);
+    c10::Event landed(device_.type());
+    if (!work) landed.record(current_stream(device_));
     c10::StreamGuard on_side(*side_);
-    work->wait_in_background();
+    if (work) work->wait_in_background();
+    else landed.block(*side_);
     at::Tensor slot = norms_.select(0, count_);
     at::linalg_vector_norm_out(slot, reduced, 2, std::nullopt, false, at::kFloat);
     done_.emplace(device_.type());

@@ -30,8 +30,9 @@ class ReducedGradNorm {
   // The current stream waits for the norms still running (they read gradients).
   ~ReducedGradNorm();
 
-  // `reduced` holds its final gradient once `work` completes: its norm is
-  // queued on the side stream behind it (CUDA) or taken at the step (CPU).
+  // `reduced` holds its final gradient once `work` completes (null: once the
+  // current stream's work so far is done): its norm is queued on the side
+  // stream behind it (CUDA) or taken at the step (CPU).
   void add(const dist::WorkPtr& work, const at::Tensor& reduced);
   // A final reduction whose result is not the gradient as it lands.
   void invalidate() { valid_ = false; }

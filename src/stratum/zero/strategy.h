@@ -51,6 +51,11 @@ struct ZeroOptions {
   // step are waited for by the layers that read them in the next forward
   // (Megatron's overlap_param_gather) instead of at the end of step().
   bool overlap_param_gather = false;
+  // Stages 0-2 over several ranks: parameters whose gradient comes only from
+  // nn::embedding_lookup (LayerParams::row_fed). Each gets a bucket of its own
+  // that is not reduced: the looked-up rows' gradients are all-gathered at the
+  // accumulation boundary and summed into it (nn/embedding.h).
+  std::vector<int> row_gradient_params;
   c10::Device device = c10::kCPU;  // stage 3: where the model trains (its parameters may still be on the host)
   // Stage 3 (DeepSpeed's stage3_* keys, in elements).
   int64_t prefetch_elems = 50'000'000;
@@ -64,6 +69,7 @@ struct ZeroOptions {
 struct LayerParams {
   std::vector<std::vector<int>> own;
   std::vector<std::vector<int>> borrowed;
+  std::vector<int> row_fed;  // StackLayer::row_gradient_parameters of every layer
 };
 
 // What the layer runner calls around each layer at stage 3.

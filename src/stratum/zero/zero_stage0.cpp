@@ -45,6 +45,7 @@ class Stage0 : public BoundaryReducedStrategy {
   void launch(int b) override {
     launched_[b] = true;
     at::Tensor bucket = bucket_of(flat_grads_, b);
+    if (row_bucket(b)) return exchange_rows(b, bucket, 0);
     launch_reduction(bucket, bucket, /*accumulate=*/false, /*scatter=*/false);
   }
 

@@ -41,6 +41,8 @@ class Stage1 : public BoundaryReducedStrategy {
  private:
   void launch(int b) override {
     launched_[b] = true;
+    if (row_bucket(b))
+      return exchange_rows(b, slice_of(flat_grads_, b), layout_.slice_offset(b, dp_->rank()) - layout_.buckets()[b].offset);
     launch_reduction(bucket_of(flat_grads_, b), slice_of(flat_grads_, b), /*accumulate=*/false, /*scatter=*/true);
   }
 

@@ -37,6 +37,7 @@ class Stage2 : public FlatStrategy {
   }
 
   void on_grad_ready(int index) override {
+    if (row_fed(index)) return;  // its gradient comes as rows (take_rows)
     c10::AutoGradMode no_grad(false);
     const ParamSlot& slot = layout_.params()[index];
     at::Tensor& p = params_[index];
@@ -81,6 +82,14 @@ class Stage2 : public FlatStrategy {
 
   void launch(int b) {
     launched_[b] = true;
+    if (row_bucket(b)) {
+      // The window's rows are exchanged once, at its last micro-step.
+      const BucketSpan& s = layout_.buckets()[b];
+      if (final_reductions_)
+        exchange_rows(b, grad_shard_.narrow(0, s.shard_offset, s.slice_numel(dp_->size())),
+                      layout_.slice_offset(b, dp_->rank()) - s.offset);
+      return;
+    }
     at::Tensor staging = staging_for(b);
     zero_unstaged(staging, b);
     staging_[b] = at::Tensor();  // owned by the reduction until it completes
