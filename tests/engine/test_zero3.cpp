@@ -429,25 +429,28 @@ TEST(Zero3, GradNormFromReductions) {
   }
 }
 
-// An untied embedding's gradient travels as rows (nn/embedding.h): stages
-// 0-2 over 2 and 4 ranks train as stage 0 on one rank (which reduces nothing
-// and takes the dense gradient), with and without gradient accumulation, and
-// the embedding has a bucket of its own.
+// A token embedding's lookup gradient travels as rows (nn/embedding.h),
+// untied (the whole gradient) or tied (added to the LM head's reduced dense
+// part): stages 0-2 over 2 and 4 ranks train as stage 0 on one rank (which
+// reduces nothing and takes the dense gradient), with and without gradient
+// accumulation, and the embedding has a bucket of its own.
 TEST(RowGradients, MatchOneRank) {
   const int world = test::context().cpu_world->size();
   if (world < 2) GTEST_SKIP() << "needs 2 or more ranks";
-  for (int gas : {1, 2}) {
-    Options ref_opts{"tiny-llama", {{"tie_embeddings", "false"}}, 0, gas};
-    TrainRun ref = train(ref_opts, groups_of(1));
-    for (int stage : {0, 1, 2})
-      for (int dp = 2; dp <= world; dp *= 2) {
-        Options o = ref_opts;
-        o.stage = stage;
-        expect_same_training(train(o, dp == world ? test::context().cpu_world : groups_of(dp)), ref, 1e-5,
-                             "rows: gas " + std::to_string(gas) + " stage " + std::to_string(stage) + " dp " +
-                                 std::to_string(dp));
+  for (const std::string model : {"tiny-llama", "tiny-gpt2"})
+    for (const std::string tied : {"false", "true"})
+      for (int gas : {1, 2}) {
+        Options ref_opts{model, {{"tie_embeddings", tied}}, 0, gas};
+        TrainRun ref = train(ref_opts, groups_of(1));
+        for (int stage : {0, 1, 2})
+          for (int dp = 2; dp <= world; dp *= 2) {
+            Options o = ref_opts;
+            o.stage = stage;
+            expect_same_training(train(o, dp == world ? test::context().cpu_world : groups_of(dp)), ref, 1e-5,
+                                 "rows: " + model + " tied " + tied + " gas " + std::to_string(gas) + " stage " +
+                                     std::to_string(stage) + " dp " + std::to_string(dp));
+          }
       }
-  }
   Config config = Config::from_string(config_json(Options{"tiny-llama", {{"tie_embeddings", "false"}}, 1}), "rows");
   torch::manual_seed(42);
   auto engine = initialize(config, models::build_model(models::make_model_config("tiny-llama", {{"tie_embeddings", "false"}})),
@@ -462,32 +465,33 @@ TEST(RowGradients, MatchOneRank) {
 // one, which an engine on each rank alone (dense gradients) gives.
 TEST(RowGradients, UnevenRowCountsAcrossRanks) {
   if (test::context().cpu_world->size() < 2) GTEST_SKIP() << "needs 2 or more ranks";
-  const std::vector<std::pair<std::string, std::string>> untied = {{"tie_embeddings", "false"}};
-  for (const auto& backend : test::backends()) {
-    const auto& world = backend.world;
-    if (world->size() < 2) continue;
-    const int r = world->rank();
-    auto embedding_grad = [&](const std::shared_ptr<dist::Communicator>& dp) {
-      Config config = Config::from_string(config_json(Options{"tiny-llama", untied, 0}), "rows");
-      torch::manual_seed(42);
-      auto engine =
-          initialize(config, models::build_model(models::make_model_config("tiny-llama", untied)), dp, backend.device);
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(100 + r);
-      const int64_t len = kSeq - 4 * (r % 3);  // 16, 12, 8, 16 tokens
-      at::Tensor tokens =
-          at::randint(256, {2, len + 1}, gen, at::TensorOptions().dtype(at::kLong)).to(backend.device);
-      engine.backward(engine.forward(tokens.narrow(1, 0, len), tokens.narrow(1, 1, len)));
-      auto& strategy = engine.core().strategy();
-      strategy.wait_gradients();
-      const auto& slot = strategy.layout().params().front();
-      return strategy.segments().front().grad.narrow(0, slot.offset, slot.numel).clone();
-    };
-    const at::Tensor exchanged = embedding_grad(world);
-    at::Tensor expected = embedding_grad(groups_of(1, world));
-    world->all_reduce(expected, dist::ReduceOp::avg)->wait();
-    EXPECT_GT(expected.abs().sum().item<double>(), 0.0) << backend.name;
-    EXPECT_LE(rel_diff(exchanged.cpu(), expected.cpu()), 1e-6) << backend.name;
-  }
+  for (const auto& backend : test::backends())
+    for (const std::string tied : {"false", "true"}) {
+      const std::vector<std::pair<std::string, std::string>> overrides = {{"tie_embeddings", tied}};
+      const auto& world = backend.world;
+      if (world->size() < 2) continue;
+      const int r = world->rank();
+      auto embedding_grad = [&](const std::shared_ptr<dist::Communicator>& dp) {
+        Config config = Config::from_string(config_json(Options{"tiny-llama", overrides, 0}), "rows");
+        torch::manual_seed(42);
+        auto engine =
+            initialize(config, models::build_model(models::make_model_config("tiny-llama", overrides)), dp, backend.device);
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(100 + r);
+        const int64_t len = kSeq - 4 * (r % 3);  // 16, 12, 8, 16 tokens
+        at::Tensor tokens =
+            at::randint(256, {2, len + 1}, gen, at::TensorOptions().dtype(at::kLong)).to(backend.device);
+        engine.backward(engine.forward(tokens.narrow(1, 0, len), tokens.narrow(1, 1, len)));
+        auto& strategy = engine.core().strategy();
+        strategy.wait_gradients();
+        const auto& slot = strategy.layout().params().front();
+        return strategy.segments().front().grad.narrow(0, slot.offset, slot.numel).clone();
+      };
+      const at::Tensor exchanged = embedding_grad(world);
+      at::Tensor expected = embedding_grad(groups_of(1, world));
+      world->all_reduce(expected, dist::ReduceOp::avg)->wait();
+      EXPECT_GT(expected.abs().sum().item<double>(), 0.0) << backend.name << " tied " << tied;
+      EXPECT_LE(rel_diff(exchanged.cpu(), expected.cpu()), 1e-6) << backend.name << " tied " << tied;
+    }
 }
 
 // The fp32 wire copy of 16-bit gradients equals ATen's conversion: aligned

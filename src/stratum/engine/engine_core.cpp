@@ -73,7 +73,12 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   check_supported(config_, params, layers.has_value());
   batch_ = config_.resolve_batch(dp_->size());
   zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
-  if (layers && options.stage < 3) options.row_gradient_params = layers->row_fed;
+  if (layers && options.stage < 3) {
+    options.row_gradient_params = layers->row_fed;
+    for (int p : layers->row_fed)
+      for (const auto& borrowed : layers->borrowed)
+        if (std::find(borrowed.begin(), borrowed.end(), p) != borrowed.end()) options.row_dense_params.push_back(p);
+  }
   if (options.stage == 3)
     strategy_ = zero::make_stage3(options, *layers, std::move(params), std::move(names), model_dtype_, dp_, device);
   else

@@ -8,6 +8,7 @@
 #include "stratum/core/error.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/nn/attention.h"
+#include "stratum/nn/embedding.h"
 #include "stratum/nn/lm_head.h"
 #include "stratum/nn/fused_ops.h"
 #include "stratum/nn/mlp.h"
@@ -32,9 +33,11 @@ class GPT2Embedding : public nn::StackLayer {
     if (T > wpe->weight.size(0))
       throw Error("GPT-2: sequence of " + std::to_string(T) + " tokens is longer than max_seq_len " +
                   std::to_string(wpe->weight.size(0)));
-    const at::Tensor x = wte(tokens) + wpe(at::arange(T, tokens.options().dtype(at::kLong)));
+    const at::Tensor x = nn::embedding_lookup(wte->weight, tokens) + wpe(at::arange(T, tokens.options().dtype(at::kLong)));
     return is_training() && dropout_ > 0 ? at::dropout(x, dropout_, true) : x;
   }
+  // The token embedding's lookup gradient (tied or not: a tied head adds a dense part).
+  std::vector<at::Tensor> row_gradient_parameters() const override { return {wte->weight}; }
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
 
  private:

@@ -19,7 +19,7 @@ namespace {
 class LlamaEmbedding : public nn::StackLayer {
  public:
   explicit LlamaEmbedding(const ModelConfig& c)
-      : StackLayer("LlamaEmbedding"), max_seq_len_(c.max_seq_len), tied_(c.tie_embeddings) {
+      : StackLayer("LlamaEmbedding"), max_seq_len_(c.max_seq_len) {
     embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden));
   }
   at::Tensor forward(const at::Tensor& tokens) override {
@@ -28,15 +28,12 @@ class LlamaEmbedding : public nn::StackLayer {
                   std::to_string(max_seq_len_));
     return nn::embedding_lookup(embed_tokens->weight, tokens);
   }
-  // Untied, the embedding's only gradient is the lookup's.
-  std::vector<at::Tensor> row_gradient_parameters() const override {
-    return tied_ ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{embed_tokens->weight};
-  }
+  // The token embedding's lookup gradient (tied or not: a tied head adds a dense part).
+  std::vector<at::Tensor> row_gradient_parameters() const override { return {embed_tokens->weight}; }
   torch::nn::Embedding embed_tokens{nullptr};
 
  private:
   int64_t max_seq_len_;
-  bool tied_;
 };
 
 // x + self_attn(input_layernorm(x)), then + mlp(post_attention_layernorm(.)).

@@ -109,7 +109,7 @@ FlatStrategy::FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> p
 FlatStrategy::~FlatStrategy() {
   for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
   for (size_t i = 0; i < params_.size(); ++i)
-    if (row_fed(static_cast<int>(i))) nn::unregister_row_gradient_sink(params_[i], this);
+    if (!row_fed_.empty() && row_fed_[i]) nn::unregister_row_gradient_sink(params_[i], this);
   // Lazy gathers of the last step: the model outlives the strategy and must see them.
   try {
     wait_params();
@@ -129,9 +129,11 @@ void FlatStrategy::install_hooks() {
   if (dp_->size() == 1 || options_.row_gradient_params.empty() || options_.stage == 3) return;
   row_fed_.assign(params_.size(), 0);
   row_bucket_.assign(layout_.buckets().size(), 0);
+  const auto& dense = options_.row_dense_params;
   for (int p : options_.row_gradient_params) {
-    row_fed_.at(p) = 1;
-    row_bucket_.at(layout_.params()[p].bucket) = 1;
+    const char kind = std::find(dense.begin(), dense.end(), p) != dense.end() ? kRowAndDense : kRowOnly;
+    row_fed_.at(p) = kind;
+    row_bucket_.at(layout_.params()[p].bucket) = kind;
     nn::register_row_gradient_sink(params_[p], this);
   }
 }
@@ -212,14 +214,25 @@ void FlatStrategy::forget_grad_norm() {
 
 void FlatStrategy::take_rows(const at::Tensor& weight, const at::Tensor& ids, const at::Tensor& grad_rows) {
   for (size_t i = 0; i < params_.size(); ++i)
-    if (row_fed(static_cast<int>(i)) && params_[i].unsafeGetTensorImpl() == weight.unsafeGetTensorImpl()) {
+    if (!row_fed_.empty() && row_fed_[i] && params_[i].unsafeGetTensorImpl() == weight.unsafeGetTensorImpl()) {
       taken_rows_.push_back(TakenRows{static_cast<int>(i), ids, grad_rows.detach()});
       return;
     }
   throw Error("ZeRO: an embedding's row gradients reached a strategy that does not own the weight");
 }
 
-void FlatStrategy::exchange_rows(int b, const at::Tensor& dest, int64_t dest_offset) {
+void FlatStrategy::add_tied_rows() {
+  bool waited = false;
+  for (size_t b = 0; b < row_bucket_.size(); ++b) {
+    if (row_bucket_[b] != kRowAndDense) continue;
+    if (!waited) wait_in_flight();  // stream-ordered: the reduced head part first
+    waited = true;
+    auto [dest, offset] = reduced_region(static_cast<int>(b));
+    exchange_rows(static_cast<int>(b), dest, offset, /*add=*/true);
+  }
+}
+
+void FlatStrategy::exchange_rows(int b, const at::Tensor& dest, int64_t dest_offset, bool add) {
   c10::AutoGradMode no_grad(false);
   const BucketSpan& span = layout_.buckets()[b];
   const int p = span.params.front();  // a row bucket holds one parameter
@@ -255,9 +268,15 @@ void FlatStrategy::exchange_rows(int b, const at::Tensor& dest, int64_t dest_off
                          .reshape({-1});
   // dest covers [dest_offset, +numel) of the bucket: the parameter's elements, then zero padding.
   const int64_t begin = std::min(dest_offset, spec.numel), end = std::min(dest_offset + dest.numel(), spec.numel);
-  if (end > begin) dest.narrow(0, 0, end - begin).copy_(dense.narrow(0, begin, end - begin));
-  if (dest.numel() > end - begin) dest.narrow(0, end - begin, dest.numel() - (end - begin)).zero_();
-  note_final_gradient(nullptr, dest, /*in_place=*/true);  // final on the current stream now
+  if (add) {
+    if (end > begin) dest.narrow(0, 0, end - begin).add_(dense.narrow(0, begin, end - begin));
+    // Its norm, queued when the head part landed, is taken again from the sum.
+    if (final_reductions_ && grad_norm_) grad_norm_->renorm(dest);
+  } else {
+    if (end > begin) dest.narrow(0, 0, end - begin).copy_(dense.narrow(0, begin, end - begin));
+    if (dest.numel() > end - begin) dest.narrow(0, end - begin, dest.numel() - (end - begin)).zero_();
+    note_final_gradient(nullptr, dest, /*in_place=*/true);  // final on the current stream now
+  }
   taken_rows_.erase(std::remove_if(taken_rows_.begin(), taken_rows_.end(), [p](const TakenRows& t) { return t.param == p; }),
                     taken_rows_.end());
 }
@@ -384,7 +403,7 @@ void BoundaryReducedStrategy::prepare_backward(bool boundary) {
 }
 
 void BoundaryReducedStrategy::on_grad_ready(int index) {
-  if (row_fed(index)) return;  // its gradient comes as rows (take_rows)
+  if (row_only(index)) return;  // its gradient comes as rows (take_rows)
   {
     c10::AutoGradMode no_grad(false);
     at::Tensor& p = params_[index];
@@ -405,7 +424,7 @@ void BoundaryReducedStrategy::finish_backward() {
     // A parameter backward did not reach has a zero gradient this window.
     c10::AutoGradMode no_grad(false);
     for (size_t i = 0; i < params_.size(); ++i)
-      if (!written_[i] && !row_fed(static_cast<int>(i))) {  // row-fed: written by the exchange
+      if (!written_[i] && !row_only(static_cast<int>(i))) {  // row-only: written by the exchange
         grad_slot(static_cast<int>(i)).zero_();
         written_[i] = true;
       }
@@ -414,6 +433,7 @@ void BoundaryReducedStrategy::finish_backward() {
   if (!armed_) return;
   for (size_t b = 0; b < launched_.size(); ++b)
     if (!launched_[b]) launch(static_cast<int>(b));
+  add_tied_rows();
 }
 
 void BoundaryReducedStrategy::zero_gradients() {

@@ -70,15 +70,23 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink {
   void note_final_gradient(const dist::WorkPtr& work, const at::Tensor& dest, bool in_place);
   // Before gradients are rewritten (zero_gradients): norms still reading them finish first.
   void forget_grad_norm();
-  // Bucket b holds a row-fed parameter (options_.row_gradient_params): it is
-  // never reduced; at the boundary exchange_rows() fills it instead.
-  bool row_bucket(int b) const { return !row_bucket_.empty() && row_bucket_[b]; }
-  bool row_fed(int index) const { return !row_fed_.empty() && row_fed_[index]; }
+  // Row-fed parameters (options_.row_gradient_params) have a bucket each. A
+  // row-only one (no dense gradient: an untied embedding) is never reduced:
+  // at the boundary exchange_rows() fills it. A tied one is reduced as usual
+  // and add_tied_rows() adds the rows after.
+  bool row_only_bucket(int b) const { return !row_bucket_.empty() && row_bucket_[b] == kRowOnly; }
+  bool row_only(int index) const { return !row_fed_.empty() && row_fed_[index] == kRowOnly; }
   // The averaged gradient of row bucket b over DP from every rank's rows of
   // this window (an all-gather of the rows, the ids and their counts), written
-  // into `dest`, which holds the bucket's elements [dest_offset,
-  // dest_offset + dest.numel()). Collective; ends the window's rows.
-  void exchange_rows(int b, const at::Tensor& dest, int64_t dest_offset);
+  // (or added, `add`) into `dest`, which holds the bucket's elements
+  // [dest_offset, dest_offset + dest.numel()). Collective; ends the window's rows.
+  void exchange_rows(int b, const at::Tensor& dest, int64_t dest_offset, bool add = false);
+  // At the boundary, once every bucket is launched: waits for the reductions
+  // and adds the exchanged rows to each tied row-fed bucket.
+  void add_tied_rows();
+  // Where bucket b's reduced gradient lives on this rank, and the offset of
+  // its first element in the bucket (the whole bucket, or this rank's slice).
+  virtual std::pair<at::Tensor, int64_t> reduced_region(int b) const = 0;
   // Finishes reductions oldest first until at most `keep` are in flight (bounds
   // the gradient buffers alive during backward).
   void wait_in_flight(size_t keep = 0);
@@ -140,6 +148,7 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink {
   std::vector<char> staged_;      // by parameter: written into its bucket's current staging buffer
   // Row-fed parameters (several ranks, stages 0-2): by parameter, by bucket,
   // and the rows autograd handed over this window.
+  static constexpr char kRowOnly = 1, kRowAndDense = 2;
   std::vector<char> row_fed_, row_bucket_;
   struct TakenRows {
     int param;

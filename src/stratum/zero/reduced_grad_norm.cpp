@@ -43,9 +43,28 @@ void ReducedGradNorm::add(const dist::WorkPtr& work, const at::Tensor& reduced) 
     at::linalg_vector_norm_out(slot, reduced, 2, std::nullopt, false, at::kFloat);
     done_.emplace(device_.type());
     done_->record(*side_);
+    pieces_.push_back(reduced);
   }
   ++count_;
   numel_ += reduced.numel();
+}
+
+void ReducedGradNorm::renorm(const at::Tensor& piece) {
+  if (!side_) return;  // CPU: pieces are normed in take(), after every change
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    if (pieces_[i].data_ptr() != piece.data_ptr() || pieces_[i].numel() != piece.numel()) continue;
+    c10::AutoGradMode no_grad(false);
+    c10::Event changed(device_.type());
+    changed.record(current_stream(device_));
+    c10::StreamGuard on_side(*side_);
+    changed.block(*side_);
+    at::Tensor slot = norms_.select(0, static_cast<int64_t>(i));
+    at::linalg_vector_norm_out(slot, piece, 2, std::nullopt, false, at::kFloat);
+    done_.emplace(device_.type());
+    done_->record(*side_);
+    return;
+  }
+  valid_ = false;  // not a piece of this window: the engine takes the norm itself
 }
 
 void ReducedGradNorm::join() {
@@ -72,6 +91,7 @@ at::Tensor ReducedGradNorm::take(int64_t expected_numel) {
 void ReducedGradNorm::reset() {
   join();
   deferred_.clear();
+  pieces_.clear();
   count_ = numel_ = 0;
   valid_ = true;
 }

@@ -36,6 +36,9 @@ class ReducedGradNorm {
   void add(const dist::WorkPtr& work, const at::Tensor& reduced);
   // A final reduction whose result is not the gradient as it lands.
   void invalidate() { valid_ = false; }
+  // A piece already added was changed on the current stream (rows added to a
+  // tied embedding's reduced head part): its norm is taken again after.
+  void renorm(const at::Tensor& piece);
   // The window's sum of squares when the pieces added cover `expected_numel`
   // elements (every segment's gradient) and nothing voided it, else
   // undefined. The current stream then waits for the side stream. Starts a
@@ -52,6 +55,7 @@ class ReducedGradNorm {
   std::optional<c10::Stream> side_;  // CUDA: one of the device's pool streams
   at::Tensor norms_;  // [capacity] fp32: the 2-norm of each piece
   std::vector<at::Tensor> deferred_;  // CPU: the pieces, normed in take()
+  std::vector<at::Tensor> pieces_;    // CUDA: the pieces added, by slot (for renorm)
   int64_t count_ = 0, numel_ = 0;
   bool valid_ = true;
   std::optional<c10::Event> done_;  // the side stream's last norm

@@ -56,6 +56,9 @@ struct ZeroOptions {
   // that is not reduced: the looked-up rows' gradients are all-gathered at the
   // accumulation boundary and summed into it (nn/embedding.h).
   std::vector<int> row_gradient_params;
+  // Of those, the ones that also get a dense gradient (read by a tied LM
+  // head): their bucket is reduced as usual and the rows are added after.
+  std::vector<int> row_dense_params;
   c10::Device device = c10::kCPU;  // stage 3: where the model trains (its parameters may still be on the host)
   // Stage 3 (DeepSpeed's stage3_* keys, in elements).
   int64_t prefetch_elems = 50'000'000;

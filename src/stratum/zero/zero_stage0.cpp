@@ -45,9 +45,11 @@ class Stage0 : public BoundaryReducedStrategy {
   void launch(int b) override {
     launched_[b] = true;
     at::Tensor bucket = bucket_of(flat_grads_, b);
-    if (row_bucket(b)) return exchange_rows(b, bucket, 0);
+    if (row_only_bucket(b)) return exchange_rows(b, bucket, 0);
     launch_reduction(bucket, bucket, /*accumulate=*/false, /*scatter=*/false);
   }
+
+  std::pair<at::Tensor, int64_t> reduced_region(int b) const override { return {bucket_of(flat_grads_, b), 0}; }
 
   at::Tensor master_;
 };

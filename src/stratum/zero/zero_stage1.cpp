@@ -41,9 +41,15 @@ class Stage1 : public BoundaryReducedStrategy {
  private:
   void launch(int b) override {
     launched_[b] = true;
-    if (row_bucket(b))
-      return exchange_rows(b, slice_of(flat_grads_, b), layout_.slice_offset(b, dp_->rank()) - layout_.buckets()[b].offset);
+    if (row_only_bucket(b)) {
+      auto [dest, offset] = reduced_region(b);
+      return exchange_rows(b, dest, offset);
+    }
     launch_reduction(bucket_of(flat_grads_, b), slice_of(flat_grads_, b), /*accumulate=*/false, /*scatter=*/true);
+  }
+
+  std::pair<at::Tensor, int64_t> reduced_region(int b) const override {
+    return {slice_of(flat_grads_, b), layout_.slice_offset(b, dp_->rank()) - layout_.buckets()[b].offset};
   }
 
   at::Tensor master_;

@@ -37,7 +37,7 @@ class Stage2 : public FlatStrategy {
   }
 
   void on_grad_ready(int index) override {
-    if (row_fed(index)) return;  // its gradient comes as rows (take_rows)
+    if (row_only(index)) return;  // its gradient comes as rows (take_rows)
     c10::AutoGradMode no_grad(false);
     const ParamSlot& slot = layout_.params()[index];
     at::Tensor& p = params_[index];
@@ -53,6 +53,7 @@ class Stage2 : public FlatStrategy {
     for (size_t b = 0; b < launched_.size(); ++b)
       if (!launched_[b]) launch(static_cast<int>(b));
     wait_in_flight();  // staging buffers are freed every micro-step
+    if (final_reductions_) add_tied_rows();
     first_micro_step_ = false;
   }
 
@@ -82,12 +83,12 @@ class Stage2 : public FlatStrategy {
 
   void launch(int b) {
     launched_[b] = true;
-    if (row_bucket(b)) {
+    if (row_only_bucket(b)) {
       // The window's rows are exchanged once, at its last micro-step.
-      const BucketSpan& s = layout_.buckets()[b];
-      if (final_reductions_)
-        exchange_rows(b, grad_shard_.narrow(0, s.shard_offset, s.slice_numel(dp_->size())),
-                      layout_.slice_offset(b, dp_->rank()) - s.offset);
+      if (final_reductions_) {
+        auto [dest, offset] = reduced_region(b);
+        exchange_rows(b, dest, offset);
+      }
       return;
     }
     at::Tensor staging = staging_for(b);
@@ -96,6 +97,12 @@ class Stage2 : public FlatStrategy {
     const BucketSpan& s = layout_.buckets()[b];
     at::Tensor dest = grad_shard_.narrow(0, s.shard_offset, s.slice_numel(dp_->size()));
     launch_reduction(staging, dest, /*accumulate=*/!first_micro_step_, /*scatter=*/true);
+  }
+
+  std::pair<at::Tensor, int64_t> reduced_region(int b) const override {
+    const BucketSpan& s = layout_.buckets()[b];
+    return {grad_shard_.narrow(0, s.shard_offset, s.slice_numel(dp_->size())),
+            layout_.slice_offset(b, dp_->rank()) - s.offset};
   }
 
   at::Tensor grad_shard_;

@@ -159,6 +159,8 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
   // --- ZeroStrategy ---------------------------------------------------------
   bool partitioned() const override { return true; }
   LayerParamGatherer* gatherer() override { return this; }
+  // Stage 3 has no row-fed parameters (its embedding gradients are dense).
+  std::pair<at::Tensor, int64_t> reduced_region(int b) const override { return {grad_dest(b), 0}; }
 
   void prepare_backward(bool boundary) override {
     armed_ = true;
