@@ -20,7 +20,7 @@
 #       | s14-fill (ZeRO GPU tests; gpt2-350m ZeRO 0-2 vs compiled DDP; gpt2-1.3b ZeRO-3 vs compiled FSDP2)
 #       | s14-last (ZeRO GPU tests; llama-1b seq 2048 ZeRO 0, 2 vs compiled DDP; DeepSpeed ZeRO-1/2 on gpt2-1.3b)
 #       | llama-peers (llama-1b seq 2048 on 2 GPUs: eager FSDP2, DeepSpeed ZeRO-1/2/3, with Stratum ZeRO 1-3)
-#       | row-grads (branch wip/row-gradients: ZeRO GPU tests; llama-1b ZeRO 0-2 vs compiled DDP)
+#       | row-grads (branch wip/row-gradients: ZeRO GPU tests; llama-1b ZeRO 0-1 vs compiled DDP; gpt2-1.3b ZeRO 0-1)
 #       | mfu-32 (gpt2-1.3b micro 32 on one GPU vs compiled torch: the MFU target)
 #       | s13-llama (llama-1b seq 2048 ZeRO 1 and 3 on 2 GPUs vs compiled DDP and FSDP2)
 #       | kernels (the nn, models and Adam GPU tests; llama-1b seq 2048 and gpt2-350m on one GPU vs compiled torch)
@@ -133,7 +133,8 @@ case "${1:-}" in
   llama-peers) STAGES="1 2 3" PEERS="fsdp2 ds1 ds2 ds3" m 540 llama-1b 2048 4 2 ;;
   row-grads)
     gpu_tests_np2 150 "zero3_np2|engine_np2"
-    STAGES="0 1 2" PEERS="ddp-compile" m 250 llama-1b 2048 4 2 ;;
+    STAGES="0 1" PEERS="ddp-compile" m 220 llama-1b 2048 4 2
+    STAGES="0 1" PEERS="" m 80 gpt2-1.3b 1024 8 2 ;;
   mfu-32) STAGES=0 PEERS=single-compile m 220 gpt2-1.3b 1024 32 1 ;;
   s13-llama) STAGES="1 3" PEERS="ddp-compile fsdp2-compile" m 300 llama-1b 2048 4 2 ;;
   check-2gpu)
