@@ -21,11 +21,18 @@
 #include <initializer_list>
 
 #include "stratum/core/cuda_float_convert.cuh"
+#include "stratum/core/cuda_kernel_util.cuh"
 
 namespace stratum::nn::cuda {
 namespace {
 
+using cuda_detail::aligned_to;
+using cuda_detail::capped_grid;
+using cuda_detail::Elems;
+using cuda_detail::kPack;
+using cuda_detail::load;
 using cuda_detail::narrow_to;
+using cuda_detail::store;
 using cuda_detail::widen;
 
 constexpr int kThreads = 256;      // elementwise and row kernels
@@ -34,24 +41,6 @@ constexpr int kColThreads = 32;    // column sums: threadIdx.x, one pack of colu
 constexpr int kRowLanes = 8;       // column sums: threadIdx.y
 constexpr int kRowsPerBlock = 256; // column sums: rows one block sums
 constexpr int kRotaryThreads = 128;
-
-// N consecutive elements loaded or stored in one access.
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Elems {
-  T v[N];
-};
-template <typename T, int N>
-__device__ __forceinline__ Elems<T, N> load(const T* p) {
-  return *reinterpret_cast<const Elems<T, N>*>(p);
-}
-template <typename T, int N>
-__device__ __forceinline__ void store(T* p, const Elems<T, N>& e) {
-  *reinterpret_cast<Elems<T, N>*>(p) = e;
-}
-
-// Elements per 16-byte access.
-template <typename T>
-constexpr int kPack = 16 / static_cast<int>(sizeof(T));
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
 
@@ -298,26 +287,18 @@ __global__ void __launch_bounds__(kThreads) layer_norm_backward_input_kernel(Lay
 
 // ---- Launch helpers ----------------------------------------------------------
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // Whether every pointer is 16-byte aligned and every length a multiple of T's pack.
 template <typename T>
 bool packable(std::initializer_list<const void*> ptrs, std::initializer_list<int64_t> lengths) {
   for (const void* p : ptrs)
-    if (p != nullptr && !aligned16(p)) return false;
+    if (p != nullptr && !aligned_to(p, 16)) return false;
   for (int64_t n : lengths)
     if (n % kPack<T> != 0) return false;
   return true;
 }
 
 // Blocks of kThreads for a grid-stride loop over `work` items: enough to fill the GPU.
-unsigned grid_for(int64_t work, int64_t items_per_block = kThreads) {
-  int device = 0, sms = 132;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const int64_t wanted = (work + items_per_block - 1) / items_per_block, cap = int64_t{sms} * 32;
-  return static_cast<unsigned>(wanted < cap ? (wanted > 0 ? wanted : 1) : cap);
-}
+unsigned grid_for(int64_t work, int64_t items_per_block = kThreads) { return capped_grid(work, items_per_block, 32); }
 
 int64_t row_tiles(int64_t rows) { return (rows + kRowsPerBlock - 1) / kRowsPerBlock; }
 

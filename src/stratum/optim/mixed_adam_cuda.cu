@@ -10,10 +10,14 @@
 #include <cuda_fp16.h>
 
 #include "stratum/core/cuda_float_convert.cuh"
+#include "stratum/core/cuda_kernel_util.cuh"
 
 namespace stratum::optim::cuda {
 namespace {
 
+using cuda_detail::aligned_to;
+using cuda_detail::capped_grid;
+using cuda_detail::Elems;
 using cuda_detail::narrow_to;
 using cuda_detail::widen;
 
@@ -50,24 +54,19 @@ __device__ Coefficients coefficients(const MixedAdamArgs& a) {
   return c;
 }
 
-// Four consecutive elements as one memory access (16 bytes of fp32, 8 of a
-// 16-bit type): the launcher checks that the pointers are aligned to it.
-template <typename T> struct Quad { using type = uint2; };
-template <> struct Quad<float> { using type = float4; };
-
+// Quad q (four consecutive elements, one memory access: 16 bytes of fp32, 8
+// of a 16-bit type) in fp32; the launcher checks that the pointers are aligned to it.
 template <typename T>
 __device__ __forceinline__ void load4(const T* p, int64_t q, float (&out)[4]) {
-  const typename Quad<T>::type raw = reinterpret_cast<const typename Quad<T>::type*>(p)[q];
-  const T* e = reinterpret_cast<const T*>(&raw);
-  for (int k = 0; k < 4; ++k) out[k] = widen<T>(e[k]);
+  const Elems<T, 4> e = cuda_detail::load<T, 4>(p + 4 * q);
+  for (int k = 0; k < 4; ++k) out[k] = widen<T>(e.v[k]);
 }
 
 template <typename T>
 __device__ __forceinline__ void store4(T* p, int64_t q, const float (&in)[4]) {
-  typename Quad<T>::type raw;
-  T* e = reinterpret_cast<T*>(&raw);
-  for (int k = 0; k < 4; ++k) e[k] = narrow_to<T>(in[k]);
-  reinterpret_cast<typename Quad<T>::type*>(p)[q] = raw;
+  Elems<T, 4> e;
+  for (int k = 0; k < 4; ++k) e.v[k] = narrow_to<T>(in[k]);
+  cuda_detail::store<T, 4>(p + 4 * q, e);
 }
 
 // Four elements a thread per iteration, every buffer read and written in
@@ -107,18 +106,12 @@ __global__ void __launch_bounds__(256) mixed_adam_scalar(MixedAdamArgs a) {
   }
 }
 
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
 template <typename G, typename P>
 cudaError_t launch(const MixedAdamArgs& a, cudaStream_t stream) {
-  int device = 0, sms = 132;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const bool vec = a.n % 4 == 0 && aligned(a.master, 16) && aligned(a.exp_avg, 16) && aligned(a.exp_avg_sq, 16) &&
-                   aligned(a.grad, 4 * sizeof(G)) && (!a.params16 || aligned(a.params16, 4 * sizeof(P)));
-  const int64_t work = vec ? a.n / 4 : a.n;
-  const int64_t wanted = (work + 255) / 256;
-  const int blocks = static_cast<int>(wanted < int64_t{sms} * 8 ? (wanted > 0 ? wanted : 1) : int64_t{sms} * 8);
+  const bool vec = a.n % 4 == 0 && aligned_to(a.master, 16) && aligned_to(a.exp_avg, 16) &&
+                   aligned_to(a.exp_avg_sq, 16) && aligned_to(a.grad, 4 * sizeof(G)) &&
+                   (!a.params16 || aligned_to(a.params16, 4 * sizeof(P)));
+  const unsigned blocks = capped_grid(vec ? a.n / 4 : a.n, 256, 8);
   if (vec) mixed_adam_vec4<G, P><<<blocks, 256, 0, stream>>>(a);
   else mixed_adam_scalar<G, P><<<blocks, 256, 0, stream>>>(a);
   return cudaGetLastError();

@@ -10,8 +10,7 @@
 #include "stratum/core/error.h"
 #include "stratum/core/log.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
-#include <c10/cuda/CUDAStream.h>
-
+#include "stratum/nn/kernel_launch.h"
 #include "stratum/zero/wire_cast_cuda.h"
 #endif
 
@@ -26,10 +25,9 @@ void write_gradient(const at::Tensor& dst, const at::Tensor& src) {
   const at::ScalarType from = src.scalar_type();
   if (dst.scalar_type() == at::kFloat && (from == at::kBFloat16 || from == at::kHalf) && dst.is_cuda() &&
       src.device() == dst.device() && dst.is_contiguous() && src.is_contiguous() && dst.numel() == src.numel()) {
-    const cudaError_t e = cuda::launch_widen_to_float(src.const_data_ptr(), from == at::kBFloat16,
-                                                      dst.data_ptr<float>(), src.numel(),
-                                                      c10::cuda::getCurrentCUDAStream().stream());
-    if (e != cudaSuccess) throw Error(std::string("ZeRO: widening a gradient to fp32: ") + cudaGetErrorString(e));
+    nn::cuda::check_launch(cuda::launch_widen_to_float(src.const_data_ptr(), from == at::kBFloat16,
+                                                       dst.data_ptr<float>(), src.numel(), nn::cuda::current_stream()),
+                           "ZeRO: widening a gradient to fp32");
     return;
   }
 #endif

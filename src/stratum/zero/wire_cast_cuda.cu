@@ -1,18 +1,19 @@
 // See wire_cast_cuda.h. Eight 16-bit values per thread and step: one 16-byte
-// load, two 16-byte stores; the unaligned head or tail one at a time.
+// load, two 16-byte stores; unaligned buffers, and the tail, one at a time.
 #include "stratum/zero/wire_cast_cuda.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "stratum/core/cuda_float_convert.cuh"
+#include "stratum/core/cuda_kernel_util.cuh"
 
 namespace stratum::zero::cuda {
 namespace {
 
+using cuda_detail::Elems;
 using cuda_detail::widen;
 
 constexpr int kThreads = 256;
@@ -24,11 +25,11 @@ __global__ void __launch_bounds__(kThreads) widen_kernel(const T* src, float* ds
   if (packed) {
     const int64_t packs = n / 8;
     for (int64_t i = first; i < packs; i += stride) {
-      const uint4 raw = reinterpret_cast<const uint4*>(src)[i];
-      const T* v = reinterpret_cast<const T*>(&raw);
-      float4* out = reinterpret_cast<float4*>(dst) + 2 * i;
-      out[0] = make_float4(widen<T>(v[0]), widen<T>(v[1]), widen<T>(v[2]), widen<T>(v[3]));
-      out[1] = make_float4(widen<T>(v[4]), widen<T>(v[5]), widen<T>(v[6]), widen<T>(v[7]));
+      const Elems<T, 8> v = cuda_detail::load<T, 8>(src + 8 * i);
+      Elems<float, 4> lo, hi;
+      for (int k = 0; k < 4; ++k) lo.v[k] = widen<T>(v.v[k]), hi.v[k] = widen<T>(v.v[4 + k]);
+      cuda_detail::store<float, 4>(dst + 8 * i, lo);
+      cuda_detail::store<float, 4>(dst + 8 * i + 4, hi);
     }
     for (int64_t i = packs * 8 + first; i < n; i += stride) dst[i] = widen<T>(src[i]);
   } else {
@@ -40,12 +41,8 @@ __global__ void __launch_bounds__(kThreads) widen_kernel(const T* src, float* ds
 
 cudaError_t launch_widen_to_float(const void* src, bool bf16, float* dst, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const bool packed = reinterpret_cast<uintptr_t>(src) % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0;
-  int device = 0, sms = 132;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const int64_t wanted = ((packed ? n / 8 : n) + kThreads - 1) / kThreads;
-  const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(wanted, int64_t{sms} * 16)));
+  const bool packed = cuda_detail::aligned_to(src, 16) && cuda_detail::aligned_to(dst, 16);
+  const unsigned blocks = cuda_detail::capped_grid(packed ? n / 8 : n, kThreads, 16);
   if (bf16)
     widen_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(src), dst, n,
                                                                   packed);
