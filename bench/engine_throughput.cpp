@@ -116,6 +116,7 @@ struct Options {
   int64_t seq = 1024, micro = 8, gas = 1, steps = 10, warmup = 3;
   int stage = 2;
   bool checkpointing = false;
+  bool sparse_gradients = false;  // the embedding's gradient exchanged as rows (stages 0-2)
   bool overlap_param_gather = true;  // stages 1/2
   double peak_tflops = 989.0;
 };
@@ -124,8 +125,9 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    if (k == "--checkpointing") {
-      o.checkpointing = true;
+    if (k == "--checkpointing" || k == "--sparse-gradients") {  // switches without a value
+      bool& on = k == "--checkpointing" ? o.checkpointing : o.sparse_gradients;
+      on = true;
       continue;
     }
     if (i + 1 >= argc) throw Error("bench_engine: " + k + " needs a value");
@@ -175,6 +177,7 @@ void run(const dist::DistContext& ctx, const Options& o) {
                            ", \"gradient_accumulation_steps\": " + std::to_string(o.gas) + ", " +
                            (o.precision == "bf16" ? "\"bf16\": {\"enabled\": true}, " : "") +
                            (o.checkpointing ? "\"activation_checkpointing\": {}, " : "") +
+                           (o.sparse_gradients ? "\"sparse_gradients\": true, " : "") +
                            "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-4, \"betas\": [0.9, 0.95], "
                            "\"weight_decay\": 0.1}}, \"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": " +
                            std::to_string(o.stage) + ", \"overlap_comm\": true, \"reduce_bucket_size\": 50000000" +
@@ -238,7 +241,7 @@ void run(const dist::DistContext& ctx, const Options& o) {
   const double tflops = tokens_per_gpu * flops_per_token / 1e12;
   // "-tuned": zero_optimization keys beyond the defaults (named in the row's zero_extra).
   const std::string system = "stratum-zero" + std::to_string(o.stage) + (o.checkpointing ? "-ckpt" : "") +
-                             (o.zero_extra.empty() ? "" : "-tuned");
+                             (o.sparse_gradients ? "-sparse" : "") + (o.zero_extra.empty() ? "" : "-tuned");
   nlohmann::ordered_json out = {{"system", system},
                         {"model", o.model},
                         {"gpus", dp},

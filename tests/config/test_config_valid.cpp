@@ -164,6 +164,17 @@ TEST(ConfigValid, OverlapParamGather) {
   EXPECT_NE(s3.warnings[0].find("zero_optimization.overlap_param_gather"), std::string::npos) << s3.warnings[0];
 }
 
+// DeepSpeed's sparse_gradients: the embedding's gradient as rows at stages 0-2.
+TEST(ConfigValid, SparseGradients) {
+  EXPECT_FALSE(parse(R"({"train_batch_size": 4})").sparse_gradients);
+  Config c = parse(R"({"train_batch_size": 4, "sparse_gradients": true, "zero_optimization": {"stage": 1}})");
+  EXPECT_TRUE(c.sparse_gradients);
+  EXPECT_TRUE(c.warnings.empty());
+  Config s3 = parse(R"({"train_batch_size": 4, "sparse_gradients": true, "zero_optimization": {"stage": 3}})");
+  ASSERT_EQ(s3.warnings.size(), 1u);
+  EXPECT_NE(s3.warnings[0].find("sparse_gradients"), std::string::npos) << s3.warnings[0];
+}
+
 TEST(ConfigValid, EverySchedulerWithItsParameters) {
   Config a = parse(R"({"train_batch_size": 1, "scheduler": {"type": "WarmupCosineLR", "params": {
       "total_num_steps": 2000, "warmup_min_ratio": 0.1, "warmup_num_steps": 100, "cos_min_ratio": 0.01,

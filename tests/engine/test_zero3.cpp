@@ -21,6 +21,7 @@
 #include "stratum/engine/engine.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/safetensors.h"
+#include "stratum/nn/embedding.h"
 #include "stratum/optim/grad_clip.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAStream.h>
@@ -431,9 +432,10 @@ TEST(Zero3, GradNormFromReductions) {
 
 // A token embedding's lookup gradient travels as rows (nn/embedding.h),
 // untied (the whole gradient) or tied (added to the LM head's reduced dense
-// part): stages 0-2 over 2 and 4 ranks train as stage 0 on one rank (which
-// reduces nothing and takes the dense gradient), with and without gradient
-// accumulation, and the embedding has a bucket of its own.
+// part) with "sparse_gradients": stages 0-2 over 2 and 4 ranks train as
+// stage 0 on one rank (which reduces nothing and takes the dense gradient),
+// with and without gradient accumulation, and the embedding has a bucket of
+// its own. Without the key the gradient stays dense.
 TEST(RowGradients, MatchOneRank) {
   const int world = test::context().cpu_world->size();
   if (world < 2) GTEST_SKIP() << "needs 2 or more ranks";
@@ -446,18 +448,34 @@ TEST(RowGradients, MatchOneRank) {
           for (int dp = 2; dp <= world; dp *= 2) {
             Options o = ref_opts;
             o.stage = stage;
+            o.top_extra = R"("sparse_gradients": true,)";
             expect_same_training(train(o, dp == world ? test::context().cpu_world : groups_of(dp)), ref, 1e-5,
                                  "rows: " + model + " tied " + tied + " gas " + std::to_string(gas) + " stage " +
                                      std::to_string(stage) + " dp " + std::to_string(dp));
           }
       }
-  Config config = Config::from_string(config_json(Options{"tiny-llama", {{"tie_embeddings", "false"}}, 1}), "rows");
-  torch::manual_seed(42);
-  auto engine = initialize(config, models::build_model(models::make_model_config("tiny-llama", {{"tie_embeddings", "false"}})),
-                           test::context().cpu_world, c10::Device(c10::kCPU));
-  const auto& layout = engine.core().strategy().layout();
-  const auto& slot = layout.params().front();  // model.embed_tokens.weight
-  EXPECT_EQ(layout.buckets()[slot.bucket].params.size(), 1u) << "the embedding shares its bucket";
+  // Only "sparse_gradients": true hands the lookup's gradient to the strategy
+  // (a second sink for the weight is refused while the strategy's is there).
+  struct NoSink : nn::RowGradientSink {
+    void take_rows(const at::Tensor&, const at::Tensor&, const at::Tensor&) override {}
+  } probe;
+  for (const bool rows : {false, true}) {
+    Options o{"tiny-llama", {{"tie_embeddings", "false"}}, 1};
+    if (rows) o.top_extra = R"("sparse_gradients": true,)";
+    Config config = Config::from_string(config_json(o), "rows");
+    auto model = models::build_model(models::make_model_config("tiny-llama", o.overrides));
+    auto engine = initialize(config, model, test::context().cpu_world, c10::Device(c10::kCPU));
+    const at::Tensor embedding = model->parameters().front();  // model.embed_tokens.weight
+    if (rows) {
+      EXPECT_ANY_THROW(nn::register_row_gradient_sink(embedding, &probe)) << "no sink for the embedding";
+      const auto& layout = engine.core().strategy().layout();
+      const auto& slot = layout.params().front();
+      EXPECT_EQ(layout.buckets()[slot.bucket].params.size(), 1u) << "the embedding shares its bucket";
+    } else {
+      EXPECT_NO_THROW(nn::register_row_gradient_sink(embedding, &probe)) << "dense gradients by default";
+      nn::unregister_row_gradient_sink(embedding, &probe);
+    }
+  }
 }
 
 // Ranks may look up different numbers of rows (here sequences of different
@@ -472,7 +490,9 @@ TEST(RowGradients, UnevenRowCountsAcrossRanks) {
       if (world->size() < 2) continue;
       const int r = world->rank();
       auto embedding_grad = [&](const std::shared_ptr<dist::Communicator>& dp) {
-        Config config = Config::from_string(config_json(Options{"tiny-llama", overrides, 0}), "rows");
+        Options o{"tiny-llama", overrides, 0};
+        o.top_extra = R"("sparse_gradients": true,)";
+        Config config = Config::from_string(config_json(o), "rows");
         torch::manual_seed(42);
         auto engine =
             initialize(config, models::build_model(models::make_model_config("tiny-llama", overrides)), dp, backend.device);

@@ -56,7 +56,6 @@ const std::map<std::string, std::string> kNestedKeyHome = {
 void parse_top_level_unsupported(KeyReader& root) {
   for (const auto& [key, feature] : kUnsupportedSections) root.unsupported_section(key, feature);
   root.unsupported("dataloader_drop_last", false);
-  root.unsupported("sparse_gradients", false);
   root.unsupported("zero_allow_untested_optimizer", false, "Stratum's ZeRO works with its own Adam/AdamW");
   root.unsupported("zero_force_ds_cpu_optimizer", true);
   root.unsupported("graph_harvesting", false);

@@ -23,6 +23,10 @@ struct Config {
   double gradient_clipping = 1.0;  // DeepSpeed's default; 0 turns clipping off
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
+  // DeepSpeed's key for sparse embedding gradients. Here: at ZeRO stages 0-2
+  // over several ranks, the token embedding's gradient travels as the looked-up
+  // rows (an all-gather of ids and rows) instead of a dense all-reduce.
+  bool sparse_gradients = false;
   std::optional<config::DType> communication_data_type;  // unset: fp32 for 16-bit training
   config::ZeroConfig zero_optimization;
   config::ActivationCheckpointingConfig activation_checkpointing;

@@ -214,6 +214,7 @@ void parse_training(KeyReader& root, Config& config) {
   parse_precision(root, config);
   config.gradient_clipping = root.get_double("gradient_clipping", 1.0, 0.0);
   config.prescale_gradients = root.get_bool("prescale_gradients", false);
+  config.sparse_gradients = root.get_bool("sparse_gradients", false);
   config.gradient_predivide_factor =
       root.get_double("gradient_predivide_factor", 1.0, 0.0, KeyReader::kInf, /*min_exclusive=*/true);
   if (root.has("communication_data_type")) {

@@ -111,6 +111,7 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
   j["bf16"] = {{"enabled", c.bf16.enabled}};
   j["gradient_clipping"] = c.gradient_clipping;
   j["prescale_gradients"] = c.prescale_gradients;
+  j["sparse_gradients"] = c.sparse_gradients;
   j["gradient_predivide_factor"] = c.gradient_predivide_factor;
   j["communication_data_type"] =
       c.communication_data_type ? Json(dtype_name(*c.communication_data_type)) : Json(nullptr);

@@ -21,6 +21,10 @@ void check_cross_field_rules(const Config& c, Diagnostics& diag) {
                  "has no effect at stage " + std::to_string(z.stage) +
                      " (stages 1 and 2 gather parameters after the step; stage 3 gathers per layer anyway)");
 
+  if (c.sparse_gradients && z.stage == 3)
+    diag.warning("sparse_gradients", "has no effect at ZeRO stage 3 (each rank reduce-scatters the embedding's "
+                                     "gradient with its layer); it applies at stages 0, 1 and 2");
+
   if (c.communication_data_type == DType::fp16 && c.bf16.enabled)
     diag.error("communication_data_type", "\"fp16\" with bf16 training loses range; use \"bf16\" or \"fp32\"");
 

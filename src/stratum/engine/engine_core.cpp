@@ -73,7 +73,7 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   check_supported(config_, params, layers.has_value());
   batch_ = config_.resolve_batch(dp_->size());
   zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
-  if (layers && options.stage < 3) {
+  if (layers && options.stage < 3 && config_.sparse_gradients) {
     options.row_gradient_params = layers->row_fed;
     for (int p : layers->row_fed)
       for (const auto& borrowed : layers->borrowed)
