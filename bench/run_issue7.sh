@@ -20,7 +20,7 @@
 #       | s14-fill (ZeRO GPU tests; gpt2-350m ZeRO 0-2 vs compiled DDP; gpt2-1.3b ZeRO-3 vs compiled FSDP2)
 #       | s14-last (ZeRO GPU tests; llama-1b seq 2048 ZeRO 0, 2 vs compiled DDP; DeepSpeed ZeRO-1/2 on gpt2-1.3b)
 #       | llama-peers (llama-1b seq 2048 on 2 GPUs: eager FSDP2, DeepSpeed ZeRO-1/2/3, with Stratum ZeRO 1-3)
-#       | row-grads (kernel, Adam and ZeRO GPU tests; llama-1b ZeRO 0-1 with and without sparse_gradients)
+#       | row-grads (ZeRO GPU tests; llama-1b ZeRO 0-1 (and ZeRO-0 untied) and gpt2-1.3b ZeRO-0 with and without sparse_gradients)
 #       | row-grads-2 (gpt2-1.3b ZeRO 0-1 with and without sparse_gradients vs compiled DDP; llama-1b compiled DDP)
 #       | mfu-32 (gpt2-1.3b micro 32 on one GPU vs compiled torch: the MFU target)
 #       | s13-llama (llama-1b seq 2048 ZeRO 1 and 3 on 2 GPUs vs compiled DDP and FSDP2)
@@ -39,7 +39,7 @@ case "${1:-}" in
   s13-final) targets="$targets test_nn test_zero3 test_engine" ;;
   s14-norm) targets="$targets test_zero3 test_engine test_optim bench_adam_bandwidth" ;;
   s14-fill|s14-last) targets="$targets test_zero3 test_engine test_nn test_optim" ;;
-  row-grads) targets="$targets test_zero3 test_engine test_nn test_optim" ;;
+  row-grads) targets="$targets test_zero3 test_engine" ;;
   widen-hooks) targets="$targets test_zero3 test_engine" ;;
 esac
 OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
@@ -134,10 +134,15 @@ case "${1:-}" in
     STAGES="" PEERS="ds1 ds2" m 150 gpt2-1.3b 1024 8 2 ;;
   llama-peers) STAGES="1 2 3" PEERS="fsdp2 ds1 ds2 ds3" m 540 llama-1b 2048 4 2 ;;
   row-grads)
-    gtests "test_nn *Fused*:*Gpu*" "test_optim *AdamMixed*:*HostAdam*"
+    gtests "test_zero3 *ScatterKernel*:*WireWidening*"
     gpu_tests_np2 150 "zero3_np2|engine_np2"
     STAGES="0 1" PEERS="" m 100 llama-1b 2048 4 2
-    STAGES="0 1" PEERS="" STRATUM_FLAGS=--sparse-gradients m 100 llama-1b 2048 4 2 ;;
+    STAGES="0 1" PEERS="" STRATUM_FLAGS=--sparse-gradients m 100 llama-1b 2048 4 2
+    echo "== untied embeddings"
+    STAGES=0 PEERS="" STRATUM_FLAGS="--set tie_embeddings=false" m 60 llama-1b 2048 4 2
+    STAGES=0 PEERS="" STRATUM_FLAGS="--set tie_embeddings=false --sparse-gradients" m 60 llama-1b 2048 4 2
+    STAGES=0 PEERS="" m 60 gpt2-1.3b 1024 8 2
+    STAGES=0 PEERS="" STRATUM_FLAGS=--sparse-gradients m 60 gpt2-1.3b 1024 8 2 ;;
   row-grads-2)
     STAGES="0 1" PEERS="ddp-compile" m 200 gpt2-1.3b 1024 8 2
     STAGES="0 1" PEERS="" STRATUM_FLAGS=--sparse-gradients m 100 gpt2-1.3b 1024 8 2

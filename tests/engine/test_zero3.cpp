@@ -26,6 +26,7 @@
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAStream.h>
 
+#include "stratum/zero/row_scatter_cuda.h"
 #include "stratum/zero/wire_cast_cuda.h"
 #endif
 
@@ -531,6 +532,38 @@ TEST(Zero3, WireWideningMatchesAtenOnAGpu) {
                   cudaSuccess);
         EXPECT_TRUE(torch::equal(dst, src.to(torch::kFloat))) << dtype << " offset " << offset << " n " << n;
       }
+  }
+#else
+  GTEST_SKIP() << "built without the CUDA kernels";
+#endif
+}
+
+// The exchanged rows' kernel equals ATen's dense embedding gradient, scaled,
+// on every window of the flattened weight (whole, one rank's slice starting
+// mid-row, one partial row, empty), with repeated ids, for 16-bit and fp32 rows.
+TEST(RowGradients, ScatterKernelMatchesAtenOnAGpu) {
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
+  const auto on_gpu = torch::TensorOptions().device(torch::kCUDA);
+  const int64_t vocab = 300, hidden = 72, n = 1000;
+  const at::Tensor ids = torch::randint(40, {n}, on_gpu.dtype(torch::kLong)) * 7;  // ~25 repeats an id
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf, torch::kFloat}) {
+    const at::Tensor rows = torch::randn({n, hidden}, on_gpu).to(dtype);
+    const at::Tensor dense = at::embedding_dense_backward(rows.to(torch::kFloat), ids, vocab, -1, false).reshape({-1});
+    const auto [sorted, order] = at::sort(ids, /*stable=*/true, 0, false);
+    const auto kind = dtype == torch::kBFloat16 ? zero::cuda::RowsDType::bf16
+                      : dtype == torch::kHalf   ? zero::cuda::RowsDType::f16
+                                                : zero::cuda::RowsDType::f32;
+    for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
+             {0, vocab * hidden}, {vocab * hidden / 2 + 5, vocab * hidden}, {7 * hidden + 3, 7 * hidden + 50}, {9, 9}}) {
+      at::Tensor dest = torch::ones({end - begin + 1}, on_gpu);  // one more: nothing written past end
+      ASSERT_EQ(zero::cuda::launch_add_sorted_rows(sorted.const_data_ptr<int64_t>(), order.const_data_ptr<int64_t>(), n,
+                                                   rows.const_data_ptr(), kind, hidden, 0.5f, dest.data_ptr<float>(),
+                                                   begin, end, c10::cuda::getCurrentCUDAStream().stream()),
+                cudaSuccess);
+      const at::Tensor expected = torch::cat({dense.narrow(0, begin, end - begin) * 0.5 + 1, torch::ones({1}, on_gpu)});
+      EXPECT_LE((dest - expected).abs().max().item<double>(), 1e-4) << dtype << " [" << begin << ", " << end << ")";
+    }
   }
 #else
   GTEST_SKIP() << "built without the CUDA kernels";

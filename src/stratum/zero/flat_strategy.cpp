@@ -11,6 +11,7 @@
 #include "stratum/core/log.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include "stratum/nn/kernel_launch.h"
+#include "stratum/zero/row_scatter_cuda.h"
 #include "stratum/zero/wire_cast_cuda.h"
 #endif
 
@@ -259,24 +260,43 @@ void FlatStrategy::exchange_rows(int b, const at::Tensor& dest, int64_t dest_off
   auto rows_work = dp_->all_gather(all_rows, send_rows.reshape({-1}));
   ids_work->wait();
   rows_work->wait();
-  // The mean over ranks of each rank's dense gradient, summed in the wire's dtype.
-  at::Tensor dense = at::embedding_dense_backward(all_rows.view({n * most, hidden}).to(grad_dtype_), all_ids, vocab,
-                                                  /*padding_idx=*/-1, /*scale_grad_by_freq=*/false)
-                         .mul_(1.0 / n)
-                         .reshape({-1});
   // dest covers [dest_offset, +numel) of the bucket: the parameter's elements, then zero padding.
   const int64_t begin = std::min(dest_offset, spec.numel), end = std::min(dest_offset + dest.numel(), spec.numel);
+  if (!add) dest.zero_();
+  add_mean_of_rows(all_ids, all_rows.view({n * most, hidden}), vocab, dest, begin, end);
   if (add) {
-    if (end > begin) dest.narrow(0, 0, end - begin).add_(dense.narrow(0, begin, end - begin));
     // Its norm, queued when the head part landed, is taken again from the sum.
     if (final_reductions_ && grad_norm_) grad_norm_->renorm(dest);
   } else {
-    if (end > begin) dest.narrow(0, 0, end - begin).copy_(dense.narrow(0, begin, end - begin));
-    if (dest.numel() > end - begin) dest.narrow(0, end - begin, dest.numel() - (end - begin)).zero_();
     note_final_gradient(nullptr, dest, /*in_place=*/true);  // final on the current stream now
   }
   taken_rows_.erase(std::remove_if(taken_rows_.begin(), taken_rows_.end(), [p](const TakenRows& t) { return t.param == p; }),
                     taken_rows_.end());
+}
+
+void FlatStrategy::add_mean_of_rows(const at::Tensor& ids, const at::Tensor& rows, int64_t vocab, const at::Tensor& dest,
+                                    int64_t begin, int64_t end) const {
+  const double scale = 1.0 / dp_->size();
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  if (dest.is_cuda() && dest.scalar_type() == at::kFloat && dest.is_contiguous()) {
+    const auto [sorted, order] = at::sort(ids, /*stable=*/true, /*dim=*/0, /*descending=*/false);
+    const at::ScalarType t = rows.scalar_type();
+    const auto dtype = t == at::kBFloat16 ? cuda::RowsDType::bf16 : t == at::kHalf ? cuda::RowsDType::f16 : cuda::RowsDType::f32;
+    const at::Tensor r = t == at::kBFloat16 || t == at::kHalf ? rows.contiguous() : rows.to(at::kFloat).contiguous();
+    nn::cuda::check_launch(cuda::launch_add_sorted_rows(sorted.const_data_ptr<int64_t>(), order.const_data_ptr<int64_t>(),
+                                                        sorted.numel(), r.const_data_ptr(), dtype, rows.size(1),
+                                                        static_cast<float>(scale), dest.data_ptr<float>(), begin, end,
+                                                        nn::cuda::current_stream()),
+                           "ZeRO: adding an embedding's exchanged rows");
+    return;
+  }
+#endif
+  // Elsewhere ATen's dense gradient (deterministic), summed in the wire's dtype.
+  if (end <= begin) return;
+  const at::Tensor dense = at::embedding_dense_backward(rows.to(dest.scalar_type()), ids, vocab, /*padding_idx=*/-1,
+                                                        /*scale_grad_by_freq=*/false)
+                               .reshape({-1});
+  dest.narrow(0, 0, end - begin).add_(dense.narrow(0, begin, end - begin), scale);
 }
 
 void FlatStrategy::wait_in_flight(size_t keep) {

@@ -81,6 +81,11 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink {
   // (or added, `add`) into `dest`, which holds the bucket's elements
   // [dest_offset, dest_offset + dest.numel()). Collective; ends the window's rows.
   void exchange_rows(int b, const at::Tensor& dest, int64_t dest_offset, bool add = false);
+  // dest[0, end - begin) += the mean over DP ranks of the dense gradient that
+  // `rows` [N, hidden] looked up at `ids` [N] give a [vocab, hidden] weight,
+  // restricted to its flattened elements [begin, end).
+  void add_mean_of_rows(const at::Tensor& ids, const at::Tensor& rows, int64_t vocab, const at::Tensor& dest,
+                        int64_t begin, int64_t end) const;
   // At the boundary, once every bucket is launched: waits for the reductions
   // and adds the exchanged rows to each tied row-fed bucket.
   void add_tied_rows();
