@@ -22,6 +22,8 @@
 #       | llama-peers (llama-1b seq 2048 on 2 GPUs: eager FSDP2, DeepSpeed ZeRO-1/2/3, with Stratum ZeRO 1-3)
 #       | row-grads (ZeRO GPU tests; llama-1b ZeRO 0-1 (and ZeRO-0 untied) and gpt2-1.3b ZeRO-0 with and without sparse_gradients)
 #       | row-grads-2 (gpt2-1.3b ZeRO 0-1 with and without sparse_gradients vs compiled DDP; llama-1b compiled DDP)
+#       | llama-ds (llama-1b seq 2048 on 2 GPUs: Stratum ZeRO 1-3 vs DeepSpeed ZeRO-1/2/3)
+#       | zero0-sparse (ZeRO-0 with and without sparse_gradients vs compiled DDP: llama-1b, gpt2-1.3b)
 #       | mfu-32 (gpt2-1.3b micro 32 on one GPU vs compiled torch: the MFU target)
 #       | s13-llama (llama-1b seq 2048 ZeRO 1 and 3 on 2 GPUs vs compiled DDP and FSDP2)
 #       | kernels (the nn, models and Adam GPU tests; llama-1b seq 2048 and gpt2-350m on one GPU vs compiled torch)
@@ -133,6 +135,12 @@ case "${1:-}" in
     STAGES="0 2" PEERS="ddp-compile" m 220 llama-1b 2048 4 2
     STAGES="" PEERS="ds1 ds2" m 150 gpt2-1.3b 1024 8 2 ;;
   llama-peers) STAGES="1 2 3" PEERS="fsdp2 ds1 ds2 ds3" m 540 llama-1b 2048 4 2 ;;
+  llama-ds) STAGES="1 2 3" PEERS="ds1 ds2 ds3" m 430 llama-1b 2048 4 2 ;;
+  zero0-sparse)
+    STAGES=0 PEERS="ddp-compile" m 130 llama-1b 2048 4 2
+    STAGES=0 PEERS="" STRATUM_FLAGS=--sparse-gradients m 60 llama-1b 2048 4 2
+    STAGES=0 PEERS="ddp-compile" m 120 gpt2-1.3b 1024 8 2
+    STAGES=0 PEERS="" STRATUM_FLAGS=--sparse-gradients m 60 gpt2-1.3b 1024 8 2 ;;
   row-grads)
     gtests "test_zero3 *ScatterKernel*:*WireWidening*"
     gpu_tests_np2 150 "zero3_np2|engine_np2"
