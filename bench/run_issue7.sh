@@ -24,6 +24,7 @@
 #       | row-grads-2 (gpt2-1.3b ZeRO 0-1 with and without sparse_gradients vs compiled DDP; llama-1b compiled DDP)
 #       | llama-ds (llama-1b seq 2048 on 2 GPUs: Stratum ZeRO 1-3 vs DeepSpeed ZeRO-1/2/3)
 #       | zero0-sparse (ZeRO-0 with and without sparse_gradients vs compiled DDP: llama-1b, gpt2-1.3b)
+#       | sparse-profile (gpt2-1.3b ZeRO-0 on 2 GPUs traced with and without sparse_gradients)
 #       | mfu-32 (gpt2-1.3b micro 32 on one GPU vs compiled torch: the MFU target)
 #       | s13-llama (llama-1b seq 2048 ZeRO 1 and 3 on 2 GPUs vs compiled DDP and FSDP2)
 #       | kernels (the nn, models and Adam GPU tests; llama-1b seq 2048 and gpt2-350m on one GPU vs compiled torch)
@@ -155,6 +156,10 @@ case "${1:-}" in
     STAGES="0 1" PEERS="ddp-compile" m 200 gpt2-1.3b 1024 8 2
     STAGES="0 1" PEERS="" STRATUM_FLAGS=--sparse-gradients m 100 gpt2-1.3b 1024 8 2
     STAGES="" PEERS="ddp-compile" m 120 llama-1b 2048 4 2 ;;
+  sparse-profile)  # one traced step each (rank 0): where the end of backward goes with and without rows
+    STAGES=0 PEERS="" STRATUM_FLAGS="--profile /tmp/z0_dense.json" m 100 gpt2-1.3b 1024 8 2
+    STAGES=0 PEERS="" STRATUM_FLAGS="--sparse-gradients --profile /tmp/z0_sparse.json" m 100 gpt2-1.3b 1024 8 2
+    for t in dense sparse; do gzip -c /tmp/z0_$t.json >"$out/trace_gpt2-1.3b_zero0_$t.json.gz"; done ;;
   mfu-32) STAGES=0 PEERS=single-compile m 220 gpt2-1.3b 1024 32 1 ;;
   s13-llama) STAGES="1 3" PEERS="ddp-compile fsdp2-compile" m 300 llama-1b 2048 4 2 ;;
   check-2gpu)
