@@ -22,6 +22,7 @@
 #       | llama-peers (llama-1b seq 2048 on 2 GPUs: eager FSDP2, DeepSpeed ZeRO-1/2/3, with Stratum ZeRO 1-3)
 #       | row-grads (ZeRO GPU tests; llama-1b ZeRO 0-1 (and ZeRO-0 untied) and gpt2-1.3b ZeRO-0 with and without sparse_gradients)
 #       | row-grads-2 (gpt2-1.3b ZeRO 0-1 with and without sparse_gradients vs compiled DDP; llama-1b compiled DDP)
+#       | llama-fsdp2 (llama-1b seq 2048 on 2 GPUs: Stratum ZeRO-3 vs eager and compiled FSDP2)
 #       | llama-ds (llama-1b seq 2048 on 2 GPUs: Stratum ZeRO 1-3 vs DeepSpeed ZeRO-1/2/3)
 #       | zero0-sparse (ZeRO-0 with and without sparse_gradients vs compiled DDP: llama-1b, gpt2-1.3b)
 #       | sparse-profile (gpt2-1.3b ZeRO-0 on 2 GPUs traced with and without sparse_gradients)
@@ -136,6 +137,7 @@ case "${1:-}" in
     STAGES="0 2" PEERS="ddp-compile" m 220 llama-1b 2048 4 2
     STAGES="" PEERS="ds1 ds2" m 150 gpt2-1.3b 1024 8 2 ;;
   llama-peers) STAGES="1 2 3" PEERS="fsdp2 ds1 ds2 ds3" m 540 llama-1b 2048 4 2 ;;
+  llama-fsdp2) STAGES=3 PEERS="fsdp2 fsdp2-compile" m 330 llama-1b 2048 4 2 ;;
   llama-ds) STAGES="1 2 3" PEERS="ds1 ds2 ds3" m 430 llama-1b 2048 4 2 ;;
   zero0-sparse)
     STAGES=0 PEERS="ddp-compile" m 130 llama-1b 2048 4 2
