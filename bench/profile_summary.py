@@ -3,7 +3,9 @@ bench/peers/gpt_peers.py --profile): GPU time per stream, per kind of kernel
 (matrix products, attention, normalization, elementwise, copies, optimizer,
 communication) and the longest kernels, so that Stratum's step and a peer's
 can be compared kernel by kernel.
-  python3 bench/profile_summary.py TRACE.json [TRACE2.json ...] [--top 25]"""
+With --gaps N it also lists the N longest idle gaps of the busiest stream (the
+compute stream): where it stood waiting for communication or for the host.
+  python3 bench/profile_summary.py TRACE.json [TRACE2.json ...] [--top 25] [--gaps 10]"""
 import argparse
 import gzip
 import json
@@ -38,7 +40,20 @@ def load(path):
     return [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
 
 
-def summarize(path, top):
+def print_gaps(kernels, count):
+    streams = defaultdict(list)
+    for e in kernels:
+        streams[e.get("args", {}).get("stream", e.get("tid"))].append(e)
+    busiest = max(streams.values(), key=lambda l: sum(e["dur"] for e in l))
+    busiest.sort(key=lambda e: e["ts"])
+    begin = busiest[0]["ts"]
+    gaps = [(b["ts"] - a["ts"] - a["dur"], a, b) for a, b in zip(busiest, busiest[1:])]
+    print(f"\ncompute stream idle {sum(max(g, 0) for g, _, _ in gaps) / 1e3:.2f} ms; longest gaps (us, at ms, between):")
+    for g, a, b in sorted(gaps, key=lambda x: -x[0])[:count]:
+        print(f"  {g:7.0f} {(a['ts'] + a['dur'] - begin) / 1e3:8.2f}  {a['name'][:50]} -> {b['name'][:50]}")
+
+
+def summarize(path, top, gaps=0):
     kernels = load(path)
     print(f"\n## {path}: {len(kernels)} GPU operations")
     if not kernels:
@@ -63,15 +78,18 @@ def summarize(path, top):
     print(f"\nlongest {top} kernels (total ms, launches, kind):")
     for n, d in sorted(names.items(), key=lambda x: -x[1])[:top]:
         print(f"  {d / 1e3:8.2f} {counts[n]:5d}  {kind_of(n):14s} {n[:110]}")
+    if gaps:
+        print_gaps(kernels, gaps)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("traces", nargs="+")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--gaps", type=int, default=0)
     a = ap.parse_args()
     for path in a.traces:
-        summarize(path, a.top)
+        summarize(path, a.top, a.gaps)
 
 
 if __name__ == "__main__":
