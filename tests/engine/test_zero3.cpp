@@ -22,6 +22,7 @@
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/safetensors.h"
 #include "stratum/nn/embedding.h"
+#include "stratum/nn/linear.h"
 #include "stratum/optim/grad_clip.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAStream.h>
@@ -428,6 +429,58 @@ TEST(Zero3, GradNormFromReductions) {
         engine.step();  // the engine computes the norm itself now: it was taken
       }
     }
+  }
+}
+
+// Megatron's gradient-accumulation fusion (stages 0/1, on by default): the
+// weight-gradient GEMM writes fp32 straight into the flat gradient. Training
+// equals the unfused path's (autograd's 16-bit gradient widened by the hook)
+// for tied and untied models, with and without accumulation, over MPI (fp32)
+// and NCCL (fp32; bf16, where the product is written in fp32 from 16-bit
+// operands, so within bf16 rounding). Only linear weights used by one layer
+// get the sink: a tied embedding's gradient comes from two ops.
+TEST(GradientAccumulationFusion, MatchesUnfused) {
+  for (const auto& backend : test::backends()) {
+    const bool gpu = backend.device.is_cuda();
+    if (gpu) EXPECT_TRUE(nn::fp32_product_of_16bit_available()) << "ATen's addmm.dtype_out is missing: no fusion";
+    for (const std::string precision : gpu ? std::vector<std::string>{"fp32", "bf16"} : std::vector<std::string>{"fp32"})
+      for (const auto& [model, tied] : std::vector<std::pair<std::string, std::string>>{
+               {"tiny-gpt2", "true"}, {"tiny-llama", "false"}, {"tiny-llama", "true"}})
+        for (int stage : {0, 1})
+          for (int gas : {1, 2}) {
+            Options o{model, {{"tie_embeddings", tied}}, stage, gas, precision};
+            const TrainRun fused = train(o, backend.world, kSteps, backend.device);
+            o.zero_extra = R"(, "gradient_accumulation_fusion": false)";
+            expect_same_training(fused, train(o, backend.world, kSteps, backend.device),
+                                 precision == "fp32" ? 1e-5 : 2e-2,
+                                 backend.name + " " + precision + " " + model + " tied " + tied + " stage " +
+                                     std::to_string(stage) + " gas " + std::to_string(gas));
+          }
+  }
+  struct Probe : nn::WeightGradSink {
+    at::Tensor weight_grad_destination(const at::Tensor&, bool*) override { return at::Tensor(); }
+    void weight_grad_written(const at::Tensor&) override {}
+  } probe;
+  for (const bool fusion : {true, false}) {
+    Options o{"tiny-gpt2", {}, 1};
+    if (!fusion) o.zero_extra = R"(, "gradient_accumulation_fusion": false)";
+    Config config = Config::from_string(config_json(o), "fusion");
+    auto model = models::build_model(models::make_model_config(o.model, o.overrides));
+    auto engine = initialize(config, model, test::context().cpu_world, c10::Device(c10::kCPU));
+    int linears = 0;
+    for (const auto& item : model->named_parameters()) {
+      const bool linear = item.value().dim() == 2 && item.key().find(".h.") != std::string::npos;
+      const bool wte = item.key().find("wte") != std::string::npos;
+      if (!linear && !wte) continue;
+      linears += linear;
+      if (linear && fusion) {
+        EXPECT_ANY_THROW(nn::register_weight_grad_sink(item.value(), &probe)) << item.key() << " has no sink";
+      } else {
+        EXPECT_NO_THROW(nn::register_weight_grad_sink(item.value(), &probe)) << item.key() << " has a sink";
+        nn::unregister_weight_grad_sink(item.value(), &probe);
+      }
+    }
+    EXPECT_EQ(linears, 8) << "two blocks of four linear weights";
   }
 }
 

@@ -96,6 +96,7 @@ void parse_zero(KeyReader& root, Config& config) {
   z.allgather_bucket_size = zero.get_int("allgather_bucket_size", z.allgather_bucket_size, 1, kMax);
   z.overlap_comm = zero.get_opt_bool("overlap_comm").value_or(z.stage == 3);
   z.overlap_param_gather = zero.get_bool("overlap_param_gather", false);
+  z.gradient_accumulation_fusion = zero.get_bool("gradient_accumulation_fusion", true);
   z.load_from_fp32_weights = zero.get_bool("load_from_fp32_weights", true);
   z.sub_group_size = zero.get_int("sub_group_size", z.sub_group_size, 1, kMax);
   parse_offload_optimizer(zero, z);

@@ -125,6 +125,7 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
       {"allgather_bucket_size", z.allgather_bucket_size},
       {"overlap_comm", z.overlap_comm},
       {"overlap_param_gather", z.overlap_param_gather},
+      {"gradient_accumulation_fusion", z.gradient_accumulation_fusion},
       {"load_from_fp32_weights", z.load_from_fp32_weights},
       {"sub_group_size", z.sub_group_size},
       {"offload_optimizer", {{"device", device_name(z.offload_optimizer.device)},

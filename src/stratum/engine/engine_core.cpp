@@ -34,6 +34,7 @@ zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype, c10:
   o.pin_memory = c.zero_optimization.offload_optimizer.pin_memory;
   o.device_params16 = !o.offload_optimizer && model_dtype != at::kFloat && optim::mixed_adam_available(device);
   o.overlap_param_gather = c.zero_optimization.overlap_param_gather;
+  o.fuse_weight_grads = c.zero_optimization.gradient_accumulation_fusion;
   // 16-bit gradients travel in fp32 unless communication_data_type says otherwise.
   if (c.communication_data_type)
     o.comm_dtype = *c.communication_data_type == config::DType::bf16   ? at::kBFloat16
@@ -73,6 +74,12 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   check_supported(config_, params, layers.has_value());
   batch_ = config_.resolve_batch(dp_->size());
   zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
+  // Models built of nn::linear layers (LayerStack), where each linear weight
+  // reaches the loss through nn::linear only: the fused GEMM's contract.
+  options.fuse_weight_grads = options.fuse_weight_grads && layers.has_value() && options.stage <= 1;
+  if (options.fuse_weight_grads)
+    for (const auto& borrowed : layers->borrowed)
+      options.unfused_params.insert(options.unfused_params.end(), borrowed.begin(), borrowed.end());
   if (layers && options.stage < 3 && config_.sparse_gradients) {
     options.row_gradient_params = layers->row_fed;
     for (int p : layers->row_fed)

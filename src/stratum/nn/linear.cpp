@@ -1,8 +1,13 @@
 #include "stratum/nn/linear.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <mutex>
+#include <unordered_map>
+
+#include "stratum/core/error.h"
 #include "stratum/nn/fused_ops.h"
 
 namespace stratum::nn {
@@ -10,6 +15,79 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+struct SinkRegistry {
+  std::mutex mutex;
+  std::unordered_map<const void*, WeightGradSink*> sinks;
+};
+
+SinkRegistry& sinks() {
+  static SinkRegistry r;
+  return r;
+}
+
+WeightGradSink* sink_for(const at::Tensor& weight) {
+  SinkRegistry& r = sinks();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.sinks.find(weight.unsafeGetTensorImpl());
+  return it == r.sinks.end() ? nullptr : it->second;
+}
+
+// ATen's addmm.dtype_out (a 16-bit product written as fp32), looked up by name:
+// absent from older torch builds, where the fusion stays off.
+const std::optional<c10::OperatorHandle>& addmm_dtype_out() {
+  static const std::optional<c10::OperatorHandle> op =
+      c10::Dispatcher::singleton().findSchema({"aten::addmm", "dtype_out"});
+  return op;
+}
+
+// dest = a b (+ dest when `accumulate`) in dest's dtype; false where ATen
+// cannot write this product into dest's dtype.
+bool product_into(at::Tensor dest, const at::Tensor& a, const at::Tensor& b, bool accumulate) {
+  const double beta = accumulate ? 1.0 : 0.0;  // 0: dest's old contents are ignored, NaN included
+  if (dest.scalar_type() == a.scalar_type()) {
+    at::addmm_out(dest, dest, a, b, beta, 1.0);
+    return true;
+  }
+  if (!dest.is_cuda() || dest.scalar_type() != at::kFloat || !addmm_dtype_out()) return false;
+  addmm_dtype_out()
+      ->typed<at::Tensor&(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::ScalarType, const at::Scalar&,
+                          const at::Scalar&, at::Tensor&)>()
+      .call(dest, a, b, at::kFloat, beta, 1.0, dest);
+  return true;
+}
+
+// The weight gradient g2ᵀ x2 of `weights` (stacked along the output dimension)
+// written into their sink's destinations when they are one contiguous [sum
+// out, in] block (linear_stacked's q/k/v sit side by side in ZeRO's flat
+// gradient). Returns the stand-ins for autograd, or nothing: autograd's path.
+std::vector<at::Tensor> write_weight_grads(const std::vector<at::Tensor>& weights, const at::Tensor& g2,
+                                           const at::Tensor& x2) {
+  WeightGradSink* sink = sink_for(weights.front());
+  if (!sink) return {};
+  bool accumulate = false;
+  at::Tensor first = sink->weight_grad_destination(weights.front(), &accumulate);
+  if (!first.defined() || !first.is_contiguous()) return {};
+  int64_t rows = first.size(0);
+  for (size_t i = 1; i < weights.size(); ++i) {
+    bool acc = false;
+    const at::Tensor d = sink_for(weights[i]) == sink ? sink->weight_grad_destination(weights[i], &acc) : at::Tensor();
+    const bool adjacent = d.defined() && d.is_contiguous() && d.scalar_type() == first.scalar_type() &&
+                          d.size(1) == first.size(1) &&
+                          d.storage().is_alias_of(first.storage()) &&
+                          d.storage_offset() == first.storage_offset() + rows * first.size(1);
+    if (!adjacent || acc != accumulate) return {};
+    rows += d.size(0);
+  }
+  const at::Tensor block = first.as_strided({rows, first.size(1)}, {first.size(1), 1}, first.storage_offset());
+  if (!product_into(block, g2.t(), x2, accumulate)) return {};
+  std::vector<at::Tensor> stand_ins;
+  for (const auto& w : weights) {
+    sink->weight_grad_written(w);
+    stand_ins.push_back(at::empty_like(w));  // allocator bookkeeping only: no kernel, never read
+  }
+  return stand_ins;
+}
 
 // Gradients of y = x Wᵀ (+ b) from the saved input and the weight as it is now.
 variable_list linear_backward(AutogradContext* ctx, const at::Tensor& grad, bool with_bias) {
@@ -19,7 +97,11 @@ variable_list linear_backward(AutogradContext* ctx, const at::Tensor& grad, bool
   const at::Tensor g2 = grad.reshape({-1, grad.size(-1)});
   at::Tensor gx, gw, gb;
   if (ctx->needs_input_grad(0)) gx = grad.matmul(w);
-  if (ctx->needs_input_grad(1)) gw = g2.t().mm(x.reshape({-1, x.size(-1)}));
+  if (ctx->needs_input_grad(1)) {
+    const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+    const std::vector<at::Tensor> written = write_weight_grads({w}, g2, x2);
+    gw = written.empty() ? g2.t().mm(x2) : written.front();
+  }
   if (with_bias && ctx->needs_input_grad(2)) gb = bias_grad(g2.contiguous());
   return with_bias ? variable_list{gx, gw, gb} : variable_list{gx, gw};
 }
@@ -61,10 +143,17 @@ struct LinearStacked : torch::autograd::Function<LinearStacked> {
     const at::Tensor& grad = grads[0];
     variable_list out(saved.size());
     if (ctx->needs_input_grad(0)) out[0] = grad.matmul(at::cat(weights, 0));
-    bool any_weight = false;
-    for (size_t i = 1; i < saved.size(); ++i) any_weight = any_weight || ctx->needs_input_grad(i);
-    if (any_weight) {
-      const at::Tensor gw = grad.reshape({-1, grad.size(-1)}).t().mm(x.reshape({-1, x.size(-1)}));
+    bool any_weight = false, every_weight = true;
+    for (size_t i = 1; i < saved.size(); ++i) {
+      any_weight = any_weight || ctx->needs_input_grad(i);
+      every_weight = every_weight && ctx->needs_input_grad(i);
+    }
+    const at::Tensor g2 = grad.reshape({-1, grad.size(-1)}), x2 = x.reshape({-1, x.size(-1)});
+    const std::vector<at::Tensor> written = every_weight ? write_weight_grads(weights, g2, x2) : std::vector<at::Tensor>{};
+    if (!written.empty()) {
+      for (size_t i = 1; i < saved.size(); ++i) out[i] = written[i - 1];
+    } else if (any_weight) {
+      const at::Tensor gw = g2.t().mm(x2);
       int64_t row = 0;
       for (size_t i = 1; i < saved.size(); ++i) {
         if (ctx->needs_input_grad(i)) out[i] = gw.narrow(0, row, saved[i].size(0));
@@ -113,6 +202,23 @@ struct LinearPaddedRows : torch::autograd::Function<LinearPaddedRows> {
 };
 
 }  // namespace
+
+void register_weight_grad_sink(const at::Tensor& weight, WeightGradSink* sink) {
+  SinkRegistry& r = sinks();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto [it, added] = r.sinks.emplace(weight.unsafeGetTensorImpl(), sink);
+  if (!added && it->second != sink)
+    throw Error("linear: a weight-gradient sink is already registered for this weight (two engines on one model?)");
+}
+
+void unregister_weight_grad_sink(const at::Tensor& weight, const WeightGradSink* sink) {
+  SinkRegistry& r = sinks();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.sinks.find(weight.unsafeGetTensorImpl());
+  if (it != r.sinks.end() && it->second == sink) r.sinks.erase(it);
+}
+
+bool fp32_product_of_16bit_available() { return addmm_dtype_out().has_value(); }
 
 at::Tensor linear_padded_rows(const at::Tensor& x, const at::Tensor& weight) {
   if (weight.size(0) % kRowAlign == 0) return LinearNoBias::apply(x, weight);

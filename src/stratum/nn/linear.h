@@ -28,4 +28,31 @@ at::Tensor linear_stacked(const at::Tensor& x, const std::vector<at::Tensor>& we
 // values as linear() (the padding contributes exact zeros).
 at::Tensor linear_padded_rows(const at::Tensor& x, const at::Tensor& weight);
 
+// Megatron's gradient-accumulation fusion: where a sink is registered for a
+// weight (ZeRO stages 0/1), the weight-gradient GEMM of linear() and
+// linear_stacked() writes (or adds) its product straight into the sink's
+// destination in the destination's dtype (fp32 flat gradients; a 16-bit
+// product into fp32 needs CUDA), instead of a 16-bit gradient the sink would
+// widen and copy. Autograd then gets an uninitialized stand-in for that
+// gradient, so its accumulate-grad hooks still fire once per backward; the
+// contract: a weight with a sink reaches the loss through nn::linear only.
+class WeightGradSink {
+ public:
+  virtual ~WeightGradSink() = default;
+  // The [out, in] tensor `weight`'s gradient goes into, and whether to add to
+  // it (set `accumulate`); undefined: autograd's path. No side effects.
+  virtual at::Tensor weight_grad_destination(const at::Tensor& weight, bool* accumulate) = 0;
+  // The product into the destination is queued (on the current stream).
+  virtual void weight_grad_written(const at::Tensor& weight) = 0;
+};
+
+// While registered, linear()'s and linear_stacked()'s backward for `weight`
+// (the parameter, by identity) go to `sink`. One sink a weight.
+void register_weight_grad_sink(const at::Tensor& weight, WeightGradSink* sink);
+void unregister_weight_grad_sink(const at::Tensor& weight, const WeightGradSink* sink);
+
+// Whether a 16-bit product can be written into fp32 on this build's torch
+// (ATen's addmm with out_dtype, CUDA only).
+bool fp32_product_of_16bit_available();
+
 }  // namespace stratum::nn

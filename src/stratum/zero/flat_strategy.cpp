@@ -406,7 +406,36 @@ LayerParamGatherer* FlatStrategy::gatherer() {
 void BoundaryReducedStrategy::init_flat_grads() {
   flat_grads_ = at::zeros({flat_params_.numel()}, flat_params_.options().dtype(grad_dtype_));
   written_.assign(params_.size(), false);
+  fused_.assign(params_.size(), 0);
   zero_gradients();
+  if (!options_.fuse_weight_grads) return;
+  const auto& unfused = options_.unfused_params;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (std::find(unfused.begin(), unfused.end(), static_cast<int>(i)) != unfused.end()) continue;
+    index_.emplace(params_[i].unsafeGetTensorImpl(), static_cast<int>(i));
+    nn::register_weight_grad_sink(params_[i], this);
+  }
+}
+
+BoundaryReducedStrategy::~BoundaryReducedStrategy() {
+  for (const auto& [impl, i] : index_) nn::unregister_weight_grad_sink(params_[i], this);
+}
+
+int BoundaryReducedStrategy::index_of(const at::Tensor& weight) const {
+  auto it = index_.find(weight.unsafeGetTensorImpl());
+  return it == index_.end() ? -1 : it->second;
+}
+
+at::Tensor BoundaryReducedStrategy::weight_grad_destination(const at::Tensor& weight, bool* accumulate) {
+  const int i = index_of(weight);
+  if (i < 0) return at::Tensor();
+  *accumulate = written_[i] || fused_[i];  // a later micro-step, or a second use in this backward
+  return grad_slot(i);
+}
+
+void BoundaryReducedStrategy::weight_grad_written(const at::Tensor& weight) {
+  const int i = index_of(weight);
+  if (i >= 0) fused_[i] = 1;
 }
 
 at::Tensor BoundaryReducedStrategy::grad_slot(int index) const {
@@ -418,6 +447,7 @@ void BoundaryReducedStrategy::prepare_backward(bool boundary) {
   armed_ = boundary;
   final_reductions_ = boundary;
   reset_pending();
+  std::fill(fused_.begin(), fused_.end(), 0);
 }
 
 void BoundaryReducedStrategy::on_grad_ready(int index) {
@@ -428,7 +458,9 @@ void BoundaryReducedStrategy::on_grad_ready(int index) {
     at::Tensor slot = grad_slot(index);
     // Written once per window, then added to (also when autograd reaches a
     // parameter twice in one backward, e.g. from two checkpointed layers).
-    if (written_[index]) slot.add_(p.grad());
+    // Fused: the GEMM wrote the slot; .grad is its uninitialized stand-in.
+    if (fused_[index]) fused_[index] = 0;
+    else if (written_[index]) slot.add_(p.grad());
     else write_gradient(slot, p.grad());
     written_[index] = true;
     p.mutable_grad().reset();

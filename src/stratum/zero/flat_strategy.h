@@ -5,9 +5,11 @@
 // scaling and an optional wider dtype on the wire). Internal to zero/.
 #include <deque>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "stratum/nn/embedding.h"
+#include "stratum/nn/linear.h"
 #include "stratum/zero/bucket_param_gather.h"
 #include "stratum/zero/reduced_grad_norm.h"
 #include "stratum/zero/strategy.h"
@@ -170,9 +172,10 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink {
 // hands each parameter's whole gradient to the hook, which writes it into its
 // slot on the window's first backward (no zeroing, no read-back) and adds it
 // on the later micro-steps, then drops it.
-class BoundaryReducedStrategy : public FlatStrategy {
+class BoundaryReducedStrategy : public FlatStrategy, public nn::WeightGradSink {
  public:
   using FlatStrategy::FlatStrategy;
+  ~BoundaryReducedStrategy() override;
 
   void prepare_backward(bool boundary) override;
   void on_grad_ready(int index) override;
@@ -180,8 +183,15 @@ class BoundaryReducedStrategy : public FlatStrategy {
   void wait_gradients() override { wait_in_flight(); }
   void zero_gradients() override;
 
+  // options_.fuse_weight_grads: nn::linear's weight-gradient GEMM writes into
+  // the parameter's slot (adds from the window's second write on); the hook
+  // then only does the bookkeeping.
+  at::Tensor weight_grad_destination(const at::Tensor& weight, bool* accumulate) override;
+  void weight_grad_written(const at::Tensor& weight) override;
+
  protected:
-  // The flat gradient buffer (zeros: padding reduces as zero).
+  // The flat gradient buffer (zeros: padding reduces as zero); registers as
+  // the weight-gradient sink of every parameter when options_.fuse_weight_grads.
   void init_flat_grads();
   // Starts bucket b's reduction (and marks it launched).
   virtual void launch(int b) = 0;
@@ -191,8 +201,13 @@ class BoundaryReducedStrategy : public FlatStrategy {
  private:
   at::Tensor grad_slot(int index) const;
 
+  // The parameter `weight` is (by identity), or -1.
+  int index_of(const at::Tensor& weight) const;
+
   bool fresh_window_ = true;  // the next backward is the window's first
   std::vector<bool> written_;  // parameter i's slot holds this window's gradient
+  std::vector<char> fused_;    // this backward wrote parameter i's slot through the fused GEMM
+  std::unordered_map<const void*, int> index_;  // TensorImpl -> parameter (weight-gradient sinks)
 };
 
 }  // namespace stratum::zero

@@ -59,6 +59,12 @@ struct ZeroOptions {
   // Of those, the ones that also get a dense gradient (read by a tied LM
   // head): their bucket is reduced as usual and the rows are added after.
   std::vector<int> row_dense_params;
+  // Stages 0/1 with a LayerStack model (zero_optimization.gradient_accumulation_fusion):
+  // nn::linear writes weight gradients straight into the flat gradient (nn/linear.h).
+  bool fuse_weight_grads = false;
+  // Parameters left out of the fusion: read by several layers (a tied
+  // embedding, whose lookup's gradient autograd adds to the head's).
+  std::vector<int> unfused_params;
   c10::Device device = c10::kCPU;  // stage 3: where the model trains (its parameters may still be on the host)
   // Stage 3 (DeepSpeed's stage3_* keys, in elements).
   int64_t prefetch_elems = 50'000'000;
