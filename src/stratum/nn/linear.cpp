@@ -4,6 +4,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 
@@ -50,10 +51,26 @@ bool product_into(at::Tensor dest, const at::Tensor& a, const at::Tensor& b, boo
     return true;
   }
   if (!dest.is_cuda() || dest.scalar_type() != at::kFloat || !addmm_dtype_out()) return false;
-  addmm_dtype_out()
-      ->typed<at::Tensor&(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::ScalarType, const at::Scalar&,
-                          const at::Scalar&, at::Tensor&)>()
-      .call(dest, a, b, at::kFloat, beta, 1.0, dest);
+  // Some torch releases want addmm.dtype_out's `self` in the operands' dtype:
+  // adding to an fp32 dest is then refused (checked once; autograd's path after).
+  static std::atomic<bool> fp32_self_refused{false};
+  if (accumulate && fp32_self_refused.load()) return false;
+  const auto call = [&](const at::Tensor& self) {
+    addmm_dtype_out()
+        ->typed<at::Tensor&(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::ScalarType,
+                            const at::Scalar&, const at::Scalar&, at::Tensor&)>()
+        .call(self, a, b, at::kFloat, beta, 1.0, dest);
+  };
+  if (!accumulate) {
+    call(at::empty({}, a.options()));  // beta 0: a placeholder `self`, never read
+    return true;
+  }
+  try {
+    call(dest);
+  } catch (const c10::Error&) {
+    fp32_self_refused.store(true);
+    return false;
+  }
   return true;
 }
 
