@@ -437,8 +437,8 @@ TEST(Zero3, GradNormFromReductions) {
 // equals the unfused path's (autograd's 16-bit gradient widened by the hook)
 // for tied and untied models, with and without accumulation, over MPI (fp32)
 // and NCCL (fp32; bf16, where the product is written in fp32 from 16-bit
-// operands, so within bf16 rounding). Only linear weights used by one layer
-// get the sink: a tied embedding's gradient comes from two ops.
+// operands, so within bf16 rounding). Only the linear weights of layers that
+// declare the contract get the sink, never a tied embedding (two ops read it).
 TEST(GradientAccumulationFusion, MatchesUnfused) {
   for (const auto& backend : test::backends()) {
     const bool gpu = backend.device.is_cuda();
@@ -482,6 +482,20 @@ TEST(GradientAccumulationFusion, MatchesUnfused) {
     }
     EXPECT_EQ(linears, 8) << "two blocks of four linear weights";
   }
+  // A layer that does not declare the contract keeps autograd's path.
+  struct PlainLayer : nn::StackLayer {
+    PlainLayer() : StackLayer("PlainLayer") { fc = register_module("fc", torch::nn::Linear(8, 8)); }
+    at::Tensor forward(const at::Tensor& x) override { return nn::linear(x, fc->weight, fc->bias); }
+    torch::nn::Linear fc{nullptr};
+  };
+  auto stack = std::make_shared<nn::LayerStackImpl>();
+  auto layer = std::make_shared<PlainLayer>();
+  stack->append(layer, "h.0");
+  Options o{"tiny-gpt2", {}, 1};
+  auto engine = initialize(Config::from_string(config_json(o), "fusion"), stack, test::context().cpu_world,
+                           c10::Device(c10::kCPU));
+  EXPECT_NO_THROW(nn::register_weight_grad_sink(layer->fc->weight, &probe)) << "an undeclared layer has a sink";
+  nn::unregister_weight_grad_sink(layer->fc->weight, &probe);
 }
 
 // A token embedding's lookup gradient travels as rows (nn/embedding.h),

@@ -74,12 +74,16 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   check_supported(config_, params, layers.has_value());
   batch_ = config_.resolve_batch(dp_->size());
   zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
-  // Models built of nn::linear layers (LayerStack), where each linear weight
-  // reaches the loss through nn::linear only: the fused GEMM's contract.
+  // LayerStack models, for the layers that declare the fused GEMM's contract
+  // (StackLayer::linear_weights_fusable).
   options.fuse_weight_grads = options.fuse_weight_grads && layers.has_value() && options.stage <= 1;
   if (options.fuse_weight_grads)
-    for (const auto& borrowed : layers->borrowed)
-      options.unfused_params.insert(options.unfused_params.end(), borrowed.begin(), borrowed.end());
+    for (int p : layers->fusable) {
+      bool shared = false;
+      for (const auto& borrowed : layers->borrowed)
+        shared = shared || std::find(borrowed.begin(), borrowed.end(), p) != borrowed.end();
+      if (!shared) options.fused_params.push_back(p);
+    }
   if (layers && options.stage < 3 && config_.sparse_gradients) {
     options.row_gradient_params = layers->row_fed;
     for (int p : layers->row_fed)

@@ -78,6 +78,7 @@ zero::LayerParams layer_params(const nn::LayerStackImpl& stack, const std::vecto
     // A frozen borrowed parameter is not partitioned (it stays whole on the device): nothing to gather.
     for (const auto& p : stack.layer(l).borrowed_parameters())
       if (auto it = index.find(p.unsafeGetTensorImpl()); it != index.end()) borrowed.push_back(it->second);
+    if (stack.layer(l).linear_weights_fusable()) out.fusable.insert(out.fusable.end(), own.begin(), own.end());
     out.own.push_back(std::move(own));
     out.borrowed.push_back(std::move(borrowed));
     for (const auto& p : stack.layer(l).row_gradient_parameters())

@@ -59,6 +59,7 @@ class GPT2Block : public nn::StackLayer {
     const auto [h, normed] = nn::add_layer_norm(x, attended, ln_2->weight, ln_2->bias, ln_2->options.eps());
     return h + mlp->forward(normed);
   }
+  bool linear_weights_fusable() const override { return true; }
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   std::shared_ptr<nn::FusedQKVAttentionImpl> attn;
   std::shared_ptr<nn::GeluMLPImpl> mlp;

@@ -52,6 +52,7 @@ class LlamaDecoderLayer : public nn::StackLayer {
     const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x));
     return h + mlp->forward(post_attention_layernorm->forward(h));
   }
+  bool linear_weights_fusable() const override { return true; }
   std::shared_ptr<nn::RMSNormImpl> input_layernorm, post_attention_layernorm;
   std::shared_ptr<nn::GroupedQueryAttentionImpl> self_attn;
   std::shared_ptr<nn::SwiGLUMLPImpl> mlp;

@@ -37,6 +37,12 @@ class StackLayer : public torch::nn::Module {
   // token embedding): ZeRO stages 0-2 exchange their looked-up rows'
   // gradients instead of reducing a dense one (nn/embedding.h).
   virtual std::vector<at::Tensor> row_gradient_parameters() const { return {}; }
+  // True when each of this layer's parameters that nn::linear / linear_stacked
+  // reads reaches the loss through exactly one such call and nothing else:
+  // ZeRO stages 0/1 may then have the weight-gradient GEMM write straight into
+  // their flat gradient (gradient_accumulation_fusion, nn/linear.h). A layer
+  // that also reads a linear's weight elsewhere, or twice, leaves it false.
+  virtual bool linear_weights_fusable() const { return false; }
 };
 
 // Runs one layer on the stack's behalf: the engine installs one to gather a

@@ -34,8 +34,10 @@ at::Tensor linear_padded_rows(const at::Tensor& x, const at::Tensor& weight);
 // destination in the destination's dtype (fp32 flat gradients; a 16-bit
 // product into fp32 needs CUDA), instead of a 16-bit gradient the sink would
 // widen and copy. Autograd then gets an uninitialized stand-in for that
-// gradient, so its accumulate-grad hooks still fire once per backward; the
-// contract: a weight with a sink reaches the loss through nn::linear only.
+// gradient, so its accumulate-grad hooks still fire once per backward. The
+// contract (StackLayer::linear_weights_fusable): a weight with a sink reaches
+// the loss through one nn::linear call and nothing else, since autograd would
+// add any other gradient of it to the stand-in.
 class WeightGradSink {
  public:
   virtual ~WeightGradSink() = default;

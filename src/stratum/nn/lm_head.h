@@ -22,6 +22,9 @@ class LMHeadLayer : public StackLayer {
 
   at::Tensor forward(const at::Tensor& x) override;
   std::vector<at::Tensor> borrowed_parameters() const override;
+  // Untied: the head's weight goes through one nn::linear. (Tied: the
+  // embedding's lookup reads it too; borrowed parameters are never fused.)
+  bool linear_weights_fusable() const override { return !tied(); }
   bool tied() const { return embedding_ != nullptr; }
 
  private:

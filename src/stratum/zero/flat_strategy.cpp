@@ -409,10 +409,8 @@ void BoundaryReducedStrategy::init_flat_grads() {
   fused_.assign(params_.size(), 0);
   zero_gradients();
   if (!options_.fuse_weight_grads) return;
-  const auto& unfused = options_.unfused_params;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (std::find(unfused.begin(), unfused.end(), static_cast<int>(i)) != unfused.end()) continue;
-    index_.emplace(params_[i].unsafeGetTensorImpl(), static_cast<int>(i));
+  for (int i : options_.fused_params) {
+    index_.emplace(params_[i].unsafeGetTensorImpl(), i);
     nn::register_weight_grad_sink(params_[i], this);
   }
 }

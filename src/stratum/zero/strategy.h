@@ -62,9 +62,9 @@ struct ZeroOptions {
   // Stages 0/1 with a LayerStack model (zero_optimization.gradient_accumulation_fusion):
   // nn::linear writes weight gradients straight into the flat gradient (nn/linear.h).
   bool fuse_weight_grads = false;
-  // Parameters left out of the fusion: read by several layers (a tied
-  // embedding, whose lookup's gradient autograd adds to the head's).
-  std::vector<int> unfused_params;
+  // The parameters it applies to: LayerParams::fusable less any parameter
+  // another layer borrows (a tied embedding, whose lookup adds to its gradient).
+  std::vector<int> fused_params;
   c10::Device device = c10::kCPU;  // stage 3: where the model trains (its parameters may still be on the host)
   // Stage 3 (DeepSpeed's stage3_* keys, in elements).
   int64_t prefetch_elems = 50'000'000;
@@ -79,6 +79,7 @@ struct LayerParams {
   std::vector<std::vector<int>> own;
   std::vector<std::vector<int>> borrowed;
   std::vector<int> row_fed;  // StackLayer::row_gradient_parameters of every layer
+  std::vector<int> fusable;  // own parameters of layers with StackLayer::linear_weights_fusable
 };
 
 // What the layer runner calls around each layer at stage 3.
