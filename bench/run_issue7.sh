@@ -23,6 +23,7 @@
 #       | row-grads (ZeRO GPU tests; llama-1b ZeRO 0-1 (and ZeRO-0 untied) and gpt2-1.3b ZeRO-0 with and without sparse_gradients)
 #       | row-grads-2 (gpt2-1.3b ZeRO 0-1 with and without sparse_gradients vs compiled DDP; llama-1b compiled DDP)
 #       | fusion-peers (ZeRO GPU tests; gpt2-1.3b ZeRO 0-1 and llama-1b ZeRO-0 vs compiled DDP, with the fusion)
+#       | fusion-stage2 (branch wip/fusion-stage2: ZeRO GPU tests; ZeRO 0-2 with the fusion vs compiled DDP; ZeRO-2 without)
 #       | wgrad-fusion (ZeRO-3 suite on GPUs; gpt2-1.3b and llama-1b ZeRO 0-1 with and without gradient_accumulation_fusion)
 #       | llama-fsdp2 (llama-1b seq 2048 on 2 GPUs: Stratum ZeRO-3 vs eager and compiled FSDP2)
 #       | llama-ds (llama-1b seq 2048 on 2 GPUs: Stratum ZeRO 1-3 vs DeepSpeed ZeRO-1/2/3)
@@ -47,7 +48,7 @@ case "${1:-}" in
   s14-fill|s14-last) targets="$targets test_zero3 test_engine test_nn test_optim" ;;
   row-grads) targets="$targets test_zero3 test_engine" ;;
   wgrad-fusion) targets="$targets test_zero3" ;;
-  fusion-peers) targets="$targets test_zero3 test_engine" ;;
+  fusion-peers|fusion-stage2) targets="$targets test_zero3 test_engine" ;;
   widen-hooks) targets="$targets test_zero3 test_engine" ;;
 esac
 OUT= bash scripts/device_build.sh --no-tests --targets "$targets" >/tmp/build.log 2>&1 ||
@@ -145,6 +146,11 @@ case "${1:-}" in
     gpu_tests_np2 150 "zero3_np2|engine_np2"
     STAGES="0 1" PEERS="ddp-compile" m 150 gpt2-1.3b 1024 8 2
     STAGES="0" PEERS="ddp-compile" m 130 llama-1b 2048 4 2 ;;
+  fusion-stage2)  # branch wip/fusion-stage2: the fusion at stages 0-2 next to compiled DDP, and ZeRO-2 without it
+    gpu_tests_np2 150 "zero3_np2|engine_np2"
+    STAGES="0 1 2" PEERS="ddp-compile" m 170 gpt2-1.3b 1024 8 2
+    STAGES=2 PEERS="" STRATUM_FLAGS='--zero-extra ,"gradient_accumulation_fusion":false' m 60 gpt2-1.3b 1024 8 2
+    STAGES="0 2" PEERS="ddp-compile" m 150 llama-1b 2048 4 2 ;;
   wgrad-fusion)
     gpu_tests_np2 120 "zero3_np2"
     STAGES="0 1" PEERS="" m 60 gpt2-1.3b 1024 8 2

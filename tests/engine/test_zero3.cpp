@@ -432,8 +432,9 @@ TEST(Zero3, GradNormFromReductions) {
   }
 }
 
-// Megatron's gradient-accumulation fusion (stages 0/1, on by default): the
-// weight-gradient GEMM writes fp32 straight into the flat gradient. Training
+// Megatron's gradient-accumulation fusion (stages 0-2, on by default): the
+// weight-gradient GEMM writes fp32 straight into the flat gradient (stage 2:
+// the bucket's staging buffer). Training
 // equals the unfused path's (autograd's 16-bit gradient widened by the hook)
 // for tied and untied models, with and without accumulation, over MPI (fp32)
 // and NCCL (fp32; bf16, where the product is written in fp32 from 16-bit
@@ -446,7 +447,7 @@ TEST(GradientAccumulationFusion, MatchesUnfused) {
     for (const std::string precision : gpu ? std::vector<std::string>{"fp32", "bf16"} : std::vector<std::string>{"fp32"})
       for (const auto& [model, tied] : std::vector<std::pair<std::string, std::string>>{
                {"tiny-gpt2", "true"}, {"tiny-llama", "false"}, {"tiny-llama", "true"}})
-        for (int stage : {0, 1})
+        for (int stage : {0, 1, 2})
           for (int gas : {1, 2}) {
             Options o{model, {{"tie_embeddings", tied}}, stage, gas, precision};
             const TrainRun fused = train(o, backend.world, kSteps, backend.device);

@@ -76,7 +76,7 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
   // LayerStack models, for the layers that declare the fused GEMM's contract
   // (StackLayer::linear_weights_fusable).
-  options.fuse_weight_grads = options.fuse_weight_grads && layers.has_value() && options.stage <= 1;
+  options.fuse_weight_grads = options.fuse_weight_grads && layers.has_value() && options.stage <= 2;
   if (options.fuse_weight_grads)
     for (int p : layers->fusable) {
       bool shared = false;

@@ -109,6 +109,7 @@ FlatStrategy::~FlatStrategy() {
   for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
   for (size_t i = 0; i < params_.size(); ++i)
     if (!row_fed_.empty() && row_fed_[i]) nn::unregister_row_gradient_sink(params_[i], this);
+  for (const auto& [impl, i] : sink_index_) nn::unregister_weight_grad_sink(params_[i], this);
   // Lazy gathers of the last step: the model outlives the strategy and must see them.
   try {
     wait_params();
@@ -137,12 +138,32 @@ void FlatStrategy::install_hooks() {
   }
 }
 
+void FlatStrategy::register_weight_grad_sinks() {
+  fused_.assign(params_.size(), 0);
+  if (!options_.fuse_weight_grads) return;
+  for (int i : options_.fused_params) {
+    sink_index_.emplace(params_[i].unsafeGetTensorImpl(), i);
+    nn::register_weight_grad_sink(params_[i], this);
+  }
+}
+
+at::Tensor FlatStrategy::weight_grad_destination(const at::Tensor& weight, bool* accumulate) {
+  auto it = sink_index_.find(weight.unsafeGetTensorImpl());
+  return it == sink_index_.end() ? at::Tensor() : fused_destination(it->second, accumulate);
+}
+
+void FlatStrategy::weight_grad_written(const at::Tensor& weight) {
+  auto it = sink_index_.find(weight.unsafeGetTensorImpl());
+  if (it != sink_index_.end()) fused_[it->second] = 1;
+}
+
 void FlatStrategy::reset_pending() {
   const auto& buckets = layout_.buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
     pending_[b] = static_cast<int>(buckets[b].params.size());
     launched_[b] = false;
   }
+  std::fill(fused_.begin(), fused_.end(), 0);
 }
 
 bool FlatStrategy::count_ready(int index) {
@@ -406,34 +427,13 @@ LayerParamGatherer* FlatStrategy::gatherer() {
 void BoundaryReducedStrategy::init_flat_grads() {
   flat_grads_ = at::zeros({flat_params_.numel()}, flat_params_.options().dtype(grad_dtype_));
   written_.assign(params_.size(), false);
-  fused_.assign(params_.size(), 0);
   zero_gradients();
-  if (!options_.fuse_weight_grads) return;
-  for (int i : options_.fused_params) {
-    index_.emplace(params_[i].unsafeGetTensorImpl(), i);
-    nn::register_weight_grad_sink(params_[i], this);
-  }
+  register_weight_grad_sinks();
 }
 
-BoundaryReducedStrategy::~BoundaryReducedStrategy() {
-  for (const auto& [impl, i] : index_) nn::unregister_weight_grad_sink(params_[i], this);
-}
-
-int BoundaryReducedStrategy::index_of(const at::Tensor& weight) const {
-  auto it = index_.find(weight.unsafeGetTensorImpl());
-  return it == index_.end() ? -1 : it->second;
-}
-
-at::Tensor BoundaryReducedStrategy::weight_grad_destination(const at::Tensor& weight, bool* accumulate) {
-  const int i = index_of(weight);
-  if (i < 0) return at::Tensor();
-  *accumulate = written_[i] || fused_[i];  // a later micro-step, or a second use in this backward
-  return grad_slot(i);
-}
-
-void BoundaryReducedStrategy::weight_grad_written(const at::Tensor& weight) {
-  const int i = index_of(weight);
-  if (i >= 0) fused_[i] = 1;
+at::Tensor BoundaryReducedStrategy::fused_destination(int index, bool* accumulate) {
+  *accumulate = written_[index] || fused_[index];
+  return grad_slot(index);
 }
 
 at::Tensor BoundaryReducedStrategy::grad_slot(int index) const {
@@ -445,7 +445,6 @@ void BoundaryReducedStrategy::prepare_backward(bool boundary) {
   armed_ = boundary;
   final_reductions_ = boundary;
   reset_pending();
-  std::fill(fused_.begin(), fused_.end(), 0);
 }
 
 void BoundaryReducedStrategy::on_grad_ready(int index) {

@@ -16,7 +16,7 @@
 
 namespace stratum::zero {
 
-class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink {
+class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink, public nn::WeightGradSink {
  public:
   FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> params, std::vector<std::string> names,
                at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp);
@@ -38,6 +38,12 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink {
   // window's exchange.
   void take_rows(const at::Tensor& weight, const at::Tensor& ids, const at::Tensor& grad_rows) override;
 
+  // options_.fuse_weight_grads (stages 0-2): nn::linear's weight-gradient GEMM
+  // writes into where the hook would have put the gradient (fused_destination);
+  // the hook then only does the bookkeeping.
+  at::Tensor weight_grad_destination(const at::Tensor& weight, bool* accumulate) override;
+  void weight_grad_written(const at::Tensor& weight) override;
+
   // Stages 1/2 (param_gather_ set): segment b is this rank's slice of bucket b.
   void segment_updated(size_t segment) override;
   void wait_params() override;
@@ -57,6 +63,11 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink {
   };
 
   void install_hooks();
+  // Registers as the weight-gradient sink of options_.fused_params.
+  void register_weight_grad_sinks();
+  // Where the fused GEMM writes parameter `index`'s gradient, and whether it
+  // adds to what is there (a later micro-step, or a second write this backward).
+  virtual at::Tensor fused_destination(int index, bool* accumulate) = 0;
   void reset_pending();
   // Counts one finished parameter; true when its bucket has them all.
   bool count_ready(int index);
@@ -153,6 +164,8 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink {
   double pre_scale_ = 1.0, post_scale_ = 1.0;
   bool average_on_wire_ = false;  // the plain mean: the collective's avg does both scalings
   std::vector<char> staged_;      // by parameter: written into its bucket's current staging buffer
+  std::vector<char> fused_;       // by parameter: this backward's fused GEMM wrote its gradient
+  std::unordered_map<const void*, int> sink_index_;  // TensorImpl -> parameter (weight-gradient sinks)
   // Row-fed parameters (several ranks, stages 0-2): by parameter, by bucket,
   // and the rows autograd handed over this window.
   static constexpr char kRowOnly = 1, kRowAndDense = 2;
@@ -172,10 +185,9 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink {
 // hands each parameter's whole gradient to the hook, which writes it into its
 // slot on the window's first backward (no zeroing, no read-back) and adds it
 // on the later micro-steps, then drops it.
-class BoundaryReducedStrategy : public FlatStrategy, public nn::WeightGradSink {
+class BoundaryReducedStrategy : public FlatStrategy {
  public:
   using FlatStrategy::FlatStrategy;
-  ~BoundaryReducedStrategy() override;
 
   void prepare_backward(bool boundary) override;
   void on_grad_ready(int index) override;
@@ -183,16 +195,11 @@ class BoundaryReducedStrategy : public FlatStrategy, public nn::WeightGradSink {
   void wait_gradients() override { wait_in_flight(); }
   void zero_gradients() override;
 
-  // options_.fuse_weight_grads: nn::linear's weight-gradient GEMM writes into
-  // the parameter's slot (adds from the window's second write on); the hook
-  // then only does the bookkeeping.
-  at::Tensor weight_grad_destination(const at::Tensor& weight, bool* accumulate) override;
-  void weight_grad_written(const at::Tensor& weight) override;
-
  protected:
-  // The flat gradient buffer (zeros: padding reduces as zero); registers as
-  // the weight-gradient sink of every parameter when options_.fuse_weight_grads.
+  // The flat gradient buffer (zeros: padding reduces as zero); registers the
+  // weight-gradient sinks.
   void init_flat_grads();
+  at::Tensor fused_destination(int index, bool* accumulate) override;
   // Starts bucket b's reduction (and marks it launched).
   virtual void launch(int b) = 0;
 
@@ -201,13 +208,8 @@ class BoundaryReducedStrategy : public FlatStrategy, public nn::WeightGradSink {
  private:
   at::Tensor grad_slot(int index) const;
 
-  // The parameter `weight` is (by identity), or -1.
-  int index_of(const at::Tensor& weight) const;
-
   bool fresh_window_ = true;  // the next backward is the window's first
   std::vector<bool> written_;  // parameter i's slot holds this window's gradient
-  std::vector<char> fused_;    // this backward wrote parameter i's slot through the fused GEMM
-  std::unordered_map<const void*, int> index_;  // TensorImpl -> parameter (weight-gradient sinks)
 };
 
 }  // namespace stratum::zero

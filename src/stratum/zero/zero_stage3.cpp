@@ -158,6 +158,8 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
 
   // --- ZeroStrategy ---------------------------------------------------------
   bool partitioned() const override { return true; }
+  // Stage 3 registers no weight-gradient sinks (its parameters are gathered per layer).
+  at::Tensor fused_destination(int, bool*) override { return at::Tensor(); }
   LayerParamGatherer* gatherer() override { return this; }
   // Stage 3 has no row-fed parameters (its embedding gradients are dense).
   std::pair<at::Tensor, int64_t> reduced_region(int b) const override { return {grad_dest(b), 0}; }
