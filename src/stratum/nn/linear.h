@@ -42,7 +42,8 @@ class WeightGradSink {
  public:
   virtual ~WeightGradSink() = default;
   // The [out, in] tensor `weight`'s gradient goes into, and whether to add to
-  // it (set `accumulate`); undefined: autograd's path. No side effects.
+  // it (set `accumulate`); undefined: autograd's path. It may allocate the
+  // destination (a staging buffer), nothing else.
   virtual at::Tensor weight_grad_destination(const at::Tensor& weight, bool* accumulate) = 0;
   // The product into the destination is queued (on the current stream).
   virtual void weight_grad_written(const at::Tensor& weight) = 0;
