@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
+#include <unordered_set>
 #include <cmath>
 
 #include "stratum/core/log.h"
@@ -76,19 +77,19 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
   // LayerStack models, for the layers that declare the fused GEMM's contract
   // (StackLayer::linear_weights_fusable).
+  // Parameters another layer reads too (a tied embedding): never fused; their
+  // exchanged rows are added to a reduced dense part.
+  std::unordered_set<int> shared;
+  if (layers)
+    for (const auto& borrowed : layers->borrowed) shared.insert(borrowed.begin(), borrowed.end());
   options.fuse_weight_grads = options.fuse_weight_grads && layers.has_value() && options.stage <= 2;
   if (options.fuse_weight_grads)
-    for (int p : layers->fusable) {
-      bool shared = false;
-      for (const auto& borrowed : layers->borrowed)
-        shared = shared || std::find(borrowed.begin(), borrowed.end(), p) != borrowed.end();
-      if (!shared) options.fused_params.push_back(p);
-    }
+    for (int p : layers->fusable)
+      if (!shared.count(p)) options.fused_params.push_back(p);
   if (layers && options.stage < 3 && config_.sparse_gradients) {
     options.row_gradient_params = layers->row_fed;
     for (int p : layers->row_fed)
-      for (const auto& borrowed : layers->borrowed)
-        if (std::find(borrowed.begin(), borrowed.end(), p) != borrowed.end()) options.row_dense_params.push_back(p);
+      if (shared.count(p)) options.row_dense_params.push_back(p);
   }
   if (options.stage == 3)
     strategy_ = zero::make_stage3(options, *layers, std::move(params), std::move(names), model_dtype_, dp_, device);

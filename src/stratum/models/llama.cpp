@@ -18,8 +18,7 @@ namespace {
 
 class LlamaEmbedding : public nn::StackLayer {
  public:
-  explicit LlamaEmbedding(const ModelConfig& c)
-      : StackLayer("LlamaEmbedding"), max_seq_len_(c.max_seq_len) {
+  explicit LlamaEmbedding(const ModelConfig& c) : StackLayer("LlamaEmbedding"), max_seq_len_(c.max_seq_len) {
     embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden));
   }
   at::Tensor forward(const at::Tensor& tokens) override {
