@@ -112,7 +112,6 @@ double peak_gib(int device) {
 
 struct Options {
   std::string model = "gpt2-350m", precision = "bf16", zero_extra, profile;
-  std::string attention = "cudnn";  // the config's attention.backend
   std::vector<std::pair<std::string, std::string>> overrides;
   int64_t seq = 1024, micro = 8, gas = 1, steps = 10, warmup = 3;
   int stage = 2;
@@ -142,7 +141,6 @@ Options parse(int argc, char** argv) {
     else if (k == "--warmup") o.warmup = std::stoll(v);
     else if (k == "--stage") o.stage = std::stoi(v);
     else if (k == "--precision") o.precision = v;
-    else if (k == "--attention") o.attention = v;
     else if (k == "--zero-extra") o.zero_extra = v;  // more zero_optimization keys, e.g. ', "stage3_max_reuse_distance": 0'
     else if (k == "--peak-tflops") o.peak_tflops = std::stod(v);
     else if (k == "--profile") o.profile = v;  // one more step, traced to this path (rank 0)
@@ -180,7 +178,6 @@ void run(const dist::DistContext& ctx, const Options& o) {
                            (o.precision == "bf16" ? "\"bf16\": {\"enabled\": true}, " : "") +
                            (o.checkpointing ? "\"activation_checkpointing\": {}, " : "") +
                            (o.sparse_gradients ? "\"sparse_gradients\": true, " : "") +
-                           "\"attention\": {\"backend\": \"" + o.attention + "\"}, " +
                            "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-4, \"betas\": [0.9, 0.95], "
                            "\"weight_decay\": 0.1}}, \"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": " +
                            std::to_string(o.stage) + ", \"overlap_comm\": true, \"reduce_bucket_size\": 50000000" +
@@ -244,8 +241,7 @@ void run(const dist::DistContext& ctx, const Options& o) {
   const double tflops = tokens_per_gpu * flops_per_token / 1e12;
   // "-tuned": zero_optimization keys beyond the defaults (named in the row's zero_extra).
   const std::string system = "stratum-zero" + std::to_string(o.stage) + (o.checkpointing ? "-ckpt" : "") +
-                             (o.sparse_gradients ? "-sparse" : "") + (o.attention == "cudnn" ? "" : "-" + o.attention) +
-                             (o.zero_extra.empty() ? "" : "-tuned");
+                             (o.sparse_gradients ? "-sparse" : "") + (o.zero_extra.empty() ? "" : "-tuned");
   nlohmann::ordered_json out = {{"system", system},
                         {"model", o.model},
                         {"gpus", dp},

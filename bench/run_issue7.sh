@@ -24,7 +24,6 @@
 #       | row-grads-2 (gpt2-1.3b ZeRO 0-1 with and without sparse_gradients vs compiled DDP; llama-1b compiled DDP)
 #       | fusion-peers (ZeRO GPU tests; gpt2-1.3b ZeRO 0-1 and llama-1b ZeRO-0 vs compiled DDP, with the fusion)
 #       | fusion-stage2 (branch wip/fusion-stage2: ZeRO GPU tests; ZeRO 0-2 with the fusion vs compiled DDP; ZeRO-2 without)
-#       | cudnn-attn (the attention GPU test, ZeRO GPU tests; gpt2-1.3b ZeRO 0-2 (and ZeRO-0 on flash), llama-1b ZeRO 0, 2, 3 vs compiled DDP with and without cuDNN's attention, compiled FSDP2)
 #       | s16-first (SDPA backends' attention timed during the build; ZeRO GPU tests; gpt2-1.3b ZeRO 0-2, llama-1b ZeRO 0, 2 vs compiled DDP)
 #       | wgrad-fusion (ZeRO-3 suite on GPUs; gpt2-1.3b and llama-1b ZeRO 0-1 with and without gradient_accumulation_fusion)
 #       | llama-fsdp2 (llama-1b seq 2048 on 2 GPUs: Stratum ZeRO-3 vs eager and compiled FSDP2)
@@ -50,7 +49,6 @@ case "${1:-}" in
   s14-fill|s14-last) targets="$targets test_zero3 test_engine test_nn test_optim" ;;
   row-grads) targets="$targets test_zero3 test_engine" ;;
   wgrad-fusion) targets="$targets test_zero3" ;;
-  cudnn-attn) targets="$targets test_nn test_zero3 test_engine" ;;
   fusion-peers|fusion-stage2|s16-first) targets="$targets test_zero3 test_engine" ;;
   widen-hooks) targets="$targets test_zero3 test_engine" ;;
 esac
@@ -158,12 +156,6 @@ case "${1:-}" in
     STAGES="0 1 2" PEERS="ddp-compile" m 170 gpt2-1.3b 1024 8 2
     STAGES=2 PEERS="" STRATUM_FLAGS='--zero-extra ,"gradient_accumulation_fusion":false' m 60 gpt2-1.3b 1024 8 2
     STAGES="0 2" PEERS="ddp-compile" m 150 llama-1b 2048 4 2 ;;
-  cudnn-attn)
-    gtests "test_nn Attention.*"
-    gpu_tests_np2 100 "zero3_np2|engine_np2"
-    STAGES="0 1 2" PEERS="ddp-compile ddp-compile-cudnn" m 200 gpt2-1.3b 1024 8 2
-    STAGES=0 PEERS="" STRATUM_FLAGS="--attention flash" m 40 gpt2-1.3b 1024 8 2
-    STAGES="0 2 3" PEERS="ddp-compile ddp-compile-cudnn fsdp2-compile" m 220 llama-1b 2048 4 2 ;;
   s16-first)
     wait; cat "$out/attention_backends.txt"
     gpu_tests_np2 130 "zero3_np2|engine_np2"

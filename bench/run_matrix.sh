@@ -10,8 +10,7 @@
 #   bash bench/run_matrix.sh MODEL SEQ MICRO GPUS [build-dir] [out-dir]
 # Knobs (environment): ROUNDS (1), STEPS (10), WARMUP (3), STAGES ("0 1 2 3"),
 #   PEERS ("ddp ddp-compile fsdp2 fsdp2-compile ds1 ds2 ds3"; with GPUS=1:
-#   "single single-compile"; a name ending -cudnn runs that peer with cuDNN's
-#   attention first, as Stratum), STRATUM_FLAGS (more bench_engine flags); NCCL_*
+#   "single single-compile"), STRATUM_FLAGS (more bench_engine flags); NCCL_*
 #   variables pass to Stratum's ranks (torch.distributed.run passes them itself).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,13 +30,12 @@ if [[ "$peers" == *ds* ]] && ! python3 -c "import deepspeed" 2>/dev/null; then
 fi
 log=$out/matrix_${model}_${seq}_${gpus}.jsonl
 common=(--model "$model" --seq "$seq" --micro "$micro" --steps "$steps" --warmup "$warmup")
-peer() {  # NAME (single, single-compile, ddp, ddp-compile, fsdp2, fsdp2-compile, ds1..ds3), each also with -cudnn
-  local args=() name=${1%-cudnn}
-  [ "$name" = "$1" ] || args=(--attention cudnn)
-  case "$name" in
-    ds*) args+=(--system deepspeed --zero "${name#ds}") ;;
-    *-compile) args+=(--system "${name%-compile}" --compile) ;;
-    *) args+=(--system "$name") ;;
+peer() {  # NAME (single, single-compile, ddp, ddp-compile, fsdp2, fsdp2-compile, ds1..ds3)
+  local args=()
+  case "$1" in
+    ds*) args=(--system deepspeed --zero "${1#ds}") ;;
+    *-compile) args=(--system "${1%-compile}" --compile) ;;
+    *) args=(--system "$1") ;;
   esac
   if [ "$gpus" = 1 ]; then python3 bench/peers/gpt_peers.py "${args[@]}" "${common[@]}"
   else python3 -m torch.distributed.run --nproc_per_node "$gpus" bench/peers/gpt_peers.py "${args[@]}" "${common[@]}"

@@ -141,8 +141,6 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--attention", choices=["default", "cudnn"], default="default",
-                    help="cudnn: SDPA tries cuDNN's attention first, as Stratum's engine does on CUDA")
     ap.add_argument("--profile", help="trace one more step (rank 0) to this Chrome trace path")
     a = ap.parse_args()
 
@@ -156,8 +154,6 @@ def main():
     if a.system != "single":
         import torch.distributed as dist
         dist.init_process_group("nccl" if cuda else "gloo")
-    if a.attention == "cudnn":  # what sdpa_kernel([...], set_priority=True) sets, for the whole run
-        torch._C._set_sdp_priority_order([3, 1, 2, 0, 4])  # cuDNN, flash, efficient, math, overrideable
     torch.manual_seed(42)
     model = CausalLM(a.model, a.seq)
     n_params = sum(p.numel() for p in model.parameters())
@@ -240,8 +236,7 @@ def main():
     tokens_per_gpu = a.steps * a.micro * a.seq / wall
     flops_per_token = 6 * n_params + 12 * PRESETS[a.model][4] * PRESETS[a.model][3] * a.seq
     tflops = tokens_per_gpu * flops_per_token / 1e12
-    out = {"system": a.system + (f"-zero{a.zero}" if a.system == "deepspeed" else "") + ("-compile" if a.compile else "")
-                     + ("-cudnn" if a.attention == "cudnn" else ""),
+    out = {"system": a.system + (f"-zero{a.zero}" if a.system == "deepspeed" else "") + ("-compile" if a.compile else ""),
            "model": a.model, "gpus": world, "seq": a.seq, "micro": a.micro, "params": n_params,
            "tokens_per_s_per_gpu": round(tokens_per_gpu, 1), "tflops_per_gpu": round(tflops, 2),
            "mfu": round(tflops / a.peak_tflops, 4),

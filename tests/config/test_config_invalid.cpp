@@ -34,8 +34,6 @@ TEST_P(ConfigInvalid, ReportsEveryProblemWithItsPath) {
 }
 
 const InvalidCase kCases[] = {
-    {"UnknownAttentionBackend", R"({"train_batch_size": 8, "attention": {"backend": "flash3", "window": 4}})",
-     {"attention.backend: expected one of cudnn, flash, efficient, math, torch", "attention.window"}, 2},
     {"StageOutOfRange", R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})",
      {"zero_optimization.stage: expected 0..3, got 4"}, 1},
     {"NegativeStage", R"({"train_batch_size": 8, "zero_optimization": {"stage": -1}})",

@@ -175,16 +175,6 @@ TEST(ConfigValid, SparseGradients) {
   EXPECT_NE(s3.warnings[0].find("sparse_gradients"), std::string::npos) << s3.warnings[0];
 }
 
-// Stratum's attention.backend: the kernel ATen's attention tries first on CUDA.
-TEST(ConfigValid, AttentionBackend) {
-  EXPECT_EQ(parse(R"({"train_batch_size": 4})").attention.backend, AttentionBackend::cudnn);
-  EXPECT_EQ(parse(R"({"train_batch_size": 4, "attention": {"backend": "flash"}})").attention.backend,
-            AttentionBackend::flash);
-  const Config torch_order = parse(R"({"train_batch_size": 4, "attention": {"backend": "torch"}})");
-  EXPECT_EQ(torch_order.attention.backend, AttentionBackend::torch);
-  EXPECT_EQ(stratum::to_json(torch_order)["attention"]["backend"], "torch");
-}
-
 TEST(ConfigValid, EverySchedulerWithItsParameters) {
   Config a = parse(R"({"train_batch_size": 1, "scheduler": {"type": "WarmupCosineLR", "params": {
       "total_num_steps": 2000, "warmup_min_ratio": 0.1, "warmup_num_steps": 100, "cos_min_ratio": 0.01,

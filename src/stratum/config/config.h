@@ -29,7 +29,6 @@ struct Config {
   bool sparse_gradients = false;
   std::optional<config::DType> communication_data_type;  // unset: fp32 for 16-bit training
   config::ZeroConfig zero_optimization;
-  config::AttentionConfig attention;
   config::ActivationCheckpointingConfig activation_checkpointing;
   config::PipelineConfig pipeline;
   config::TensorParallelConfig tensor_parallel;

@@ -7,7 +7,7 @@
 
 namespace stratum::config {
 
-void parse_training(KeyReader& root, Config& config);   // batch, optimizer, scheduler, precision, clipping, attention
+void parse_training(KeyReader& root, Config& config);   // batch, optimizer, scheduler, precision, clipping
 void parse_zero(KeyReader& root, Config& config);       // zero_optimization and its offload sections
 void parse_parallel(KeyReader& root, Config& config);   // pipeline, tensor_parallel, activation_checkpointing
 void parse_diagnostics(KeyReader& root, Config& config);  // comms_logger, monitors, printing

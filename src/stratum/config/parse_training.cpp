@@ -217,12 +217,6 @@ void parse_training(KeyReader& root, Config& config) {
   config.sparse_gradients = root.get_bool("sparse_gradients", false);
   config.gradient_predivide_factor =
       root.get_double("gradient_predivide_factor", 1.0, 0.0, KeyReader::kInf, /*min_exclusive=*/true);
-  KeyReader attention = root.child("attention");
-  const std::vector<std::string> backends{"cudnn", "flash", "efficient", "math", "torch"};
-  const std::string backend = attention.get_enum("backend", "cudnn", backends);
-  config.attention.backend = static_cast<AttentionBackend>(
-      std::find(backends.begin(), backends.end(), backend) - backends.begin());
-  attention.finish();
   if (root.has("communication_data_type")) {
     const Json* v = root.raw("communication_data_type");
     if (v && !v->is_null()) {  // null is DeepSpeed's default; a missing v ("auto") is reported

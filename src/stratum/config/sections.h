@@ -158,17 +158,6 @@ struct TensorParallelConfig {
   int64_t size = 1;  // DeepSpeed "autotp_size" (or "tp": {"tp_size"}); 0 and 1 mean off
 };
 
-// --- attention (Stratum's key) ------------------------------------------------------
-// The backend ATen's scaled_dot_product_attention tries first when the engine
-// runs on CUDA (nn::prefer_attention_backend); a call that backend cannot run
-// falls through to ATen's default order. "torch" leaves ATen's order as it is.
-enum class AttentionBackend { cudnn, flash, efficient, math, torch };
-const char* attention_backend_name(AttentionBackend b);
-
-struct AttentionConfig {
-  AttentionBackend backend = AttentionBackend::cudnn;
-};
-
 // --- diagnostics ------------------------------------------------------------------------
 struct CommsLoggerConfig {
   bool enabled = false;

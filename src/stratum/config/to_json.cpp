@@ -16,11 +16,6 @@ const char* dtype_name(DType d) {
   return "?";
 }
 
-const char* attention_backend_name(AttentionBackend b) {
-  static const char* names[] = {"cudnn", "flash", "efficient", "math", "torch"};
-  return names[static_cast<int>(b)];
-}
-
 const char* optimizer_name(OptimizerType t) { return t == OptimizerType::Adam ? "Adam" : "AdamW"; }
 
 const char* scheduler_name(const SchedulerConfig& s) {
@@ -151,7 +146,6 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
                    {"activation_checkpoint_interval", p.activation_checkpoint_interval},
                    {"schedule", pipeline_schedule_name(p.schedule)}, {"virtual_stages", p.virtual_stages}};
   j["tensor_parallel"] = {{"autotp_size", c.tensor_parallel.size}};
-  j["attention"] = {{"backend", attention_backend_name(c.attention.backend)}};
   const CommsLoggerConfig& cl = c.comms_logger;
   j["comms_logger"] = {{"enabled", cl.enabled}, {"verbose", cl.verbose}, {"prof_all", cl.prof_all},
                        {"prof_ops", cl.prof_ops}, {"debug", cl.debug}};

@@ -9,7 +9,6 @@
 
 #include "stratum/core/log.h"
 #include "stratum/dist/init.h"
-#include "stratum/nn/attention.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/grad_clip.h"
 #include "stratum/optim/host_adam.h"
@@ -47,15 +46,6 @@ zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype, c10:
   return o;
 }
 
-at::SDPBackend sdp_backend(config::AttentionBackend b) {
-  switch (b) {
-    case config::AttentionBackend::cudnn: return at::SDPBackend::cudnn_attention;
-    case config::AttentionBackend::efficient: return at::SDPBackend::efficient_attention;
-    case config::AttentionBackend::math: return at::SDPBackend::math;
-    default: return at::SDPBackend::flash_attention;
-  }
-}
-
 // Checks that need no communication, so every rank fails the same way before any collective.
 void check_supported(const Config& c, const std::vector<at::Tensor>& params, bool layer_stack) {
   if (!c.optimizer)
@@ -84,9 +74,6 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
     : config_(config), model_dtype_(model_dtype), dp_(std::move(dp)) {
   check_supported(config_, params, layers.has_value());
   batch_ = config_.resolve_batch(dp_->size());
-  // ATen's order of attention kernels is process-wide; the engine sets it for the model it trains.
-  if (device.is_cuda() && config_.attention.backend != config::AttentionBackend::torch)
-    nn::prefer_attention_backend(sdp_backend(config_.attention.backend));
   zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
   // LayerStack models, for the layers that declare the fused GEMM's contract
   // (StackLayer::linear_weights_fusable).

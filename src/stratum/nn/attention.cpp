@@ -1,9 +1,6 @@
 #include "stratum/nn/attention.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Context.h>
-
-#include <vector>
 
 #include "stratum/nn/linear.h"
 
@@ -15,14 +12,6 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const bool grouped = q.size(1) != k.size(1);
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true,
                                           /*scale=*/std::nullopt, /*enable_gqa=*/grouped);
-}
-
-void prefer_attention_backend(at::SDPBackend first) {
-  std::vector<int64_t> order{static_cast<int64_t>(first)};
-  for (at::SDPBackend b : {at::SDPBackend::flash_attention, at::SDPBackend::efficient_attention, at::SDPBackend::math,
-                           at::SDPBackend::cudnn_attention, at::SDPBackend::overrideable})
-    if (b != first) order.push_back(static_cast<int64_t>(b));
-  at::globalContext().setSDPPriorityOrder(order);
 }
 
 namespace {

@@ -9,7 +9,6 @@
 // models/hf_state_dict.h transposes.
 #include <memory>
 
-#include <ATen/SDPBackend.h>
 #include <ATen/core/Tensor.h>
 #include <torch/nn/modules/linear.h>
 
@@ -21,15 +20,6 @@ namespace stratum::nn {
 // Query head h attends with k/v head h / (heads / kv_heads) (HF's repeat_kv).
 // Dropout on the attention weights when dropout_p > 0.
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p);
-
-// ATen runs scaled_dot_product_attention on the first backend in a
-// process-wide priority list that can take the call. This puts `first` at its
-// head and the others in ATen's default order (flash, efficient, math, cuDNN),
-// so a call `first` cannot run (cuDNN: fp32) still finds a kernel. On H200,
-// cuDNN's causal attention runs forward + backward 1.6-1.9x faster than
-// flash, ATen's default first choice (bench/attention_backends.py), hence the
-// engine's default on CUDA (config key attention.backend).
-void prefer_attention_backend(at::SDPBackend first);
 
 class FusedQKVAttentionImpl : public torch::nn::Module {
  public:
