@@ -101,7 +101,8 @@ class CausalLM(nn.Module):
         arch, vocab, max_seq, d, layers, heads, kv, ffn, theta = PRESETS[preset]
         self.arch = arch
         self.wte = nn.Embedding(vocab, d)
-        self.wpe = nn.Embedding(max_seq, d) if arch == "gpt2" else None  # max_seq rows, as the preset
+        # max_seq rows, as the preset; a longer --seq grows the table as Stratum's --set max_seq_len=SEQ does
+        self.wpe = nn.Embedding(max(max_seq, seq), d) if arch == "gpt2" else None
         self.blocks = nn.ModuleList(Block(arch, d, heads, kv, ffn, theta) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d) if arch == "gpt2" else nn.RMSNorm(d, eps=1e-5)
         self.layers, self.hidden, self.vocab = layers, d, vocab
