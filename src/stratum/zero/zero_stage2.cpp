@@ -43,8 +43,12 @@ class Stage2 : public FlatStrategy {
     const ParamSlot& slot = layout_.params()[index];
     at::Tensor& p = params_[index];
     // Fused: the GEMM wrote the staging slot; .grad is its unread stand-in.
-    if (fused_[index]) staged_[index] = true, fused_[index] = 0;
-    else stage_gradient(staging_for(slot.bucket), index, p.grad());
+    if (fused_[index]) {
+      staged_[index] = true;
+      fused_[index] = 0;
+    } else {
+      stage_gradient(staging_for(slot.bucket), index, p.grad());
+    }
     p.mutable_grad().reset();  // the full gradient is not kept
     if (count_ready(index) && options_.overlap_comm) {
       launch(slot.bucket);
