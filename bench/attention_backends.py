@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Causal attention's forward and backward on each SDPA backend, at the shapes
 of the issue-7 models (bf16), timed with CUDA events; outputs and gradients
-checked against the flash backend. Decides which backend Stratum asks for.
+checked against the flash backend. (Stratum asks for no backend: torch >= 2.9
+with cuDNN >= 9.15 already tries cuDNN first on H100/H200, the fastest here;
+tests/nn/test_attention.cpp checks the models' layouts stay eligible for it.)
+Times include autograd's host work for one call, as in training.
 
   python3 bench/attention_backends.py [--iters 30]
 """
