@@ -1,6 +1,6 @@
 // The models' attention layouts stay eligible for cuDNN's fused attention,
 // which torch (>= 2.9 with cuDNN >= 9.15) picks first on H100/H200 and which
-// runs forward + backward 1.6-1.9x faster there than FlashAttention-2
+// runs forward + backward 1.5-1.9x faster there than FlashAttention-2
 // (bench/attention_backends.py): GPT-2's q/k/v as strided views of one fused
 // projection, LLaMA's grouped k/v heads. On a GPU, with cuDNN put first, each
 // layout must take it and match the fp32 CPU reference, values and gradients;
@@ -16,16 +16,11 @@ using namespace stratum;
 
 namespace {
 
-std::vector<at::SDPBackend> order() {
-  const auto o = at::globalContext().sDPPriorityOrder();
-  return {o.begin(), o.end()};
-}
-
 // Restores ATen's order when a test ends, so tests do not leak it.
 struct OrderGuard {
   std::vector<int64_t> saved;
   OrderGuard() {
-    for (at::SDPBackend b : order()) saved.push_back(static_cast<int64_t>(b));
+    for (at::SDPBackend b : at::globalContext().sDPPriorityOrder()) saved.push_back(static_cast<int64_t>(b));
   }
   ~OrderGuard() { at::globalContext().setSDPPriorityOrder(saved); }
 };
