@@ -25,6 +25,7 @@
 #       | fusion-peers (ZeRO GPU tests; gpt2-1.3b ZeRO 0-1 and llama-1b ZeRO-0 vs compiled DDP, with the fusion)
 #       | fusion-stage2 (branch wip/fusion-stage2: ZeRO GPU tests; ZeRO 0-2 with the fusion vs compiled DDP; ZeRO-2 without)
 #       | nccl-knobs (gpt2-1.3b ZeRO-0 under NCCL_MIN_CTAS 32, NCCL_PROTO Simple / LL128, default twice; ZeRO-2 with and without the fusion)
+#       | z3-live (gpt2-1.3b ZeRO-3 with stage3_max_live_parameters 1e9 (default), 8e8, 6e8, 4e8 vs compiled FSDP2: the speed at FSDP2's memory)
 #       | 350m-2048 (gpt2-350m at seq 2048, positions grown to 2048 on both sides: ZeRO 2, 3 vs compiled DDP)
 #       | z3-final (ZeRO-3 vs compiled FSDP2 on gpt2-1.3b and llama-1b, the current code)
 #       | s16-first (SDPA backends' attention timed during the build; ZeRO GPU tests; gpt2-1.3b ZeRO 0-2, llama-1b ZeRO 0, 2 vs compiled DDP)
@@ -159,6 +160,12 @@ case "${1:-}" in
     STAGES="0 1 2" PEERS="ddp-compile" m 170 gpt2-1.3b 1024 8 2
     STAGES=2 PEERS="" STRATUM_FLAGS='--zero-extra ,"gradient_accumulation_fusion":false' m 60 gpt2-1.3b 1024 8 2
     STAGES="0 2" PEERS="ddp-compile" m 150 llama-1b 2048 4 2 ;;
+  z3-live)  # fewer layers kept gathered from forward to backward: less memory, more re-gathers
+    STAGES=3 PEERS="fsdp2-compile" m 150 gpt2-1.3b 1024 8 2
+    for live in 8e8 6e8 4e8; do
+      echo "== stage3_max_live_parameters $live"
+      STAGES=3 PEERS="" STRATUM_FLAGS="--zero-extra ,\"stage3_max_live_parameters\":$live" m 45 gpt2-1.3b 1024 8 2
+    done ;;
   350m-2048) STAGES="2 3" PEERS="ddp-compile" STRATUM_FLAGS="--set max_seq_len=2048" m 200 gpt2-350m 2048 8 2 ;;
   z3-final)
     STAGES=3 PEERS="fsdp2-compile" m 150 gpt2-1.3b 1024 8 2
