@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Issue 7's whole matrix on one GPU machine, then one table per (model, seq,
-# GPUs): gpt2-350m, gpt2-1.3b and llama-1b at seq 1024 and 2048, Stratum at
-# ZeRO 0-3 against single-GPU torch, DDP and FSDP2 (eager and compiled) and
-# DeepSpeed ZeRO-1/2/3, on one GPU and, where the machine has two, on two.
+# Issue 7's whole matrix on one GPU machine, a table per (model, seq, GPUs) as
+# each cell ends and all of them in one table at the end: gpt2-350m, gpt2-1.3b
+# and llama-1b at seq 1024 and 2048, Stratum at ZeRO 0-3 against single-GPU
+# torch, DDP and FSDP2 (eager and compiled) and DeepSpeed ZeRO-1/2/3, on one
+# GPU and, where the machine has two, on two.
 # bench/run_matrix.sh runs each cell (systems alternating); the device tool's
 # 10-minute calls run the same cells one by one (bench/run_issue7.sh).
 # Usage, after scripts/device_build.sh --only-build --targets bench_engine (and
@@ -32,4 +33,4 @@ for model in $models; do
   done
 done
 echo "== all cells"
-python3 bench/peers/table.py "$out"/matrix_*.jsonl
+python3 bench/peers/table.py --one "$out"/matrix_*.jsonl
