@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "stratum/config/config.h"
+#include "stratum/config/json_source.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 
@@ -89,3 +90,25 @@ TEST_F(ConfigFile, ValidationErrorsNameTheFile) {
 }
 
 }  // namespace
+
+// A key twice in one object: JSON keeps the last value, which would drop a
+// setting silently. Each repeat is named by its path, in objects inside arrays
+// too; the same key in different objects is fine.
+TEST_F(ConfigFile, KeysGivenTwiceAreNamed) {
+  const std::string e = error_of(write("twice.json", R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 1, "reduce_bucket_size": 5e7, "stage": 2},
+      "train_batch_size": 16})"));
+  EXPECT_NE(e.find("twice.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("zero_optimization.stage: given more than once"), std::string::npos) << e;
+  EXPECT_NE(e.find("train_batch_size: given more than once"), std::string::npos) << e;
+  try {
+    stratum::config::parse_json_text(R"({"a": [1, {"b": 1}, {"b": 2, "c": [0, {"d": 1, "d": 2}]}]})", "arrays");
+    FAIL() << "accepted a repeated key";
+  } catch (const ConfigError& err) {
+    ASSERT_EQ(err.problems().size(), 1u) << err.what();
+    EXPECT_EQ(err.problems()[0].rfind("a[2].c[1].d: given more than once", 0), 0u) << err.what();
+  }
+  EXPECT_NO_THROW(Config::from_file(write("same_key_elsewhere.json",
+                                          R"({"train_batch_size": 8, "fp16": {"enabled": false},
+                                              "bf16": {"enabled": true}})")));
+}

@@ -3,7 +3,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
@@ -25,13 +27,69 @@ std::string line_column(const std::string& text, size_t byte) {
   return std::to_string(line) + ":" + std::to_string(column);
 }
 
+// JSON allows a key twice in one object and nlohmann (like Python's json)
+// keeps the last: in a config that silently drops a setting. Collects each
+// repeated key's path while the parser runs.
+class DuplicateKeys {
+ public:
+  bool on_event(int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    switch (event) {
+      case E::object_start:
+      case E::array_start:
+        frames_.push_back(Frame{event == E::array_start, child_path(), {}, {}, 0});
+        break;
+      case E::object_end:
+      case E::array_end:
+        frames_.pop_back();
+        if (!frames_.empty() && frames_.back().is_array) ++frames_.back().index;
+        break;
+      case E::key: {
+        Frame& f = frames_.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second) found_.push_back(child_path());
+        break;
+      }
+      case E::value:
+        if (!frames_.empty() && frames_.back().is_array) ++frames_.back().index;
+        break;
+    }
+    return true;
+  }
+  const std::vector<std::string>& found() const { return found_; }
+
+ private:
+  struct Frame {
+    bool is_array;
+    std::string path;
+    std::set<std::string> keys;
+    std::string key;  // the object's current key
+    int index;        // the array's current element
+  };
+  // The path of the value the innermost frame is reading ("" at the top).
+  std::string child_path() const {
+    if (frames_.empty()) return "";
+    const Frame& f = frames_.back();
+    if (f.is_array) return f.path + "[" + std::to_string(f.index) + "]";
+    return f.path.empty() ? f.key : f.path + "." + f.key;
+  }
+  std::vector<Frame> frames_;
+  std::vector<std::string> found_;
+};
+
 }  // namespace
 
 nlohmann::json parse_json_text(const std::string& text, const std::string& source) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     throw ConfigError(source, {"the file is empty; a ds_config.json is a JSON object {...}"});
+  DuplicateKeys duplicates;
+  nlohmann::json json;
   try {
-    return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/false);
+    json = nlohmann::json::parse(
+        text, [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+          return duplicates.on_event(depth, event, parsed);
+        },
+        /*allow_exceptions=*/true, /*ignore_comments=*/false);
   } catch (const nlohmann::json::parse_error& e) {
     // e.what() is "[json.exception.parse_error.101] parse error at line L, column C: ..."; keep the reason.
     std::string reason = e.what();
@@ -39,6 +97,11 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
     if (pos != std::string::npos) reason = reason.substr(pos + 2);
     throw ConfigError(source + ":" + line_column(text, e.byte), {"invalid JSON: " + reason});
   }
+  std::vector<std::string> problems;
+  for (const std::string& path : duplicates.found())
+    problems.push_back(path + ": given more than once in one object; JSON keeps only the last value, so keep one");
+  if (!problems.empty()) throw ConfigError(source, problems);
+  return json;
 }
 
 nlohmann::json read_json_file(const std::string& path) {
