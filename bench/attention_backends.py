@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Causal attention's forward and backward on each SDPA backend, at the shapes
 of the issue-7 models (bf16), timed with CUDA events; outputs and gradients
-checked against the flash backend. (Stratum asks for no backend: torch >= 2.9
-with cuDNN >= 9.15 already tries cuDNN first on H100/H200, the fastest here;
+checked against the flash backend. (Stratum asks for no backend: torch 2.11
+with cuDNN 9.19 already tries cuDNN first on the H200, the fastest here;
 tests/nn/test_attention.cpp checks the models' layouts stay eligible for it.)
 Times include autograd's host work for one call, as in training.
 

@@ -1,6 +1,6 @@
 // The models' attention layouts stay eligible for cuDNN's fused attention,
-// which torch (>= 2.9 with cuDNN >= 9.15) picks first on H100/H200 and which
-// runs forward + backward 1.5-1.9x faster there than FlashAttention-2
+// which torch 2.11 with cuDNN 9.19 picks first on the H200 and which runs
+// forward + backward 1.5-1.9x faster there than FlashAttention-2
 // (bench/attention_backends.py): GPT-2's q/k/v as strided views of one fused
 // projection, LLaMA's grouped k/v heads. On a GPU, with cuDNN put first, each
 // layout must take it and match the fp32 CPU reference, values and gradients;
