@@ -1,12 +1,10 @@
 #include "stratum/nn/embedding.h"
 
-#include <mutex>
-#include <unordered_map>
-
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "stratum/core/error.h"
+#include "stratum/nn/param_registry.h"
 
 namespace stratum::nn {
 namespace {
@@ -14,26 +12,14 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-struct Registry {
-  struct Entry {
-    RowGradientSink* sink;
-    at::Tensor anchor;  // see RowLookup
-  };
-  std::mutex mutex;
-  std::unordered_map<const void*, Entry> sinks;
+struct SinkEntry {
+  RowGradientSink* sink;
+  at::Tensor anchor;  // see RowLookup
 };
 
-Registry& registry() {
-  static Registry r;
+ParamRegistry<SinkEntry>& sinks() {
+  static ParamRegistry<SinkEntry> r("embedding: a row-gradient sink");
   return r;
-}
-
-// The sink for `weight` and its anchor; {nullptr, undefined} without one.
-Registry::Entry entry_for(const at::Tensor& weight) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  auto it = r.sinks.find(weight.unsafeGetTensorImpl());
-  return it == r.sinks.end() ? Registry::Entry{nullptr, at::Tensor()} : it->second;
 }
 
 // No sink: ATen's dense gradient for the weight.
@@ -67,11 +53,11 @@ struct RowLookup : torch::autograd::Function<RowLookup> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const at::Tensor ids = ctx->get_saved_variables()[0];
     const at::Tensor weight = ctx->saved_data["weight"].toTensor();
-    RowGradientSink* sink = entry_for(weight).sink;
-    if (!sink)
+    const std::optional<SinkEntry> entry = sinks().find(weight);
+    if (!entry)
       throw Error("embedding: the row-gradient sink was unregistered between forward and backward; "
                   "the lookup's gradient has nowhere to go");
-    sink->take_rows(weight, ids.reshape({-1}), grads[0].reshape({-1, grads[0].size(-1)}));
+    entry->sink->take_rows(weight, ids.reshape({-1}), grads[0].reshape({-1, grads[0].size(-1)}));
     return {at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -79,27 +65,16 @@ struct RowLookup : torch::autograd::Function<RowLookup> {
 }  // namespace
 
 void register_row_gradient_sink(const at::Tensor& weight, RowGradientSink* sink) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  auto it = r.sinks.find(weight.unsafeGetTensorImpl());
-  if (it != r.sinks.end() && it->second.sink != sink)
-    throw Error("embedding: a row-gradient sink is already registered for this weight (two engines on one model?)");
-  if (it == r.sinks.end())
-    r.sinks.emplace(weight.unsafeGetTensorImpl(),
-                    Registry::Entry{sink, at::empty({0}, weight.options()).set_requires_grad(true)});
+  sinks().add(weight, SinkEntry{sink, at::empty({0}, weight.options()).set_requires_grad(true)});
 }
 
 void unregister_row_gradient_sink(const at::Tensor& weight, const RowGradientSink* sink) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  auto it = r.sinks.find(weight.unsafeGetTensorImpl());
-  if (it != r.sinks.end() && it->second.sink == sink) r.sinks.erase(it);
+  sinks().remove(weight, sink);
 }
 
 at::Tensor embedding_lookup(const at::Tensor& weight, const at::Tensor& ids) {
   if (!at::GradMode::is_enabled() || !weight.requires_grad()) return at::embedding(weight, ids);
-  const Registry::Entry sink = entry_for(weight);
-  if (sink.sink) return RowLookup::apply(sink.anchor, &weight, ids);
+  if (const std::optional<SinkEntry> entry = sinks().find(weight)) return RowLookup::apply(entry->anchor, &weight, ids);
   return DenseLookup::apply(weight, ids);
 }
 

@@ -5,11 +5,9 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <atomic>
-#include <mutex>
-#include <unordered_map>
 
-#include "stratum/core/error.h"
 #include "stratum/nn/fused_ops.h"
+#include "stratum/nn/param_registry.h"
 
 namespace stratum::nn {
 namespace {
@@ -17,21 +15,18 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-struct SinkRegistry {
-  std::mutex mutex;
-  std::unordered_map<const void*, WeightGradSink*> sinks;
+struct SinkEntry {
+  WeightGradSink* sink;
 };
 
-SinkRegistry& sinks() {
-  static SinkRegistry r;
+ParamRegistry<SinkEntry>& sinks() {
+  static ParamRegistry<SinkEntry> r("linear: a weight-gradient sink");
   return r;
 }
 
 WeightGradSink* sink_for(const at::Tensor& weight) {
-  SinkRegistry& r = sinks();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  auto it = r.sinks.find(weight.unsafeGetTensorImpl());
-  return it == r.sinks.end() ? nullptr : it->second;
+  const std::optional<SinkEntry> entry = sinks().find(weight);
+  return entry ? entry->sink : nullptr;
 }
 
 // ATen's addmm.dtype_out (a 16-bit product written as fp32), looked up by name:
@@ -220,20 +215,9 @@ struct LinearPaddedRows : torch::autograd::Function<LinearPaddedRows> {
 
 }  // namespace
 
-void register_weight_grad_sink(const at::Tensor& weight, WeightGradSink* sink) {
-  SinkRegistry& r = sinks();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  auto [it, added] = r.sinks.emplace(weight.unsafeGetTensorImpl(), sink);
-  if (!added && it->second != sink)
-    throw Error("linear: a weight-gradient sink is already registered for this weight (two engines on one model?)");
-}
+void register_weight_grad_sink(const at::Tensor& weight, WeightGradSink* sink) { sinks().add(weight, SinkEntry{sink}); }
 
-void unregister_weight_grad_sink(const at::Tensor& weight, const WeightGradSink* sink) {
-  SinkRegistry& r = sinks();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  auto it = r.sinks.find(weight.unsafeGetTensorImpl());
-  if (it != r.sinks.end() && it->second == sink) r.sinks.erase(it);
-}
+void unregister_weight_grad_sink(const at::Tensor& weight, const WeightGradSink* sink) { sinks().remove(weight, sink); }
 
 bool fp32_product_of_16bit_available() { return addmm_dtype_out().has_value(); }
 
