@@ -25,6 +25,8 @@
 #       | fusion-peers (ZeRO GPU tests; gpt2-1.3b ZeRO 0-1 and llama-1b ZeRO-0 vs compiled DDP, with the fusion)
 #       | fusion-stage2 (branch wip/fusion-stage2: ZeRO GPU tests; ZeRO 0-2 with the fusion vs compiled DDP; ZeRO-2 without)
 #       | nccl-knobs (gpt2-1.3b ZeRO-0 under NCCL_MIN_CTAS 32, NCCL_PROTO Simple / LL128, default twice; ZeRO-2 with and without the fusion)
+#       | fusion-stage3 (branch wip/fusion-stage3: ZeRO GPU tests; ZeRO-3 with and without the fusion, gpt2-1.3b and llama-1b, vs compiled FSDP2)
+#       | z3-next (branch wip/fusion-stage3, one call: ZeRO GPU tests; gpt2-1.3b ZeRO-3 fused, unfused and at max_live 8e8/6e8/4e8, llama-1b ZeRO-3 fused and unfused, each vs compiled FSDP2)
 #       | z3-live (gpt2-1.3b ZeRO-3 with stage3_max_live_parameters 1e9 (default), 8e8, 6e8, 4e8 vs compiled FSDP2: the speed at FSDP2's memory)
 #       | 350m-2048 (gpt2-350m at seq 2048, positions grown to 2048 on both sides: ZeRO 2, 3 vs compiled DDP)
 #       | z3-final (ZeRO-3 vs compiled FSDP2 on gpt2-1.3b and llama-1b, the current code)
@@ -53,7 +55,7 @@ case "${1:-}" in
   s14-fill|s14-last) targets="$targets test_zero3 test_engine test_nn test_optim" ;;
   row-grads) targets="$targets test_zero3 test_engine" ;;
   wgrad-fusion) targets="$targets test_zero3" ;;
-  fusion-peers|fusion-stage2|s16-first) targets="$targets test_zero3 test_engine" ;;
+  fusion-peers|fusion-stage2|fusion-stage3|z3-next|s16-first) targets="$targets test_zero3 test_engine" ;;
   widen-hooks) targets="$targets test_zero3 test_engine" ;;
 esac
 # Cells that time something on one GPU while the build takes the CPUs.
@@ -160,6 +162,22 @@ case "${1:-}" in
     STAGES="0 1 2" PEERS="ddp-compile" m 170 gpt2-1.3b 1024 8 2
     STAGES=2 PEERS="" STRATUM_FLAGS='--zero-extra ,"gradient_accumulation_fusion":false' m 60 gpt2-1.3b 1024 8 2
     STAGES="0 2" PEERS="ddp-compile" m 150 llama-1b 2048 4 2 ;;
+  fusion-stage3)
+    gpu_tests_np2 130 "zero3_np2|engine_np2"
+    STAGES=3 PEERS="fsdp2-compile" m 150 gpt2-1.3b 1024 8 2
+    STAGES=3 PEERS="" STRATUM_FLAGS='--zero-extra ,"gradient_accumulation_fusion":false' m 45 gpt2-1.3b 1024 8 2
+    STAGES=3 PEERS="fsdp2-compile" m 170 llama-1b 2048 4 2
+    STAGES=3 PEERS="" STRATUM_FLAGS='--zero-extra ,"gradient_accumulation_fusion":false' m 45 llama-1b 2048 4 2 ;;
+  z3-next)
+    gpu_tests_np2 130 "zero3_np2|engine_np2"
+    STAGES=3 PEERS="fsdp2-compile" m 150 gpt2-1.3b 1024 8 2
+    STAGES=3 PEERS="" STRATUM_FLAGS='--zero-extra ,"gradient_accumulation_fusion":false' m 45 gpt2-1.3b 1024 8 2
+    for live in 8e8 6e8 4e8; do
+      echo "== stage3_max_live_parameters $live"
+      STAGES=3 PEERS="" STRATUM_FLAGS="--zero-extra ,\"stage3_max_live_parameters\":$live" m 45 gpt2-1.3b 1024 8 2
+    done
+    STAGES=3 PEERS="fsdp2-compile" m 170 llama-1b 2048 4 2
+    STAGES=3 PEERS="" STRATUM_FLAGS='--zero-extra ,"gradient_accumulation_fusion":false' m 45 llama-1b 2048 4 2 ;;
   z3-live)  # fewer layers kept gathered from forward to backward: less memory, more re-gathers
     STAGES=3 PEERS="fsdp2-compile" m 150 gpt2-1.3b 1024 8 2
     for live in 8e8 6e8 4e8; do

@@ -432,9 +432,9 @@ TEST(Zero3, GradNormFromReductions) {
   }
 }
 
-// Megatron's gradient-accumulation fusion (stages 0-2, on by default): the
-// weight-gradient GEMM writes fp32 straight into the flat gradient (stage 2:
-// the bucket's staging buffer). Training
+// Megatron's gradient-accumulation fusion (every stage, on by default): the
+// weight-gradient GEMM writes fp32 straight into the flat gradient (stages
+// 2/3: the bucket's staging buffer). Training
 // equals the unfused path's (autograd's 16-bit gradient widened by the hook)
 // for tied and untied models, with and without accumulation, over MPI (fp32)
 // and NCCL (fp32; bf16, where the product is written in fp32 from 16-bit
@@ -447,11 +447,14 @@ TEST(GradientAccumulationFusion, MatchesUnfused) {
     for (const std::string precision : gpu ? std::vector<std::string>{"fp32", "bf16"} : std::vector<std::string>{"fp32"})
       for (const auto& [model, tied] : std::vector<std::pair<std::string, std::string>>{
                {"tiny-gpt2", "true"}, {"tiny-llama", "false"}, {"tiny-llama", "true"}})
-        for (int stage : {0, 1, 2})
+        for (int stage : {0, 1, 2, 3})
           for (int gas : {1, 2}) {
             Options o{model, {{"tie_embeddings", tied}}, stage, gas, precision};
+            // Stage 3: no persistent unit, so every linear weight is gathered (and fused).
+            const std::string base = stage == 3 ? R"(, "stage3_param_persistence_threshold": 0)" : "";
+            o.zero_extra = base;
             const TrainRun fused = train(o, backend.world, kSteps, backend.device);
-            o.zero_extra = R"(, "gradient_accumulation_fusion": false)";
+            o.zero_extra = base + R"(, "gradient_accumulation_fusion": false)";
             expect_same_training(fused, train(o, backend.world, kSteps, backend.device),
                                  precision == "fp32" ? 1e-5 : 2e-2,
                                  backend.name + " " + precision + " " + model + " tied " + tied + " stage " +

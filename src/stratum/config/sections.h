@@ -117,10 +117,10 @@ struct ZeroConfig {
   // Stratum (Megatron's name): stages 1/2 leave the parameter all-gathers after
   // the step to the layers of the next forward (LayerStack models).
   bool overlap_param_gather = false;
-  // Stratum (Megatron's name): at stages 0-2 the weight-gradient GEMM of every
-  // nn::linear writes (adds) its result straight into the flat fp32 gradient (stage 2:
-  // its bucket's staging buffer)
-  // instead of a 16-bit .grad that is then widened into it (LayerStack models).
+  // Stratum (Megatron's name): at every stage the weight-gradient GEMM of every
+  // nn::linear writes (adds) its result straight into the flat fp32 gradient
+  // (stages 2/3: its bucket's staging buffer) instead of a 16-bit .grad that is
+  // then widened into it (LayerStack models).
   bool gradient_accumulation_fusion = true;
   bool load_from_fp32_weights = true;
   int64_t sub_group_size = 1'000'000'000;

@@ -82,7 +82,7 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   std::unordered_set<int> shared;
   if (layers)
     for (const auto& borrowed : layers->borrowed) shared.insert(borrowed.begin(), borrowed.end());
-  options.fuse_weight_grads = options.fuse_weight_grads && layers.has_value() && options.stage <= 2;
+  options.fuse_weight_grads = options.fuse_weight_grads && layers.has_value();
   if (options.fuse_weight_grads)
     for (int p : layers->fusable)
       if (!shared.count(p)) options.fused_params.push_back(p);

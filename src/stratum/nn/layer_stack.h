@@ -39,7 +39,7 @@ class StackLayer : public torch::nn::Module {
   virtual std::vector<at::Tensor> row_gradient_parameters() const { return {}; }
   // True when each of this layer's parameters that nn::linear / linear_stacked
   // reads reaches the loss through exactly one such call and nothing else:
-  // ZeRO stages 0-2 may then have the weight-gradient GEMM write straight into
+  // ZeRO may then have the weight-gradient GEMM write straight into
   // their flat gradient (gradient_accumulation_fusion, nn/linear.h). A layer
   // that also reads a linear's weight elsewhere, or twice, leaves it false.
   virtual bool linear_weights_fusable() const { return false; }

@@ -29,7 +29,7 @@ at::Tensor linear_stacked(const at::Tensor& x, const std::vector<at::Tensor>& we
 at::Tensor linear_padded_rows(const at::Tensor& x, const at::Tensor& weight);
 
 // Megatron's gradient-accumulation fusion: where a sink is registered for a
-// weight (ZeRO stages 0-2), the weight-gradient GEMM of linear() and
+// weight (any ZeRO stage), the weight-gradient GEMM of linear() and
 // linear_stacked() writes (or adds) its product straight into the sink's
 // destination in the destination's dtype (fp32 flat gradients; a 16-bit
 // product into fp32 needs CUDA), instead of a 16-bit gradient the sink would

@@ -38,7 +38,7 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink, public nn:
   // window's exchange.
   void take_rows(const at::Tensor& weight, const at::Tensor& ids, const at::Tensor& grad_rows) override;
 
-  // options_.fuse_weight_grads (stages 0-2): nn::linear's weight-gradient GEMM
+  // options_.fuse_weight_grads (every stage): nn::linear's weight-gradient GEMM
   // writes into where the hook would have put the gradient (fused_destination);
   // the hook then only does the bookkeeping.
   at::Tensor weight_grad_destination(const at::Tensor& weight, bool* accumulate) override;

@@ -59,7 +59,7 @@ struct ZeroOptions {
   // Of those, the ones that also get a dense gradient (read by a tied LM
   // head): their bucket is reduced as usual and the rows are added after.
   std::vector<int> row_dense_params;
-  // Stages 0-2 with a LayerStack model (zero_optimization.gradient_accumulation_fusion):
+  // A LayerStack model at any stage (zero_optimization.gradient_accumulation_fusion):
   // nn::linear writes weight gradients straight into the flat gradient (nn/linear.h).
   bool fuse_weight_grads = false;
   // The parameters it applies to: LayerParams::fusable less any parameter

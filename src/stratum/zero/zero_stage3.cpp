@@ -148,6 +148,7 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     params16_ = optimizer_writes_shard ? shard_params_ : make_params16(layout_.shard_numel());
     segments_ = {OptimizerSegment{master_, grad_shard_, params16_}};
     install_hooks();
+    register_weight_grad_sinks();
   }
 
   ~Stage3() override {
@@ -158,8 +159,6 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
 
   // --- ZeroStrategy ---------------------------------------------------------
   bool partitioned() const override { return true; }
-  // Stage 3 registers no weight-gradient sinks (its parameters are gathered per layer).
-  at::Tensor fused_destination(int, bool*) override { return at::Tensor(); }
   LayerParamGatherer* gatherer() override { return this; }
   // Stage 3 has no row-fed parameters (its embedding gradients are dense).
   std::pair<at::Tensor, int64_t> reduced_region(int b) const override { return {grad_dest(b), 0}; }
@@ -180,8 +179,13 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     Unit& unit = units_[u];
     // In the wire's dtype (fp32 for 16-bit training over several ranks): the
     // reduce-scatter reads it as is, with no widening pass per layer.
-    if (!unit.staging.defined()) unit.staging = new_staging(u);
-    stage_gradient(unit.staging, index, params_[index].grad());
+    if (fused_[index]) {  // the GEMM wrote the staging slot; .grad is its unread stand-in
+      staged_[index] = true;
+      fused_[index] = 0;
+    } else {
+      if (!unit.staging.defined()) unit.staging = new_staging(u);
+      stage_gradient(unit.staging, index, params_[index].grad());
+    }
     params_[index].mutable_grad().reset();
     if (--unit.pending == 0) {
       reduce_unit(u);
@@ -359,6 +363,19 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
 
   void release_all() {
     for (size_t u = 0; u < units_.size(); ++u) release(static_cast<int>(u));
+  }
+
+  // The parameter's range of its unit's staging buffer (reduce-scattered when
+  // the unit's gradients are all in); persistent units keep autograd's path
+  // (their gradients accumulate in place).
+  at::Tensor fused_destination(int index, bool* accumulate) override {
+    const int u = unit_of_param_[index];
+    Unit& unit = units_[u];
+    if (!armed_ || unit.persistent) return at::Tensor();
+    if (!unit.staging.defined()) unit.staging = new_staging(u);  // first: a new buffer resets staged_
+    *accumulate = staged_[index] || fused_[index];
+    const ParamSlot& slot = layout_.params()[index];
+    return unit.staging.narrow(0, slot.offset - layout_.buckets()[u].offset, slot.numel).view(layout_.specs()[index].shape);
   }
 
   void reduce_unit(int u) {
