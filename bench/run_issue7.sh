@@ -26,6 +26,11 @@
 #       | fusion-stage2 (branch wip/fusion-stage2: ZeRO GPU tests; ZeRO 0-2 with the fusion vs compiled DDP; ZeRO-2 without)
 #       | nccl-knobs (gpt2-1.3b ZeRO-0 under NCCL_MIN_CTAS 32, NCCL_PROTO Simple / LL128, default twice; ZeRO-2 with and without the fusion)
 #       | fusion-stage3 (branch wip/fusion-stage3: ZeRO GPU tests; ZeRO-3 with and without the fusion, gpt2-1.3b and llama-1b, vs compiled FSDP2)
+#       | mlp-recompute (FusedOps GPU tests, ZeRO GPU suites; gpt2-1.3b ZeRO 3 and 0 vs compiled FSDP2, then with
+#       |   recompute_mlp_activation off; llama-1b ZeRO-2 with it on and off)
+#       | matrix-rest (the cells no call had run: llama-1b seq 1024 on 2 GPUs (ZeRO 0-3 vs compiled DDP and FSDP2)
+#       |   and on 1 GPU, gpt2-350m seq 2048 on 1 GPU, each vs compiled torch; gpt2-1.3b ZeRO-3 with
+#       |   recompute_mlp_activation vs compiled FSDP2)
 #       | z3-next (branch wip/fusion-stage3, one call: ZeRO GPU tests; gpt2-1.3b ZeRO-3 fused, unfused and at max_live 8e8/6e8/4e8, llama-1b ZeRO-3 fused and unfused, each vs compiled FSDP2)
 #       | z3-live (gpt2-1.3b ZeRO-3 with stage3_max_live_parameters 1e9 (default), 8e8, 6e8, 4e8 vs compiled FSDP2: the speed at FSDP2's memory)
 #       | 350m-2048 (gpt2-350m at seq 2048, positions grown to 2048 on both sides: ZeRO 2, 3 vs compiled DDP)
@@ -56,6 +61,7 @@ case "${1:-}" in
   row-grads) targets="$targets test_zero3 test_engine" ;;
   wgrad-fusion) targets="$targets test_zero3" ;;
   fusion-peers|fusion-stage2|fusion-stage3|z3-next|s16-first) targets="$targets test_zero3 test_engine" ;;
+  mlp-recompute) targets="$targets test_zero3 test_engine test_nn" ;;
   widen-hooks) targets="$targets test_zero3 test_engine" ;;
 esac
 # Cells that time something on one GPU while the build takes the CPUs.
@@ -178,6 +184,21 @@ case "${1:-}" in
     done
     STAGES=3 PEERS="fsdp2-compile" m 170 llama-1b 2048 4 2
     STAGES=3 PEERS="" STRATUM_FLAGS='--zero-extra ,"gradient_accumulation_fusion":false' m 45 llama-1b 2048 4 2 ;;
+  mlp-recompute)  # the MLP's activation recomputed in backward or kept (the default)
+    gtests "test_nn FusedOps.*"
+    gpu_tests_np2 110 "zero3_np2|engine_np2"
+    STAGES="3 0" PEERS="fsdp2-compile" STRATUM_FLAGS="--set recompute_mlp_activation=true" m 170 gpt2-1.3b 1024 8 2
+    echo "== recompute_mlp_activation=false"
+    STAGES="3 0" PEERS="" STRATUM_FLAGS="--set recompute_mlp_activation=false" m 50 gpt2-1.3b 1024 8 2
+    STAGES=2 PEERS="" STRATUM_FLAGS="--set recompute_mlp_activation=true" m 30 llama-1b 2048 4 2
+    echo "== recompute_mlp_activation=false"
+    STAGES=2 PEERS="" STRATUM_FLAGS="--set recompute_mlp_activation=false" m 30 llama-1b 2048 4 2 ;;
+  matrix-rest)
+    STAGES="0 1 2 3" PEERS="ddp-compile fsdp2-compile" m 240 llama-1b 1024 8 2
+    STAGES=0 PEERS="single-compile" m 90 llama-1b 1024 8 1
+    STAGES=0 PEERS="single-compile" STRATUM_FLAGS="--set max_seq_len=2048" m 90 gpt2-350m 2048 8 1
+    echo "== recompute_mlp_activation=true"
+    STAGES=3 PEERS="fsdp2-compile" STRATUM_FLAGS="--set recompute_mlp_activation=true" m 150 gpt2-1.3b 1024 8 2 ;;
   z3-live)  # fewer layers kept gathered from forward to backward: less memory, more re-gathers
     STAGES=3 PEERS="fsdp2-compile" m 150 gpt2-1.3b 1024 8 2
     for live in 8e8 6e8 4e8; do

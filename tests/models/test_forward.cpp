@@ -253,6 +253,31 @@ TEST(Models, FutureTokensDoNotChangeEarlierLogits) {
   }
 }
 
+// The MLP recomputing its activation in backward computes the same loss and
+// gradients as the MLP keeping it (the default).
+TEST(Models, RecomputedMlpActivationGivesTheSameGradients) {
+  for (const char* name : {"tiny-gpt2", "tiny-llama"}) {
+    SCOPED_TRACE(name);
+    auto recomputing = build_model(make_model_config(name, {{"recompute_mlp_activation", "true"}}));
+    auto keeping = build_model(preset(name));
+    ASSERT_FALSE(keeping->config().recompute_mlp_activation);
+    randomize(*recomputing, 11);
+    randomize(*keeping, 11);
+    const at::Tensor tokens = tokens_for(recomputing->config(), 2, 16, 12), targets = tokens_for(recomputing->config(), 2, 16, 13);
+    const at::Tensor loss = recomputing->forward(tokens, targets), kept_loss = keeping->forward(tokens, targets);
+    EXPECT_EQ(loss.item<double>(), kept_loss.item<double>());
+    loss.backward();
+    kept_loss.backward();
+    const auto params = recomputing->named_parameters(), kept = keeping->named_parameters();
+    ASSERT_EQ(params.size(), kept.size());
+    for (const auto& p : params) {
+      const at::Tensor& want = kept[p.key()].grad();
+      ASSERT_TRUE(p.value().grad().defined()) << p.key();
+      EXPECT_LE(max_diff(p.value().grad(), want), 1e-6 * std::max(1.0, want.abs().max().item<double>())) << p.key();
+    }
+  }
+}
+
 TEST(Models, GroupedQueryAttentionEqualsMhaWithRepeatedKv) {
   auto gqa = build_model(preset("tiny-llama"));  // 4 heads, 2 kv heads
   auto mha = build_model(make_model_config("tiny-llama", {{"kv_heads", "4"}}));

@@ -124,7 +124,7 @@ TEST(ModelConfig, OverridesEveryDimension) {
                      {"vocab_size", "300"}, {"max_seq_len", "32"}, {"rope_theta", "500000"}, {"norm_eps", "1e-6"},
                      {"init_std", "0.01"}, {"dropout", "0.1"}, {"tie_embeddings", "false"},
                      {"rope_scaling_factor", "8"}, {"rope_low_freq_factor", "2"}, {"rope_high_freq_factor", "3"},
-                     {"rope_original_max_seq_len", "16"}});
+                     {"rope_original_max_seq_len", "16"}, {"recompute_mlp_activation", "true"}});
   EXPECT_EQ(c.layers, 3);
   EXPECT_EQ(c.hidden, 96);
   EXPECT_EQ(c.heads, 6);
@@ -141,7 +141,8 @@ TEST(ModelConfig, OverridesEveryDimension) {
   EXPECT_EQ(c.rope_low_freq_factor, 2);
   EXPECT_EQ(c.rope_high_freq_factor, 3);
   EXPECT_EQ(c.rope_original_max_seq_len, 16);
-  EXPECT_EQ(override_keys().size(), 16u);
+  EXPECT_TRUE(c.recompute_mlp_activation);
+  EXPECT_EQ(override_keys().size(), 17u);
   EXPECT_THROW(make_model_config("tiny-llama", {{"rope_scaling_factor", "8"}, {"rope_high_freq_factor", "0.5"}}), Error);
 }
 

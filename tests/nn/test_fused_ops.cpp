@@ -1,6 +1,6 @@
 // nn::swiglu, nn::rotary, nn::layer_norm, nn::add_layer_norm,
-// nn::linear_bias_gelu and nn::bias_grad against the ATen ops they replace:
-// values and gradients on the CPU (the composite path) and, on a GPU, the
+// nn::linear_bias_gelu, nn::gelu_mlp, nn::swiglu_linear and nn::bias_grad
+// against the ATen ops they replace: values and gradients on the CPU (the composite path) and, on a GPU, the
 // fused kernels in fp32 (tight) and bf16 (within bf16 rounding), with shapes
 // that exercise several row tiles and a partial column tile.
 #include <gtest/gtest.h>
@@ -9,6 +9,9 @@
 
 #include "stratum/core/error.h"
 #include "stratum/nn/fused_ops.h"
+#ifdef STRATUM_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 using namespace stratum;
 
@@ -53,6 +56,12 @@ at::Tensor rotary_fused(const std::vector<at::Tensor>& in) {
 }
 at::Tensor gelu_ref(const std::vector<at::Tensor>& in) { return at::gelu(at::linear(in[0], in[1], in[2]), "tanh"); }
 at::Tensor gelu_fused(const std::vector<at::Tensor>& in) { return nn::linear_bias_gelu(in[0], in[1], in[2]); }
+at::Tensor gelu_mlp_ref(const std::vector<at::Tensor>& in) {
+  return at::linear(at::gelu(at::linear(in[0], in[1], in[2]), "tanh"), in[3], in[4]);
+}
+at::Tensor gelu_mlp_fused(const std::vector<at::Tensor>& in) { return nn::gelu_mlp(in[0], in[1], in[2], in[3], in[4]); }
+at::Tensor swiglu_linear_ref(const std::vector<at::Tensor>& in) { return at::linear(swiglu_ref(in), in[1]); }
+at::Tensor swiglu_linear_fused(const std::vector<at::Tensor>& in) { return nn::swiglu_linear(in[0], in[1]); }
 at::Tensor layer_norm_ref(const std::vector<at::Tensor>& in) {
   return at::layer_norm(in[0], {in[0].size(-1)}, in[1], in[2], 1e-5);
 }
@@ -92,6 +101,13 @@ void check_all(torch::Device device, torch::Dtype dtype, double tol) {
       expect_matches(gelu_fused, gelu_ref,
                      {torch::randn({shape[0], shape[1], 24}), torch::randn({w, 24}) * 0.3, torch::randn({w})},
                      torch::randn({shape[0], shape[1], w}), dtype, device, tol, "linear_bias_gelu " + what);
+      expect_matches(gelu_mlp_fused, gelu_mlp_ref,
+                     {torch::randn({shape[0], shape[1], 24}), torch::randn({w, 24}) * 0.3, torch::randn({w}),
+                      torch::randn({20, w}) * 0.2, torch::randn({20})},
+                     torch::randn({shape[0], shape[1], 20}), dtype, device, tol, "gelu_mlp " + what);
+      expect_matches(swiglu_linear_fused, swiglu_linear_ref,
+                     {torch::randn({shape[0], shape[1], 2 * w}) * 3, torch::randn({20, w}) * 0.2},
+                     torch::randn({shape[0], shape[1], 20}), dtype, device, tol, "swiglu_linear " + what);
       expect_matches(layer_norm_fused, layer_norm_ref,
                      {torch::randn({shape[0], shape[1], w}), 1 + 0.1 * torch::randn({w}), 0.1 * torch::randn({w})},
                      torch::randn({shape[0], shape[1], w}), dtype, device, tol, "layer_norm " + what);
@@ -161,11 +177,43 @@ TEST(FusedOps, GpuKernelsMatchAten) {
   EXPECT_EQ(nn::bias_grad(none).abs().sum().item<double>(), 0.0);
 }
 
+#ifdef STRATUM_WITH_CUDA
+// What a forward leaves allocated for its backward, in bytes: the MLPs that
+// recompute their activation keep the pre-activation only.
+TEST(FusedOps, RecomputingMlpsKeepLessForBackward) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
+  const auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const int64_t rows = 512, c = 256, f = 1024, act_bytes = rows * f * 2;
+  const auto kept_by = [&](auto forward) {
+    forward().sum().backward();  // first: cuBLAS's workspace, the gradients
+    torch::cuda::synchronize();
+    const auto allocated = [] { return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current; };
+    const int64_t before = allocated();
+    at::Tensor y = forward();
+    const int64_t kept = allocated() - before - y.nbytes();
+    y.sum().backward();  // still runs, from what it kept
+    return kept;
+  };
+  const at::Tensor x = torch::randn({rows, c}, opts).requires_grad_(true);
+  const at::Tensor w1 = (torch::randn({f, c}, opts) * 0.05).requires_grad_(true), b1 = torch::zeros({f}, opts).requires_grad_(true);
+  const at::Tensor w2 = (torch::randn({c, f}, opts) * 0.05).requires_grad_(true), b2 = torch::zeros({c}, opts).requires_grad_(true);
+  EXPECT_EQ(kept_by([&] { return nn::gelu_mlp(x, w1, b1, w2, b2); }), act_bytes);  // h
+  EXPECT_EQ(kept_by([&] { return nn::linear_bias_gelu(x, w1, b1).matmul(w2.t()); }), 2 * act_bytes);  // h, gelu(h)
+  const at::Tensor gate_up = (torch::randn({rows, 2 * f}, opts)).requires_grad_(true);
+  EXPECT_EQ(kept_by([&] { return nn::swiglu_linear(gate_up, w2); }), 0);  // gate_up is the caller's
+  EXPECT_EQ(kept_by([&] { return nn::swiglu(gate_up).matmul(w2.t()); }), act_bytes);
+}
+#endif
+
 TEST(FusedOps, BadShapesAreNamed) {
   EXPECT_THROW(nn::swiglu(torch::randn({2, 5})), Error);
   EXPECT_THROW(nn::rotary(torch::randn({1, 2, 3, 5}), torch::randn({3, 5}), torch::randn({3, 5})), Error);
   EXPECT_THROW(nn::linear_bias_gelu(torch::randn({2, 4}), torch::randn({3, 4}), at::Tensor()), Error);
   EXPECT_THROW(nn::bias_grad(torch::randn({2, 3, 4})), Error);
+  EXPECT_THROW(nn::gelu_mlp(torch::randn({2, 4}), torch::randn({3, 4}), torch::randn({3}), torch::randn({4, 5}),
+                            torch::randn({4})),
+               Error);
+  EXPECT_THROW(nn::swiglu_linear(torch::randn({2, 6}), torch::randn({4, 2})), Error);
   EXPECT_THROW(nn::layer_norm(torch::randn({2, 4}), torch::ones({5}), torch::zeros({5}), 1e-5), Error);
   EXPECT_THROW(nn::add_layer_norm(torch::randn({2, 4}), torch::randn({2, 5}), torch::ones({4}), torch::zeros({4}), 1e-5),
                Error);

@@ -51,7 +51,8 @@ class GPT2Block : public nn::StackLayer {
     ln_1 = register_module("ln_1", layer_norm(c));
     attn = register_module("attn", std::make_shared<nn::FusedQKVAttentionImpl>(c.hidden, c.heads, c.dropout));
     ln_2 = register_module("ln_2", layer_norm(c));
-    mlp = register_module("mlp", std::make_shared<nn::GeluMLPImpl>(c.hidden, c.ffn_hidden, c.dropout));
+    mlp = register_module("mlp", std::make_shared<nn::GeluMLPImpl>(c.hidden, c.ffn_hidden, c.dropout,
+                                                                    c.recompute_mlp_activation));
   }
   at::Tensor forward(const at::Tensor& x) override {
     // The attention's residual add and ln_2 as one function (one backward pass for both).

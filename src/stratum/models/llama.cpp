@@ -45,7 +45,8 @@ class LlamaDecoderLayer : public nn::StackLayer {
                                                  c.hidden, c.heads, c.kv_heads, std::move(rope), c.dropout));
     post_attention_layernorm =
         register_module("post_attention_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps));
-    mlp = register_module("mlp", std::make_shared<nn::SwiGLUMLPImpl>(c.hidden, c.ffn_hidden));
+    mlp = register_module("mlp", std::make_shared<nn::SwiGLUMLPImpl>(c.hidden, c.ffn_hidden,
+                                                                      c.recompute_mlp_activation));
   }
   at::Tensor forward(const at::Tensor& x) override {
     const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x));

@@ -120,6 +120,8 @@ const std::map<std::string, Setter>& setters() {
       {"init_std", [](ModelConfig& c, auto& k, auto& v) { c.init_std = parse_double(k, v, 0, false, inf); }},
       {"dropout", [](ModelConfig& c, auto& k, auto& v) { c.dropout = parse_double(k, v, 0, true, 1); }},
       {"tie_embeddings", [](ModelConfig& c, auto& k, auto& v) { c.tie_embeddings = parse_bool(k, v); }},
+      {"recompute_mlp_activation",
+       [](ModelConfig& c, auto& k, auto& v) { c.recompute_mlp_activation = parse_bool(k, v); }},
       {"rope_scaling_factor",
        [](ModelConfig& c, auto& k, auto& v) { c.rope_scaling_factor = parse_double(k, v, 0, true, inf); }},
       {"rope_low_freq_factor",

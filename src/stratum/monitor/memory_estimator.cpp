@@ -43,6 +43,7 @@ void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
   in.kv_heads = c.kv_heads;
   in.ffn = c.ffn_hidden;
   in.gated_mlp = c.arch == "llama";
+  in.mlp_activation_recomputed = c.recompute_mlp_activation;
   in.vocab = c.vocab_size;
   models::ModelConfig block = c;
   block.layers = 1;
@@ -58,13 +59,13 @@ double estimate_activation_bytes(const EstimateInput& in) {
                v = static_cast<double>(in.vocab), w = static_cast<double>(in.param_bytes);
   // Kept per token and layer (flash attention: no s x s scores; no dropout
   // masks): both norms' inputs and outputs (4h), q, k and v (h + 2 kv), the
-  // attention output (h), and the MLP's fc output and activation (2 ffn) or,
-  // gated, gate and up (one stacked tensor, nn::swiglu saves only it) and
-  // their product (3 ffn). GPT-2 (ffn 4h):
-  // 16h elements, Korthikanti et al.'s 34 sbh bytes less the 2 of dropout masks.
+  // attention output (h), and the MLP's pre-activation (ffn; gated: gate and
+  // up, 2 ffn) and, unless recomputed in backward, the activation's output
+  // (ffn). GPT-2 (ffn 4h) keeping it: 16h elements, Korthikanti et al.'s 34
+  // sbh bytes less the 2 of dropout masks; recomputing it: 12h.
   const double kv = in.heads > 0 && in.kv_heads > 0 ? h * static_cast<double>(in.kv_heads) / in.heads : h;
   const double ffn = in.ffn > 0 ? static_cast<double>(in.ffn) : 4.0 * h;
-  const double per_token = 4.0 * h + h + 2.0 * kv + h + (in.gated_mlp ? 3.0 : 2.0) * ffn;
+  const double per_token = 4.0 * h + h + 2.0 * kv + h + ((in.gated_mlp ? 2.0 : 1.0) + (in.mlp_activation_recomputed ? 0.0 : 1.0)) * ffn;
   const double per_layer = w * s * b * per_token;
   const double layers = in.activation_checkpointing ? L * w * s * b * h + per_layer  // inputs + one recomputed layer
                                                     : L * per_layer;

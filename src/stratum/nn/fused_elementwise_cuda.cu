@@ -73,22 +73,24 @@ __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(Matrix gu, T* 
 }
 
 template <typename T, int N>
-__global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(Matrix gu, const T* d_out, T* d_gu) {
+__global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(Matrix gu, const T* d_out, T* d_gu, T* out) {
   const int64_t f = gu.cols / 2, per_row = f / N;
   const T* in = static_cast<const T*>(gu.data);
   STRATUM_GRID_STRIDE(i, gu.rows * per_row) {
     const int64_t r = i / per_row, c = (i - r * per_row) * N;
     const Elems<T, N> g = load<T, N>(in + r * gu.ld + c), u = load<T, N>(in + r * gu.ld + f + c);
     const Elems<T, N> d = load<T, N>(d_out + r * f + c);
-    Elems<T, N> dg, du;
+    Elems<T, N> dg, du, y;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const float x = widen<T>(g.v[k]), up = widen<T>(u.v[k]), dy = widen<T>(d.v[k]), s = sigmoid(x);
       dg.v[k] = narrow_to<T>(dy * up * s * (1.f + x * (1.f - s)));
       du.v[k] = narrow_to<T>(dy * x * s);
+      y.v[k] = narrow_to<T>(x * s * up);  // the forward's value, as swiglu_forward_kernel rounds it
     }
     store<T, N>(d_gu + r * 2 * f + c, dg);
     store<T, N>(d_gu + r * 2 * f + f + c, du);
+    if (out) store<T, N>(out + r * f + c, y);
   }
 }
 
@@ -154,28 +156,32 @@ struct ReadElement {  // the matrix itself
   }
 };
 
-// dh = dy * gelu_tanh'(h), ATen's formula in fp32: stores dh and sums it as stored.
+// dh = dy * gelu_tanh'(h), ATen's formula in fp32: stores dh and sums it as
+// stored; with `act`, also stores gelu_tanh(h) (ATen's forward formula). dh
+// may be dy itself: each element is read before it is written.
 template <typename T, int N>
 struct GeluTanhBackward {
   static constexpr int kSums = 1;
   const T *dy, *h;
-  T* dh;
+  T *dh, *act;
   int64_t cols;
   __device__ void operator()(int64_t r, int64_t c, float (&acc)[1][N]) const {
     constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
     constexpr float kKappa = 0.044715f;
     const int64_t i = r * cols + c;
     const Elems<T, N> x = load<T, N>(h + i), d = load<T, N>(dy + i);
-    Elems<T, N> out;
+    Elems<T, N> out, y;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const float v = widen<T>(x.v[k]), v_sq = v * v;
       const float t = tanhf(kBeta * (v + kKappa * v_sq * v));
       const float derivative = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kBeta * (1.f + 3.f * kKappa * v_sq);
       out.v[k] = narrow_to<T>(widen<T>(d.v[k]) * derivative);
+      y.v[k] = narrow_to<T>(0.5f * v * (1.f + t));
       acc[0][k] += widen<T>(out.v[k]);
     }
     store<T, N>(dh + i, out);
+    if (act) store<T, N>(act + i, y);
   }
 };
 
@@ -344,19 +350,19 @@ cudaError_t launch_swiglu_forward(Matrix gate_up, Dtype dtype, void* out, cudaSt
   });
 }
 
-cudaError_t launch_swiglu_backward(Matrix gate_up, const void* d_out, Dtype dtype, void* d_gate_up,
+cudaError_t launch_swiglu_backward(Matrix gate_up, const void* d_out, Dtype dtype, void* d_gate_up, void* out,
                                    cudaStream_t stream) {
   if (gate_up.rows == 0 || gate_up.cols == 0) return cudaSuccess;
   return by_dtype(dtype, [&](auto zero) {
     using T = decltype(zero);
     const int64_t f = gate_up.cols / 2;
     const T* d = static_cast<const T*>(d_out);
-    T* dgu = static_cast<T*>(d_gate_up);
-    if (packable<T>({gate_up.data, d_out, d_gate_up}, {f, gate_up.ld})) {
+    T *dgu = static_cast<T*>(d_gate_up), *y = static_cast<T*>(out);
+    if (packable<T>({gate_up.data, d_out, d_gate_up, out}, {f, gate_up.ld})) {
       constexpr int N = kPack<T>;
-      swiglu_backward_kernel<T, N><<<grid_for(gate_up.rows * f / N), kThreads, 0, stream>>>(gate_up, d, dgu);
+      swiglu_backward_kernel<T, N><<<grid_for(gate_up.rows * f / N), kThreads, 0, stream>>>(gate_up, d, dgu, y);
     } else {
-      swiglu_backward_kernel<T, 1><<<grid_for(gate_up.rows * f), kThreads, 0, stream>>>(gate_up, d, dgu);
+      swiglu_backward_kernel<T, 1><<<grid_for(gate_up.rows * f), kThreads, 0, stream>>>(gate_up, d, dgu, y);
     }
     return cudaGetLastError();
   });
@@ -397,16 +403,17 @@ cudaError_t launch_column_sum(Matrix g, Dtype dtype, float* workspace, void* bia
 }
 
 cudaError_t launch_gelu_tanh_backward_bias(const void* dy, const void* h, int64_t rows, int64_t cols, Dtype dtype,
-                                           void* dh, float* workspace, void* bias_grad, cudaStream_t stream) {
+                                           void* dh, void* gelu_h, float* workspace, void* bias_grad,
+                                           cudaStream_t stream) {
   if (cols == 0) return cudaSuccess;
   return by_dtype(dtype, [&](auto zero) {
     using T = decltype(zero);
     const T *d = static_cast<const T*>(dy), *x = static_cast<const T*>(h);
-    T* out = static_cast<T*>(dh);
-    if (packable<T>({dy, h, dh}, {cols}))
-      return column_sums<T, kPack<T>>(rows, cols, GeluTanhBackward<T, kPack<T>>{d, x, out, cols}, workspace,
+    T *out = static_cast<T*>(dh), *act = static_cast<T*>(gelu_h);
+    if (packable<T>({dy, h, dh, gelu_h}, {cols}))
+      return column_sums<T, kPack<T>>(rows, cols, GeluTanhBackward<T, kPack<T>>{d, x, out, act, cols}, workspace,
                                       bias_grad, nullptr, stream);
-    return column_sums<T, 1>(rows, cols, GeluTanhBackward<T, 1>{d, x, out, cols}, workspace, bias_grad, nullptr,
+    return column_sums<T, 1>(rows, cols, GeluTanhBackward<T, 1>{d, x, out, act, cols}, workspace, bias_grad, nullptr,
                              stream);
   });
 }

@@ -24,8 +24,9 @@ struct Matrix {
 cudaError_t launch_swiglu_forward(Matrix gate_up, Dtype dtype, void* out, cudaStream_t stream);
 
 // d_gate_up [rows, 2F], contiguous: the gate half d_out * up * silu'(gate),
-// the up half d_out * silu(gate). d_out is contiguous [rows, F].
-cudaError_t launch_swiglu_backward(Matrix gate_up, const void* d_out, Dtype dtype, void* d_gate_up,
+// the up half d_out * silu(gate). d_out is contiguous [rows, F]. With `out`
+// (else null), also the forward's value, recomputed: contiguous [rows, F].
+cudaError_t launch_swiglu_backward(Matrix gate_up, const void* d_out, Dtype dtype, void* d_gate_up, void* out,
                                    cudaStream_t stream);
 
 // Floats of workspace the column sums below need (one row of partial sums per
@@ -36,9 +37,12 @@ int64_t column_sum_workspace_floats(int64_t rows, int64_t cols);
 cudaError_t launch_column_sum(Matrix g, Dtype dtype, float* workspace, void* bias_grad, cudaStream_t stream);
 
 // dh = dy * gelu_tanh'(h) (contiguous [rows, cols], rounded to dtype) and
-// bias_grad[c] = sum over rows of the rounded dh[r, c]. dy and h contiguous.
+// bias_grad[c] = sum over rows of the rounded dh[r, c]. dy and h contiguous;
+// dh may be dy (in place). With gelu_h (else null), also gelu_tanh(h) there,
+// recomputed for a backward that did not keep it.
 cudaError_t launch_gelu_tanh_backward_bias(const void* dy, const void* h, int64_t rows, int64_t cols, Dtype dtype,
-                                           void* dh, float* workspace, void* bias_grad, cudaStream_t stream);
+                                           void* dh, void* gelu_h, float* workspace, void* bias_grad,
+                                           cudaStream_t stream);
 
 // LayerNorm's input gradient plus the residual gradient, one block a row:
 // dh[r] = dh_ext[r] + rstd (g - mean(g) - xhat mean(g xhat)), g = dy * gamma,

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "stratum/core/error.h"
+#include "stratum/nn/linear.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
 
@@ -16,6 +17,13 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// t's sizes with the last one replaced.
+std::vector<int64_t> with_last(const at::Tensor& t, int64_t last) {
+  std::vector<int64_t> sizes = t.sizes().vec();
+  sizes.back() = last;
+  return sizes;
+}
 
 #ifdef STRATUM_WITH_CUDA_KERNELS
 bool kernel_dtype(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf || t == at::kFloat; }
@@ -52,48 +60,73 @@ at::Tensor column_sum_workspace(const at::Tensor& like, int64_t rows, int64_t co
   return at::empty({cuda::column_sum_workspace_floats(rows, cols)}, like.options().dtype(at::kFloat));
 }
 
-std::vector<int64_t> with_last(const at::Tensor& t, int64_t last) {
-  std::vector<int64_t> sizes = t.sizes().vec();
-  sizes.back() = last;
-  return sizes;
-}
 #endif
+
+// silu(gate) * up of gate_up = [..., 2F]: [..., F].
+at::Tensor swiglu_value(const at::Tensor& gate_up) {
+  const int64_t f = gate_up.size(-1) / 2;
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  if (use_kernels({&gate_up})) {
+    c10::cuda::CUDAGuard guard(gate_up.device());
+    at::Tensor out = at::empty(with_last(gate_up, f), gate_up.options());
+    check_launch(cuda::launch_swiglu_forward(matrix_of(gate_up), dtype_of(gate_up), out.data_ptr(), stream()),
+                 "swiglu forward");
+    return out;
+  }
+#endif
+  return at::silu(gate_up.narrow(-1, 0, f)) * gate_up.narrow(-1, f, f);
+}
+
+// The gradient [..., 2F] of swiglu_value at gate_up for d_out [..., F]; with
+// `value`, also sets *value to swiglu_value(gate_up) (on a GPU from the same
+// pass: one more store).
+at::Tensor swiglu_grad(const at::Tensor& gate_up, const at::Tensor& d_out_any, at::Tensor* value) {
+  const at::Tensor d_out = d_out_any.contiguous();
+  const int64_t f = gate_up.size(-1) / 2;
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  if (use_kernels({&gate_up, &d_out})) {
+    c10::cuda::CUDAGuard guard(gate_up.device());
+    at::Tensor d_gate_up = at::empty_like(gate_up);
+    if (value) *value = at::empty(with_last(gate_up, f), gate_up.options());
+    check_launch(cuda::launch_swiglu_backward(matrix_of(gate_up), d_out.const_data_ptr(), dtype_of(gate_up),
+                                              d_gate_up.data_ptr(), value ? value->data_ptr() : nullptr, stream()),
+                 "swiglu backward");
+    return d_gate_up;
+  }
+#endif
+  if (value) *value = swiglu_value(gate_up);
+  // In fp32, rounded once per output: what the kernel computes.
+  const at::Tensor g = gate_up.narrow(-1, 0, f).to(at::kFloat), u = gate_up.narrow(-1, f, f).to(at::kFloat);
+  const at::Tensor d = d_out.to(at::kFloat), s = at::sigmoid(g);
+  const at::Tensor d_gate = d * u * s * (1 + g * (1 - s)), d_up = d * g * s;
+  return at::cat({d_gate, d_up}, -1).to(gate_up.scalar_type());
+}
 
 struct SwiGLU : torch::autograd::Function<SwiGLU> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up) {
     ctx->save_for_backward({gate_up});
-    const int64_t f = gate_up.size(-1) / 2;
-#ifdef STRATUM_WITH_CUDA_KERNELS
-    if (use_kernels({&gate_up})) {
-      c10::cuda::CUDAGuard guard(gate_up.device());
-      at::Tensor out = at::empty(with_last(gate_up, f), gate_up.options());
-      check_launch(cuda::launch_swiglu_forward(matrix_of(gate_up), dtype_of(gate_up), out.data_ptr(), stream()),
-                   "swiglu forward");
-      return out;
-    }
-#endif
-    return at::silu(gate_up.narrow(-1, 0, f)) * gate_up.narrow(-1, f, f);
+    return swiglu_value(gate_up);
   }
-
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const at::Tensor gate_up = ctx->get_saved_variables()[0];
-    const at::Tensor d_out = grads[0].contiguous();
-    const int64_t f = gate_up.size(-1) / 2;
-#ifdef STRATUM_WITH_CUDA_KERNELS
-    if (use_kernels({&gate_up, &d_out})) {
-      c10::cuda::CUDAGuard guard(gate_up.device());
-      at::Tensor d_gate_up = at::empty_like(gate_up);
-      check_launch(cuda::launch_swiglu_backward(matrix_of(gate_up), d_out.const_data_ptr(), dtype_of(gate_up),
-                                                d_gate_up.data_ptr(), stream()),
-                   "swiglu backward");
-      return {d_gate_up};
-    }
-#endif
-    // In fp32, rounded once per output: what the kernel computes.
-    const at::Tensor g = gate_up.narrow(-1, 0, f).to(at::kFloat), u = gate_up.narrow(-1, f, f).to(at::kFloat);
-    const at::Tensor d = d_out.to(at::kFloat), s = at::sigmoid(g);
-    const at::Tensor d_gate = d * u * s * (1 + g * (1 - s)), d_up = d * g * s;
-    return {at::cat({d_gate, d_up}, -1).to(gate_up.scalar_type())};
+    return {swiglu_grad(ctx->get_saved_variables()[0], grads[0], nullptr)};
+  }
+};
+
+// swiglu(gate_up) W_downᵀ saving gate_up and the weight, not swiglu's output:
+// the backward recomputes that in the pass of swiglu's gradient, for W_down's.
+struct SwiGLULinear : torch::autograd::Function<SwiGLULinear> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up, const at::Tensor& w) {
+    ctx->save_for_backward({gate_up, w});  // the weight parameter itself (see nn/linear.h)
+    return at::linear(swiglu_value(gate_up), w);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &gate_up = saved[0], &w = saved[1];
+    const at::Tensor dy2 = grads[0].reshape({-1, grads[0].size(-1)}).contiguous();
+    at::Tensor value;  // [..., F]
+    const at::Tensor d_gate_up = swiglu_grad(gate_up, dy2.mm(w).view(with_last(gate_up, w.size(1))), &value);
+    const at::Tensor dw = ctx->needs_input_grad(1) ? weight_grad(w, dy2, value.reshape({-1, w.size(1)})) : at::Tensor();
+    return {d_gate_up, dw};
   }
 };
 
@@ -117,8 +150,8 @@ struct LinearBiasGelu : torch::autograd::Function<LinearBiasGelu> {
       db = at::empty({f}, h.options());
       const at::Tensor workspace = column_sum_workspace(h, rows, f);
       check_launch(cuda::launch_gelu_tanh_backward_bias(dy.const_data_ptr(), h.const_data_ptr(), rows, f, dtype_of(h),
-                                                        dh.data_ptr(), workspace.data_ptr<float>(), db.data_ptr(),
-                                                        stream()),
+                                                        dh.data_ptr(), nullptr, workspace.data_ptr<float>(),
+                                                        db.data_ptr(), stream()),
                    "gelu backward");
     }
 #endif
@@ -131,6 +164,54 @@ struct LinearBiasGelu : torch::autograd::Function<LinearBiasGelu> {
     if (ctx->needs_input_grad(0)) gx = dh.matmul(w);
     if (ctx->needs_input_grad(1)) gw = dh2.t().mm(x.reshape({rows, x.size(-1)}));
     return {gx, gw, ctx->needs_input_grad(2) ? db : at::Tensor()};
+  }
+};
+
+// GPT-2's MLP, gelu_tanh(x W1ᵀ + b1) W2ᵀ + b2, saving x, h = x W1ᵀ + b1 and
+// the weights, not gelu(h): the backward recomputes gelu(h) for W2's
+// gradient, on a GPU in the pass that turns gelu(h)'s gradient into h's (in
+// place) and sums b1's.
+struct GeluMLP : torch::autograd::Function<GeluMLP> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
+                            const at::Tensor& w2, const at::Tensor& b2) {
+    const at::Tensor h = at::linear(x, w1, b1);
+    ctx->save_for_backward({x, w1, h, w2});  // the weight parameters themselves (see nn/linear.h)
+    return at::linear(at::gelu(h, "tanh"), w2, b2);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w1 = saved[1], &w2 = saved[3];
+    const int64_t f = saved[2].size(-1), rows = f == 0 ? 0 : saved[2].numel() / f;
+    const at::Tensor h = saved[2].reshape({rows, f});
+    const at::Tensor dy2 = grads[0].reshape({rows, grads[0].size(-1)}).contiguous();
+    at::Tensor dh = dy2.mm(w2);  // gelu(h)'s gradient; h's after the next step
+    at::Tensor act, db1;         // gelu(h), b1's gradient
+#ifdef STRATUM_WITH_CUDA_KERNELS
+    if (use_kernels({&h, &dh})) {
+      c10::cuda::CUDAGuard guard(h.device());
+      act = at::empty_like(h);
+      db1 = at::empty({f}, h.options());
+      const at::Tensor workspace = column_sum_workspace(h, rows, f);
+      check_launch(cuda::launch_gelu_tanh_backward_bias(dh.const_data_ptr(), h.const_data_ptr(), rows, f, dtype_of(h),
+                                                        dh.data_ptr(), act.data_ptr(), workspace.data_ptr<float>(),
+                                                        db1.data_ptr(), stream()),
+                   "gelu backward");
+    }
+#endif
+    if (!act.defined()) {
+      act = at::gelu(h, "tanh");
+      dh = at::gelu_backward(dh, h, "tanh");
+      db1 = bias_grad(dh);
+    }
+    variable_list out(5);
+    if (ctx->needs_input_grad(3)) out[3] = weight_grad(w2, dy2, act);
+    if (ctx->needs_input_grad(4)) out[4] = bias_grad(dy2);
+    act.reset();  // freed before the products below allocate theirs
+    if (ctx->needs_input_grad(0)) out[0] = dh.mm(w1).view(x.sizes());
+    if (ctx->needs_input_grad(1)) out[1] = weight_grad(w1, dh, x.reshape({rows, x.size(-1)}));
+    if (ctx->needs_input_grad(2)) out[2] = db1;
+    return out;
   }
 };
 
@@ -305,6 +386,26 @@ at::Tensor swiglu(const at::Tensor& gate_up) {
 at::Tensor linear_bias_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!bias.defined()) throw Error("linear_bias_gelu: the bias is undefined (use at::gelu(nn::linear(x, w)))");
   return LinearBiasGelu::apply(x, weight, bias);
+}
+
+at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2,
+                    const at::Tensor& b2) {
+  const auto shape = [](const at::Tensor& t) { return t.defined() ? c10::str(t.sizes()) : std::string("undefined"); };
+  if (!x.defined() || !w1.defined() || !b1.defined() || !w2.defined() || !b2.defined() || x.dim() < 1 ||
+      w1.dim() != 2 || w2.dim() != 2 || w1.size(1) != x.size(-1) || b1.dim() != 1 || b1.size(0) != w1.size(0) ||
+      w2.size(1) != w1.size(0) || b2.dim() != 1 || b2.size(0) != w2.size(0))
+    throw Error("gelu_mlp: need x [..., C], w1 [F, C], b1 [F], w2 [C', F], b2 [C']; got x " + shape(x) + ", w1 " +
+                shape(w1) + ", b1 " + shape(b1) + ", w2 " + shape(w2) + ", b2 " + shape(b2));
+  return GeluMLP::apply(x, w1, b1, w2, b2);
+}
+
+at::Tensor swiglu_linear(const at::Tensor& gate_up, const at::Tensor& w_down) {
+  if (!gate_up.defined() || gate_up.dim() < 1 || gate_up.size(-1) % 2 != 0 || !w_down.defined() ||
+      w_down.dim() != 2 || w_down.size(1) * 2 != gate_up.size(-1))
+    throw Error("swiglu_linear: need gate_up [..., 2F] and w_down [C, F]; got gate_up " +
+                (gate_up.defined() ? c10::str(gate_up.sizes()) : std::string("undefined")) + ", w_down " +
+                (w_down.defined() ? c10::str(w_down.sizes()) : std::string("undefined")));
+  return SwiGLULinear::apply(gate_up, w_down);
 }
 
 at::Tensor bias_grad(const at::Tensor& g) {

@@ -17,6 +17,17 @@ at::Tensor swiglu(const at::Tensor& gate_up);
 // GELU derivative and the bias gradient in one pass over the pre-activation.
 at::Tensor linear_bias_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
+// The MLPs with their activation's output not kept for backward (ffn
+// elements a token and layer; a third of the MLP's saved activations for
+// SwiGLU, half for GELU): the backward recomputes it, on a GPU in the pass
+// that computes the activation's derivative (one more store). Same values as
+// the separate ops; the weights' gradients go to their sinks (nn/linear.h).
+// gelu_tanh(x W1ᵀ + b1) W2ᵀ + b2: saves x and the pre-activation.
+at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2,
+                    const at::Tensor& b2);
+// swiglu(gate_up) W_downᵀ: saves gate_up.
+at::Tensor swiglu_linear(const at::Tensor& gate_up, const at::Tensor& w_down);
+
 // RoPE: x * cos + rotate_half(x) * sin for x [..., seq, head_dim] and
 // constant cos/sin [seq, head_dim] (no gradient for them); its backward is
 // the rotation's transpose, one kernel each way on a GPU.

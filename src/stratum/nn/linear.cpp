@@ -101,6 +101,15 @@ std::vector<at::Tensor> write_weight_grads(const std::vector<at::Tensor>& weight
   return stand_ins;
 }
 
+}  // namespace
+
+at::Tensor weight_grad(const at::Tensor& weight, const at::Tensor& g2, const at::Tensor& x2) {
+  const std::vector<at::Tensor> written = write_weight_grads({weight}, g2, x2);
+  return written.empty() ? g2.t().mm(x2) : written.front();
+}
+
+namespace {
+
 // Gradients of y = x Wᵀ (+ b) from the saved input and the weight as it is now.
 variable_list linear_backward(AutogradContext* ctx, const at::Tensor& grad, bool with_bias) {
   const auto saved = ctx->get_saved_variables();
@@ -109,11 +118,7 @@ variable_list linear_backward(AutogradContext* ctx, const at::Tensor& grad, bool
   const at::Tensor g2 = grad.reshape({-1, grad.size(-1)});
   at::Tensor gx, gw, gb;
   if (ctx->needs_input_grad(0)) gx = grad.matmul(w);
-  if (ctx->needs_input_grad(1)) {
-    const at::Tensor x2 = x.reshape({-1, x.size(-1)});
-    const std::vector<at::Tensor> written = write_weight_grads({w}, g2, x2);
-    gw = written.empty() ? g2.t().mm(x2) : written.front();
-  }
+  if (ctx->needs_input_grad(1)) gw = weight_grad(w, g2, x.reshape({-1, x.size(-1)}));
   if (with_bias && ctx->needs_input_grad(2)) gb = bias_grad(g2.contiguous());
   return with_bias ? variable_list{gx, gw, gb} : variable_list{gx, gw};
 }

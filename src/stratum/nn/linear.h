@@ -49,6 +49,12 @@ class WeightGradSink {
   virtual void weight_grad_written(const at::Tensor& weight) = 0;
 };
 
+// The gradient g2ᵀ x2 of `weight` [out, in] (g2 [rows, out], x2 [rows, in])
+// for an autograd function's backward: written into the weight's sink where
+// one is registered (returning autograd's stand-in), else the product. For
+// fused functions outside this file that run a linear themselves.
+at::Tensor weight_grad(const at::Tensor& weight, const at::Tensor& g2, const at::Tensor& x2);
+
 // While registered, linear()'s and linear_stacked()'s backward for `weight`
 // (the parameter, by identity) go to `sink`. One sink a weight.
 void register_weight_grad_sink(const at::Tensor& weight, WeightGradSink* sink);

@@ -7,18 +7,21 @@
 
 namespace stratum::nn {
 
-GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout)
-    : torch::nn::Module("GeluMLP"), dropout(dropout) {
+GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, bool recompute_activation)
+    : torch::nn::Module("GeluMLP"), dropout(dropout), recompute_activation(recompute_activation) {
   c_fc = register_module("c_fc", torch::nn::Linear(hidden, ffn_hidden));
   c_proj = register_module("c_proj", torch::nn::Linear(ffn_hidden, hidden));
 }
 
 at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
-  at::Tensor y = nn::linear(nn::linear_bias_gelu(x, c_fc->weight, c_fc->bias), c_proj->weight, c_proj->bias);
+  at::Tensor y = recompute_activation
+                     ? nn::gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias)
+                     : nn::linear(nn::linear_bias_gelu(x, c_fc->weight, c_fc->bias), c_proj->weight, c_proj->bias);
   return is_training() && dropout > 0 ? at::dropout(y, dropout, /*train=*/true) : y;
 }
 
-SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden) : torch::nn::Module("SwiGLUMLP") {
+SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_activation)
+    : torch::nn::Module("SwiGLUMLP"), recompute_activation(recompute_activation) {
   auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
   gate_proj = register_module("gate_proj", linear(hidden, ffn_hidden));
   up_proj = register_module("up_proj", linear(hidden, ffn_hidden));
@@ -27,7 +30,9 @@ SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden) : torch::nn::Mo
 
 at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
   // Gate and up projections as one GEMM over the stacked weights.
-  return nn::linear(nn::swiglu(nn::linear_stacked(x, {gate_proj->weight, up_proj->weight})), down_proj->weight);
+  const at::Tensor gate_up = nn::linear_stacked(x, {gate_proj->weight, up_proj->weight});
+  return recompute_activation ? nn::swiglu_linear(gate_up, down_proj->weight)
+                              : nn::linear(nn::swiglu(gate_up), down_proj->weight);
 }
 
 }  // namespace stratum::nn
