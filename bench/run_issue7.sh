@@ -31,6 +31,8 @@
 #       | matrix-rest (the cells no call had run: llama-1b seq 1024 on 2 GPUs (ZeRO 0-3 vs compiled DDP and FSDP2)
 #       |   and on 1 GPU, gpt2-350m seq 2048 on 1 GPU, each vs compiled torch; gpt2-1.3b ZeRO-3 with
 #       |   recompute_mlp_activation vs compiled FSDP2)
+#       | s17-last (gpt2-1.3b seq 2048 ZeRO 0-3 vs compiled DDP and FSDP2; gpt2-1.3b ZeRO-3 with
+#       |   recompute_mlp_activation vs compiled FSDP2)
 #       | z3-next (branch wip/fusion-stage3, one call: ZeRO GPU tests; gpt2-1.3b ZeRO-3 fused, unfused and at max_live 8e8/6e8/4e8, llama-1b ZeRO-3 fused and unfused, each vs compiled FSDP2)
 #       | z3-live (gpt2-1.3b ZeRO-3 with stage3_max_live_parameters 1e9 (default), 8e8, 6e8, 4e8 vs compiled FSDP2: the speed at FSDP2's memory)
 #       | 350m-2048 (gpt2-350m at seq 2048, positions grown to 2048 on both sides: ZeRO 2, 3 vs compiled DDP)
@@ -193,6 +195,10 @@ case "${1:-}" in
     STAGES=2 PEERS="" STRATUM_FLAGS="--set recompute_mlp_activation=true" m 30 llama-1b 2048 4 2
     echo "== recompute_mlp_activation=false"
     STAGES=2 PEERS="" STRATUM_FLAGS="--set recompute_mlp_activation=false" m 30 llama-1b 2048 4 2 ;;
+  s17-last)  # gpt2-1.3b seq 2048 with the current code; ZeRO-3 at FSDP2's memory again
+    STAGES="0 1 2 3" PEERS="ddp-compile fsdp2-compile" m 260 gpt2-1.3b 2048 4 2
+    echo "== recompute_mlp_activation=true"
+    STAGES=3 PEERS="fsdp2-compile" STRATUM_FLAGS="--set recompute_mlp_activation=true" m 150 gpt2-1.3b 1024 8 2 ;;
   matrix-rest)
     STAGES="0 1 2 3" PEERS="ddp-compile fsdp2-compile" m 240 llama-1b 1024 8 2
     STAGES=0 PEERS="single-compile" m 90 llama-1b 1024 8 1
