@@ -263,7 +263,8 @@ TEST(Models, RecomputedMlpActivationGivesTheSameGradients) {
     ASSERT_FALSE(keeping->config().recompute_mlp_activation);
     randomize(*recomputing, 11);
     randomize(*keeping, 11);
-    const at::Tensor tokens = tokens_for(recomputing->config(), 2, 16, 12), targets = tokens_for(recomputing->config(), 2, 16, 13);
+    const at::Tensor tokens = tokens_for(recomputing->config(), 2, 16, 12);
+    const at::Tensor targets = tokens_for(recomputing->config(), 2, 16, 13);
     const at::Tensor loss = recomputing->forward(tokens, targets), kept_loss = keeping->forward(tokens, targets);
     EXPECT_EQ(loss.item<double>(), kept_loss.item<double>());
     loss.backward();

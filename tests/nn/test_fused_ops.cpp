@@ -195,8 +195,9 @@ TEST(FusedOps, RecomputingMlpsKeepLessForBackward) {
     return kept;
   };
   const at::Tensor x = torch::randn({rows, c}, opts).requires_grad_(true);
-  const at::Tensor w1 = (torch::randn({f, c}, opts) * 0.05).requires_grad_(true), b1 = torch::zeros({f}, opts).requires_grad_(true);
-  const at::Tensor w2 = (torch::randn({c, f}, opts) * 0.05).requires_grad_(true), b2 = torch::zeros({c}, opts).requires_grad_(true);
+  const at::Tensor w1 = (torch::randn({f, c}, opts) * 0.05).requires_grad_(true);
+  const at::Tensor w2 = (torch::randn({c, f}, opts) * 0.05).requires_grad_(true);
+  const at::Tensor b1 = torch::zeros({f}, opts).requires_grad_(true), b2 = torch::zeros({c}, opts).requires_grad_(true);
   EXPECT_EQ(kept_by([&] { return nn::gelu_mlp(x, w1, b1, w2, b2); }), act_bytes);  // h
   EXPECT_EQ(kept_by([&] { return nn::linear_bias_gelu(x, w1, b1).matmul(w2.t()); }), 2 * act_bytes);  // h, gelu(h)
   const at::Tensor gate_up = (torch::randn({rows, 2 * f}, opts)).requires_grad_(true);

@@ -62,7 +62,8 @@ ModelConfig preset(const std::string& name);
 // Sets one field from text ("layers", "hidden", "heads", "kv_heads", "ffn_hidden",
 // "vocab_size", "max_seq_len", "rope_theta", "norm_eps", "init_std", "dropout",
 // "tie_embeddings", "rope_scaling_factor", "rope_low_freq_factor",
-// "rope_high_freq_factor", "rope_original_max_seq_len", "recompute_mlp_activation"); throws stratum::Error naming the key and the value.
+// "rope_high_freq_factor", "rope_original_max_seq_len", "recompute_mlp_activation");
+// throws stratum::Error naming the key and the value.
 void apply_override(ModelConfig& config, const std::string& key, const std::string& value);
 // The override keys apply_override accepts.
 std::vector<std::string> override_keys();

@@ -65,7 +65,8 @@ double estimate_activation_bytes(const EstimateInput& in) {
   // sbh bytes less the 2 of dropout masks; recomputing it: 12h.
   const double kv = in.heads > 0 && in.kv_heads > 0 ? h * static_cast<double>(in.kv_heads) / in.heads : h;
   const double ffn = in.ffn > 0 ? static_cast<double>(in.ffn) : 4.0 * h;
-  const double per_token = 4.0 * h + h + 2.0 * kv + h + ((in.gated_mlp ? 2.0 : 1.0) + (in.mlp_activation_recomputed ? 0.0 : 1.0)) * ffn;
+  const double mlp = (in.gated_mlp ? 2.0 : 1.0) + (in.mlp_activation_recomputed ? 0.0 : 1.0);
+  const double per_token = 4.0 * h + h + 2.0 * kv + h + mlp * ffn;
   const double per_layer = w * s * b * per_token;
   const double layers = in.activation_checkpointing ? L * w * s * b * h + per_layer  // inputs + one recomputed layer
                                                     : L * per_layer;

@@ -17,8 +17,9 @@ struct EstimateInput {
   int64_t layers = 0, hidden = 0, heads = 0, vocab = 0;  // for activations (0: not estimated)
   int64_t kv_heads = 0;     // grouped-query attention (0: as heads)
   int64_t ffn = 0;          // MLP inner size (0: 4 x hidden)
-  bool gated_mlp = false;   // SwiGLU (LLaMA): gate and up (stacked) are kept, and their product
-  bool mlp_activation_recomputed = false;  // and not its output (ModelConfig::recompute_mlp_activation)
+  bool gated_mlp = false;   // SwiGLU (LLaMA): gate and up (stacked) are kept
+  // The MLP's activation output is not kept (ModelConfig::recompute_mlp_activation).
+  bool mlp_activation_recomputed = false;
   // Bytes a logit holds at the loss. 0: this build's loss on a GPU (the fused
   // cross-entropy: the 16-bit logits and their gradient, plus the LM head's
   // padded copy of the gradient when the vocabulary is not a multiple of 64).

@@ -375,7 +375,8 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     if (!unit.staging.defined()) unit.staging = new_staging(u);  // first: a new buffer resets staged_
     *accumulate = staged_[index] || fused_[index];
     const ParamSlot& slot = layout_.params()[index];
-    return unit.staging.narrow(0, slot.offset - layout_.buckets()[u].offset, slot.numel).view(layout_.specs()[index].shape);
+    return unit.staging.narrow(0, slot.offset - layout_.buckets()[u].offset, slot.numel)
+        .view(layout_.specs()[index].shape);
   }
 
   void reduce_unit(int u) {
