@@ -130,6 +130,37 @@ struct SwiGLULinear : torch::autograd::Function<SwiGLULinear> {
   }
 };
 
+struct GeluGrads {
+  at::Tensor dh, db, act;
+};
+
+// h's gradient dh = dy * gelu_tanh'(h) and the bias gradient (dh summed over
+// rows) in one pass on a GPU; with `recompute`, gelu_tanh(h) too (from the
+// same pass). `in_place`: dh is written over dy (a buffer the caller owns).
+GeluGrads gelu_tanh_backward(const at::Tensor& dy, const at::Tensor& h, bool in_place, bool recompute) {
+  const int64_t f = h.size(-1), rows = f == 0 ? 0 : h.numel() / f;
+  GeluGrads g;
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  if (use_kernels({&h, &dy})) {
+    c10::cuda::CUDAGuard guard(h.device());
+    g.dh = in_place ? dy : at::empty_like(h);
+    g.db = at::empty({f}, h.options());
+    if (recompute) g.act = at::empty_like(h);
+    const at::Tensor workspace = column_sum_workspace(h, rows, f);
+    check_launch(cuda::launch_gelu_tanh_backward_bias(dy.const_data_ptr(), h.const_data_ptr(), rows, f, dtype_of(h),
+                                                      g.dh.data_ptr(), recompute ? g.act.data_ptr() : nullptr,
+                                                      workspace.data_ptr<float>(), g.db.data_ptr(), stream()),
+                 "gelu backward");
+    return g;
+  }
+#endif
+  (void)in_place;  // ATen's backward writes a new tensor
+  g.dh = at::gelu_backward(dy, h, "tanh");
+  g.db = bias_grad(g.dh.reshape({rows, f}));
+  if (recompute) g.act = at::gelu(h, "tanh");
+  return g;
+}
+
 struct LinearBiasGelu : torch::autograd::Function<LinearBiasGelu> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
     const at::Tensor h = at::linear(x, w, b);
@@ -142,23 +173,7 @@ struct LinearBiasGelu : torch::autograd::Function<LinearBiasGelu> {
     const at::Tensor &x = saved[0], &w = saved[1], &h = saved[2];
     const at::Tensor dy = grads[0].contiguous();
     const int64_t f = h.size(-1), rows = f == 0 ? 0 : h.numel() / f;
-    at::Tensor dh, db;
-#ifdef STRATUM_WITH_CUDA_KERNELS
-    if (use_kernels({&h, &dy})) {
-      c10::cuda::CUDAGuard guard(h.device());
-      dh = at::empty_like(h);
-      db = at::empty({f}, h.options());
-      const at::Tensor workspace = column_sum_workspace(h, rows, f);
-      check_launch(cuda::launch_gelu_tanh_backward_bias(dy.const_data_ptr(), h.const_data_ptr(), rows, f, dtype_of(h),
-                                                        dh.data_ptr(), nullptr, workspace.data_ptr<float>(),
-                                                        db.data_ptr(), stream()),
-                   "gelu backward");
-    }
-#endif
-    if (!dh.defined()) {
-      dh = at::gelu_backward(dy, h, "tanh");
-      db = bias_grad(dh.reshape({rows, f}));
-    }
+    const auto [dh, db, unused] = gelu_tanh_backward(dy, h, /*in_place=*/false, /*recompute=*/false);
     const at::Tensor dh2 = dh.reshape({rows, f});
     at::Tensor gx, gw;
     if (ctx->needs_input_grad(0)) gx = dh.matmul(w);
@@ -185,25 +200,8 @@ struct GeluMLP : torch::autograd::Function<GeluMLP> {
     const int64_t f = saved[2].size(-1), rows = f == 0 ? 0 : saved[2].numel() / f;
     const at::Tensor h = saved[2].reshape({rows, f});
     const at::Tensor dy2 = grads[0].reshape({rows, grads[0].size(-1)}).contiguous();
-    at::Tensor dh = dy2.mm(w2);  // gelu(h)'s gradient; h's after the next step
-    at::Tensor act, db1;         // gelu(h), b1's gradient
-#ifdef STRATUM_WITH_CUDA_KERNELS
-    if (use_kernels({&h, &dh})) {
-      c10::cuda::CUDAGuard guard(h.device());
-      act = at::empty_like(h);
-      db1 = at::empty({f}, h.options());
-      const at::Tensor workspace = column_sum_workspace(h, rows, f);
-      check_launch(cuda::launch_gelu_tanh_backward_bias(dh.const_data_ptr(), h.const_data_ptr(), rows, f, dtype_of(h),
-                                                        dh.data_ptr(), act.data_ptr(), workspace.data_ptr<float>(),
-                                                        db1.data_ptr(), stream()),
-                   "gelu backward");
-    }
-#endif
-    if (!act.defined()) {
-      act = at::gelu(h, "tanh");
-      dh = at::gelu_backward(dh, h, "tanh");
-      db1 = bias_grad(dh);
-    }
+    // gelu(h)'s gradient dy2 W2, turned into h's in place; gelu(h) recomputed.
+    auto [dh, db1, act] = gelu_tanh_backward(dy2.mm(w2), h, /*in_place=*/true, /*recompute=*/true);
     variable_list out(5);
     if (ctx->needs_input_grad(3)) out[3] = weight_grad(w2, dy2, act);
     if (ctx->needs_input_grad(4)) out[4] = bias_grad(dy2);
