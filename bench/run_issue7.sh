@@ -37,6 +37,7 @@
 #       | z3-live (gpt2-1.3b ZeRO-3 with stage3_max_live_parameters 1e9 (default), 8e8, 6e8, 4e8 vs compiled FSDP2: the speed at FSDP2's memory)
 #       | 350m-2048 (gpt2-350m at seq 2048, positions grown to 2048 on both sides: ZeRO 2, 3 vs compiled DDP)
 #       | 350m-2048-01 (the same cell at ZeRO 0 and 1)
+#       | 350m-2048-profile (gpt2-350m seq 2048 on one GPU traced, Stratum vs compiled torch; not run yet)
 #       | z3-final (ZeRO-3 vs compiled FSDP2 on gpt2-1.3b and llama-1b, the current code)
 #       | s16-first (SDPA backends' attention timed during the build; ZeRO GPU tests; gpt2-1.3b ZeRO 0-2, llama-1b ZeRO 0, 2 vs compiled DDP)
 #       | wgrad-fusion (ZeRO-3 suite on GPUs; gpt2-1.3b and llama-1b ZeRO 0-1 with and without gradient_accumulation_fusion)
@@ -214,6 +215,10 @@ case "${1:-}" in
     done ;;
   350m-2048) STAGES="2 3" PEERS="ddp-compile" STRATUM_FLAGS="--set max_seq_len=2048" m 200 gpt2-350m 2048 8 2 ;;
   350m-2048-01) STAGES="0 1" PEERS="ddp-compile" STRATUM_FLAGS="--set max_seq_len=2048" m 150 gpt2-350m 2048 8 2 ;;
+  350m-2048-profile)  # why seq 2048 gains less: one step of each traced on one GPU, kernels summed
+    STRATUM_FLAGS="--set max_seq_len=2048" timeout 200 bash bench/run_profiles.sh gpt2-350m 2048 8 0 build-device \
+      "$out" --compile >"$out/profile_350m_2048.txt" 2>&1
+    cat "$out/profile_350m_2048.txt" ;;
   z3-final)
     STAGES=3 PEERS="fsdp2-compile" m 150 gpt2-1.3b 1024 8 2
     STAGES=3 PEERS="fsdp2-compile" m 200 llama-1b 2048 4 2 ;;
