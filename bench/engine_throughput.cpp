@@ -261,6 +261,11 @@ void run(const dist::DistContext& ctx, const Options& o) {
                         {"exposed_comm_s", exposed / o.steps},
                         {"overlap_param_gather", gather_overlapped},
                         {"zero_extra", o.zero_extra}};
+  if (!o.overrides.empty()) {  // --set: the model settings the row ran with (max_seq_len, recompute_mlp_activation)
+    nlohmann::ordered_json set = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : o.overrides) set[key] = value;
+    out["model_set"] = set;
+  }
   if (ctx.rank == 0) std::printf("%s\n", out.dump().c_str());
   if (!o.profile.empty()) {
     PhaseTimeline untimed(ctx.gpu_world != nullptr);
