@@ -218,6 +218,15 @@ TEST(MemoryEstimator, ProgramPrintsEveryStage) {
   while ((n = std::fread(buf, 1, sizeof buf, q)) > 0) out.append(buf, n);
   EXPECT_EQ(WEXITSTATUS(::pclose(q)), 0) << out;
   EXPECT_NE(out.find("activations:"), std::string::npos) << out;
+  const std::string plain = out;
+  FILE* recomputing = ::popen((std::string(STRATUM_BIN_DIR) +
+                               "/stratum-estimate --model gpt2-124m --num_gpus 2 --micro-batch 8"
+                               " --set recompute_mlp_activation=true 2>&1").c_str(), "r");
+  out.clear();
+  while ((n = std::fread(buf, 1, sizeof buf, recomputing)) > 0) out.append(buf, n);
+  EXPECT_EQ(WEXITSTATUS(::pclose(recomputing)), 0) << out;
+  EXPECT_NE(out.find("no checkpointing, MLP activation recomputed)"), std::string::npos) << out;
+  EXPECT_NE(out, plain);  // fewer GiB of activations
   FILE* r = ::popen((std::string(STRATUM_BIN_DIR) + "/stratum-estimate 2>&1").c_str(), "r");
   out.clear();
   while ((n = std::fread(buf, 1, sizeof buf, r)) > 0) out.append(buf, n);

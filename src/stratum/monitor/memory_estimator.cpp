@@ -95,9 +95,10 @@ std::string format_estimate(const EstimateInput& in) {
   }
   const double act = estimate_activation_bytes(in);
   if (act > 0) {
-    std::snprintf(line, sizeof line, "  activations: %.2f GiB per GPU (micro-batch %lld, seq %lld, %s)\n", gib(act),
+    std::snprintf(line, sizeof line, "  activations: %.2f GiB per GPU (micro-batch %lld, seq %lld, %s%s)\n", gib(act),
                   (long long)in.micro_batch, (long long)in.seq_len,
-                  in.activation_checkpointing ? "activation checkpointing" : "no checkpointing");
+                  in.activation_checkpointing ? "activation checkpointing" : "no checkpointing",
+                  in.mlp_activation_recomputed ? ", MLP activation recomputed" : "");
     out += line;
   }
   return out;
