@@ -38,6 +38,7 @@
 #       | 350m-2048 (gpt2-350m at seq 2048, positions grown to 2048 on both sides: ZeRO 2, 3 vs compiled DDP)
 #       | 350m-2048-01 (the same cell at ZeRO 0 and 1)
 #       | 350m-2048-profile (gpt2-350m seq 2048 on one GPU traced, Stratum vs compiled torch; not run yet)
+#       | s18-first (350m-2048-profile, then gpt2-1.3b seq 2048 ZeRO-3 recomputing vs compiled FSDP2; not run yet)
 #       | z3-final (ZeRO-3 vs compiled FSDP2 on gpt2-1.3b and llama-1b, the current code)
 #       | s16-first (SDPA backends' attention timed during the build; ZeRO GPU tests; gpt2-1.3b ZeRO 0-2, llama-1b ZeRO 0, 2 vs compiled DDP)
 #       | wgrad-fusion (ZeRO-3 suite on GPUs; gpt2-1.3b and llama-1b ZeRO 0-1 with and without gradient_accumulation_fusion)
@@ -215,6 +216,11 @@ case "${1:-}" in
     done ;;
   350m-2048) STAGES="2 3" PEERS="ddp-compile" STRATUM_FLAGS="--set max_seq_len=2048" m 200 gpt2-350m 2048 8 2 ;;
   350m-2048-01) STAGES="0 1" PEERS="ddp-compile" STRATUM_FLAGS="--set max_seq_len=2048" m 150 gpt2-350m 2048 8 2 ;;
+  s18-first)  # the last stop's open ends in one call: the seq-2048 profile, recomputing at seq 2048
+    STRATUM_FLAGS="--set max_seq_len=2048" timeout 200 bash bench/run_profiles.sh gpt2-350m 2048 8 0 build-device \
+      "$out" --compile >"$out/profile_350m_2048.txt" 2>&1
+    cat "$out/profile_350m_2048.txt"
+    STAGES=3 PEERS="fsdp2-compile" STRATUM_FLAGS="--set recompute_mlp_activation=true" m 170 gpt2-1.3b 2048 4 2 ;;
   350m-2048-profile)  # why seq 2048 gains less: one step of each traced on one GPU, kernels summed
     STRATUM_FLAGS="--set max_seq_len=2048" timeout 200 bash bench/run_profiles.sh gpt2-350m 2048 8 0 build-device \
       "$out" --compile >"$out/profile_350m_2048.txt" 2>&1
