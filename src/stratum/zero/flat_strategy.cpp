@@ -338,10 +338,19 @@ at::Tensor FlatStrategy::new_staging(int b) {
   return at::empty({s.numel}, at::TensorOptions().dtype(grad_dtype_).device(device_));
 }
 
-void FlatStrategy::stage_gradient(const at::Tensor& staging, int index, const at::Tensor& grad) {
-  c10::AutoGradMode no_grad(false);
+at::Tensor FlatStrategy::staging_slot(const at::Tensor& staging, int index) const {
   const ParamSlot& slot = layout_.params()[index];
-  at::Tensor mine = staging.narrow(0, slot.offset - layout_.buckets()[slot.bucket].offset, slot.numel);
+  return staging.narrow(0, slot.offset - layout_.buckets()[slot.bucket].offset, slot.numel);
+}
+
+void FlatStrategy::stage_gradient(const at::Tensor& staging, int index, const at::Tensor& grad) {
+  if (fused_[index]) {  // the GEMM wrote the slot already; grad is its unread stand-in
+    fused_[index] = 0;
+    staged_[index] = true;
+    return;
+  }
+  c10::AutoGradMode no_grad(false);
+  at::Tensor mine = staging_slot(staging, index);
   if (staged_[index]) mine.add_(grad.reshape(-1));
   else write_gradient(mine, grad.reshape(-1));
   staged_[index] = true;

@@ -117,7 +117,10 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink, public nn:
   // what no gradient wrote (padding, parameters backward did not reach) is
   // zeroed by zero_unstaged just before the reduction. No zero fill of whole
   // buckets (~2 ms a step on gpt2-1.3b).
+  // A fused GEMM (fused_destination) writes the range itself: staging it then
+  // only records that.
   at::Tensor new_staging(int b);
+  at::Tensor staging_slot(const at::Tensor& staging, int index) const;  // parameter index's range, flat
   void stage_gradient(const at::Tensor& staging, int index, const at::Tensor& grad);
   void zero_unstaged(const at::Tensor& staging, int b) const;
   // Stages 1/2: one optimizer segment per bucket (this rank's slice of it), and

@@ -42,13 +42,7 @@ class Stage2 : public FlatStrategy {
     c10::AutoGradMode no_grad(false);
     const ParamSlot& slot = layout_.params()[index];
     at::Tensor& p = params_[index];
-    // Fused: the GEMM wrote the staging slot; .grad is its unread stand-in.
-    if (fused_[index]) {
-      staged_[index] = true;
-      fused_[index] = 0;
-    } else {
-      stage_gradient(staging_for(slot.bucket), index, p.grad());
-    }
+    stage_gradient(staging_for(slot.bucket), index, p.grad());
     p.mutable_grad().reset();  // the full gradient is not kept
     if (count_ready(index) && options_.overlap_comm) {
       launch(slot.bucket);
@@ -85,10 +79,9 @@ class Stage2 : public FlatStrategy {
  private:
   // The parameter's range of its bucket's staging buffer (reduced each micro-step).
   at::Tensor fused_destination(int index, bool* accumulate) override {
-    const ParamSlot& slot = layout_.params()[index];
-    const at::Tensor& staging = staging_for(slot.bucket);  // first: a new buffer resets staged_
+    const at::Tensor& staging = staging_for(layout_.params()[index].bucket);  // first: a new buffer resets staged_
     *accumulate = staged_[index] || fused_[index];
-    return staging.narrow(0, slot.offset - layout_.buckets()[slot.bucket].offset, slot.numel).view(params_[index].sizes());
+    return staging_slot(staging, index).view(params_[index].sizes());
   }
 
   at::Tensor& staging_for(int b) {

@@ -179,13 +179,8 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     Unit& unit = units_[u];
     // In the wire's dtype (fp32 for 16-bit training over several ranks): the
     // reduce-scatter reads it as is, with no widening pass per layer.
-    if (fused_[index]) {  // the GEMM wrote the staging slot; .grad is its unread stand-in
-      staged_[index] = true;
-      fused_[index] = 0;
-    } else {
-      if (!unit.staging.defined()) unit.staging = new_staging(u);
-      stage_gradient(unit.staging, index, params_[index].grad());
-    }
+    if (!unit.staging.defined()) unit.staging = new_staging(u);
+    stage_gradient(unit.staging, index, params_[index].grad());
     params_[index].mutable_grad().reset();
     if (--unit.pending == 0) {
       reduce_unit(u);
@@ -374,9 +369,7 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     if (!armed_ || unit.persistent) return at::Tensor();
     if (!unit.staging.defined()) unit.staging = new_staging(u);  // first: a new buffer resets staged_
     *accumulate = staged_[index] || fused_[index];
-    const ParamSlot& slot = layout_.params()[index];
-    return unit.staging.narrow(0, slot.offset - layout_.buckets()[u].offset, slot.numel)
-        .view(layout_.specs()[index].shape);
+    return staging_slot(unit.staging, index).view(layout_.specs()[index].shape);
   }
 
   void reduce_unit(int u) {
