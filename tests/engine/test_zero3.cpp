@@ -11,6 +11,8 @@
 
 #include <torch/torch.h>
 
+#include <tuple>
+
 #include "../dist/dist_test_context.h"
 #include "dp_groups.h"
 #include "mlp.h"
@@ -445,11 +447,14 @@ TEST(GradientAccumulationFusion, MatchesUnfused) {
     const bool gpu = backend.device.is_cuda();
     if (gpu) EXPECT_TRUE(nn::fp32_product_of_16bit_available()) << "ATen's addmm.dtype_out is missing: no fusion";
     for (const std::string precision : gpu ? std::vector<std::string>{"fp32", "bf16"} : std::vector<std::string>{"fp32"})
-      for (const auto& [model, tied] : std::vector<std::pair<std::string, std::string>>{
-               {"tiny-gpt2", "true"}, {"tiny-llama", "false"}, {"tiny-llama", "true"}})
+      // Each model also with its MLP recomputing the activation (nn::gelu_mlp,
+      // nn::swiglu_linear: their weight gradients reach the sink through nn::weight_grad).
+      for (const auto& [model, tied, recompute] : std::vector<std::tuple<std::string, std::string, std::string>>{
+               {"tiny-gpt2", "true", "false"}, {"tiny-llama", "false", "false"}, {"tiny-llama", "true", "false"},
+               {"tiny-gpt2", "true", "true"}, {"tiny-llama", "false", "true"}})
         for (int stage : {0, 1, 2, 3})
           for (int gas : {1, 2}) {
-            Options o{model, {{"tie_embeddings", tied}}, stage, gas, precision};
+            Options o{model, {{"tie_embeddings", tied}, {"recompute_mlp_activation", recompute}}, stage, gas, precision};
             // Stage 3: no persistent unit, so every linear weight is gathered (and fused).
             const std::string base = stage == 3 ? R"(, "stage3_param_persistence_threshold": 0)" : "";
             o.zero_extra = base;
@@ -457,8 +462,8 @@ TEST(GradientAccumulationFusion, MatchesUnfused) {
             o.zero_extra = base + R"(, "gradient_accumulation_fusion": false)";
             expect_same_training(fused, train(o, backend.world, kSteps, backend.device),
                                  precision == "fp32" ? 1e-5 : 2e-2,
-                                 backend.name + " " + precision + " " + model + " tied " + tied + " stage " +
-                                     std::to_string(stage) + " gas " + std::to_string(gas));
+                                 backend.name + " " + precision + " " + model + " tied " + tied + " recompute " +
+                                     recompute + " stage " + std::to_string(stage) + " gas " + std::to_string(gas));
           }
   }
   struct Probe : nn::WeightGradSink {
