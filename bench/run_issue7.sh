@@ -38,6 +38,8 @@
 #       | 350m-2048 (gpt2-350m at seq 2048, positions grown to 2048 on both sides: ZeRO 2, 3 vs compiled DDP)
 #       | 350m-2048-01 (the same cell at ZeRO 0 and 1)
 #       | 350m-2048-profile (gpt2-350m seq 2048 on one GPU traced, Stratum vs compiled torch; not run yet)
+#       | s18-check (FusedOps GPU tests, zero3_np2|engine_np2, then 350m-2048-profile)
+#       | s18-pad (the logits' gradient read in place: gpt2-350m seq 2048 vs compiled torch and DDP; gpt2-1.3b ZeRO 0-1)
 #       | s18-first (350m-2048-profile, then gpt2-1.3b seq 2048 ZeRO-3 recomputing vs compiled FSDP2; not run yet)
 #       | z3-final (ZeRO-3 vs compiled FSDP2 on gpt2-1.3b and llama-1b, the current code)
 #       | s16-first (SDPA backends' attention timed during the build; ZeRO GPU tests; gpt2-1.3b ZeRO 0-2, llama-1b ZeRO 0, 2 vs compiled DDP)
@@ -66,7 +68,7 @@ case "${1:-}" in
   row-grads) targets="$targets test_zero3 test_engine" ;;
   wgrad-fusion) targets="$targets test_zero3" ;;
   fusion-peers|fusion-stage2|fusion-stage3|z3-next|s16-first) targets="$targets test_zero3 test_engine" ;;
-  mlp-recompute) targets="$targets test_zero3 test_engine test_nn" ;;
+  mlp-recompute|s18-check|s18-pad) targets="$targets test_zero3 test_engine test_nn" ;;
   widen-hooks) targets="$targets test_zero3 test_engine" ;;
 esac
 # Cells that time something on one GPU while the build takes the CPUs.
@@ -221,6 +223,19 @@ case "${1:-}" in
       "$out" --compile >"$out/profile_350m_2048.txt" 2>&1
     cat "$out/profile_350m_2048.txt"
     STAGES=3 PEERS="fsdp2-compile" STRATUM_FLAGS="--set recompute_mlp_activation=true" m 170 gpt2-1.3b 2048 4 2 ;;
+  s18-check)  # the last stop's CPU-only review commits on GPUs, then the seq-2048 profile
+    gtests "test_nn FusedOps.*"
+    gpu_tests_np2 110 "zero3_np2|engine_np2"
+    STRATUM_FLAGS="--set max_seq_len=2048" timeout 200 bash bench/run_profiles.sh gpt2-350m 2048 8 0 build-device \
+      "$out" --compile >"$out/profile_350m_2048.txt" 2>&1
+    cat "$out/profile_350m_2048.txt" ;;
+  s18-pad)  # the LM head reading the logits' gradient in place (no padded copy); where cuBLASLt lives
+    ls -l /usr/local/cuda/include/cublasLt.h /usr/local/cuda/lib64/libcublasLt.so* 2>&1 | head -5
+    find / -xdev \( -name 'libcublasLt.so*' -o -name cublasLt.h \) 2>/dev/null | grep -v '^/proc' | head -10
+    gtests "test_nn *CrossEntropy*:LinearPadded*"
+    STAGES=0 PEERS="single-compile" STRATUM_FLAGS="--set max_seq_len=2048" m 90 gpt2-350m 2048 8 1
+    STAGES="0 1" PEERS="ddp-compile" STRATUM_FLAGS="--set max_seq_len=2048" m 150 gpt2-350m 2048 8 2
+    STAGES="0 1" PEERS="" m 80 gpt2-1.3b 1024 8 2 ;;
   350m-2048-profile)  # why seq 2048 gains less: one step of each traced on one GPU, kernels summed
     STRATUM_FLAGS="--set max_seq_len=2048" timeout 200 bash bench/run_profiles.sh gpt2-350m 2048 8 0 build-device \
       "$out" --compile >"$out/profile_350m_2048.txt" 2>&1

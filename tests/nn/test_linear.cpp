@@ -46,8 +46,15 @@ TEST(LinearPaddedRows, BehindTheChunkedCrossEntropy) {
   at::Tensor h = torch::randn({2, 6, 16}, torch::requires_grad());
   at::Tensor w = torch::randn({67, 16}, torch::requires_grad());
   at::Tensor targets = torch::randint(67, {2, 6});
-  at::Tensor loss = nn::chunked_cross_entropy(nn::linear_padded_rows(h, w), targets, -100, 5);
+  at::Tensor logits = nn::linear_padded_rows(h, w);
+  std::vector<int64_t> grad_strides;
+  logits.register_hook([&](const at::Tensor& g) { grad_strides = g.strides().vec(); });
+  at::Tensor loss = nn::chunked_cross_entropy(logits, targets, -100, 5);
   loss.backward();
+  // The logits' gradient comes back in their padded rows (the head's backward
+  // reads it in place, no copy): 128 elements apart, like the logits.
+  EXPECT_EQ(logits.strides().vec(), (std::vector<int64_t>{6 * 128, 128, 1}));
+  EXPECT_EQ(grad_strides, logits.strides().vec());
   at::Tensor h2 = h.detach().clone().requires_grad_(true), w2 = w.detach().clone().requires_grad_(true);
   at::Tensor ref = at::cross_entropy_loss(at::linear(h2, w2).reshape({-1, 67}), targets.reshape({-1}));
   ref.backward();

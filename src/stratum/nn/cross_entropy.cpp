@@ -17,6 +17,16 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The gradient of [N, V] logits, laid out as they are: rows strided like the
+// LM head's padded view (nn::linear_padded_rows), whose backward then reads it
+// in place instead of copying it into aligned rows. The pad is never read;
+// rows further apart than a pad (any other view) get a dense gradient.
+at::Tensor empty_gradient_like(const at::Tensor& logits) {
+  const int64_t pad = logits.stride(0) - logits.size(1);
+  if (logits.stride(1) != 1 || pad <= 0 || pad >= 64) return at::empty(logits.sizes(), logits.options());
+  return at::empty({logits.size(0), logits.stride(0)}, logits.options()).narrow(1, 0, logits.size(1));
+}
+
 #ifdef STRATUM_WITH_CUDA_KERNELS
 cuda::CrossEntropyRows kernel_rows(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
                                    at::Tensor& lse) {
@@ -56,7 +66,7 @@ struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
     at::Tensor lse = saved[2];
     c10::cuda::CUDAGuard guard(logits.device());
     const at::Tensor scale = grads[0].to(at::kFloat) / count;
-    at::Tensor grad = at::empty(logits.sizes(), logits.options());
+    at::Tensor grad = empty_gradient_like(logits);
     cuda::check_launch(cuda::launch_cross_entropy_backward(
                            kernel_rows(logits, targets, ctx->saved_data["ignore_index"].toInt(), lse),
                            scale.const_data_ptr<float>(), grad.data_ptr(), grad.stride(0), cuda::current_stream()),
@@ -93,7 +103,7 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
     const int64_t n = logits.size(0);
     // d loss / d logit = (softmax - onehot) * g / count on valid rows, 0 elsewhere.
     const at::Tensor row_scale = valid.to(at::kFloat) * (grads[0].to(at::kFloat) / count);
-    at::Tensor grad = at::empty(logits.sizes(), logits.options());
+    at::Tensor grad = empty_gradient_like(logits);
     for (int64_t r = 0; r < n; r += block_rows) {
       const int64_t len = std::min(block_rows, n - r);
       at::Tensor p = at::softmax(logits.narrow(0, r, len), 1, at::kFloat);

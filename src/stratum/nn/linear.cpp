@@ -207,13 +207,23 @@ struct LinearPaddedRows : torch::autograd::Function<LinearPaddedRows> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& x = saved[0];
     const at::Tensor& w = saved[1];
-    // The gradient padded with zero columns: [N, padded(V)]. The weight is
-    // padded again rather than saved: ZeRO-3 releases it between forward and
-    // backward, and a saved copy would pin V x C more for the whole step.
-    const at::Tensor g = pad_with_zeros(grads[0].reshape({-1, w.size(0)}), 1);
+    const at::Tensor g2 = grads[0].reshape({-1, w.size(0)}), x2 = x.reshape({-1, x.size(-1)});
     at::Tensor gx, gw;
+    if (g2.stride(1) == 1 && g2.stride(0) % kRowAlign == 0) {
+      // Rows already an aligned stride apart (nn::chunked_cross_entropy writes
+      // its gradient in the logits' padded layout): cuBLAS takes the view as it
+      // is and reads only its V columns. Padding it here copied [N, V] twice
+      // over: 1.9 ms of gpt2-350m's 91 ms step at seq 2048, and 1.6 GiB.
+      if (ctx->needs_input_grad(0)) gx = g2.mm(w).view(x.sizes());
+      if (ctx->needs_input_grad(1)) gw = g2.t().mm(x2);
+      return {gx, gw};
+    }
+    // Otherwise the gradient padded with zero columns: [N, padded(V)]. The
+    // weight is padded again rather than saved: ZeRO-3 releases it between
+    // forward and backward, and a saved copy would pin V x C more for the step.
+    const at::Tensor g = pad_with_zeros(g2, 1);
     if (ctx->needs_input_grad(0)) gx = g.mm(pad_with_zeros(w, 0)).view(x.sizes());
-    if (ctx->needs_input_grad(1)) gw = g.t().mm(x.reshape({-1, x.size(-1)})).narrow(0, 0, w.size(0));
+    if (ctx->needs_input_grad(1)) gw = g.t().mm(x2).narrow(0, 0, w.size(0));
     return {gx, gw};
   }
 };
