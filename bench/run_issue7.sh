@@ -40,6 +40,7 @@
 #       | 350m-2048-profile (gpt2-350m seq 2048 on one GPU traced, Stratum vs compiled torch; not run yet)
 #       | s18-check (FusedOps GPU tests, zero3_np2|engine_np2, then 350m-2048-profile)
 #       | s18-pad (the logits' gradient read in place: gpt2-350m seq 2048 vs compiled torch and DDP; gpt2-1.3b ZeRO 0-1)
+#       | s18-epilogue (GELU in cuBLASLt epilogues: GPU tests; gpt2-350m seq 2048 and gpt2-1.3b ZeRO 0-1 vs compiled DDP)
 #       | s18-first (350m-2048-profile, then gpt2-1.3b seq 2048 ZeRO-3 recomputing vs compiled FSDP2; not run yet)
 #       | z3-final (ZeRO-3 vs compiled FSDP2 on gpt2-1.3b and llama-1b, the current code)
 #       | s16-first (SDPA backends' attention timed during the build; ZeRO GPU tests; gpt2-1.3b ZeRO 0-2, llama-1b ZeRO 0, 2 vs compiled DDP)
@@ -69,6 +70,7 @@ case "${1:-}" in
   wgrad-fusion) targets="$targets test_zero3" ;;
   fusion-peers|fusion-stage2|fusion-stage3|z3-next|s16-first) targets="$targets test_zero3 test_engine" ;;
   mlp-recompute|s18-check|s18-pad) targets="$targets test_zero3 test_engine test_nn" ;;
+  s18-epilogue) targets="$targets test_zero3 test_engine test_nn test_models" ;;
   widen-hooks) targets="$targets test_zero3 test_engine" ;;
 esac
 # Cells that time something on one GPU while the build takes the CPUs.
@@ -236,6 +238,12 @@ case "${1:-}" in
     STAGES=0 PEERS="single-compile" STRATUM_FLAGS="--set max_seq_len=2048" m 90 gpt2-350m 2048 8 1
     STAGES="0 1" PEERS="ddp-compile" STRATUM_FLAGS="--set max_seq_len=2048" m 150 gpt2-350m 2048 8 2
     STAGES="0 1" PEERS="" m 80 gpt2-1.3b 1024 8 2 ;;
+  s18-epilogue)  # GPT-2's GELU in cuBLASLt's epilogues; the LM head's gradient read in place, split at 64 columns
+    grep -h "cuBLASLt" /tmp/build.log | head -2
+    gtests "test_nn FusedOps.*:LinearPadded*:*CrossEntropy*" "test_models *"
+    gpu_tests_np2 110 "zero3_np2|engine_np2"
+    STAGES="0 1" PEERS="ddp-compile" STRATUM_FLAGS="--set max_seq_len=2048" m 150 gpt2-350m 2048 8 2
+    STAGES="0 1" PEERS="ddp-compile" m 170 gpt2-1.3b 1024 8 2 ;;
   350m-2048-profile)  # why seq 2048 gains less: one step of each traced on one GPU, kernels summed
     STRATUM_FLAGS="--set max_seq_len=2048" timeout 200 bash bench/run_profiles.sh gpt2-350m 2048 8 0 build-device \
       "$out" --compile >"$out/profile_350m_2048.txt" 2>&1

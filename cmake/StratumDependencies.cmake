@@ -46,6 +46,20 @@ if(STRATUM_TORCH_CUDA)
     endif()
     enable_language(CUDA)
     set(STRATUM_WITH_CUDA_KERNELS ON)
+    # cuBLASLt (nn/gemm_epilogue_cuda.cu): the library torch itself loads (its
+    # wheel's nvidia/*/lib), so one copy of the soname runs; else the toolkit's.
+    execute_process(
+      COMMAND ${STRATUM_PYTHON} -c "import glob, os, nvidia; print(next(iter(sorted(f for p in nvidia.__path__ for f in glob.glob(os.path.join(p, '*', 'lib', 'libcublasLt.so.*')))), ''))"
+      OUTPUT_VARIABLE _cublaslt_lib OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    add_library(stratum_cublaslt INTERFACE)
+    if(_cublaslt_lib)
+      target_link_libraries(stratum_cublaslt INTERFACE ${_cublaslt_lib})
+    else()
+      find_package(CUDAToolkit REQUIRED)
+      target_link_libraries(stratum_cublaslt INTERFACE CUDA::cublasLt)
+      set(_cublaslt_lib "CUDA::cublasLt (toolkit)")
+    endif()
+    message(STATUS "Stratum: cuBLASLt ${_cublaslt_lib}")
   else()
     message(WARNING "Stratum: no nvcc found: built without Stratum's CUDA kernels (slower optimizer step)")
     set(STRATUM_WITH_CUDA_KERNELS OFF)

@@ -60,6 +60,9 @@ at::Tensor gelu_mlp_ref(const std::vector<at::Tensor>& in) {
   return at::linear(at::gelu(at::linear(in[0], in[1], in[2]), "tanh"), in[3], in[4]);
 }
 at::Tensor gelu_mlp_fused(const std::vector<at::Tensor>& in) { return nn::gelu_mlp(in[0], in[1], in[2], in[3], in[4]); }
+at::Tensor gelu_mlp_kept(const std::vector<at::Tensor>& in) {
+  return nn::gelu_mlp(in[0], in[1], in[2], in[3], in[4], /*keep_activation=*/true);
+}
 at::Tensor swiglu_linear_ref(const std::vector<at::Tensor>& in) { return at::linear(swiglu_ref(in), in[1]); }
 at::Tensor swiglu_linear_fused(const std::vector<at::Tensor>& in) { return nn::swiglu_linear(in[0], in[1]); }
 at::Tensor layer_norm_ref(const std::vector<at::Tensor>& in) {
@@ -101,10 +104,15 @@ void check_all(torch::Device device, torch::Dtype dtype, double tol) {
       expect_matches(gelu_fused, gelu_ref,
                      {torch::randn({shape[0], shape[1], 24}), torch::randn({w, 24}) * 0.3, torch::randn({w})},
                      torch::randn({shape[0], shape[1], w}), dtype, device, tol, "linear_bias_gelu " + what);
-      expect_matches(gelu_mlp_fused, gelu_mlp_ref,
-                     {torch::randn({shape[0], shape[1], 24}), torch::randn({w, 24}) * 0.3, torch::randn({w}),
-                      torch::randn({20, w}) * 0.2, torch::randn({20})},
-                     torch::randn({shape[0], shape[1], 20}), dtype, device, tol, "gelu_mlp " + what);
+      // Output width 24 with w 264: every leading dimension a multiple of 8,
+      // so 16-bit GPU runs take cuBLASLt's GELU epilogues; 20 with w 70 not.
+      const int64_t c2 = w == 70 ? 20 : 24;
+      for (const bool keep : {false, true})
+        expect_matches(keep ? gelu_mlp_kept : gelu_mlp_fused, gelu_mlp_ref,
+                       {torch::randn({shape[0], shape[1], 24}), torch::randn({w, 24}) * 0.3, torch::randn({w}),
+                        torch::randn({c2, w}) * 0.2, torch::randn({c2})},
+                       torch::randn({shape[0], shape[1], c2}), dtype, device, tol,
+                       std::string(keep ? "gelu_mlp (kept) " : "gelu_mlp ") + what);
       expect_matches(swiglu_linear_fused, swiglu_linear_ref,
                      {torch::randn({shape[0], shape[1], 2 * w}) * 3, torch::randn({20, w}) * 0.2},
                      torch::randn({shape[0], shape[1], 20}), dtype, device, tol, "swiglu_linear " + what);
@@ -199,10 +207,28 @@ TEST(FusedOps, RecomputingMlpsKeepLessForBackward) {
   const at::Tensor w2 = (torch::randn({c, f}, opts) * 0.05).requires_grad_(true);
   const at::Tensor b1 = torch::zeros({f}, opts).requires_grad_(true), b2 = torch::zeros({c}, opts).requires_grad_(true);
   EXPECT_EQ(kept_by([&] { return nn::gelu_mlp(x, w1, b1, w2, b2); }), act_bytes);  // h
+  EXPECT_EQ(kept_by([&] { return nn::gelu_mlp(x, w1, b1, w2, b2, /*keep_activation=*/true); }), 2 * act_bytes);
   EXPECT_EQ(kept_by([&] { return nn::linear_bias_gelu(x, w1, b1).matmul(w2.t()); }), 2 * act_bytes);  // h, gelu(h)
   const at::Tensor gate_up = (torch::randn({rows, 2 * f}, opts)).requires_grad_(true);
   EXPECT_EQ(kept_by([&] { return nn::swiglu_linear(gate_up, w2); }), 0);  // gate_up is the caller's
   EXPECT_EQ(kept_by([&] { return nn::swiglu(gate_up).matmul(w2.t()); }), act_bytes);
+}
+
+// cuBLASLt's GELU epilogue (16-bit GPU tensors, aligned widths) is GPT-2's
+// tanh approximation, not erf's GELU: at pre-activations near -2.5 the two
+// differ by 4e-4, thirty times fp16's rounding of the results there.
+TEST(FusedOps, GeluEpilogueIsTheTanhApproximation) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
+  torch::manual_seed(6);
+  const auto half = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kHalf);
+  const at::Tensor x = (torch::randn({256, 64}) * 0.1).to(half), w = (torch::randn({128, 64}) * 0.1).to(half);
+  const at::Tensor b = torch::full({128}, -2.5).to(half);
+  const at::Tensor y = nn::linear_bias_gelu(x, w, b).to(torch::kFloat).cpu();
+  const at::Tensor h = at::linear(x.to(torch::kFloat).cpu(), w.to(torch::kFloat).cpu(), b.to(torch::kFloat).cpu());
+  const double off_tanh = (y - at::gelu(h, "tanh")).abs().max().item<double>();
+  const double off_erf = (y - at::gelu(h)).abs().max().item<double>();
+  EXPECT_LT(off_tanh, 5e-5);
+  EXPECT_GT(off_erf, 3e-4);
 }
 #endif
 

@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "stratum/nn/fused_elementwise_cuda.h"
+#include "stratum/nn/gemm_epilogue_cuda.h"
 #include "stratum/nn/kernel_launch.h"
 #endif
 
@@ -161,11 +162,46 @@ GeluGrads gelu_tanh_backward(const at::Tensor& dy, const at::Tensor& h, bool in_
   return g;
 }
 
+#ifdef STRATUM_WITH_CUDA_KERNELS
+// Whether cuBLASLt's epilogues may take these: 16-bit GPU tensors in one
+// dtype, contiguous, every leading dimension a multiple of 8 (16 bytes).
+bool epilogue_gemm(std::initializer_list<const at::Tensor*> ts, std::initializer_list<int64_t> lds) {
+  if (!use_kernels(ts) || (*ts.begin())->scalar_type() == at::kFloat) return false;
+  for (int64_t ld : lds)
+    if (ld % 8 != 0) return false;
+  return true;
+}
+
+cuda::GemmWorkspace gemm_workspace(const at::Tensor& like, at::Tensor& holder) {
+  holder = at::empty({static_cast<int64_t>(cuda::kGemmWorkspaceBytes)}, like.options().dtype(at::kByte));
+  return {holder.data_ptr(), cuda::kGemmWorkspaceBytes};
+}
+#endif
+
+// (h, gelu_tanh(h)) for h = x wᵀ + b: on a GPU one GEMM writing both
+// (cuBLASLt's GELU_AUX_BIAS epilogue), else the linear and the GELU.
+std::pair<at::Tensor, at::Tensor> linear_bias_gelu_values(const at::Tensor& x, const at::Tensor& w,
+                                                          const at::Tensor& b) {
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  const int64_t in = x.size(-1), out = w.size(0), rows = in == 0 ? 0 : x.numel() / in;
+  if (epilogue_gemm({&x, &w, &b}, {in, out})) {
+    c10::cuda::CUDAGuard guard(x.device());
+    at::Tensor h = at::empty(with_last(x, out), x.options()), act = at::empty_like(h), workspace;
+    if (cuda::gemm_bias_gelu(x.const_data_ptr(), w.const_data_ptr(), b.const_data_ptr(), rows, in, out, dtype_of(x),
+                             h.data_ptr(), act.data_ptr(), gemm_workspace(x, workspace), stream()))
+      return {h, act};
+  }
+#endif
+  at::Tensor h = at::linear(x, w, b);
+  at::Tensor act = at::gelu(h, "tanh");
+  return {h, act};
+}
+
 struct LinearBiasGelu : torch::autograd::Function<LinearBiasGelu> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-    const at::Tensor h = at::linear(x, w, b);
+    auto [h, act] = linear_bias_gelu_values(x, w, b);
     ctx->save_for_backward({x, w, h});  // the weight parameter itself (see nn/linear.h)
-    return at::gelu(h, "tanh");
+    return act;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -182,30 +218,56 @@ struct LinearBiasGelu : torch::autograd::Function<LinearBiasGelu> {
   }
 };
 
-// GPT-2's MLP, gelu_tanh(x W1ᵀ + b1) W2ᵀ + b2, saving x, h = x W1ᵀ + b1 and
-// the weights, not gelu(h): the backward recomputes gelu(h) for W2's
-// gradient, on a GPU in the pass that turns gelu(h)'s gradient into h's (in
-// place) and sums b1's.
+// GPT-2's MLP, gelu_tanh(x W1ᵀ + b1) W2ᵀ + b2, saving x, h = x W1ᵀ + b1,
+// the weights and, with `keep_activation`, gelu(h). Without it the backward
+// recomputes gelu(h) for W2's gradient: on a GPU in the pass that turns
+// gelu(h)'s gradient into h's (in place) and sums b1's. On a GPU in 16 bits
+// the forward's first GEMM writes h and gelu(h), and the backward's GEMM for
+// h's gradient applies GELU's derivative and sums b1's gradient as it stores
+// (cuBLASLt epilogues, nn/gemm_epilogue_cuda.h): no elementwise pass either way.
 struct GeluMLP : torch::autograd::Function<GeluMLP> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
-                            const at::Tensor& w2, const at::Tensor& b2) {
-    const at::Tensor h = at::linear(x, w1, b1);
-    ctx->save_for_backward({x, w1, h, w2});  // the weight parameters themselves (see nn/linear.h)
-    return at::linear(at::gelu(h, "tanh"), w2, b2);
+                            const at::Tensor& w2, const at::Tensor& b2, bool keep_activation) {
+    auto [h, act] = linear_bias_gelu_values(x, w1, b1);
+    // The weight parameters themselves (see nn/linear.h).
+    if (keep_activation) ctx->save_for_backward({x, w1, h, w2, act});
+    else ctx->save_for_backward({x, w1, h, w2});
+    return at::linear(act, w2, b2);
+  }
+
+  // (dh, db1, gelu(h) when not kept) for h [rows, F] from y's gradient dy2 [rows, C'].
+  static GeluGrads hidden_grads(const at::Tensor& dy2, const at::Tensor& w2, const at::Tensor& h, bool recompute) {
+#ifdef STRATUM_WITH_CUDA_KERNELS
+    const int64_t rows = h.size(0), f = h.size(1), c = dy2.size(1);
+    if (epilogue_gemm({&dy2, &w2, &h}, {f, c})) {
+      c10::cuda::CUDAGuard guard(h.device());
+      GeluGrads g{at::empty_like(h), at::empty({f}, h.options()), at::Tensor()};
+      at::Tensor workspace;
+      if (cuda::gemm_gelu_backward(dy2.const_data_ptr(), w2.const_data_ptr(), h.const_data_ptr(), rows, c, f,
+                                   dtype_of(h), g.dh.data_ptr(), g.db.data_ptr(), gemm_workspace(h, workspace),
+                                   stream())) {
+        if (recompute) g.act = at::gelu(h, "tanh");
+        return g;
+      }
+    }
+#endif
+    // gelu(h)'s gradient dy2 W2, turned into h's in place.
+    return gelu_tanh_backward(dy2.mm(w2), h, /*in_place=*/true, recompute);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &w1 = saved[1], &w2 = saved[3];
+    const bool kept = saved.size() == 5;
     const int64_t f = saved[2].size(-1), rows = f == 0 ? 0 : saved[2].numel() / f;
     const at::Tensor h = saved[2].reshape({rows, f});
     const at::Tensor dy2 = grads[0].reshape({rows, grads[0].size(-1)}).contiguous();
-    // gelu(h)'s gradient dy2 W2, turned into h's in place; gelu(h) recomputed.
-    auto [dh, db1, act] = gelu_tanh_backward(dy2.mm(w2), h, /*in_place=*/true, /*recompute=*/true);
-    variable_list out(5);
+    auto [dh, db1, act] = hidden_grads(dy2, w2, h, /*recompute=*/!kept);
+    if (kept) act = saved[4].reshape({rows, f});
+    variable_list out(6);
     if (ctx->needs_input_grad(3)) out[3] = weight_grad(w2, dy2, act);
     if (ctx->needs_input_grad(4)) out[4] = bias_grad(dy2);
-    act.reset();  // freed before the products below allocate theirs
+    act.reset();  // a recomputed one freed before the products below allocate theirs
     if (ctx->needs_input_grad(0)) out[0] = dh.mm(w1).view(x.sizes());
     if (ctx->needs_input_grad(1)) out[1] = weight_grad(w1, dh, x.reshape({rows, x.size(-1)}));
     if (ctx->needs_input_grad(2)) out[2] = db1;
@@ -387,14 +449,14 @@ at::Tensor linear_bias_gelu(const at::Tensor& x, const at::Tensor& weight, const
 }
 
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2,
-                    const at::Tensor& b2) {
+                    const at::Tensor& b2, bool keep_activation) {
   const auto shape = [](const at::Tensor& t) { return t.defined() ? c10::str(t.sizes()) : std::string("undefined"); };
   if (!x.defined() || !w1.defined() || !b1.defined() || !w2.defined() || !b2.defined() || x.dim() < 1 ||
       w1.dim() != 2 || w2.dim() != 2 || w1.size(1) != x.size(-1) || b1.dim() != 1 || b1.size(0) != w1.size(0) ||
       w2.size(1) != w1.size(0) || b2.dim() != 1 || b2.size(0) != w2.size(0))
     throw Error("gelu_mlp: need x [..., C], w1 [F, C], b1 [F], w2 [C', F], b2 [C']; got x " + shape(x) + ", w1 " +
                 shape(w1) + ", b1 " + shape(b1) + ", w2 " + shape(w2) + ", b2 " + shape(b2));
-  return GeluMLP::apply(x, w1, b1, w2, b2);
+  return GeluMLP::apply(x, w1, b1, w2, b2, keep_activation);
 }
 
 at::Tensor swiglu_linear(const at::Tensor& gate_up, const at::Tensor& w_down) {

@@ -13,18 +13,26 @@ namespace stratum::nn {
 // kept silu(gate) as well) and returns the gradient as one [..., 2F] tensor.
 at::Tensor swiglu(const at::Tensor& gate_up);
 
-// gelu_tanh(x Wᵀ + b): GPT-2's first MLP layer. The backward computes the
-// GELU derivative and the bias gradient in one pass over the pre-activation.
+// gelu_tanh(x Wᵀ + b): GPT-2's first MLP layer. On a GPU in 16 bits one
+// cuBLASLt GEMM computes both; the backward computes the GELU derivative and
+// the bias gradient in one pass over the pre-activation.
 at::Tensor linear_bias_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
-// The MLPs with their activation's output not kept for backward (ffn
-// elements a token and layer; a third of the MLP's saved activations for
-// SwiGLU, half for GELU): the backward recomputes it, on a GPU in the pass
-// that computes the activation's derivative (one more store). Same values as
-// the separate ops; the weights' gradients go to their sinks (nn/linear.h).
-// gelu_tanh(x W1ᵀ + b1) W2ᵀ + b2: saves x and the pre-activation.
+// GPT-2's MLP, gelu_tanh(x W1ᵀ + b1) W2ᵀ + b2, as one function: on a GPU in
+// 16 bits the GELU runs in the epilogues of the GEMMs around it (the first's
+// forward, the second's input gradient, which also sums b1's gradient), so
+// no elementwise pass remains. It saves x and the pre-activation, and
+// gelu(h) with `keep_activation`; without it (ffn elements a token and layer
+// less, half the MLP's saved activations) the backward recomputes gelu(h).
+// Same values as the separate ops; the weights' gradients go to their sinks
+// (nn/linear.h).
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2,
-                    const at::Tensor& b2);
+                    const at::Tensor& b2, bool keep_activation = false);
+
+// LLaMA's MLP end with the SwiGLU's output not kept for backward (a third of
+// the MLP's saved activations): the backward recomputes it in the pass that
+// computes its derivative (one more store). Same values as the separate ops;
+// W_down's gradient goes to its sink (nn/linear.h).
 // swiglu(gate_up) W_downᵀ: saves gate_up.
 at::Tensor swiglu_linear(const at::Tensor& gate_up, const at::Tensor& w_down);
 

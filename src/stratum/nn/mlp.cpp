@@ -14,9 +14,8 @@ GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, boo
 }
 
 at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
-  at::Tensor y = recompute_activation
-                     ? nn::gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias)
-                     : nn::linear(nn::linear_bias_gelu(x, c_fc->weight, c_fc->bias), c_proj->weight, c_proj->bias);
+  at::Tensor y = nn::gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias,
+                              /*keep_activation=*/!recompute_activation);
   return is_training() && dropout > 0 ? at::dropout(y, dropout, /*train=*/true) : y;
 }
 
