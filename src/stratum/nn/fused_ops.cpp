@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "stratum/core/error.h"
 #include "stratum/nn/linear.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
@@ -165,8 +168,14 @@ GeluGrads gelu_tanh_backward(const at::Tensor& dy, const at::Tensor& h, bool in_
 #ifdef STRATUM_WITH_CUDA_KERNELS
 // Whether cuBLASLt's epilogues may take these: 16-bit GPU tensors in one
 // dtype, contiguous, every leading dimension a multiple of 8 (16 bytes).
+// STRATUM_GEMM_EPILOGUES=0 runs the separate GEMMs and GELU kernels instead
+// (a diagnostic switch, read once: the same math, for side-by-side timing).
 bool epilogue_gemm(std::initializer_list<const at::Tensor*> ts, std::initializer_list<int64_t> lds) {
-  if (!use_kernels(ts) || (*ts.begin())->scalar_type() == at::kFloat) return false;
+  static const bool enabled = [] {
+    const char* v = std::getenv("STRATUM_GEMM_EPILOGUES");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!enabled || !use_kernels(ts) || (*ts.begin())->scalar_type() == at::kFloat) return false;
   for (int64_t ld : lds)
     if (ld % 8 != 0) return false;
   return true;

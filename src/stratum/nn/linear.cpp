@@ -212,25 +212,23 @@ struct LinearPaddedRows : torch::autograd::Function<LinearPaddedRows> {
     const int64_t v = w.size(0), aligned = v / kRowAlign * kRowAlign;
     if (g2.stride(1) == 1 && g2.stride(0) % kRowAlign == 0 && aligned > 0) {
       // Rows already an aligned stride apart (nn::chunked_cross_entropy writes
-      // its gradient in the logits' padded layout): the products read the view
-      // in place, split at the last multiple of 64 columns so the large ones
-      // take cuBLAS's aligned kernels (a 17-column tail is cheap either way).
-      // Padding it here copied [N, V] twice over: 1.9 ms of gpt2-350m's 91 ms
-      // step at seq 2048, and 1.6 GiB.
+      // its gradient in the logits' padded layout): the products read its
+      // first 64k columns in place; the last V % 64 columns, copied into a
+      // zero-padded [N, 64] block, take aligned products too (an odd width
+      // alone falls to cuBLAS's slow kernels). Padding the whole gradient
+      // copied [N, V] twice over: 1.9 ms of gpt2-350m's 91 ms step at seq 2048.
       const int64_t tail = v - aligned;
+      const at::Tensor g_tail = tail > 0 ? pad_with_zeros(g2.narrow(1, aligned, tail), 1) : at::Tensor();
       if (ctx->needs_input_grad(0)) {
         gx = g2.narrow(1, 0, aligned).mm(w.narrow(0, 0, aligned));
-        if (tail > 0) gx.addmm_(g2.narrow(1, aligned, tail), w.narrow(0, aligned, tail));
+        if (tail > 0) gx.addmm_(g_tail, pad_with_zeros(w.narrow(0, aligned, tail), 0));
         gx = gx.view(x.sizes());
       }
       if (ctx->needs_input_grad(1)) {
         gw = at::empty(w.sizes(), w.options());
         at::Tensor head = gw.narrow(0, 0, aligned);
         at::mm_out(head, g2.narrow(1, 0, aligned).t(), x2);
-        if (tail > 0) {
-          at::Tensor rest = gw.narrow(0, aligned, tail);
-          at::mm_out(rest, g2.narrow(1, aligned, tail).t(), x2);
-        }
+        if (tail > 0) gw.narrow(0, aligned, tail).copy_(g_tail.t().mm(x2).narrow(0, 0, tail));
       }
       return {gx, gw};
     }
