@@ -231,9 +231,8 @@ struct LinearBiasGelu : torch::autograd::Function<LinearBiasGelu> {
 // the weights and, with `keep_activation`, gelu(h). Without it the backward
 // recomputes gelu(h) for W2's gradient: on a GPU in the pass that turns
 // gelu(h)'s gradient into h's (in place) and sums b1's. On a GPU in 16 bits
-// the forward's first GEMM writes h and gelu(h), and the backward's GEMM for
-// h's gradient applies GELU's derivative and sums b1's gradient as it stores
-// (cuBLASLt epilogues, nn/gemm_epilogue_cuda.h): no elementwise pass either way.
+// the forward's first GEMM writes h and gelu(h) (cuBLASLt's epilogue,
+// nn/gemm_epilogue_cuda.h): no elementwise pass in the forward.
 struct GeluMLP : torch::autograd::Function<GeluMLP> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
                             const at::Tensor& w2, const at::Tensor& b2, bool keep_activation) {
@@ -244,26 +243,6 @@ struct GeluMLP : torch::autograd::Function<GeluMLP> {
     return at::linear(act, w2, b2);
   }
 
-  // (dh, db1, gelu(h) when not kept) for h [rows, F] from y's gradient dy2 [rows, C'].
-  static GeluGrads hidden_grads(const at::Tensor& dy2, const at::Tensor& w2, const at::Tensor& h, bool recompute) {
-#ifdef STRATUM_WITH_CUDA_KERNELS
-    const int64_t rows = h.size(0), f = h.size(1), c = dy2.size(1);
-    if (epilogue_gemm({&dy2, &w2, &h}, {f, c})) {
-      c10::cuda::CUDAGuard guard(h.device());
-      GeluGrads g{at::empty_like(h), at::empty({f}, h.options()), at::Tensor()};
-      at::Tensor workspace;
-      if (cuda::gemm_gelu_backward(dy2.const_data_ptr(), w2.const_data_ptr(), h.const_data_ptr(), rows, c, f,
-                                   dtype_of(h), g.dh.data_ptr(), g.db.data_ptr(), gemm_workspace(h, workspace),
-                                   stream())) {
-        if (recompute) g.act = at::gelu(h, "tanh");
-        return g;
-      }
-    }
-#endif
-    // gelu(h)'s gradient dy2 W2, turned into h's in place.
-    return gelu_tanh_backward(dy2.mm(w2), h, /*in_place=*/true, recompute);
-  }
-
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &w1 = saved[1], &w2 = saved[3];
@@ -271,7 +250,8 @@ struct GeluMLP : torch::autograd::Function<GeluMLP> {
     const int64_t f = saved[2].size(-1), rows = f == 0 ? 0 : saved[2].numel() / f;
     const at::Tensor h = saved[2].reshape({rows, f});
     const at::Tensor dy2 = grads[0].reshape({rows, grads[0].size(-1)}).contiguous();
-    auto [dh, db1, act] = hidden_grads(dy2, w2, h, /*recompute=*/!kept);
+    // gelu(h)'s gradient dy2 W2, turned into h's in place (gelu(h) recomputed when not kept).
+    auto [dh, db1, act] = gelu_tanh_backward(dy2.mm(w2), h, /*in_place=*/true, /*recompute=*/!kept);
     if (kept) act = saved[4].reshape({rows, f});
     variable_list out(6);
     if (ctx->needs_input_grad(3)) out[3] = weight_grad(w2, dy2, act);

@@ -19,9 +19,9 @@ at::Tensor swiglu(const at::Tensor& gate_up);
 at::Tensor linear_bias_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
 // GPT-2's MLP, gelu_tanh(x W1ᵀ + b1) W2ᵀ + b2, as one function: on a GPU in
-// 16 bits the GELU runs in the epilogues of the GEMMs around it (the first's
-// forward, the second's input gradient, which also sums b1's gradient), so
-// no elementwise pass remains. It saves x and the pre-activation, and
+// 16 bits the forward's GELU runs in the first GEMM's epilogue (cuBLASLt),
+// the backward's derivative and b1's gradient in one pass over the
+// pre-activation, as linear_bias_gelu's. It saves x and the pre-activation, and
 // gelu(h) with `keep_activation`; without it (ffn elements a token and layer
 // less, half the MLP's saved activations) the backward recomputes gelu(h).
 // Same values as the separate ops; the weights' gradients go to their sinks

@@ -146,13 +146,4 @@ bool gemm_bias_gelu(const void* x, const void* w, const void* bias, int64_t rows
   return run(p, dtype, ws, stream);
 }
 
-// dh [rows, in] is column-major [in, rows]: m = in, n = rows, k = out;
-// A = w ([out, in] row-major is column-major [in, out]), B = dy.
-bool gemm_gelu_backward(const void* dy, const void* w, const void* pre, int64_t rows, int64_t out, int64_t in,
-                        Dtype dtype, void* dh, void* dbias, GemmWorkspace ws, cudaStream_t stream) {
-  const Problem p{CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLAS_OP_N, in, rows, out, in, out, in, w, dy, dh, dbias,
-                  const_cast<void*>(pre)};
-  return run(p, dtype, ws, stream);
-}
-
 }  // namespace stratum::nn::cuda
