@@ -44,6 +44,7 @@
 #       | s18-ab (gpt2-350m seq 2048 traced; gpt2-1.3b ZeRO 0-1 with STRATUM_GEMM_EPILOGUES 1 and 0)
 #       | s18-final (GELU forward epilogue: gpt2-1.3b ZeRO 0-2 vs compiled DDP, ZeRO-0 without it; gpt2-350m seq 2048
 #       |   ZeRO 0-1 vs compiled DDP; gpt2-1.3b ZeRO-3 vs compiled FSDP2)
+#       | s18-z3 (zero3_np2|engine_np2; gpt2-1.3b ZeRO-3 recomputing the MLP activation vs compiled FSDP2)
 #       | s18-first (350m-2048-profile, then gpt2-1.3b seq 2048 ZeRO-3 recomputing vs compiled FSDP2; not run yet)
 #       | z3-final (ZeRO-3 vs compiled FSDP2 on gpt2-1.3b and llama-1b, the current code)
 #       | s16-first (SDPA backends' attention timed during the build; ZeRO GPU tests; gpt2-1.3b ZeRO 0-2, llama-1b ZeRO 0, 2 vs compiled DDP)
@@ -76,6 +77,7 @@ case "${1:-}" in
   s18-epilogue) targets="$targets test_zero3 test_engine test_nn test_models" ;;
   s18-ab) targets="$targets test_nn" ;;
   s18-final) targets="$targets test_nn test_models" ;;
+  s18-z3) targets="$targets test_zero3 test_engine" ;;
   widen-hooks) targets="$targets test_zero3 test_engine" ;;
 esac
 # Cells that time something on one GPU while the build takes the CPUs.
@@ -265,6 +267,9 @@ case "${1:-}" in
     STRATUM_GEMM_EPILOGUES=0 STAGES=0 PEERS="" m 40 gpt2-1.3b 1024 8 2
     STAGES="0 1" PEERS="ddp-compile" STRATUM_FLAGS="--set max_seq_len=2048" m 150 gpt2-350m 2048 8 2
     STAGES=3 PEERS="fsdp2-compile" m 150 gpt2-1.3b 1024 8 2 ;;
+  s18-z3)  # the final code through the ZeRO GPU suites; ZeRO-3 recomputing the MLP's activation vs compiled FSDP2
+    gpu_tests_np2 110 "zero3_np2|engine_np2"
+    STAGES=3 PEERS="fsdp2-compile" STRATUM_FLAGS="--set recompute_mlp_activation=true" m 160 gpt2-1.3b 1024 8 2 ;;
   350m-2048-profile)  # why seq 2048 gains less: one step of each traced on one GPU, kernels summed
     STRATUM_FLAGS="--set max_seq_len=2048" timeout 200 bash bench/run_profiles.sh gpt2-350m 2048 8 0 build-device \
       "$out" --compile >"$out/profile_350m_2048.txt" 2>&1
