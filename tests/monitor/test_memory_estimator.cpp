@@ -82,10 +82,10 @@ TEST(MemoryEstimator, ActivationsShrinkWithCheckpointingAndGrowWithTheBatch) {
   in.micro_batch = 8;
   in.seq_len = 1024;
   const double full = estimate_activation_bytes(in);
-  // 12 layers x 32 sbh bytes + logits (bf16 logits, gradient and the LM head's padded gradient copy).
-  EXPECT_DOUBLE_EQ(full, 12 * 32.0 * 1024 * 8 * 768 + 1024 * 8 * 50257 * 6.0);
+  // 12 layers x 32 sbh bytes + logits (bf16 logits and their gradient, read in place by the LM head).
+  EXPECT_DOUBLE_EQ(full, 12 * 32.0 * 1024 * 8 * 768 + 1024 * 8 * 50257 * 4.0);
   in.mlp_activation_recomputed = true;  // GELU's output not kept: 24 sbh bytes a layer
-  EXPECT_DOUBLE_EQ(estimate_activation_bytes(in), 12 * 24.0 * 1024 * 8 * 768 + 1024 * 8 * 50257 * 6.0);
+  EXPECT_DOUBLE_EQ(estimate_activation_bytes(in), 12 * 24.0 * 1024 * 8 * 768 + 1024 * 8 * 50257 * 4.0);
   in.mlp_activation_recomputed = false;
   in.activation_checkpointing = true;
   EXPECT_LT(estimate_activation_bytes(in), full);
@@ -121,6 +121,10 @@ double estimate_over_measured(const MeasuredRun& r, double loss_bytes_per_logit,
       find(estimate_model_states(in), r.stage, r.offload, false).gpu_bytes + estimate_activation_bytes(in);
   return total / double(1ull << 30) / r.measured_gib;
 }
+
+// What the loss held a logit in runs measured before stop 18: GPT-2's LM head
+// (50257 tokens, not a multiple of 64) padded a copy of the logits' gradient.
+double padded_copy_then(const MeasuredRun& r) { return r.preset.rfind("gpt2", 0) == 0 ? 3.0 * 2 : 0.0; }
 
 std::string describe(const MeasuredRun& r) {
   return r.preset + " stage " + std::to_string(r.stage) + (r.offload ? " offload" : "") + " on " +
@@ -170,7 +174,7 @@ TEST(MemoryEstimator, MatchesPeaksWithTheFusedLossMeasuredOnH200) {
                        MeasuredRun{"gpt2-1.3b", {}, 8, 1024, 2, 2, false, false, 24.93},
                        MeasuredRun{"gpt2-1.3b", {}, 8, 1024, 2, 3, false, false, 24.66},
                        MeasuredRun{"gpt2-1.3b", {}, 16, 1024, 1, 0, false, false, 47.15}})
-    EXPECT_NEAR(estimate_over_measured(r, /*this build's loss*/ 0, /*bf16 gradients, as then*/ 2), 1.0, 0.10)
+    EXPECT_NEAR(estimate_over_measured(r, padded_copy_then(r), /*bf16 gradients, as then*/ 2), 1.0, 0.10)
         << describe(r);
 }
 
@@ -187,7 +191,7 @@ TEST(MemoryEstimator, MatchesPeaksWithFp32GradientsMeasuredOnH200) {
                        MeasuredRun{"llama-1b", {}, 4, 2048, 2, 1, false, false, 27.75},
                        MeasuredRun{"llama-1b", {}, 4, 2048, 2, 3, false, false, 24.09},
                        MeasuredRun{"llama-1b", {}, 4, 2048, 1, 0, false, false, 32.36}})
-    EXPECT_NEAR(estimate_over_measured(r, 0, /*this build's*/ 0), 1.0, 0.10) << describe(r);
+    EXPECT_NEAR(estimate_over_measured(r, padded_copy_then(r), /*this build's*/ 0), 1.0, 0.10) << describe(r);
 }
 
 // With the MLP's activation recomputed in backward (`--set
@@ -200,7 +204,28 @@ TEST(MemoryEstimator, MatchesPeaksWithTheMlpActivationRecomputed) {
   for (const MeasuredRun& r : {MeasuredRun{"gpt2-1.3b", recomputed, 8, 1024, 2, 0, false, false, 32.96},
                        MeasuredRun{"gpt2-1.3b", recomputed, 8, 1024, 2, 3, false, false, 21.75},
                        MeasuredRun{"llama-1b", recomputed, 4, 2048, 2, 2, false, false, 23.45}})
-    EXPECT_NEAR(estimate_over_measured(r, 0, 0), 1.0, 0.10) << describe(r);
+    EXPECT_NEAR(estimate_over_measured(r, padded_copy_then(r), 0), 1.0, 0.10) << describe(r);
+}
+
+// This build's loss: the LM head reads the logits' gradient in place (no
+// padded copy), measured by bench_engine on 2 x H200 (bf16; training peak of
+// allocated bytes, docs/benchmarks.md, stop 18). Errors of the estimate:
+// gpt2-1.3b (seq 1024, micro 8) ZeRO-0 -0.4%, ZeRO-1 -0.5%, ZeRO-2 -0.6%,
+// ZeRO-3 -2.1%, ZeRO-3 recomputing the MLP's activation -2.4%; gpt2-350m (seq
+// 2048, micro 8, 2048 positions) ZeRO-0 -0.7% and ZeRO-1 -0.8% on 2 GPUs,
+// ZeRO-0 -0.8% on one.
+TEST(MemoryEstimator, MatchesPeaksWithTheGradientReadInPlace) {
+  const std::vector<std::pair<std::string, std::string>> recomputed = {{"recompute_mlp_activation", "true"}};
+  const std::vector<std::pair<std::string, std::string>> positions = {{"max_seq_len", "2048"}};
+  for (const MeasuredRun& r : {MeasuredRun{"gpt2-1.3b", {}, 8, 1024, 2, 0, false, false, 35.74},
+                       MeasuredRun{"gpt2-1.3b", {}, 8, 1024, 2, 1, false, false, 28.38},
+                       MeasuredRun{"gpt2-1.3b", {}, 8, 1024, 2, 2, false, false, 25.93},
+                       MeasuredRun{"gpt2-1.3b", {}, 8, 1024, 2, 3, false, false, 24.43},
+                       MeasuredRun{"gpt2-1.3b", recomputed, 8, 1024, 2, 3, false, false, 21.43},
+                       MeasuredRun{"gpt2-350m", positions, 8, 2048, 2, 0, false, false, 21.19},
+                       MeasuredRun{"gpt2-350m", positions, 8, 2048, 2, 1, false, false, 19.20},
+                       MeasuredRun{"gpt2-350m", positions, 8, 2048, 1, 0, false, false, 20.53}})
+    EXPECT_NEAR(estimate_over_measured(r, /*this build's*/ 0, 0), 1.0, 0.03) << describe(r);
 }
 
 TEST(MemoryEstimator, ProgramPrintsEveryStage) {

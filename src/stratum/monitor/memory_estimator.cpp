@@ -70,10 +70,9 @@ double estimate_activation_bytes(const EstimateInput& in) {
   const double per_layer = w * s * b * per_token;
   const double layers = in.activation_checkpointing ? L * w * s * b * h + per_layer  // inputs + one recomputed layer
                                                     : L * per_layer;
-  // At the loss: the logits and their gradient in the training dtype, and the
-  // LM head's zero-padded copy of the gradient when V is not a multiple of 64.
-  const double per_logit =
-      in.loss_bytes_per_logit > 0 ? in.loss_bytes_per_logit : w * (in.vocab % 64 == 0 ? 2.0 : 3.0);
+  // At the loss: the logits and their gradient in the training dtype (the LM
+  // head reads the gradient in place, in the logits' padded rows).
+  const double per_logit = in.loss_bytes_per_logit > 0 ? in.loss_bytes_per_logit : w * 2.0;
   const double logits = s * b * v * per_logit;
   return layers + logits;
 }

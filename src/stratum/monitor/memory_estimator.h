@@ -21,9 +21,10 @@ struct EstimateInput {
   // The MLP's activation output is not kept (ModelConfig::recompute_mlp_activation).
   bool mlp_activation_recomputed = false;
   // Bytes a logit holds at the loss. 0: this build's loss on a GPU (the fused
-  // cross-entropy: the 16-bit logits and their gradient, plus the LM head's
-  // padded copy of the gradient when the vocabulary is not a multiple of 64).
-  // Runs measured before it used at::cross_entropy on an fp32 copy: 12.
+  // cross-entropy: the 16-bit logits and their gradient, which the LM head
+  // reads in place). Runs measured before: 12 with at::cross_entropy on an
+  // fp32 copy; 3 x param_bytes when the head padded a copy of the gradient
+  // (a vocabulary not a multiple of 64, until stop 18).
   double loss_bytes_per_logit = 0;
   int64_t nodes = 1, gpus_per_node = 1;
   int64_t micro_batch = 1, seq_len = 1024;

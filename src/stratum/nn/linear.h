@@ -22,10 +22,12 @@ at::Tensor linear_stacked(const at::Tensor& x, const std::vector<at::Tensor>& we
 // A linear without bias for wide outputs whose width is not a multiple of 64
 // (GPT-2's 50257-token vocabulary): the product runs on the weight padded
 // with zero rows to a multiple of 64 and returns the [..., out] view of the
-// wider result; the backward pads the incoming gradient the same way. cuBLAS
-// picks its fast Hopper kernels only for aligned shapes: at 50257 it fell
-// back to sm75 kernels about 4x slower, a fifth of a GPT-2 1.3B step. Same
-// values as linear() (the padding contributes exact zeros).
+// wider result. The backward reads a gradient laid out in such rows in place
+// (nn::chunked_cross_entropy writes it so), its last out % 64 columns through
+// a small padded block; any other gradient it pads as a whole. cuBLAS picks
+// its fast Hopper kernels only for aligned shapes: at 50257 it fell back to
+// sm75 kernels about 4x slower, a fifth of a GPT-2 1.3B step. Same values as
+// linear() (the padding contributes exact zeros).
 at::Tensor linear_padded_rows(const at::Tensor& x, const at::Tensor& weight);
 
 // Megatron's gradient-accumulation fusion: where a sink is registered for a
