@@ -35,6 +35,18 @@ if [ ! -f "$root/nccl/include/nccl.h" ] || [ ! -f "$root/stub/c10/cuda/impl/cuda
   cp "$root/unpacked/nvidia/nccl/include/"*.h "$root/nccl/include/"
   echo '#pragma once' > "$root/stub/c10/cuda/impl/cuda_cmake_macros.h"  # the CPU torch wheel lacks it
 fi
+if [ ! -f "$root/cuda/include/cublasLt.h" ]; then  # nn/gemm_epilogue_cuda.cu (a 0.6 GB wheel; headers kept)
+  python3 -m pip download -q --no-deps -d "$root/wheels" nvidia-cublas-cu12 2>&1 | grep -v '^WARNING' || true
+  python3 - "$root" <<'PY'
+import glob, sys, zipfile
+root = sys.argv[1]
+with zipfile.ZipFile(glob.glob(f"{root}/wheels/nvidia_cublas*.whl")[0]) as z:
+    for n in z.namelist():
+        if n.startswith("nvidia/cublas/include/") and n.endswith(".h"):
+            open(f"{root}/cuda/include/" + n.rsplit("/", 1)[1], "wb").write(z.read(n))
+PY
+  rm -f "$root"/wheels/nvidia_cublas*.whl
+fi
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
   mapfile -t files < <(find src -name '*.cu' | sort
