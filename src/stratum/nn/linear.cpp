@@ -213,7 +213,7 @@ struct LinearPaddedRows : torch::autograd::Function<LinearPaddedRows> {
     if (g2.stride(1) == 1 && g2.stride(0) % kRowAlign == 0 && aligned > 0) {
       // Rows already an aligned stride apart (nn::chunked_cross_entropy writes
       // its gradient in the logits' padded layout): the products read its
-      // first 64k columns in place; the last V % 64 columns, copied into a
+      // columns up to the last multiple of 64 in place; the V % 64 after, copied into a
       // zero-padded [N, 64] block, take aligned products too (an odd width
       // alone falls to cuBLAS's slow kernels). Padding the whole gradient
       // copied [N, V] twice over: 1.9 ms of gpt2-350m's 91 ms step at seq 2048.
