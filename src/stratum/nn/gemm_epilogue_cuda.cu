@@ -39,35 +39,32 @@ uint32_t alignment(const void* p) {
   return al;
 }
 
-struct MatmulDesc {
-  cublasLtMatmulDesc_t d = nullptr;
-  ~MatmulDesc() {
-    if (d) cublasLtMatmulDescDestroy(d);
-  }
-  template <typename T>
-  void set(cublasLtMatmulDescAttributes_t attr, const T& v) {
-    check(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)), "matmul attribute");
-  }
-};
-struct Layout {
-  cublasLtMatrixLayout_t l = nullptr;
-  ~Layout() {
-    if (l) cublasLtMatrixLayoutDestroy(l);
+// A cuBLASLt descriptor, destroyed with its scope.
+template <typename Handle, cublasStatus_t (*destroy)(Handle)>
+struct Owned {
+  Handle h = nullptr;
+  Owned() = default;
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() {
+    if (h) destroy(h);
   }
 };
-struct Preference {
-  cublasLtMatmulPreference_t p = nullptr;
-  ~Preference() {
-    if (p) cublasLtMatmulPreferenceDestroy(p);
-  }
-  template <typename T>
-  void set(cublasLtMatmulPreferenceAttributes_t attr, const T& v) {
-    check(cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof(v)), "preference attribute");
-  }
-};
+using MatmulDesc = Owned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
+using Layout = Owned<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
+using Preference = Owned<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
+
+template <typename T>
+void set(const MatmulDesc& d, cublasLtMatmulDescAttributes_t attr, const T& v) {
+  check(cublasLtMatmulDescSetAttribute(d.h, attr, &v, sizeof(v)), "matmul attribute");
+}
+template <typename T>
+void set(const Preference& p, cublasLtMatmulPreferenceAttributes_t attr, const T& v) {
+  check(cublasLtMatmulPreferenceSetAttribute(p.h, attr, &v, sizeof(v)), "preference attribute");
+}
 
 // A column-major problem as cuBLAS sees it: D [m, n] = op(A) [m, k] B [k, n]
-// with an epilogue reading or writing `bias` [m] and `aux` (like D, ld aux_ld).
+// with an epilogue reading or writing `bias` [m] and `aux` (laid out as D).
 struct Problem {
   cublasLtEpilogue_t epilogue;
   cublasOperation_t transa;
@@ -76,7 +73,8 @@ struct Problem {
   void *d, *bias, *aux;
 };
 
-using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t,
+// Device, epilogue, transa, dtype, m, n, k, the lds, each pointer's alignment, workspace bytes.
+using Key = std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t,
                        uint32_t, uint32_t, uint32_t, size_t>;
 
 // The heuristic's first choice, once per shape (it costs tens of µs a call);
@@ -88,16 +86,16 @@ std::optional<cublasLtMatmulAlgo_t> cached_algo(const Key& key, const MatmulDesc
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = algos.find(key); it != algos.end()) return it->second;
   Preference pref;
-  check(cublasLtMatmulPreferenceCreate(&pref.p), "preference creation");
-  pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(ws_bytes));
-  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(p.a));
-  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(p.b));
-  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(p.d));
-  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(p.d));
+  check(cublasLtMatmulPreferenceCreate(&pref.h), "preference creation");
+  set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(ws_bytes));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(p.a));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(p.b));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(p.d));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(p.d));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(handle(), desc.d, a.l, b.l, d.l, d.l, pref.p, 1, &result, &found);
+      cublasLtMatmulAlgoGetHeuristic(handle(), desc.h, a.h, b.h, d.h, d.h, pref.h, 1, &result, &found);
   std::optional<cublasLtMatmulAlgo_t> algo;
   if (s == CUBLAS_STATUS_SUCCESS && found > 0) algo = result.algo;
   else if (s != CUBLAS_STATUS_NOT_SUPPORTED) check(s, "heuristic");
@@ -109,27 +107,27 @@ bool run(const Problem& p, Dtype dtype, GemmWorkspace ws, cudaStream_t stream) {
   if (dtype == Dtype::f32 || p.m <= 0 || p.n <= 0 || p.k <= 0) return false;
   const cudaDataType_t type = dtype == Dtype::bf16 ? CUDA_R_16BF : CUDA_R_16F;
   MatmulDesc desc;
-  check(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor creation");
-  desc.set(CUBLASLT_MATMUL_DESC_TRANSA, p.transa);
-  desc.set(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, p.epilogue);
-  desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
-  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
-  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.ldd);
+  check(cublasLtMatmulDescCreate(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor creation");
+  set(desc, CUBLASLT_MATMUL_DESC_TRANSA, p.transa);
+  set(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, p.epilogue);
+  set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+  set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
+  set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.ldd);
   const bool ta = p.transa == CUBLAS_OP_T;
   Layout a, b, d;
-  check(cublasLtMatrixLayoutCreate(&a.l, type, ta ? p.k : p.m, ta ? p.m : p.k, p.lda), "layout A");
-  check(cublasLtMatrixLayoutCreate(&b.l, type, p.k, p.n, p.ldb), "layout B");
-  check(cublasLtMatrixLayoutCreate(&d.l, type, p.m, p.n, p.ldd), "layout D");
+  check(cublasLtMatrixLayoutCreate(&a.h, type, ta ? p.k : p.m, ta ? p.m : p.k, p.lda), "layout A");
+  check(cublasLtMatrixLayoutCreate(&b.h, type, p.k, p.n, p.ldb), "layout B");
+  check(cublasLtMatrixLayoutCreate(&d.h, type, p.m, p.n, p.ldd), "layout D");
   int device = 0;
   cudaGetDevice(&device);
-  const Key key{device,         static_cast<int>(p.epilogue), static_cast<int>(dtype), p.m, p.n, p.k, p.lda, p.ldb,
-                p.ldd,          alignment(p.a),               alignment(p.b),          alignment(p.d),
-                alignment(p.bias), alignment(p.aux),          ws.bytes};
+  const Key key{device,         static_cast<int>(p.epilogue), static_cast<int>(p.transa), static_cast<int>(dtype),
+                p.m,            p.n,           p.k,           p.lda,           p.ldb,           p.ldd,
+                alignment(p.a), alignment(p.b), alignment(p.d), alignment(p.bias), alignment(p.aux), ws.bytes};
   const std::optional<cublasLtMatmulAlgo_t> algo = cached_algo(key, desc, a, b, d, p, ws.bytes);
   if (!algo) return false;
   const float one = 1.0f, zero = 0.0f;
-  check(cublasLtMatmul(handle(), desc.d, &one, p.a, a.l, p.b, b.l, &zero, p.d, d.l, p.d, d.l, &*algo, ws.data,
+  check(cublasLtMatmul(handle(), desc.h, &one, p.a, a.h, p.b, b.h, &zero, p.d, d.h, p.d, d.h, &*algo, ws.data,
                        ws.bytes, stream),
         "matmul");
   return true;
