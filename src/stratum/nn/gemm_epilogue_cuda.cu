@@ -121,8 +121,8 @@ bool run(const Problem& p, Dtype dtype, GemmWorkspace ws, cudaStream_t stream) {
   check(cublasLtMatrixLayoutCreate(&d.h, type, p.m, p.n, p.ldd), "layout D");
   int device = 0;
   cudaGetDevice(&device);
-  const Key key{device,         static_cast<int>(p.epilogue), static_cast<int>(p.transa), static_cast<int>(dtype),
-                p.m,            p.n,           p.k,           p.lda,           p.ldb,           p.ldd,
+  const Key key{device, static_cast<int>(p.epilogue), static_cast<int>(p.transa), static_cast<int>(dtype),
+                p.m, p.n, p.k, p.lda, p.ldb, p.ldd,
                 alignment(p.a), alignment(p.b), alignment(p.d), alignment(p.bias), alignment(p.aux), ws.bytes};
   const std::optional<cublasLtMatmulAlgo_t> algo = cached_algo(key, desc, a, b, d, p, ws.bytes);
   if (!algo) return false;
