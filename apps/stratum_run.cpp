@@ -10,7 +10,7 @@
 // How it works:
 // - The flags become one mpirun app context per host: `-np N --host NAME:N
 //   -x VAR=VALUE... <this program> --rank-shim --node NAME --node_rank I
-//   [--devices 0,2] -- PROGRAM ARGS` (src/stratum/dist/launch/mpirun_command.h).
+//   [--devices 0,2] -- PROGRAM ARGS` (src/stratum/distributed/launch/mpirun_command.h).
 // - The shim (this program with --rank-shim, one per rank) sets RANK,
 //   LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE (from OMPI_COMM_WORLD_*), NODE_RANK,
 //   CUDA_VISIBLE_DEVICES (GPU launches: the host's chosen slots) and
@@ -55,15 +55,15 @@
 #include "stratum/build_info.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
-#include "stratum/dist/launch/hostfile.h"
-#include "stratum/dist/launch/mpirun_command.h"
-#include "stratum/dist/launch/process.h"
-#include "stratum/dist/launch/rank_shim.h"
-#include "stratum/dist/launch/resources.h"
+#include "stratum/distributed/launch/hostfile.h"
+#include "stratum/distributed/launch/mpirun_command.h"
+#include "stratum/distributed/launch/process.h"
+#include "stratum/distributed/launch/rank_shim.h"
+#include "stratum/distributed/launch/resources.h"
 
 extern char** environ;
 
-namespace launch = stratum::dist::launch;
+namespace launch = stratum::distributed::launch;
 
 namespace {
 

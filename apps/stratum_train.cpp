@@ -53,7 +53,7 @@ struct Options {
   int64_t top_k = 40;
 };
 
-double memory_gib(const dist::DistContext& ctx) {
+double memory_gib(const distributed::DistContext& ctx) {
 #ifdef STRATUM_WITH_CUDA
   if (ctx.cuda_device >= 0)
     return c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(ctx.cuda_device))
@@ -68,7 +68,7 @@ double memory_gib(const dist::DistContext& ctx) {
 
 // The dataset on every rank: local rank 0 tokenizes (and writes the default
 // corpus) while the others wait, then everyone maps the same file.
-data::TokenFile open_dataset(const Options& o, const dist::DistContext& ctx, const data::Tokenizer& tokenizer) {
+data::TokenFile open_dataset(const Options& o, const distributed::DistContext& ctx, const data::Tokenizer& tokenizer) {
   std::string path = o.data;
   std::string error;
   if (ctx.local_rank == 0) {
@@ -80,7 +80,7 @@ data::TokenFile open_dataset(const Options& o, const dist::DistContext& ctx, con
     }
   }
   at::Tensor failed = at::full({1}, error.empty() ? 0 : 1, at::kFloat);
-  ctx.cpu_world->all_reduce(failed, dist::ReduceOp::max)->wait();
+  ctx.cpu_world->all_reduce(failed, distributed::ReduceOp::max)->wait();
   if (failed.item<float>() > 0) throw Error(error.empty() ? "data preparation failed on another rank" : error);
   if (path == "default") path = o.cache_dir + "/default_corpus.txt";
   return data::TokenFile(data::prepare_token_file(path, tokenizer, {o.cache_dir, /*may_write=*/false}));
@@ -90,7 +90,7 @@ struct Evaluator {
   std::vector<int64_t> offsets;  // this rank's eval windows
   int64_t seq_len;
   double run(Engine<models::CausalLMImpl>& engine, const data::TokenFile& file, int64_t micro, c10::Device device,
-             const std::shared_ptr<dist::Communicator>& dp) {
+             const std::shared_ptr<distributed::Communicator>& dp) {
     c10::AutoGradMode no_grad(false);
     engine.module().eval();
     double sum = 0;
@@ -104,13 +104,13 @@ struct Evaluator {
     }
     engine.module().train();
     at::Tensor t = at::tensor({sum, static_cast<double>(count)}, at::TensorOptions().dtype(at::kDouble).device(device));
-    dp->all_reduce(t, dist::ReduceOp::sum)->wait();
+    dp->all_reduce(t, distributed::ReduceOp::sum)->wait();
     t = t.cpu();
     return t[0].item<double>() / std::max(1.0, t[1].item<double>());
   }
 };
 
-int train(const Options& o, const dist::DistContext& ctx) {
+int train(const Options& o, const distributed::DistContext& ctx) {
   const bool lead = ctx.rank == 0;
   Config config = Config::from_file(o.config_path);
   for (const auto& w : config.warnings)
@@ -210,7 +210,7 @@ int train(const Options& o, const dist::DistContext& ctx) {
       engine.step();
       step_loss += loss.detach().to(at::kFloat) / static_cast<double>(batch.gradient_accumulation_steps);
     }
-    dp->all_reduce(step_loss, dist::ReduceOp::avg)->wait();
+    dp->all_reduce(step_loss, distributed::ReduceOp::avg)->wait();
     const double loss = step_loss.item<double>();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     monitor::StepMetrics m;
@@ -286,9 +286,9 @@ int main(int argc, char** argv) {
   app.add_option("--peak-tflops", o.peak_tflops, "device peak TFLOP/s for MFU (H200 bf16 dense: 989)");
   CLI11_PARSE(app, argc, argv);
 
-  dist::DistContext ctx;
+  distributed::DistContext ctx;
   try {
-    ctx = dist::init();
+    ctx = distributed::init();
   } catch (const std::exception& e) {
     std::cerr << "stratum-train: error: " << e.what() << "\n";
     return 2;
@@ -303,6 +303,6 @@ int main(int argc, char** argv) {
   }
   ctx.cpu_world.reset();
   ctx.gpu_world.reset();
-  dist::finalize();
+  distributed::finalize();
   return rc;
 }

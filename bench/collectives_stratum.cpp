@@ -10,9 +10,9 @@
 #include <cstring>
 #include <string>
 
-#include "stratum/dist/init.h"
+#include "stratum/distributed/init.h"
 
-using namespace stratum::dist;
+using namespace stratum::distributed;
 
 namespace {
 

@@ -30,7 +30,7 @@
 #include <cuda_runtime_api.h>
 #endif
 #ifdef STRATUM_WITH_NCCL
-#include "stratum/dist/nccl_communicator.h"
+#include "stratum/distributed/nccl_communicator.h"
 #endif
 
 using namespace stratum;
@@ -170,7 +170,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void run(const dist::DistContext& ctx, const Options& o) {
+void run(const distributed::DistContext& ctx, const Options& o) {
   const int dp = ctx.device_world()->size();
   const bool gather_overlapped = o.overlap_param_gather && (o.stage == 1 || o.stage == 2);
   const std::string json = "{\"train_micro_batch_size_per_gpu\": " + std::to_string(o.micro) +
@@ -195,7 +195,7 @@ void run(const dist::DistContext& ctx, const Options& o) {
                                            : c10::Device(c10::kCPU);
   const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
 #ifdef STRATUM_WITH_NCCL
-  dist::set_exposed_comm_timing(ctx.gpu_world != nullptr);
+  distributed::set_exposed_comm_timing(ctx.gpu_world != nullptr);
 #endif
   auto train_step = [&](PhaseTimeline& timeline) {
     at::Tensor loss;
@@ -221,7 +221,7 @@ void run(const dist::DistContext& ctx, const Options& o) {
     device_sync();
   }
 #ifdef STRATUM_WITH_NCCL
-  if (ctx.gpu_world) dist::take_exposed_comm_seconds();  // the warm-up's
+  if (ctx.gpu_world) distributed::take_exposed_comm_seconds();  // the warm-up's
 #endif
   PhaseTimeline timeline(ctx.gpu_world != nullptr);
   at::Tensor last_loss;
@@ -230,7 +230,7 @@ void run(const dist::DistContext& ctx, const Options& o) {
   device_sync();
   const double wall = seconds_since(t0);
 #ifdef STRATUM_WITH_NCCL
-  const double exposed = ctx.gpu_world ? dist::take_exposed_comm_seconds() : 0.0;
+  const double exposed = ctx.gpu_world ? distributed::take_exposed_comm_seconds() : 0.0;
 #else
   const double exposed = 0.0;
 #endif
@@ -281,12 +281,12 @@ void run(const dist::DistContext& ctx, const Options& o) {
 int main(int argc, char** argv) {
   try {
     const Options options = parse(argc, argv);
-    dist::DistContext ctx = dist::init();
-    // Every CUDA object dies inside run(), before dist::finalize() (see init.h).
+    distributed::DistContext ctx = distributed::init();
+    // Every CUDA object dies inside run(), before distributed::finalize() (see init.h).
     run(ctx, options);
     ctx.cpu_world.reset();
     ctx.gpu_world.reset();
-    dist::finalize();
+    distributed::finalize();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_engine: error: %s\n", e.what());
     return 1;

@@ -6,7 +6,7 @@
 # own quirks and code generation; the device build stays the real test.
 # With a configured build/ (compile_commands.json) it also type-checks the
 # host sources' GPU branches (STRATUM_WITH_CUDA, _CUDA_KERNELS, _NCCL, and
-# dist/nccl_communicator.cpp) with g++ against the same headers and NCCL's.
+# distributed/nccl_communicator.cpp) with g++ against the same headers and NCCL's.
 # Usage: scripts/cuda_syntax_check.sh [file.cu|file.cpp ...]
 #        (default: every src/**/*.cu and every host file with a GPU branch)
 set -euo pipefail
@@ -51,7 +51,7 @@ files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
   mapfile -t files < <(find src -name '*.cu' | sort
     { grep -rlE 'STRATUM_WITH_(CUDA|CUDA_KERNELS|NCCL)\b' src apps bench tests --include='*.cpp'
-      echo src/stratum/dist/nccl_communicator.cpp; } | sort -u)
+      echo src/stratum/distributed/nccl_communicator.cpp; } | sort -u)
 fi
 status=0
 for f in "${files[@]}"; do

@@ -18,7 +18,7 @@ if not os.path.exists(db):
     sys.exit(f"host_gpu_check: {db} not found; configure the CPU build first (make build)")
 entries = json.load(open(db))
 entry = next((e for e in entries if os.path.abspath(e["file"]) == path), None)
-if entry is None:  # e.g. dist/nccl_communicator.cpp: borrow a neighbour's flags
+if entry is None:  # e.g. distributed/nccl_communicator.cpp: borrow a neighbour's flags
     entry = next((e for e in entries if os.path.dirname(os.path.abspath(e["file"])) == os.path.dirname(path)), None)
 if entry is None:
     sys.exit(f"host_gpu_check: no compile command for {path} or its folder in {db}")

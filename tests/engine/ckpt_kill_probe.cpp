@@ -4,12 +4,12 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt_trainer.h"
-#include "stratum/dist/init.h"
+#include "stratum/distributed/init.h"
 #include "stratum/engine/checkpoint.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
-  auto ctx = stratum::dist::init();
+  auto ctx = stratum::distributed::init();
   {
     stratum::test::Trainer t(2, ctx.cpu_world);
     t.train_step(0);
@@ -17,6 +17,6 @@ int main(int argc, char** argv) {
     stratum::save_checkpoint(t.engine->core(), argv[1], "global_step2", {{"marker", "second"}});
   }
   ctx.cpu_world.reset();
-  stratum::dist::finalize();
+  stratum::distributed::finalize();
   return 0;
 }

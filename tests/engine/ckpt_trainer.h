@@ -19,7 +19,7 @@ inline std::string checkpoint_test_config(int stage) {
 }
 
 struct Trainer {
-  Trainer(int stage, std::shared_ptr<dist::Communicator> dp, uint64_t init_seed = 42)
+  Trainer(int stage, std::shared_ptr<distributed::Communicator> dp, uint64_t init_seed = 42)
       : config(Config::from_string(checkpoint_test_config(stage), "ckpt-test")), dp(std::move(dp)) {
     torch::manual_seed(init_seed);
     model = Mlp();
@@ -41,7 +41,7 @@ struct Trainer {
       local += loss.item<double>() / b.gradient_accumulation_steps;
     }
     at::Tensor l = torch::full({1}, local, torch::kDouble);
-    dp->all_reduce(l, dist::ReduceOp::avg)->wait();
+    dp->all_reduce(l, distributed::ReduceOp::avg)->wait();
     return l.item<double>();
   }
   at::Tensor weights() {
@@ -50,7 +50,7 @@ struct Trainer {
     return torch::cat(flat);
   }
   Config config;
-  std::shared_ptr<dist::Communicator> dp;
+  std::shared_ptr<distributed::Communicator> dp;
   Mlp model{nullptr};
   std::unique_ptr<Engine<MlpImpl>> engine;
 };

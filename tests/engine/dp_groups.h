@@ -8,11 +8,11 @@
 
 #include <ATen/ATen.h>
 
-#include "../dist/dist_test_context.h"
+#include "../distributed/distributed_test_context.h"
 
 namespace stratum::test {
 
-inline std::shared_ptr<dist::Communicator> groups_of(int k, std::shared_ptr<dist::Communicator> world = nullptr) {
+inline std::shared_ptr<distributed::Communicator> groups_of(int k, std::shared_ptr<distributed::Communicator> world = nullptr) {
   if (!world) world = context().cpu_world;
   std::vector<std::vector<int64_t>> groups(world->size() / k);
   for (int r = 0; r < world->size(); ++r) groups[r / k].push_back(r);

@@ -5,7 +5,7 @@
 
 #include <ATen/ATen.h>
 
-#include "../dist/dist_test_context.h"
+#include "../distributed/distributed_test_context.h"
 #include "stratum/core/fs.h"
 
 namespace stratum::test {

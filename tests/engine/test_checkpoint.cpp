@@ -13,7 +13,7 @@ extern char** environ;
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "../dist/dist_test_context.h"
+#include "../distributed/distributed_test_context.h"
 #include "ckpt_trainer.h"
 #include "shared_temp_dir.h"
 #include "stratum/core/fs.h"
@@ -27,7 +27,7 @@ using stratum::test::Trainer;
 
 namespace {
 
-std::shared_ptr<dist::Communicator> groups_of(int k) {
+std::shared_ptr<distributed::Communicator> groups_of(int k) {
   auto world = test::context().cpu_world;
   std::vector<std::vector<int64_t>> groups(world->size() / k);
   for (int r = 0; r < world->size(); ++r) groups[r / k].push_back(r);

@@ -10,7 +10,7 @@
 
 #include <torch/torch.h>
 
-#include "../dist/dist_test_context.h"
+#include "../distributed/distributed_test_context.h"
 #include "dp_groups.h"
 #include "mlp.h"
 #include "stratum/engine/engine.h"
@@ -50,7 +50,7 @@ std::string config_json(int stage, int gas, const std::string& precision, int64_
 }
 
 // Rank r of a DP group of n, micro-batch k of gas: a fixed slice of the global batch.
-TrainRun train(const std::string& json, const std::shared_ptr<dist::Communicator>& dp, int steps = kSteps,
+TrainRun train(const std::string& json, const std::shared_ptr<distributed::Communicator>& dp, int steps = kSteps,
                int overflow_step = -1, c10::Device device = c10::Device(c10::kCPU)) {
   Config config = Config::from_string(json, "test-config");
   torch::manual_seed(42);
@@ -74,7 +74,7 @@ TrainRun train(const std::string& json, const std::shared_ptr<dist::Communicator
       local += loss.item<double>() / b.gradient_accumulation_steps;
     }
     at::Tensor l = torch::full({1}, local, torch::TensorOptions().dtype(torch::kDouble).device(device));
-    dp->all_reduce(l, dist::ReduceOp::avg)->wait();
+    dp->all_reduce(l, distributed::ReduceOp::avg)->wait();
     run.losses.push_back(l.item<double>());
     run.skipped.push_back(engine.last_step_skipped());
     run.scales.push_back(engine.loss_scale());

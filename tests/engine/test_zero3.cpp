@@ -13,7 +13,7 @@
 
 #include <tuple>
 
-#include "../dist/dist_test_context.h"
+#include "../distributed/distributed_test_context.h"
 #include "dp_groups.h"
 #include "mlp.h"
 #include "shared_temp_dir.h"
@@ -80,7 +80,7 @@ struct TrainRun {
   bool layer_runner = false;  // the strategy has per-layer work (stage 3; stages 1/2 with overlap_param_gather)
 };
 
-TrainRun train(const Options& o, const std::shared_ptr<dist::Communicator>& dp, int steps = kSteps,
+TrainRun train(const Options& o, const std::shared_ptr<distributed::Communicator>& dp, int steps = kSteps,
                c10::Device device = c10::Device(c10::kCPU)) {
   Config config = Config::from_string(config_json(o), "zero3-test");
   torch::manual_seed(42);
@@ -104,7 +104,7 @@ TrainRun train(const Options& o, const std::shared_ptr<dist::Communicator>& dp, 
       local += loss.item<double>() / b.gradient_accumulation_steps;
     }
     at::Tensor l = torch::full({1}, local, torch::kDouble).to(device);
-    dp->all_reduce(l, dist::ReduceOp::avg)->wait();
+    dp->all_reduce(l, distributed::ReduceOp::avg)->wait();
     run.losses.push_back(l.item<double>());
     run.grad_norms.push_back(engine.core().last_grad_norm());
   }
@@ -566,7 +566,7 @@ TEST(RowGradients, UnevenRowCountsAcrossRanks) {
       const auto& world = backend.world;
       if (world->size() < 2) continue;
       const int r = world->rank();
-      auto embedding_grad = [&](const std::shared_ptr<dist::Communicator>& dp) {
+      auto embedding_grad = [&](const std::shared_ptr<distributed::Communicator>& dp) {
         Options o{"tiny-llama", overrides, 0};
         o.top_extra = R"("sparse_gradients": true,)";
         Config config = Config::from_string(config_json(o), "rows");
@@ -585,7 +585,7 @@ TEST(RowGradients, UnevenRowCountsAcrossRanks) {
       };
       const at::Tensor exchanged = embedding_grad(world);
       at::Tensor expected = embedding_grad(groups_of(1, world));
-      world->all_reduce(expected, dist::ReduceOp::avg)->wait();
+      world->all_reduce(expected, distributed::ReduceOp::avg)->wait();
       EXPECT_GT(expected.abs().sum().item<double>(), 0.0) << backend.name << " tied " << tied;
       EXPECT_LE(rel_diff(exchanged.cpu(), expected.cpu()), 1e-6) << backend.name << " tied " << tied;
     }

@@ -7,7 +7,7 @@ namespace stratum::log {
 
 enum class Level { debug = 0, info = 1, warn = 2, error = 3 };
 
-// Called once the rank is known (dist::init). Before that lines carry no prefix.
+// Called once the rank is known (distributed::init). Before that lines carry no prefix.
 void set_rank(int rank);
 // STRATUM_LOG_LEVEL=debug|info|warn|error overrides the default (info).
 void set_level(Level level);

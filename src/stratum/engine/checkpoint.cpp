@@ -138,7 +138,7 @@ void agree_or_throw(EngineCore& e, const std::string& local_error) {
   // On the gradients' device, where the communicator works (with offload the masters are on the host).
   at::Tensor flag = at::full({1}, local_error.empty() ? 0 : 1, at::TensorOptions().dtype(at::kFloat).device(
                                                                   CheckpointAccess::strategy(e).segments().front().grad.device()));
-  e.dp()->all_reduce(flag, dist::ReduceOp::max)->wait();
+  e.dp()->all_reduce(flag, distributed::ReduceOp::max)->wait();
   if (flag.item<float>() > 0)
     throw Error(local_error.empty() ? "checkpoint: another rank failed (see its message)" : local_error);
 }

@@ -20,7 +20,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
-#include "stratum/dist/init.h"
+#include "stratum/distributed/init.h"
 #include "stratum/engine/engine_core.h"
 #include "stratum/engine/layer_runner.h"
 
@@ -82,7 +82,7 @@ class Engine {
 
 // Data parallel over `dp` with the model on `device`.
 template <class Model>
-Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, std::shared_ptr<dist::Communicator> dp,
+Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, std::shared_ptr<distributed::Communicator> dp,
                          c10::Device device) {
   const at::ScalarType dtype = engine_detail::training_dtype(config);
   nn::LayerStackImpl* stack = engine_detail::as_layer_stack(*model);
@@ -102,7 +102,7 @@ Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, std
 // Data parallel over the whole job: the NCCL world and this rank's GPU when
 // there is one, else the MPI world on the CPU.
 template <class Model>
-Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, const dist::DistContext& ctx) {
+Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, const distributed::DistContext& ctx) {
   const c10::Device device = ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
                                            : c10::Device(c10::kCPU);
   return initialize(config, std::move(model), ctx.device_world(), device);

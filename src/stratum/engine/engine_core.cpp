@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "stratum/core/log.h"
-#include "stratum/dist/init.h"
+#include "stratum/distributed/init.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/grad_clip.h"
 #include "stratum/optim/host_adam.h"
@@ -69,7 +69,7 @@ void check_supported(const Config& c, const std::vector<at::Tensor>& params, boo
 }  // namespace
 
 EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std::vector<std::string> names,
-                       at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp, c10::Device device,
+                       at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp, c10::Device device,
                        std::optional<zero::LayerParams> layers)
     : config_(config), model_dtype_(model_dtype), dp_(std::move(dp)) {
   check_supported(config_, params, layers.has_value());
@@ -100,7 +100,7 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   if (options.offload_optimizer)
     host_adam_ = std::make_unique<optim::HostAdam>(*config_.optimizer,
                                                    config_.zero_optimization.offload_optimizer.cpuadam_cores_perc,
-                                                   dist::local_world_size_from_env());
+                                                   distributed::local_world_size_from_env());
   scheduler_ = std::make_unique<optim::LrScheduler>(config_.scheduler, config_.optimizer->lr);
   config::Fp16Config fp16 = config_.fp16;
   if (!fp16.enabled) fp16.loss_scale = 1.0;  // static 1: no scaling outside fp16
@@ -160,7 +160,7 @@ bool EngineCore::check_overflow() {
   std::vector<at::Tensor> grads;
   for (auto& s : strategy_->segments()) grads.push_back(s.grad);
   at::Tensor flag = optim::local_overflow_flag(grads).to(strategy_->segments().front().grad.device());
-  dp_->all_reduce(flag, dist::ReduceOp::max)->wait();
+  dp_->all_reduce(flag, distributed::ReduceOp::max)->wait();
   return flag.item<float>() > 0;
 }
 
@@ -173,7 +173,7 @@ at::Tensor EngineCore::global_grad_norm(double loss_scale) {
     sq = optim::squared_norm(grads).to(strategy_->segments().front().grad.device());
   }
   // Partitioned gradients: each rank holds a disjoint part of the sum.
-  if (strategy_->partitioned()) dp_->all_reduce(sq, dist::ReduceOp::sum)->wait();
+  if (strategy_->partitioned()) dp_->all_reduce(sq, distributed::ReduceOp::sum)->wait();
   return sq.sqrt() / loss_scale;
 }
 

@@ -11,7 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "stratum/config/config.h"
-#include "stratum/dist/communicator.h"
+#include "stratum/distributed/communicator.h"
 #include "stratum/zero/strategy.h"
 
 namespace stratum {
@@ -36,7 +36,7 @@ class EngineCore {
   // stratum::Error / ConfigError on bad input before any collective,
   // identically on every rank.
   EngineCore(const Config& config, std::vector<at::Tensor> params, std::vector<std::string> names,
-             at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp, c10::Device device,
+             at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp, c10::Device device,
              std::optional<zero::LayerParams> layers = std::nullopt);
   ~EngineCore();
 
@@ -62,7 +62,7 @@ class EngineCore {
   double last_grad_norm() const;
   const config::BatchSizes& batch() const { return batch_; }
   at::ScalarType model_dtype() const { return model_dtype_; }
-  const std::shared_ptr<dist::Communicator>& dp() const { return dp_; }
+  const std::shared_ptr<distributed::Communicator>& dp() const { return dp_; }
   const zero::ZeroStrategy& strategy() const { return *strategy_; }
   zero::ZeroStrategy& strategy() { return *strategy_; }
   // Bytes of this rank's persistent model states (parameters, gradients, fp32
@@ -82,7 +82,7 @@ class EngineCore {
   Config config_;
   config::BatchSizes batch_;
   at::ScalarType model_dtype_;
-  std::shared_ptr<dist::Communicator> dp_;
+  std::shared_ptr<distributed::Communicator> dp_;
   std::unique_ptr<zero::ZeroStrategy> strategy_;
   std::vector<optim::AdamState> adam_;
   std::unique_ptr<optim::HostAdam> host_adam_;  // offload_optimizer: the step runs on the host

@@ -10,7 +10,7 @@
 namespace stratum::zero {
 
 BucketParamGather::BucketParamGather(const FlatLayout& layout, at::Tensor flat_params,
-                                     std::shared_ptr<dist::Communicator> dp)
+                                     std::shared_ptr<distributed::Communicator> dp)
     : layout_(layout),
       flat_params_(std::move(flat_params)),
       dp_(std::move(dp)),

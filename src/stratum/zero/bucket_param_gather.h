@@ -10,7 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "stratum/dist/communicator.h"
+#include "stratum/distributed/communicator.h"
 #include "stratum/zero/flat_layout.h"
 #include "stratum/zero/strategy.h"
 
@@ -18,7 +18,7 @@ namespace stratum::zero {
 
 class BucketParamGather : public LayerParamGatherer {
  public:
-  BucketParamGather(const FlatLayout& layout, at::Tensor flat_params, std::shared_ptr<dist::Communicator> dp);
+  BucketParamGather(const FlatLayout& layout, at::Tensor flat_params, std::shared_ptr<distributed::Communicator> dp);
 
   // Leaves the waits to before_forward: `layers` tells which buckets each
   // layer reads (its own and borrowed parameters; buckets no layer owns are
@@ -47,8 +47,8 @@ class BucketParamGather : public LayerParamGatherer {
 
   const FlatLayout& layout_;
   at::Tensor flat_params_;
-  std::shared_ptr<dist::Communicator> dp_;
-  std::vector<dist::WorkPtr> in_flight_;  // per bucket, until waited
+  std::shared_ptr<distributed::Communicator> dp_;
+  std::vector<distributed::WorkPtr> in_flight_;  // per bucket, until waited
   std::vector<at::Tensor> inputs_;        // a copied input, alive until its gather is waited for
   std::vector<bool> started_;
   std::vector<std::vector<int>> layer_buckets_;

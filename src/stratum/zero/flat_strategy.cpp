@@ -57,7 +57,7 @@ std::vector<ParamSpec> specs_of(const std::vector<at::Tensor>& params, const std
 }  // namespace
 
 FlatStrategy::FlatStrategy(const ZeroOptions& options, FlatLayout layout, std::vector<at::Tensor> params,
-                           at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp)
+                           at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp)
     : options_(options),
       layout_(std::move(layout)),
       params_(std::move(params)),
@@ -77,7 +77,7 @@ FlatStrategy::FlatStrategy(const ZeroOptions& options, FlatLayout layout, std::v
 }
 
 FlatStrategy::FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> params, std::vector<std::string> names,
-                           at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp)
+                           at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp)
     // Copies, not moves: the order in which arguments are evaluated is unspecified.
     : FlatStrategy(options,
                    FlatLayout::build(specs_of(params, names), options.bucket_elems, dp->size(),
@@ -194,7 +194,7 @@ void FlatStrategy::launch_reduction(const at::Tensor& grads, at::Tensor dest, bo
   // The wire copy: a wider dtype (fp32 for 16-bit training), or the bucket itself.
   at::Tensor wire = grads.scalar_type() == options_.comm_dtype ? grads : grads.to(options_.comm_dtype);
   if (!average_on_wire_ && pre_scale_ != 1.0) wire.mul_(pre_scale_);
-  const dist::ReduceOp op = average_on_wire_ ? dist::ReduceOp::avg : dist::ReduceOp::sum;
+  const distributed::ReduceOp op = average_on_wire_ ? distributed::ReduceOp::avg : distributed::ReduceOp::sum;
   if (scatter && options_.reduce_scatter) {
     const bool into_dest = !accumulate && dest.scalar_type() == wire.scalar_type() && dest.is_contiguous();
     at::Tensor out = into_dest ? dest : at::empty({grads.numel() / n}, wire.options());
@@ -213,7 +213,7 @@ void FlatStrategy::launch_reduction(const at::Tensor& grads, at::Tensor dest, bo
   note_final_gradient(in_place ? f.work : nullptr, dest, in_place);
 }
 
-void FlatStrategy::note_final_gradient(const dist::WorkPtr& work, const at::Tensor& dest, bool in_place) {
+void FlatStrategy::note_final_gradient(const distributed::WorkPtr& work, const at::Tensor& dest, bool in_place) {
   if (!final_reductions_) return;
   if (!grad_norm_) grad_norm_ = std::make_unique<ReducedGradNorm>(device_, layout_.buckets().size());
   if (in_place) grad_norm_->add(work, dest);

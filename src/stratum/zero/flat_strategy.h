@@ -19,7 +19,7 @@ namespace stratum::zero {
 class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink, public nn::WeightGradSink {
  public:
   FlatStrategy(const ZeroOptions& options, std::vector<at::Tensor> params, std::vector<std::string> names,
-               at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp);
+               at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp);
   ~FlatStrategy() override;
 
   int stage() const override { return options_.stage; }
@@ -52,10 +52,10 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink, public nn:
  protected:
   // Stage 3: `layout` given, the parameters stay where they are (no flat buffer).
   FlatStrategy(const ZeroOptions& options, FlatLayout layout, std::vector<at::Tensor> params,
-               at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp);
+               at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp);
 
   struct InFlight {
-    dist::WorkPtr work;
+    distributed::WorkPtr work;
     at::Tensor wire;     // what the collective reduced (the result, in comm dtype; may be dest itself)
     at::Tensor dest;     // where the averaged gradient goes
     bool accumulate;     // dest += result (stage 2 across micro-steps), else dest = result
@@ -80,7 +80,7 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink, public nn:
   // A final reduction's destination, for the clipping norm (reduced_grad_norm.h):
   // in place (its value once `work` completes; null work: now, on the current
   // stream) or not (the window's norm is then the engine's to compute).
-  void note_final_gradient(const dist::WorkPtr& work, const at::Tensor& dest, bool in_place);
+  void note_final_gradient(const distributed::WorkPtr& work, const at::Tensor& dest, bool in_place);
   // Before gradients are rewritten (zero_gradients): norms still reading them finish first.
   void forget_grad_norm();
   // Row-fed parameters (options_.row_gradient_params) have a bucket each. A
@@ -153,7 +153,7 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink, public nn:
   // micro-steps keeps fp32 precision (as DeepSpeed's bf16 optimizer and DDP
   // over fp32 weights). One rank: the model's dtype.
   at::ScalarType grad_dtype_;
-  std::shared_ptr<dist::Communicator> dp_;
+  std::shared_ptr<distributed::Communicator> dp_;
   c10::Device device_;  // where the model trains
   at::Tensor flat_params_;
   std::vector<OptimizerSegment> segments_;

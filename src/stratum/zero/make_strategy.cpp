@@ -7,7 +7,7 @@ namespace stratum::zero {
 
 std::unique_ptr<ZeroStrategy> make_zero_strategy(const ZeroOptions& options, std::vector<at::Tensor> params,
                                                  std::vector<std::string> names, at::ScalarType model_dtype,
-                                                 std::shared_ptr<dist::Communicator> dp, const LayerParams* layers) {
+                                                 std::shared_ptr<distributed::Communicator> dp, const LayerParams* layers) {
   switch (options.stage) {
     case 0: return make_stage0(options, std::move(params), std::move(names), model_dtype, std::move(dp));
     case 1: return make_stage1(options, std::move(params), std::move(names), model_dtype, std::move(dp), layers);

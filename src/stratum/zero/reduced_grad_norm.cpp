@@ -25,7 +25,7 @@ ReducedGradNorm::~ReducedGradNorm() {
   }
 }
 
-void ReducedGradNorm::add(const dist::WorkPtr& work, const at::Tensor& reduced) {
+void ReducedGradNorm::add(const distributed::WorkPtr& work, const at::Tensor& reduced) {
   if (!valid_ || count_ == norms_.numel()) {
     valid_ = false;
     return;

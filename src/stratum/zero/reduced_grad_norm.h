@@ -19,7 +19,7 @@
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 
-#include "stratum/dist/communicator.h"
+#include "stratum/distributed/communicator.h"
 
 namespace stratum::zero {
 
@@ -33,7 +33,7 @@ class ReducedGradNorm {
   // `reduced` holds its final gradient once `work` completes (null: once the
   // current stream's work so far is done): its norm is queued on the side
   // stream behind it (CUDA) or taken at the step (CPU).
-  void add(const dist::WorkPtr& work, const at::Tensor& reduced);
+  void add(const distributed::WorkPtr& work, const at::Tensor& reduced);
   // A final reduction whose result is not the gradient as it lands.
   void invalidate() { valid_ = false; }
   // A piece already added was changed on the current stream (rows added to a

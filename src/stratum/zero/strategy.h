@@ -22,7 +22,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "stratum/dist/communicator.h"
+#include "stratum/distributed/communicator.h"
 #include "stratum/zero/flat_layout.h"
 
 namespace stratum::zero {
@@ -167,7 +167,7 @@ class ZeroStrategy {
 // overlap_param_gather, which without it waits in publish_params().
 std::unique_ptr<ZeroStrategy> make_zero_strategy(const ZeroOptions& options, std::vector<at::Tensor> params,
                                                  std::vector<std::string> names, at::ScalarType model_dtype,
-                                                 std::shared_ptr<dist::Communicator> dp,
+                                                 std::shared_ptr<distributed::Communicator> dp,
                                                  const LayerParams* layers = nullptr);
 
 // Stage 3. `params` may be anywhere (the CPU module as built); each layer's are
@@ -175,7 +175,7 @@ std::unique_ptr<ZeroStrategy> make_zero_strategy(const ZeroOptions& options, std
 // this rank's slice kept: the whole model never sits on one device.
 std::unique_ptr<ZeroStrategy> make_stage3(const ZeroOptions& options, const LayerParams& layers,
                                           std::vector<at::Tensor> params, std::vector<std::string> names,
-                                          at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp,
+                                          at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp,
                                           c10::Device device);
 
 }  // namespace stratum::zero

@@ -58,7 +58,7 @@ class Stage0 : public BoundaryReducedStrategy {
 
 std::unique_ptr<ZeroStrategy> make_stage0(const ZeroOptions& o, std::vector<at::Tensor> params,
                                           std::vector<std::string> names, at::ScalarType dtype,
-                                          std::shared_ptr<dist::Communicator> dp) {
+                                          std::shared_ptr<distributed::Communicator> dp) {
   auto s = std::make_unique<Stage0>(o, std::move(params), std::move(names), dtype, std::move(dp));
   s->init();
   return s;

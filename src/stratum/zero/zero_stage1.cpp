@@ -60,7 +60,7 @@ class Stage1 : public BoundaryReducedStrategy {
 
 std::unique_ptr<ZeroStrategy> make_stage1(const ZeroOptions& o, std::vector<at::Tensor> params,
                                           std::vector<std::string> names, at::ScalarType dtype,
-                                          std::shared_ptr<dist::Communicator> dp, const LayerParams* layers) {
+                                          std::shared_ptr<distributed::Communicator> dp, const LayerParams* layers) {
   auto s = std::make_unique<Stage1>(o, std::move(params), std::move(names), dtype, std::move(dp));
   s->init(layers);
   return s;

@@ -124,7 +124,7 @@ class Stage2 : public FlatStrategy {
 
 std::unique_ptr<ZeroStrategy> make_stage2(const ZeroOptions& o, std::vector<at::Tensor> params,
                                           std::vector<std::string> names, at::ScalarType dtype,
-                                          std::shared_ptr<dist::Communicator> dp, const LayerParams* layers) {
+                                          std::shared_ptr<distributed::Communicator> dp, const LayerParams* layers) {
   auto s = std::make_unique<Stage2>(o, std::move(params), std::move(names), dtype, std::move(dp));
   s->init(layers);
   return s;

@@ -34,7 +34,7 @@ enum class UnitState { released, in_flight, gathered };
 struct Unit {
   UnitState state = UnitState::released;
   at::Tensor full;           // the gathered unit (model dtype), while not released
-  dist::WorkPtr gather;      // while in flight
+  distributed::WorkPtr gather;      // while in flight
   at::Tensor staging;        // gradients of this micro-step not yet reduced
   int pending = 0;           // parameters whose gradient is still to come
   bool reduced = false;      // reduced at least once this micro-step
@@ -78,7 +78,7 @@ std::vector<ParamSpec> specs_of(const std::vector<at::Tensor>& params, const std
 class Stage3 : public FlatStrategy, public LayerParamGatherer {
  public:
   Stage3(const ZeroOptions& o, FlatLayout layout, std::vector<at::Tensor> params, at::ScalarType dtype,
-         std::shared_ptr<dist::Communicator> dp)
+         std::shared_ptr<distributed::Communicator> dp)
       : FlatStrategy(o, std::move(layout), std::move(params), dtype, std::move(dp)) {}
 
   void init(const LayerParams& layers, const std::vector<int>& layer_of_unit) {
@@ -395,7 +395,7 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
 
 std::unique_ptr<ZeroStrategy> make_stage3(const ZeroOptions& options, const LayerParams& layers,
                                           std::vector<at::Tensor> params, std::vector<std::string> names,
-                                          at::ScalarType model_dtype, std::shared_ptr<dist::Communicator> dp,
+                                          at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp,
                                           c10::Device device) {
   if (params.empty()) throw Error("ZeRO: the model has no trainable parameters (none with requires_grad)");
   if (layers.own.size() != layers.borrowed.size()) throw Error("ZeRO-3: own/borrowed lists differ in length");

@@ -1,0 +1,53 @@
+#pragma once
+// Process-level set-up of the distributed runtime. init() works under
+// stratum-run, under plain mpirun, and as a single process with no launcher
+// (MPI's singleton mode). What it returns is passed explicitly to whoever
+// needs it: there is no global communicator.
+#include <memory>
+#include <string>
+
+#include "stratum/distributed/communicator.h"
+
+namespace stratum::distributed {
+
+// Exit status of a job ended by a collective timeout (like timeout(1)).
+constexpr int kExitCommTimeout = 124;
+
+struct DistContext {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string launcher;  // "stratum-run", "mpirun" or "none"
+  int cuda_device = -1;  // the GPU of this rank (LOCAL_RANK), -1 without CUDA
+  CommOptions options;
+  std::shared_ptr<Communicator> cpu_world;  // MPI, always
+  std::shared_ptr<Communicator> gpu_world;  // NCCL, when CUDA is available (else null)
+  // The communicator for tensors on the training device.
+  const std::shared_ptr<Communicator>& device_world() const { return gpu_world ? gpu_world : cpu_world; }
+};
+
+struct InitOptions {
+  CommOptions comm = CommOptions::from_env();
+  // Create the NCCL world when this build and machine have CUDA (STRATUM_DISABLE_NCCL=1 turns it off).
+  bool use_nccl = true;
+};
+
+// Initializes MPI (and NCCL), checks RANK/WORLD_SIZE against MPI when a launcher
+// set them, sets the log prefix to the rank. Throws stratum::Error on mismatch.
+DistContext init(const InitOptions& options = InitOptions());
+// MPI_Finalize, once; safe to call twice. Call it after every CUDA tensor,
+// engine and communicator is gone: Open MPI's CUDA support releases the CUDA
+// context in MPI_Finalize, and memory freed after that fails ("context is
+// destroyed").
+void finalize();
+
+// Ranks on this node as the launcher says (LOCAL_WORLD_SIZE from stratum-run,
+// else Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, else 1): what shares the host's cores.
+int local_world_size_from_env();
+
+// Prints `message` (with the rank) and ends the whole job: MPI_Abort when MPI
+// is up, else exit. For timeouts and errors after which other ranks would hang.
+[[noreturn]] void abort_job(const std::string& message, int exit_code);
+
+}  // namespace stratum::distributed

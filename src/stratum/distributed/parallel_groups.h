@@ -1,0 +1,24 @@
+#pragma once
+// One communicator per parallel axis of a Topology, split from a world
+// communicator: what ZeRO (dp), tensor-parallel layers (tp), pipeline P2P (pp)
+// and the global gradient norm (dp x tp within a stage, then pp) talk over.
+#include <memory>
+
+#include "stratum/distributed/communicator.h"
+#include "stratum/distributed/topology.h"
+
+namespace stratum::distributed {
+
+struct ParallelGroups {
+  std::shared_ptr<Communicator> world;
+  std::shared_ptr<Communicator> dp;
+  std::shared_ptr<Communicator> pp;
+  std::shared_ptr<Communicator> tp;
+  std::shared_ptr<Communicator> dp_tp;
+};
+
+// Collective over `world`, whose size must equal the topology's world size.
+// Rank 0 logs the rank-to-group table.
+ParallelGroups make_parallel_groups(const Topology& topology, const std::shared_ptr<Communicator>& world);
+
+}  // namespace stratum::distributed
