@@ -95,8 +95,9 @@ def footer(name, spec, result):
     if meta.get("note"):
         lines.append(meta["note"])
     targets = " ".join(sc.build_targets(spec))
-    lines.append(f"Reproduce: `bash bench/run_matrix.sh {name}`, built with "
-                 f"`bash scripts/device_build.sh --only-build --targets \"{targets}\"`.")
+    build = (f"cmake --build build --target {targets}" if sc.gpus_needed(spec) == 0 else
+             f"bash scripts/device_build.sh --only-build --targets \"{targets}\"")
+    lines.append(f"Reproduce: `bash bench/run_matrix.sh {name}`, built with `{build}`.")
     commands = list(dict.fromkeys(r["command"] for r in result["rows"] if r.get("command")))
     if commands:
         lines.append("\n<details><summary>The commands of this run</summary>\n\n```\n" + "\n".join(commands) +
@@ -120,6 +121,7 @@ def merged(rows):
         groups.setdefault((r["system"], r.get("flags", "")), []).append(r)
     out = []
     for group in groups.values():
+        group = [g for g in group if "error" not in g] or group  # a failed round does not hide the others
         row = dict(group[0])
         for k, v in row.items():
             if isinstance(v, float):
@@ -350,7 +352,8 @@ def evaluate(name, target, spec, result):
                                       f"{r['peak_memory_gib']:.2f} vs {best['peak_memory_gib']:.2f} GiB",
                                 ratio >= target["at_least"] and memory_ok))
     elif rule == "scaling":
-        by_gpus = {r["gpus"]: r for r in merged(result["rows"]) if r["system"] in target["stratum"] and "error" not in r}
+        by_gpus = {r["gpus"]: r for run in sc.runs(spec) for r in merged(run_rows(result, run))
+                   if r["system"] in target["stratum"] and "error" not in r}
         if 1 in by_gpus and 2 in by_gpus:
             s = by_gpus[2]["tokens_per_s_per_gpu"] / by_gpus[1]["tokens_per_s_per_gpu"]
             out.append((name, f"{s:.1%} ({num(by_gpus[1]['tokens_per_s_per_gpu'])} -> "

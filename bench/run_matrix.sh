@@ -7,7 +7,10 @@
 #   bash scripts/device_build.sh --only-build --targets "$(bash bench/run_matrix.sh --targets SCENARIO)" &&
 #     bash bench/run_matrix.sh SCENARIO...
 # DeepSpeed's rows need its wheels in .whl (scripts/device_wheels.sh fills it).
-# Every NCCL_* and STRATUM_* variable set here reaches Stratum's ranks.
+# Every NCCL_* and STRATUM_* variable set here reaches Stratum's ranks; where
+# the tree has no .git, STRATUM_COMMIT names the commit the results record.
+# $OUT receives <scenario>.jsonl and <scenario>.log: copy the .jsonl into
+# bench/results/ of the checkout, then regenerate docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # NVLink multicast off: a program using it can take the host's shared GPUs out of service.
