@@ -67,8 +67,8 @@ try:
     if torch.cuda.is_available():
         v["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
         v["cudnn"] = str(torch.backends.cudnn.version())
-except Exception as e:
-    v["torch"] = "unavailable: %s" % e
+except ImportError:
+    pass
 for name in ("deepspeed", "transformers"):
     try:
         v[name] = __import__(name).__version__
@@ -99,8 +99,9 @@ def environment(build):
     report = capture([os.path.join(build, "bin", "stratum-report"), "--json"])
     if report:
         r = json.loads(report)
-        env.update(stratum_nccl=r["comm"]["nccl_version"], mpi=r["comm"]["mpi_library_version"],
+        env.update(stratum_nccl=r["comm"]["nccl_version"], mpi=r["comm"]["mpi_library_version"].split(",")[0],
                    compiler=r["build"]["compiler"], stratum_build=r["build"]["git_sha"])
+        env.setdefault("torch", r["torch"]["runtime_version"] or r["build"]["torch_wheel_version"])
     else:
         mpi = capture(["mpirun", "--version"])
         env["mpi"] = mpi.splitlines()[0] if mpi else ""
@@ -356,6 +357,8 @@ def main(argv):
               f"\"{' '.join(t for _, s in specs for t in sc.build_targets(s))}\")", file=sys.stderr)
         return 1
     out = os.environ.get("OUT") or None
+    if build.startswith(REPO + os.sep):
+        build = os.path.relpath(build, REPO)  # the commands run in the checkout: shorter, as a user types them
     for name, spec in specs:
         if sc.gpus_needed(spec) > gpu_count():
             print(f"run_matrix: {name} needs {sc.gpus_needed(spec)} GPU(s), this machine has {gpu_count()}",
