@@ -145,7 +145,7 @@ TEST(MemoryEstimator, MatchesPeaksMeasuredOnH200) {
         << describe(r);
 }
 
-// The new modes, measured on 2 x H200 (bench/run_zero3_gpu.sh, stratum-train,
+// The new modes, measured on 2 x H200 (stratum-train, bench/run_matrix.sh 2gpu-train-*,
 // bf16, 2 GPUs; training peak of allocated bytes, docs/benchmarks.md). Errors
 // of the estimate: gpt2-1.3b (seq 2048, micro 8) ZeRO-2 -0.5%, ZeRO-3 -1.4%,
 // ZeRO-2 + offload -0.6%, ZeRO-3 + offload -1.6%; LLaMA (llama-8b's shape,
