@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "stratum/io/safetensors.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/hf_config.h"
 #include "stratum/models/hf_state_dict.h"
-#include "stratum/models/safetensors.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   torch::NoGradGuard no_grad;
   at::Tensor tokens = torch::arange(64, torch::kLong).remainder(config.vocab_size).view({1, 64}) * 7 % config.vocab_size;
   at::Tensor logits = model->logits(tokens).to(torch::kFloat).contiguous();
-  stratum::models::write_safetensors(argv[2], {{"tokens", tokens}, {"logits", logits}});
+  stratum::io::write_safetensors(argv[2], {{"tokens", tokens}, {"logits", logits}});
   std::cout << "wrote " << argv[2] << " logits " << logits.sizes() << "\n";
   return 0;
 }

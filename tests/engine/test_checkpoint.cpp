@@ -19,7 +19,7 @@ extern char** environ;
 #include "stratum/core/fs.h"
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
-#include "stratum/models/safetensors.h"
+#include "stratum/io/safetensors.h"
 
 using namespace stratum;
 using stratum::test::Mlp;
@@ -103,7 +103,7 @@ TEST(Checkpoint, ConsolidatedWeightsEqualTheModel) {
   int64_t listed = 0;
   for (const auto& shard : full.manifest->at("shards")) {
     int masters = 0;
-    for (const auto& e : models::read_safetensors_header(dir + "/global_step3/" + shard.at("file").get<std::string>()).tensors)
+    for (const auto& e : io::read_safetensors_header(dir + "/global_step3/" + shard.at("file").get<std::string>()).tensors)
       masters += e.name.rfind("master|", 0) == 0;
     EXPECT_EQ(static_cast<int>(shard.at("fragments").size()), masters) << shard.at("file");
     for (const auto& f : shard.at("fragments")) listed += f.at(2).get<int64_t>();

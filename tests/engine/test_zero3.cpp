@@ -22,7 +22,7 @@
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
 #include "stratum/models/causal_lm.h"
-#include "stratum/models/safetensors.h"
+#include "stratum/io/safetensors.h"
 #include "stratum/nn/embedding.h"
 #include "stratum/nn/linear.h"
 #include "stratum/optim/grad_clip.h"
@@ -720,7 +720,7 @@ TEST(Zero3, CheckpointLoadsAtOtherStagesAndConsolidates) {
   save_checkpoint(engine.core(), dir, "t", nlohmann::json::object());
   const auto saved = weights_of(engine.core());
   if (world->rank() == 0) {
-    auto file = models::read_safetensors(dir + "/t/model_16bit.safetensors");
+    auto file = io::read_safetensors(dir + "/t/model_16bit.safetensors");
     ASSERT_EQ(file.size(), saved.size());
     for (const auto& [name, value] : saved) {
       ASSERT_TRUE(file.count(name)) << name;

@@ -15,7 +15,7 @@
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/log.h"
-#include "stratum/models/safetensors.h"
+#include "stratum/io/safetensors.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/loss_scaler.h"
 #include "stratum/optim/lr_schedule.h"
@@ -185,7 +185,7 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
   }
   tensors.emplace_back("rng|cpu", at::detail::getDefaultCPUGenerator().get_state());
   try {
-    models::write_safetensors(tmp_dir + "/" + shard_name(rank), tensors,
+    io::write_safetensors(tmp_dir + "/" + shard_name(rank), tensors,
                               {{"format", kFormat}, {"rank", std::to_string(rank)}});
   } catch (const Error& e) {
     error = e.what();
@@ -200,7 +200,7 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
       if (rank == 0) weights.emplace_back(layout.specs()[i].name, v.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
     });
     try {
-      if (rank == 0) models::write_safetensors(tmp_dir + "/" + kConsolidatedWeights, weights, {{"format", "pt"}});
+      if (rank == 0) io::write_safetensors(tmp_dir + "/" + kConsolidatedWeights, weights, {{"format", "pt"}});
     } catch (const Error& e) {
       error = e.what();
     }
@@ -281,7 +281,7 @@ FragmentIndex index_shards(const std::string& tag_dir, const json& manifest) {
   for (const auto& shard : manifest.at("shards")) {
     const std::string file = tag_dir + "/" + shard.at("file").get<std::string>();
     if (!fs::exists(file)) throw Error(file + ": shard missing from the checkpoint");
-    for (const auto& entry : models::read_safetensors_header(file).tensors) {
+    for (const auto& entry : io::read_safetensors_header(file).tensors) {
       auto f = parse_fragment(entry.name);
       if (!f || f->kind == "rng") continue;
       int64_t numel = 1;
@@ -334,7 +334,7 @@ void fill_range(const FragmentIndex& index, const std::string& kind, const std::
         auto& file_cache = cache[f.file];
         auto t = file_cache.find(f.tensor);
         if (t == file_cache.end()) {
-          auto loaded = models::read_safetensors(f.file, {f.tensor});
+          auto loaded = io::read_safetensors(f.file, {f.tensor});
           t = file_cache.emplace(f.tensor, loaded.at(f.tensor)).first;
         }
         if (t->second.scalar_type() != at::kFloat)
@@ -399,7 +399,7 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
     // Same rank count: each rank gets its own random stream back; otherwise they start afresh.
     const std::string own = tag_dir + "/" + shard_name(engine.dp()->rank());
     if (manifest.at("data_parallel_size").get<int>() == engine.dp()->size() && fs::exists(own)) {
-      auto rng = models::read_safetensors(own, {"rng|cpu"});
+      auto rng = io::read_safetensors(own, {"rng|cpu"});
       at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle on the global generator
       gen.set_state(rng.at("rng|cpu"));
     }
