@@ -186,7 +186,6 @@ TEST(Checkpoint, KilledSaverLeavesThePreviousCheckpoint) {
         if (kv.rfind(prefix, 0) == 0) inherited.push_back(kv.substr(0, kv.find('=')));
     }
     for (const auto& name : inherited) ::unsetenv(name.c_str());
-    ::setenv("STRATUM_CHECKPOINT_TEST_STALL_S", "60", 1);
     const std::string cmd = std::string("exec ") + STRATUM_MPIEXEC + " -np 1 " + STRATUM_BIN_DIR + "/ckpt_kill_probe " + dir;
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     std::_Exit(127);
