@@ -122,8 +122,8 @@ json read_manifest(const std::string& tag_dir) {
 // Every rank agrees on an error before anyone throws, so no rank hangs in the next collective.
 void agree_or_throw(EngineCore& e, const std::string& local_error) {
   // On the gradients' device, where the communicator works (with offload the masters are on the host).
-  at::Tensor flag = at::full({1}, local_error.empty() ? 0 : 1,
-                             at::TensorOptions().dtype(at::kFloat).device(e.strategy().segments().front().grad.device()));
+  const c10::Device device = e.strategy().segments().front().grad.device();
+  at::Tensor flag = at::full({1}, local_error.empty() ? 0 : 1, at::TensorOptions().dtype(at::kFloat).device(device));
   e.dp()->all_reduce(flag, distributed::ReduceOp::max)->wait();
   if (flag.item<float>() > 0)
     throw Error(local_error.empty() ? "checkpoint: another rank failed (see its message)" : local_error);
