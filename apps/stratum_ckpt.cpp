@@ -13,10 +13,10 @@
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/engine/checkpoint.h"
+#include "stratum/io/safetensors.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/hf_config.h"
 #include "stratum/models/hf_state_dict.h"
-#include "stratum/models/safetensors.h"
 
 using namespace stratum;
 using nlohmann::json;
@@ -52,7 +52,7 @@ int info(const std::string& dir, const std::string& tag) {
   std::cout << "shards\n";
   for (const auto& s : m.at("shards")) {
     const std::string file = s.at("file").get<std::string>();
-    auto header = models::read_safetensors_header(tag_dir + "/" + file);
+    auto header = io::read_safetensors_header(tag_dir + "/" + file);
     std::cout << "  " << file << "  " << s.at("fragments").size() << " parameter fragments, " << header.tensors.size()
               << " tensors, " << header.data_length << " bytes\n";
   }
@@ -83,7 +83,7 @@ int export_hf(const std::string& dir, const std::string& out_dir, const std::str
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (auto& [name, t] : models::to_hf_state_dict(*model)) tensors.emplace_back(name, t.to(st).contiguous());
   fs::make_directories(out_dir);
-  models::write_safetensors(out_dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  io::write_safetensors(out_dir + "/model.safetensors", tensors, {{"format", "pt"}});
   std::ofstream(out_dir + "/config.json") << models::hf_config_json(mcfg, dtype == "bf16" ? "bfloat16" : "float32").dump(2)
                                           << "\n";
   std::cout << "wrote " << out_dir << "/model.safetensors (" << tensors.size() << " tensors, " << dtype << ") and "

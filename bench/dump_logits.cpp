@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "stratum/io/safetensors.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/hf_config.h"
 #include "stratum/models/hf_state_dict.h"
-#include "stratum/models/safetensors.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Logits of a Hugging Face-format model directory on a fixed input, by Stratum's model code"};
@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   torch::NoGradGuard no_grad;
   at::Tensor tokens = torch::arange(64, torch::kLong).remainder(config.vocab_size).view({1, 64}) * 7 % config.vocab_size;
   at::Tensor logits = model->logits(tokens).to(torch::kFloat).contiguous();
-  stratum::models::write_safetensors(out, {{"tokens", tokens}, {"logits", logits}});
+  stratum::io::write_safetensors(out, {{"tokens", tokens}, {"logits", logits}});
   std::cout << "wrote " << out << " logits " << logits.sizes() << "\n";
   return 0;
 }

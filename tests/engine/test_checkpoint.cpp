@@ -19,7 +19,7 @@ extern char** environ;
 #include "stratum/core/fs.h"
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
-#include "stratum/models/safetensors.h"
+#include "stratum/io/safetensors.h"
 
 using namespace stratum;
 using stratum::test::Mlp;
@@ -103,7 +103,7 @@ TEST(Checkpoint, ConsolidatedWeightsEqualTheModel) {
   int64_t listed = 0;
   for (const auto& shard : full.manifest->at("shards")) {
     int masters = 0;
-    for (const auto& e : models::read_safetensors_header(dir + "/global_step3/" + shard.at("file").get<std::string>()).tensors)
+    for (const auto& e : io::read_safetensors_header(dir + "/global_step3/" + shard.at("file").get<std::string>()).tensors)
       masters += e.name.rfind("master|", 0) == 0;
     EXPECT_EQ(static_cast<int>(shard.at("fragments").size()), masters) << shard.at("file");
     for (const auto& f : shard.at("fragments")) listed += f.at(2).get<int64_t>();
@@ -186,7 +186,6 @@ TEST(Checkpoint, KilledSaverLeavesThePreviousCheckpoint) {
         if (kv.rfind(prefix, 0) == 0) inherited.push_back(kv.substr(0, kv.find('=')));
     }
     for (const auto& name : inherited) ::unsetenv(name.c_str());
-    ::setenv("STRATUM_CHECKPOINT_TEST_STALL_S", "60", 1);
     const std::string cmd = std::string("exec ") + STRATUM_MPIEXEC + " -np 1 " + STRATUM_BIN_DIR + "/ckpt_kill_probe " + dir;
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     std::_Exit(127);

@@ -9,10 +9,10 @@
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
+#include "stratum/io/safetensors.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/generate.h"
 #include "stratum/models/hf_state_dict.h"
-#include "stratum/models/safetensors.h"
 
 using namespace stratum;
 using namespace stratum::models;
@@ -70,11 +70,11 @@ TEST(HfStateDict, ModelsRoundTripThroughSafetensors) {
       torch::manual_seed(2);
       auto b = build_model(c);
       const std::string file = dir + "/model.safetensors";
-      write_safetensors(file, to_hf_state_dict(*a));
-      load_hf_state_dict(*b, read_safetensors(file), file);
+      io::write_safetensors(file, to_hf_state_dict(*a));
+      load_hf_state_dict(*b, io::read_safetensors(file), file);
       const at::Tensor tokens = some_tokens(3);
       EXPECT_TRUE(torch::equal(a->logits(tokens), b->logits(tokens)));
-      EXPECT_EQ(read_safetensors_header(file).tensors.size(), a->parameters().size());
+      EXPECT_EQ(io::read_safetensors_header(file).tensors.size(), a->parameters().size());
     }
   }
   fs::remove_tree(dir);
@@ -127,8 +127,8 @@ TEST(HfStateDict, ReadsSingleAndShardedCheckpoints) {
   auto tensors = to_hf_state_dict(*a);
   // Two shards and the hub's index.
   const size_t half = tensors.size() / 2;
-  write_safetensors(dir + "/model-00001-of-00002.safetensors", {tensors.begin(), tensors.begin() + half});
-  write_safetensors(dir + "/model-00002-of-00002.safetensors", {tensors.begin() + half, tensors.end()});
+  io::write_safetensors(dir + "/model-00001-of-00002.safetensors", {tensors.begin(), tensors.begin() + half});
+  io::write_safetensors(dir + "/model-00002-of-00002.safetensors", {tensors.begin() + half, tensors.end()});
   std::string map;
   for (size_t i = 0; i < tensors.size(); ++i)
     map += std::string(i ? "," : "") + "\"" + tensors[i].first + "\": \"model-0000" + (i < half ? "1" : "2") +
@@ -146,7 +146,7 @@ TEST(HfStateDict, ReadsSingleAndShardedCheckpoints) {
     expect_contains(e.what(), "model-00002-of-00002.safetensors: cannot open");
   }
   // A single file wins over an index.
-  write_safetensors(dir + "/model.safetensors", tensors);
+  io::write_safetensors(dir + "/model.safetensors", tensors);
   EXPECT_EQ(read_hf_checkpoint(dir).size(), tensors.size());
   fs::remove_tree(dir);
   EXPECT_THROW(read_hf_checkpoint(dir), Error);

@@ -5,17 +5,14 @@
 #include <c10/core/GradMode.h>
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
-
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/log.h"
-#include "stratum/models/safetensors.h"
+#include "stratum/io/safetensors.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/loss_scaler.h"
 #include "stratum/optim/lr_schedule.h"
@@ -23,17 +20,6 @@
 namespace stratum {
 
 using nlohmann::json;
-
-struct CheckpointAccess {
-  static zero::ZeroStrategy& strategy(EngineCore& e) { return *e.strategy_; }
-  static std::vector<optim::AdamState>& adam(EngineCore& e) { return e.adam_; }
-  static optim::LrScheduler& scheduler(EngineCore& e) { return *e.scheduler_; }
-  static optim::LossScaler& scaler(EngineCore& e) { return *e.scaler_; }
-  static int64_t& micro_steps(EngineCore& e) { return e.micro_steps_; }
-  static int64_t& global_steps(EngineCore& e) { return e.global_steps_; }
-  static int64_t& skipped_steps(EngineCore& e) { return e.skipped_steps_; }
-  static const Config& config(EngineCore& e) { return e.config_; }
-};
 
 namespace {
 
@@ -136,8 +122,8 @@ json read_manifest(const std::string& tag_dir) {
 // Every rank agrees on an error before anyone throws, so no rank hangs in the next collective.
 void agree_or_throw(EngineCore& e, const std::string& local_error) {
   // On the gradients' device, where the communicator works (with offload the masters are on the host).
-  at::Tensor flag = at::full({1}, local_error.empty() ? 0 : 1, at::TensorOptions().dtype(at::kFloat).device(
-                                                                  CheckpointAccess::strategy(e).segments().front().grad.device()));
+  const c10::Device device = e.strategy().segments().front().grad.device();
+  at::Tensor flag = at::full({1}, local_error.empty() ? 0 : 1, at::TensorOptions().dtype(at::kFloat).device(device));
   e.dp()->all_reduce(flag, distributed::ReduceOp::max)->wait();
   if (flag.item<float>() > 0)
     throw Error(local_error.empty() ? "checkpoint: another rank failed (see its message)" : local_error);
@@ -155,9 +141,10 @@ std::optional<std::string> latest_checkpoint_tag(const std::string& dir) {
 }
 
 void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std::string& tag,
-                     const json& client_state) {
-  auto& strategy = CheckpointAccess::strategy(engine);
-  auto& adam = CheckpointAccess::adam(engine);
+                     const json& client_state, const CheckpointSaveOptions& options) {
+  const TrainingState state = engine.training_state();
+  auto& strategy = state.strategy;
+  auto& adam = state.adam;
   const auto& layout = strategy.layout();
   const int rank = engine.dp()->rank(), n = engine.dp()->size();
   const std::string tmp_dir = save_dir + "/" + tag + ".tmp";
@@ -185,7 +172,7 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
   }
   tensors.emplace_back("rng|cpu", at::detail::getDefaultCPUGenerator().get_state());
   try {
-    models::write_safetensors(tmp_dir + "/" + shard_name(rank), tensors,
+    io::write_safetensors(tmp_dir + "/" + shard_name(rank), tensors,
                               {{"format", kFormat}, {"rank", std::to_string(rank)}});
   } catch (const Error& e) {
     error = e.what();
@@ -194,24 +181,20 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
 
   // stage3_gather_16bit_weights_on_model_save: the whole model in the training
   // dtype under its parameter names, one file, gathered a layer at a time.
-  if (CheckpointAccess::config(engine).zero_optimization.stage3_gather_16bit_weights_on_model_save) {
+  if (state.gather_16bit_weights_on_save) {
     std::vector<std::pair<std::string, at::Tensor>> weights;
     strategy.for_each_full_param([&](int i, const at::Tensor& v) {
       if (rank == 0) weights.emplace_back(layout.specs()[i].name, v.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
     });
     try {
-      if (rank == 0) models::write_safetensors(tmp_dir + "/" + kConsolidatedWeights, weights, {{"format", "pt"}});
+      if (rank == 0) io::write_safetensors(tmp_dir + "/" + kConsolidatedWeights, weights, {{"format", "pt"}});
     } catch (const Error& e) {
       error = e.what();
     }
     agree_or_throw(engine, error);
   }
 
-  // Crash tests stop a saver here, after the shards and before the manifest and renames.
-  if (const char* stall = std::getenv("STRATUM_CHECKPOINT_TEST_STALL_S")) {
-    std::ofstream(tmp_dir + "/stalled." + std::to_string(rank)) << "1";
-    ::sleep(static_cast<unsigned>(std::atoi(stall)));
-  }
+  if (options.before_publish) options.before_publish(tmp_dir);
 
   if (rank == 0) {
     json m;
@@ -243,8 +226,8 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     m["topology"] = {{"data_parallel", n}, {"pipeline_parallel", 1}, {"tensor_parallel", 1}};
     m["rng"] = "per rank, in each shard as tensor 'rng|cpu' (torch's CPU generator state)";
     m["adam_step"] = adam.empty() ? 0.0 : adam.front().step.item<double>();
-    m["lr_scheduler"] = {{"last_batch_iteration", CheckpointAccess::scheduler(engine).last_batch_iteration()}};
-    const auto& sc = CheckpointAccess::scaler(engine).state();
+    m["lr_scheduler"] = {{"last_batch_iteration", state.scheduler.last_batch_iteration()}};
+    const auto& sc = state.scaler.state();
     m["loss_scaler"] = {{"cur_scale", sc.cur_scale},
                         {"cur_iter", sc.cur_iter},
                         {"last_overflow_iter", sc.last_overflow_iter},
@@ -281,7 +264,7 @@ FragmentIndex index_shards(const std::string& tag_dir, const json& manifest) {
   for (const auto& shard : manifest.at("shards")) {
     const std::string file = tag_dir + "/" + shard.at("file").get<std::string>();
     if (!fs::exists(file)) throw Error(file + ": shard missing from the checkpoint");
-    for (const auto& entry : models::read_safetensors_header(file).tensors) {
+    for (const auto& entry : io::read_safetensors_header(file).tensors) {
       auto f = parse_fragment(entry.name);
       if (!f || f->kind == "rng") continue;
       int64_t numel = 1;
@@ -334,7 +317,7 @@ void fill_range(const FragmentIndex& index, const std::string& kind, const std::
         auto& file_cache = cache[f.file];
         auto t = file_cache.find(f.tensor);
         if (t == file_cache.end()) {
-          auto loaded = models::read_safetensors(f.file, {f.tensor});
+          auto loaded = io::read_safetensors(f.file, {f.tensor});
           t = file_cache.emplace(f.tensor, loaded.at(f.tensor)).first;
         }
         if (t->second.scalar_type() != at::kFloat)
@@ -353,8 +336,9 @@ void fill_range(const FragmentIndex& index, const std::string& kind, const std::
 }  // namespace
 
 nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, const std::string& tag_in) {
-  auto& strategy = CheckpointAccess::strategy(engine);
-  auto& adam = CheckpointAccess::adam(engine);
+  const TrainingState state = engine.training_state();
+  auto& strategy = state.strategy;
+  auto& adam = state.adam;
   const auto& layout = strategy.layout();
   std::string error;
   json manifest;
@@ -388,18 +372,18 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
       if (seg.params16.defined() && !seg.params16.is_same(seg.master)) seg.params16.copy_(seg.master);
     const double adam_step = manifest.value("adam_step", 0.0);
     for (auto& a : adam) a.step.fill_(adam_step);
-    CheckpointAccess::scheduler(engine).load_last_batch_iteration(manifest.at("lr_scheduler").at("last_batch_iteration"));
+    state.scheduler.load_last_batch_iteration(manifest.at("lr_scheduler").at("last_batch_iteration"));
     const json& sc = manifest.at("loss_scaler");
-    CheckpointAccess::scaler(engine).load_state(optim::LossScalerState{
+    state.scaler.load_state(optim::LossScalerState{
         sc.at("cur_scale"), sc.at("cur_iter"), sc.at("last_overflow_iter"), sc.at("cur_hysteresis"),
         sc.at("overflows_at_min")});
-    CheckpointAccess::global_steps(engine) = manifest.at("global_steps");
-    CheckpointAccess::micro_steps(engine) = manifest.at("micro_steps");
-    CheckpointAccess::skipped_steps(engine) = manifest.at("skipped_steps");
+    state.global_steps = manifest.at("global_steps");
+    state.micro_steps = manifest.at("micro_steps");
+    state.skipped_steps = manifest.at("skipped_steps");
     // Same rank count: each rank gets its own random stream back; otherwise they start afresh.
     const std::string own = tag_dir + "/" + shard_name(engine.dp()->rank());
     if (manifest.at("data_parallel_size").get<int>() == engine.dp()->size() && fs::exists(own)) {
-      auto rng = models::read_safetensors(own, {"rng|cpu"});
+      auto rng = io::read_safetensors(own, {"rng|cpu"});
       at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle on the global generator
       gen.set_state(rng.at("rng|cpu"));
     }

@@ -8,6 +8,7 @@
 // Saving is atomic: every rank writes into "<tag>.tmp", then rank 0 writes the
 // manifest, renames the directory to "<tag>" and only then moves `latest`. A job
 // killed mid-save leaves the previous checkpoint and `latest` as they were.
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -19,12 +20,18 @@
 
 namespace stratum {
 
+struct CheckpointSaveOptions {
+  // Called on every rank with "<tag>.tmp" once its files are written, before
+  // the manifest and the renames publish them: where a crash test stops a saver.
+  std::function<void(const std::string& staging_dir)> before_publish;
+};
+
 // Collective over the engine's data-parallel group: every rank writes its shard.
 // With zero_optimization.stage3_gather_16bit_weights_on_model_save the tag also
 // gets model_16bit.safetensors: every parameter whole, in the training dtype.
 // `client_state` (data position, model config, ...) goes into the manifest.
 void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std::string& tag,
-                     const nlohmann::json& client_state);
+                     const nlohmann::json& client_state, const CheckpointSaveOptions& options = {});
 
 // Collective: loads `tag` (empty: the one `latest` names) whatever topology
 // wrote it. Throws stratum::Error naming the file and tensor when the checkpoint

@@ -230,4 +230,9 @@ ModelStateBytes EngineCore::model_state_bytes() const {
   return b;
 }
 
+TrainingState EngineCore::training_state() {
+  return TrainingState{*strategy_, adam_, *scheduler_, *scaler_, global_steps_, micro_steps_, skipped_steps_,
+                       config_.zero_optimization.stage3_gather_16bit_weights_on_model_save};
+}
+
 }  // namespace stratum

@@ -22,6 +22,21 @@ class HostAdam;
 struct AdamState;
 }  // namespace optim
 
+// What a checkpoint (engine/checkpoint.h) saves and restores of the core: the
+// strategy's segments (fp32 masters, the flat layout, this rank's pieces),
+// Adam's moments and step per segment, the step counters, the LR schedule and
+// the loss scaler; and whether a save also writes the whole model in 16 bits.
+struct TrainingState {
+  zero::ZeroStrategy& strategy;
+  std::vector<optim::AdamState>& adam;  // one per segment
+  optim::LrScheduler& scheduler;
+  optim::LossScaler& scaler;
+  int64_t& global_steps;
+  int64_t& micro_steps;
+  int64_t& skipped_steps;
+  bool gather_16bit_weights_on_save;  // zero_optimization.stage3_gather_16bit_weights_on_model_save
+};
+
 struct ModelStateBytes {
   int64_t params = 0, grads = 0, master = 0, optimizer = 0;
   int64_t total() const { return params + grads + master + optimizer; }
@@ -68,9 +83,10 @@ class EngineCore {
   // Bytes of this rank's persistent model states (parameters, gradients, fp32
   // master weights, optimizer states), counted from the buffers that hold them.
   ModelStateBytes model_state_bytes() const;
+  // What checkpoints save and restore (mutable: loading writes it).
+  TrainingState training_state();
 
  private:
-  friend struct CheckpointAccess;  // checkpoint.cpp saves and restores the state below
   bool check_overflow();
   // 0-dim fp32 on the gradients' device: no host sync.
   at::Tensor global_grad_norm(double loss_scale);

@@ -15,18 +15,26 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The layer whose parameters BeforeLayerBackward gathers; the node holds it as a capsule.
+struct GatheredLayer : torch::CustomClassHolder {
+  GatheredLayer(zero::LayerParamGatherer* g, size_t i) : gatherer(g), layer(i) {}
+  zero::LayerParamGatherer* gatherer;  // stage 3's, owned by the strategy
+  size_t layer;
+};
+
 // Identity on a layer's output whose backward runs before the layer's own:
 // the moment to gather the layer's parameters again.
 struct BeforeLayerBackward : torch::autograd::Function<BeforeLayerBackward> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& y, int64_t gatherer, int64_t layer) {
-    ctx->saved_data["gatherer"] = gatherer;
-    ctx->saved_data["layer"] = layer;
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& y, zero::LayerParamGatherer* gatherer,
+                            size_t layer) {
+    ctx->saved_data["layer"] = at::IValue::make_capsule(c10::make_intrusive<GatheredLayer>(gatherer, layer));
     return y;  // returned as is: autograd wraps it as a view of the input
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto* g = reinterpret_cast<zero::LayerParamGatherer*>(ctx->saved_data["gatherer"].toInt());
-    g->before_backward(static_cast<size_t>(ctx->saved_data["layer"].toInt()));
-    return {grads[0], at::Tensor(), at::Tensor()};
+    const auto holder = ctx->saved_data.at("layer").toCapsule();
+    const auto& l = *static_cast<const GatheredLayer*>(holder.get());
+    l.gatherer->before_backward(l.layer);
+    return {grads[0], at::Tensor(), at::Tensor()};  // one per forward argument: y, gatherer, layer
   }
 };
 
@@ -49,7 +57,7 @@ at::Tensor EngineLayerRunner::run_layer(size_t index, nn::StackLayer& layer, con
   const bool backward_follows = c10::GradMode::is_enabled() && y.requires_grad();
   gatherer_->after_forward(index, backward_follows);
   if (!backward_follows) return y;
-  return BeforeLayerBackward::apply(y, reinterpret_cast<int64_t>(gatherer_), static_cast<int64_t>(index));
+  return BeforeLayerBackward::apply(y, gatherer_, index);
 }
 
 std::vector<bool> checkpointed_layers(const nn::LayerStackImpl& stack, const config::ActivationCheckpointingConfig& ac) {

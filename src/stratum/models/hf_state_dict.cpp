@@ -9,7 +9,7 @@
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
-#include "stratum/models/safetensors.h"
+#include "stratum/io/safetensors.h"
 
 namespace stratum::models {
 
@@ -108,7 +108,7 @@ void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Ten
 
 std::map<std::string, at::Tensor> read_hf_checkpoint(const std::string& dir) {
   const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
-  if (fs::exists(single)) return read_safetensors(single);
+  if (fs::exists(single)) return io::read_safetensors(single);
   if (!fs::exists(index)) throw Error(dir + ": neither model.safetensors nor model.safetensors.index.json");
   nlohmann::json j;
   try {
@@ -126,7 +126,7 @@ std::map<std::string, at::Tensor> read_hf_checkpoint(const std::string& dir) {
     by_shard[shard].insert(item.key());
   }
   std::map<std::string, at::Tensor> out;
-  for (const auto& [shard, names] : by_shard) out.merge(read_safetensors(dir + "/" + shard, names));
+  for (const auto& [shard, names] : by_shard) out.merge(io::read_safetensors(dir + "/" + shard, names));
   return out;
 }
 

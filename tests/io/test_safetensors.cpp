@@ -9,10 +9,10 @@
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
-#include "stratum/models/safetensors.h"
+#include "stratum/io/safetensors.h"
 
 using namespace stratum;
-using namespace stratum::models;
+using namespace stratum::io;
 
 namespace {
 

@@ -22,7 +22,7 @@
 
 #include <ATen/core/Tensor.h>
 
-namespace stratum::models {
+namespace stratum::io {
 
 struct SafetensorsEntry {
   std::string name;
@@ -56,4 +56,4 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
 // "BF16" for at::kBFloat16, ...; throws for dtypes the format lacks here.
 std::string safetensors_dtype(at::ScalarType type);
 
-}  // namespace stratum::models
+}  // namespace stratum::io

@@ -1,4 +1,4 @@
-#include "stratum/models/safetensors.h"
+#include "stratum/io/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,7 +14,7 @@
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 
-namespace stratum::models {
+namespace stratum::io {
 
 using Json = nlohmann::json;
 
@@ -283,4 +283,4 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   }
 }
 
-}  // namespace stratum::models
+}  // namespace stratum::io
