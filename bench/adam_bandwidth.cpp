@@ -1,11 +1,13 @@
 // The device Adam's memory bandwidth against a plain device-to-device copy on
 // the same GPU: how far the one-pass update (30 bytes an element with fp32
 // gradients and bf16 parameters, 28 with bf16 gradients) is from what the
-// memory delivers. Usage: bench_adam_bandwidth [elements, default 1.316e9:
-// gpt2-1.3b's parameters, ZeRO-0's per-GPU update]. One JSON line per case.
+// memory delivers. Usage: bench_adam_bandwidth [ELEMENTS] (default 1315723264:
+// gpt2-1.3b's parameters, ZeRO-0's per-GPU update). One JSON line per case.
+#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
+
+#include <CLI/CLI.hpp>
 
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include <ATen/ATen.h>
@@ -37,8 +39,11 @@ double seconds_per_call(F&& call, int reps) {
 #endif
 
 int main(int argc, char** argv) {
+  CLI::App app{"The device Adam's memory bandwidth against a device-to-device copy: JSON lines"};
+  int64_t n = 1'315'723'264;
+  app.add_option("elements", n, "elements of the update")->check(CLI::PositiveNumber)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
 #ifdef STRATUM_WITH_CUDA_KERNELS
-  const int64_t n = argc > 1 ? std::atoll(argv[1]) : 1'315'723'264;
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
   at::Tensor master = at::randn({n}, f32), m = at::zeros({n}, f32), v = at::zeros({n}, f32);
   at::Tensor grad32 = at::randn({n}, f32), grad16 = grad32.to(at::kBFloat16), params16 = master.to(at::kBFloat16);
@@ -72,7 +77,7 @@ int main(int argc, char** argv) {
               s2 * 1e3, 2.0 * n * 4 / s2 / 1e12);
   return 0;
 #else
-  (void)argc, (void)argv;
+  (void)n;
   std::fprintf(stderr, "bench_adam_bandwidth: built without the CUDA kernels\n");
   return 2;
 #endif

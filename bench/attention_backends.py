@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Causal attention's forward and backward on each SDPA backend, at the shapes
-of the issue-7 models (bf16), timed with CUDA events; outputs and gradients
+of the benchmark models (bf16), timed with CUDA events; outputs and gradients
 checked against the flash backend. (Stratum asks for no backend: torch 2.11
 with cuDNN 9.19 already tries cuDNN first on the H200, the fastest here;
 tests/nn/test_attention.cpp checks the models' layouts stay eligible for it.)
 Times include autograd's host work for one call, as in training.
 
-  python3 bench/attention_backends.py [--iters 30]
+  python3 bench/attention_backends.py [--iters 30] [--json]
 """
 import argparse
+import json
 
 import torch
 import torch.nn.functional as F
@@ -48,10 +49,12 @@ def time_ms(fn, iters):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--json", action="store_true", help="one JSON line per shape and backend instead of the table")
     args = ap.parse_args()
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
-    print(f"{'shape':16} {'backend':10} {'fwd ms':>8} {'fwd+bwd ms':>11} {'TFLOP/s':>8} {'max|dy|err':>10} {'max|dq|err':>10}")
+    say = (lambda *a: None) if args.json else print
+    say(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
+    say(f"{'shape':16} {'backend':10} {'fwd ms':>8} {'fwd+bwd ms':>11} {'TFLOP/s':>8} {'max|dy|err':>10} {'max|dq|err':>10}")
     for name, (b, h, kvh, t, d) in SHAPES.items():
         mk = lambda n: torch.randn(b, n, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         q, k, v = mk(h), mk(kvh), mk(kvh)
@@ -77,9 +80,14 @@ def main():
                     run(backend, q, k, v, dy)
 
                 f, fb = time_ms(fwd, args.iters), time_ms(both, args.iters)
-                print(f"{name:16} {bname:10} {f:8.3f} {fb:11.3f} {flops / fb / 1e9:8.1f} {err_y:10.4f} {err_q:10.4f}")
+                say(f"{name:16} {bname:10} {f:8.3f} {fb:11.3f} {flops / fb / 1e9:8.1f} {err_y:10.4f} {err_q:10.4f}")
+                row = {"forward_ms": f, "forward_backward_ms": fb, "tflops": flops / fb / 1e9,
+                       "max_dy_err": err_y, "max_dq_err": err_q}
             except RuntimeError as e:
-                print(f"{name:16} {bname:10} unavailable: {str(e).splitlines()[0][:90]}")
+                say(f"{name:16} {bname:10} unavailable: {str(e).splitlines()[0][:90]}")
+                row = {"unavailable": str(e).splitlines()[0][:200]}
+            if args.json:
+                print(json.dumps({"system": bname, "shape": name, **row}), flush=True)
 
 
 if __name__ == "__main__":

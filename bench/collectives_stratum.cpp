@@ -2,12 +2,12 @@
 // measured like nccl-tests: `iters` back-to-back operations, host-timed after a
 // barrier, bus bandwidth from algorithm bandwidth with nccl-tests' factors.
 // Prints CSV lines: system,op,bytes,time_us,algbw_GBps,busbw_GBps
-// Run: mpirun -np 2 build/bin/bench_collectives [--max-bytes N] [--dtype bf16]
+// Run: mpirun -np 2 build/bin/bench_collectives [--max-bytes N] [--dtype bf16|fp32]
 #include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include "stratum/distributed/init.h"
@@ -30,12 +30,13 @@ int iterations_for(int64_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"Collective bandwidth of Stratum's communicator, nccl-tests' way: CSV lines (rank 0)"};
   int64_t max_bytes = int64_t(1) << 30;
-  at::ScalarType dtype = at::kBFloat16;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--max-bytes") && i + 1 < argc) max_bytes = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = std::string(argv[++i]) == "fp32" ? at::kFloat : at::kBFloat16;
-  }
+  std::string dtype_name = "bf16";
+  app.add_option("--max-bytes", max_bytes, "largest buffer (sizes from 4 KiB in x4 steps)")->capture_default_str();
+  app.add_option("--dtype", dtype_name, "element type")->check(CLI::IsMember({"bf16", "fp32"}))->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  const at::ScalarType dtype = dtype_name == "fp32" ? at::kFloat : at::kBFloat16;
   DistContext ctx = init();
   auto comm = ctx.device_world();
   const int n = comm->size();

@@ -3,12 +3,10 @@
 // torch::optim::Adam (one ATen op per line of the update, temporaries included)
 // and at::_fused_adam_ (ATen's fused CPU kernel). Same math for all: Adam, no
 // weight decay, fp32, contiguous flat buffers; each timed step is a full step.
-// Run: build/bin/bench_cpu_adam [--sizes 10000000,100000000] [--steps 5]
+// Run: build/bin/bench_cpu_adam [--sizes 10000000,100000000] [--steps 5] [--json]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -16,6 +14,8 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/_fused_adam.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "stratum/optim/cpu_adam.h"
@@ -49,33 +49,26 @@ std::string cpu_model() {
   return "unknown";
 }
 
-std::vector<int64_t> parse_sizes(const char* text) {
-  std::vector<int64_t> sizes;
-  for (const char* p = text; *p;) {
-    char* end;
-    sizes.push_back(std::strtoll(p, &end, 10));
-    p = *end == ',' ? end + 1 : end;
-  }
-  return sizes;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"Updates per second of Stratum's CPU Adam against libtorch's CPU Adam"};
   std::vector<int64_t> sizes = {10'000'000, 100'000'000};
   int steps = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--sizes")) sizes = parse_sizes(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    else { std::fprintf(stderr, "usage: %s [--sizes N,N] [--steps N]\n", argv[0]); return 2; }
-  }
+  bool as_json = false;
+  app.add_option("--sizes", sizes, "parameter counts, comma-separated")->delimiter(',')->capture_default_str();
+  app.add_option("--steps", steps, "timed steps per case (the fastest counts)")->capture_default_str();
+  app.add_flag("--json", as_json, "one JSON line per case and optimizer instead of the markdown table");
+  CLI11_PARSE(app, argc, argv);
   c10::AutoGradMode no_grad(false);
   const int all = static_cast<int>(std::thread::hardware_concurrency());
-  std::printf("CPU: %s, %d logical cores; cpu_adam ISA: %s; torch %s\n\n", cpu_model().c_str(), all,
-              isa_name(cpu_adam_isa()), TORCH_VERSION);
-  std::printf("| params | threads | cpu_adam (upd/s) | cpu_adam + bf16 copy (upd/s) | torch::optim::Adam (upd/s) | "
-              "at::_fused_adam_ (upd/s) | vs optim::Adam | vs _fused_adam_ |\n");
-  std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  if (!as_json) {
+    std::printf("CPU: %s, %d logical cores; cpu_adam ISA: %s; torch %s\n\n", cpu_model().c_str(), all,
+                isa_name(cpu_adam_isa()), TORCH_VERSION);
+    std::printf("| params | threads | cpu_adam (upd/s) | cpu_adam + bf16 copy (upd/s) | torch::optim::Adam (upd/s) | "
+                "at::_fused_adam_ (upd/s) | vs optim::Adam | vs _fused_adam_ |\n");
+    std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  }
   for (int64_t n : sizes) {
     for (int threads : {1, all}) {
       at::set_num_threads(threads);
@@ -110,8 +103,24 @@ int main(int argc, char** argv) {
       torch::optim::Adam adam({leaf}, torch::optim::AdamOptions(kLr).betas({kBeta1, kBeta2}).eps(kEps));
       const double t_torch = seconds_per_step(steps, [&] { adam.step(); });
 
-      std::printf("| %lldM | %d | %.3g | %.3g | %.3g | %.3g | %.2fx | %.2fx |\n", static_cast<long long>(n / 1'000'000),
-                  threads, n / t_ours, n / t_ours_bf16, n / t_torch, n / t_fused, t_torch / t_ours, t_fused / t_ours);
+      if (as_json) {
+        const std::pair<const char*, double> cases[] = {{"stratum-cpu-adam", t_ours},
+                                                        {"stratum-cpu-adam-bf16-copy", t_ours_bf16},
+                                                        {"torch-optim-adam", t_torch},
+                                                        {"aten-fused-adam", t_fused}};
+        for (const auto& [system, seconds] : cases)
+          std::printf("%s\n", nlohmann::ordered_json{{"system", system},
+                                                     {"params", n},
+                                                     {"threads", threads},
+                                                     {"updates_per_s", n / seconds},
+                                                     {"isa", isa_name(cpu_adam_isa())}}
+                                  .dump()
+                                  .c_str());
+      } else {
+        std::printf("| %lldM | %d | %.3g | %.3g | %.3g | %.3g | %.2fx | %.2fx |\n",
+                    static_cast<long long>(n / 1'000'000), threads, n / t_ours, n / t_ours_bf16, n / t_torch,
+                    n / t_fused, t_torch / t_ours, t_fused / t_ours);
+      }
       std::fflush(stdout);
     }
   }

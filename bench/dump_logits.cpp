@@ -2,6 +2,7 @@
 // writes) on a fixed input, computed by Stratum's own model code, saved as
 // safetensors for bench/hf_compare.py to hold against `transformers`.
 // Usage: dump_logits HF_DIR OUT.safetensors
+#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
 #include <fstream>
@@ -15,11 +16,11 @@
 #include "stratum/models/safetensors.h"
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: dump_logits HF_DIR OUT.safetensors\n";
-    return 2;
-  }
-  const std::string dir = argv[1];
+  CLI::App app{"Logits of a Hugging Face-format model directory on a fixed input, by Stratum's model code"};
+  std::string dir, out;
+  app.add_option("hf_dir", dir, "model directory (config.json, safetensors)")->required();
+  app.add_option("out", out, "the safetensors file to write (tokens, logits)")->required();
+  CLI11_PARSE(app, argc, argv);
   std::ifstream in(dir + "/config.json");
   std::stringstream text;
   text << in.rdbuf();
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
   torch::NoGradGuard no_grad;
   at::Tensor tokens = torch::arange(64, torch::kLong).remainder(config.vocab_size).view({1, 64}) * 7 % config.vocab_size;
   at::Tensor logits = model->logits(tokens).to(torch::kFloat).contiguous();
-  stratum::models::write_safetensors(argv[2], {{"tokens", tokens}, {"logits", logits}});
-  std::cout << "wrote " << argv[2] << " logits " << logits.sizes() << "\n";
+  stratum::models::write_safetensors(out, {{"tokens", tokens}, {"logits", logits}});
+  std::cout << "wrote " << out << " logits " << logits.sizes() << "\n";
   return 0;
 }

@@ -8,15 +8,16 @@
 // compute stream stood waiting for collectives (NCCL builds). Stages 1/2 run
 // with zero_optimization.overlap_param_gather (off: --overlap-param-gather 0).
 // Run: mpirun -np 2 build/bin/bench_engine --model gpt2-350m --stage 2 [--seq 1024 --micro 8 --checkpointing]
+// (--help lists every flag and its default).
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
@@ -121,33 +122,27 @@ struct Options {
   double peak_tflops = 989.0;
 };
 
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--checkpointing" || k == "--sparse-gradients") {  // switches without a value
-      bool& on = k == "--checkpointing" ? o.checkpointing : o.sparse_gradients;
-      on = true;
-      continue;
-    }
-    if (i + 1 >= argc) throw Error("bench_engine: " + k + " needs a value");
-    const std::string v = argv[++i];
-    if (k == "--model") o.model = v;
-    else if (k == "--set") o.overrides.push_back(models::parse_override(v));
-    else if (k == "--seq") o.seq = std::stoll(v);
-    else if (k == "--micro") o.micro = std::stoll(v);
-    else if (k == "--gas") o.gas = std::stoll(v);
-    else if (k == "--steps") o.steps = std::stoll(v);
-    else if (k == "--warmup") o.warmup = std::stoll(v);
-    else if (k == "--stage") o.stage = std::stoi(v);
-    else if (k == "--precision") o.precision = v;
-    else if (k == "--zero-extra") o.zero_extra = v;  // more zero_optimization keys, e.g. ', "stage3_max_reuse_distance": 0'
-    else if (k == "--peak-tflops") o.peak_tflops = std::stod(v);
-    else if (k == "--profile") o.profile = v;  // one more step, traced to this path (rank 0)
-    else if (k == "--overlap-param-gather") o.overlap_param_gather = v != "0";
-    else throw Error("bench_engine: unknown flag " + k);
-  }
-  return o;
+// The command line (bench/run_matrix.sh passes --model, --seq, --micro, --steps, --warmup, --stage).
+void add_flags(CLI::App& app, Options& o, std::vector<std::string>& overrides) {
+  app.add_option("--model", o.model, "built-in preset (gpt2-350m, gpt2-1.3b, llama-1b, ...)")->capture_default_str();
+  app.add_option("--set", overrides, "override a model setting, e.g. --set max_seq_len=2048 (repeatable)");
+  app.add_option("--seq", o.seq, "sequence length")->capture_default_str();
+  app.add_option("--micro", o.micro, "micro-batch per GPU")->capture_default_str();
+  app.add_option("--gas", o.gas, "gradient accumulation steps")->capture_default_str();
+  app.add_option("--steps", o.steps, "timed optimizer steps")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed optimizer steps before them")->capture_default_str();
+  app.add_option("--stage", o.stage, "ZeRO stage")->check(CLI::Range(0, 3))->capture_default_str();
+  app.add_option("--precision", o.precision, "bf16, or anything else for fp32")->capture_default_str();
+  app.add_option("--zero-extra", o.zero_extra,
+                 "more zero_optimization keys, appended as is: ',\"stage3_max_reuse_distance\": 0'");
+  app.add_option("--peak-tflops", o.peak_tflops, "device peak TFLOP/s for MFU (H200 bf16 dense)")
+      ->capture_default_str();
+  app.add_option("--profile", o.profile, "trace one more step (rank 0) to this Chrome trace path");
+  app.add_option("--overlap-param-gather", o.overlap_param_gather,
+                 "stages 1/2: leave the parameter all-gathers to the next forward (0 or 1)")
+      ->capture_default_str();
+  app.add_flag("--checkpointing", o.checkpointing, "activation checkpointing");
+  app.add_flag("--sparse-gradients", o.sparse_gradients, "the embedding's gradient exchanged as rows (stages 0-2)");
 }
 
 // Runs `step` once under the Kineto profiler (CPU ops and GPU kernels) and
@@ -279,8 +274,13 @@ void run(const distributed::DistContext& ctx, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"Training throughput of the engine on a built-in model: one JSON line (rank 0)"};
+  Options options;
+  std::vector<std::string> overrides;
+  add_flags(app, options, overrides);
+  CLI11_PARSE(app, argc, argv);
   try {
-    const Options options = parse(argc, argv);
+    for (const auto& kv : overrides) options.overrides.push_back(models::parse_override(kv));
     distributed::DistContext ctx = distributed::init();
     // Every CUDA object dies inside run(), before distributed::finalize() (see init.h).
     run(ctx, options);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fills .whl/ (git-ignored) with what the GPU machine lacks to run the Python
-# peers of bench/peers/ (issue 7): DeepSpeed as a pure-Python wheel built here
-# from its sdist with no compiled ops (PyPI has no current wheel), and the
-# wheels of its dependencies for the device's Python 3.12 on manylinux x86-64.
+# peers of bench/peers/ (DeepSpeed's rows of bench/run_matrix.sh): DeepSpeed as
+# a pure-Python wheel built here from its sdist with no compiled ops (PyPI has
+# no current wheel), and the wheels of its dependencies for the device's Python
+# 3.12 on manylinux x86-64.
 # On the device (carry ".whl"):  python3 -m pip install --no-index --find-links .whl deepspeed
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,4 +1,4 @@
-"""PyTorch peers of Stratum's training throughput benchmark (issue 7).
+"""PyTorch peers of Stratum's training throughput benchmark (bench/run_matrix.sh).
 
 The same models as Stratum's presets (GPT-2: learned positions, LayerNorm,
 tanh-GELU, tied embeddings; LLaMA: RMSNorm, RoPE, SwiGLU, grouped-query

@@ -122,8 +122,9 @@ double estimate_over_measured(const MeasuredRun& r, double loss_bytes_per_logit,
   return total / double(1ull << 30) / r.measured_gib;
 }
 
-// What the loss held a logit in runs measured before stop 18: GPT-2's LM head
-// (50257 tokens, not a multiple of 64) padded a copy of the logits' gradient.
+// What the loss held a logit in runs measured before the LM head read its
+// gradient in place: GPT-2's head (50257 tokens, not a multiple of 64) padded
+// a copy of the logits' gradient.
 double padded_copy_then(const MeasuredRun& r) { return r.preset.rfind("gpt2", 0) == 0 ? 3.0 * 2 : 0.0; }
 
 std::string describe(const MeasuredRun& r) {
@@ -144,7 +145,7 @@ TEST(MemoryEstimator, MatchesPeaksMeasuredOnH200) {
         << describe(r);
 }
 
-// The new modes, measured on 2 x H200 (bench/run_zero3_gpu.sh, stratum-train,
+// The new modes, measured on 2 x H200 (stratum-train, bench/run_matrix.sh 2gpu-train-*,
 // bf16, 2 GPUs; training peak of allocated bytes, docs/benchmarks.md). Errors
 // of the estimate: gpt2-1.3b (seq 2048, micro 8) ZeRO-2 -0.5%, ZeRO-3 -1.4%,
 // ZeRO-2 + offload -0.6%, ZeRO-3 + offload -1.6%; LLaMA (llama-8b's shape,
@@ -196,7 +197,7 @@ TEST(MemoryEstimator, MatchesPeaksWithFp32GradientsMeasuredOnH200) {
 
 // With the MLP's activation recomputed in backward (`--set
 // recompute_mlp_activation=true`), measured by bench_engine on 2 x H200
-// (bf16; training peak of allocated bytes, docs/benchmarks.md, stop 17).
+// (bf16; training peak of allocated bytes, docs/benchmarks.md).
 // Errors of the estimate: gpt2-1.3b (seq 1024, micro 8) ZeRO-0 +1.2%, ZeRO-3
 // -0.3%; llama-1b (seq 2048, micro 4) ZeRO-2 -3.3%.
 TEST(MemoryEstimator, MatchesPeaksWithTheMlpActivationRecomputed) {
@@ -209,7 +210,7 @@ TEST(MemoryEstimator, MatchesPeaksWithTheMlpActivationRecomputed) {
 
 // This build's loss: the LM head reads the logits' gradient in place (no
 // padded copy), measured by bench_engine on 2 x H200 (bf16; training peak of
-// allocated bytes, docs/benchmarks.md, stop 18). Errors of the estimate:
+// allocated bytes, docs/benchmarks.md). Errors of the estimate:
 // gpt2-1.3b (seq 1024, micro 8) ZeRO-0 -0.4%, ZeRO-1 -0.5%, ZeRO-2 -0.6%,
 // ZeRO-3 -2.1%, ZeRO-3 recomputing the MLP's activation -2.4%; gpt2-350m (seq
 // 2048, micro 8, 2048 positions) ZeRO-0 -0.7% and ZeRO-1 -0.8% on 2 GPUs,

@@ -82,6 +82,34 @@ void check_collective_args(CommOp op, const Communicator& comm, const at::Tensor
                 std::to_string(b->numel()) + " x group size " + std::to_string(n) + " = " + std::to_string(b->numel() * n));
 }
 
+WorkPtr Communicator::send(const at::Tensor& tensor, int peer) {
+  return batch_p2p({P2POp{P2POp::Kind::send, tensor, peer}});
+}
+
+WorkPtr Communicator::recv(at::Tensor& tensor, int peer) {
+  return batch_p2p({P2POp{P2POp::Kind::recv, tensor, peer}});
+}
+
+CommOp p2p_kind(const std::vector<P2POp>& ops) {
+  if (ops.size() != 1) return CommOp::batch_p2p;
+  return ops[0].kind == P2POp::Kind::send ? CommOp::send : CommOp::recv;
+}
+
+P2PBatch check_p2p_args(const Communicator& comm, const std::vector<P2POp>& ops,
+                        const std::function<void(CommOp, const at::Tensor&)>& check_device) {
+  P2PBatch batch{p2p_kind(ops)};
+  for (const auto& op : ops) {
+    check_collective_args(batch.kind, comm, op.tensor, nullptr);
+    check_device(batch.kind, op.tensor);
+    if (op.peer < 0 || op.peer >= comm.size() || op.peer == comm.rank())
+      throw Error(std::string(comm_op_name(batch.kind)) + " on group '" + comm.name() + "': peer " +
+                  std::to_string(op.peer) + " is not another rank of this group of " + std::to_string(comm.size()));
+    batch.tensors.push_back(op.tensor);
+    batch.bytes += op.tensor.nbytes();
+  }
+  return batch;
+}
+
 std::pair<int, int> split_color_key(const Communicator& comm, const std::vector<std::vector<int64_t>>& groups,
                                     const std::string& new_name) {
   const std::string where = "split of group '" + comm.name() + "' into '" + new_name + "': ";

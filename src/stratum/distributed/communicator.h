@@ -11,6 +11,7 @@
 // (CommOptions::abort_on_timeout) or throws CommTimeout.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,8 +85,9 @@ class Communicator {
   // In place when `input` is this rank's chunk of `output`.
   virtual WorkPtr all_gather(at::Tensor& output, const at::Tensor& input) = 0;
   virtual WorkPtr broadcast(at::Tensor& tensor, int root) = 0;
-  virtual WorkPtr send(const at::Tensor& tensor, int peer) = 0;
-  virtual WorkPtr recv(at::Tensor& tensor, int peer) = 0;
+  // A batch_p2p of one operation, unless a decorator wants to see it apart.
+  virtual WorkPtr send(const at::Tensor& tensor, int peer);
+  virtual WorkPtr recv(at::Tensor& tensor, int peer);
   // All sends and receives as one operation (pipeline stages exchange both ways).
   virtual WorkPtr batch_p2p(const std::vector<P2POp>& ops) = 0;
   virtual WorkPtr barrier() = 0;
@@ -111,6 +113,21 @@ class Communicator {
 // Throws stratum::Error naming the operation and the sizes when a call's
 // tensors do not fit it (shared by the backends).
 void check_collective_args(CommOp op, const Communicator& comm, const at::Tensor& a, const at::Tensor* b);
+
+// A batch of point-to-point operations as the backends see it, after the
+// checks every backend runs first.
+struct P2PBatch {
+  CommOp kind;                      // send or recv for one operation, else batch_p2p
+  int64_t bytes = 0;                // all tensors together
+  std::vector<at::Tensor> tensors;  // kept alive until the operation completes
+};
+// The name a batch is logged and reported under: one operation is a plain send or recv.
+CommOp p2p_kind(const std::vector<P2POp>& ops);
+// Checks every operation identically on every rank (defined, contiguous, on the
+// backend's device by `check_device`, the peer another rank of this group), so a
+// bad call is an error everywhere rather than a hang.
+P2PBatch check_p2p_args(const Communicator& comm, const std::vector<P2POp>& ops,
+                        const std::function<void(CommOp, const at::Tensor&)>& check_device);
 
 std::string format_bytes(int64_t bytes);
 

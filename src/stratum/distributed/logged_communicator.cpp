@@ -206,8 +206,7 @@ WorkPtr LoggedCommunicator::recv(at::Tensor& tensor, int peer) {
 
 WorkPtr LoggedCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
   // Logged under the name the backends give it: one op is a plain send or recv.
-  const CommOp kind = ops.size() == 1 ? (ops[0].kind == P2POp::Kind::send ? CommOp::send : CommOp::recv)
-                                      : CommOp::batch_p2p;
+  const CommOp kind = p2p_kind(ops);
   int64_t bytes = 0;
   for (const auto& op : ops) bytes += bytes_of(op.tensor);
   return issue(kind, bytes, ops.empty() ? at::Tensor() : ops[0].tensor, [&] { return inner_->batch_p2p(ops); });

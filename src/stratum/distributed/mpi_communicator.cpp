@@ -146,12 +146,6 @@ void MpiCommunicator::check_cpu(CommOp op, const at::Tensor& t) const {
                 t.device().str() + " (use the NCCL communicator for CUDA tensors)");
 }
 
-void MpiCommunicator::check_peer(CommOp op, int peer) const {
-  if (peer < 0 || peer >= size() || peer == rank())
-    throw Error(std::string(comm_op_name(op)) + " on group '" + name() + "': peer " + std::to_string(peer) +
-                " is not another rank of this group of " + std::to_string(size()));
-}
-
 WorkPtr MpiCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
   check_collective_args(CommOp::all_reduce, *this, tensor, nullptr);
   check_cpu(CommOp::all_reduce, tensor);
@@ -236,28 +230,11 @@ WorkPtr MpiCommunicator::broadcast(at::Tensor& tensor, int root) {
   return w;
 }
 
-WorkPtr MpiCommunicator::send(const at::Tensor& tensor, int peer) {
-  return batch_p2p({P2POp{P2POp::Kind::send, tensor, peer}});
-}
-
-WorkPtr MpiCommunicator::recv(at::Tensor& tensor, int peer) {
-  return batch_p2p({P2POp{P2POp::Kind::recv, tensor, peer}});
-}
-
 WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
-  const CommOp kind = ops.size() == 1 ? (ops[0].kind == P2POp::Kind::send ? CommOp::send : CommOp::recv)
-                                      : CommOp::batch_p2p;
-  std::vector<at::Tensor> keep;
-  int64_t bytes = 0;
-  for (const auto& op : ops) {
-    check_collective_args(kind, *this, op.tensor, nullptr);
-    check_cpu(kind, op.tensor);
-    check_peer(kind, op.peer);
-    keep.push_back(op.tensor);
-    bytes += op.tensor.nbytes();
-  }
+  P2PBatch batch = check_p2p_args(*this, ops, [this](CommOp op, const at::Tensor& t) { check_cpu(op, t); });
+  const CommOp kind = batch.kind;
   const uint64_t seq = ++seq_;
-  auto w = std::make_shared<MpiWork>(describe(kind, seq, bytes, ""), options_, std::move(keep));
+  auto w = std::make_shared<MpiWork>(describe(kind, seq, batch.bytes, ""), options_, std::move(batch.tensors));
   w->requests.resize(ops.size());
   // Receives first, so that a pair of ranks exchanging both ways never waits on each other.
   std::vector<size_t> order(ops.size());

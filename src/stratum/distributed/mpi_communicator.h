@@ -21,8 +21,6 @@ class MpiCommunicator : public Communicator {
   WorkPtr reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op) override;
   WorkPtr all_gather(at::Tensor& output, const at::Tensor& input) override;
   WorkPtr broadcast(at::Tensor& tensor, int root) override;
-  WorkPtr send(const at::Tensor& tensor, int peer) override;
-  WorkPtr recv(at::Tensor& tensor, int peer) override;
   WorkPtr batch_p2p(const std::vector<P2POp>& ops) override;
   WorkPtr barrier() override;
   std::shared_ptr<Communicator> split(const std::vector<std::vector<int64_t>>& groups,
@@ -32,7 +30,6 @@ class MpiCommunicator : public Communicator {
   MpiCommunicator(MPI_Comm comm, bool owned, std::vector<int64_t> global_ranks, std::string name,
                   CommOptions options);
   void check_cpu(CommOp op, const at::Tensor& t) const;
-  void check_peer(CommOp op, int peer) const;
 
   MPI_Comm comm_;
   bool owned_;  // MPI_Comm_free on destruction (not for MPI_COMM_WORLD)

@@ -391,30 +391,11 @@ WorkPtr NcclCommunicator::broadcast(at::Tensor& tensor, int root) {
   });
 }
 
-WorkPtr NcclCommunicator::send(const at::Tensor& tensor, int peer) {
-  return batch_p2p({P2POp{P2POp::Kind::send, tensor, peer}});
-}
-
-WorkPtr NcclCommunicator::recv(at::Tensor& tensor, int peer) {
-  return batch_p2p({P2POp{P2POp::Kind::recv, tensor, peer}});
-}
-
 WorkPtr NcclCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
-  const CommOp kind = ops.size() == 1 ? (ops[0].kind == P2POp::Kind::send ? CommOp::send : CommOp::recv)
-                                      : CommOp::batch_p2p;
-  std::vector<at::Tensor> keep;
-  int64_t bytes = 0;
-  for (const auto& op : ops) {
-    check_collective_args(kind, *this, op.tensor, nullptr);
-    check_cuda_tensor(*this, kind, op.tensor);
-    if (op.peer < 0 || op.peer >= size() || op.peer == rank())
-      throw Error(std::string(comm_op_name(kind)) + " on group '" + name() + "': peer " + std::to_string(op.peer) +
-                  " is not another rank of this group of " + std::to_string(size()));
-    keep.push_back(op.tensor);
-    bytes += op.tensor.nbytes();
-  }
-  const std::string d = describe(kind, ++seq_, bytes, "");
-  return enqueue(*state_, d, keep, false, [&](cudaStream_t st) {
+  const P2PBatch batch =
+      check_p2p_args(*this, ops, [this](CommOp op, const at::Tensor& t) { check_cuda_tensor(*this, op, t); });
+  const std::string d = describe(batch.kind, ++seq_, batch.bytes, "");
+  return enqueue(*state_, d, batch.tensors, false, [&](cudaStream_t st) {
     // One group: NCCL pairs sends and receives in any order without deadlock.
     check_nccl(ncclGroupStart(), d);
     for (const auto& op : ops) {

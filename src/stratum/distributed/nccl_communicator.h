@@ -39,8 +39,6 @@ class NcclCommunicator : public Communicator {
   WorkPtr reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op) override;
   WorkPtr all_gather(at::Tensor& output, const at::Tensor& input) override;
   WorkPtr broadcast(at::Tensor& tensor, int root) override;
-  WorkPtr send(const at::Tensor& tensor, int peer) override;
-  WorkPtr recv(at::Tensor& tensor, int peer) override;
   WorkPtr batch_p2p(const std::vector<P2POp>& ops) override;
   WorkPtr barrier() override;
   std::shared_ptr<Communicator> split(const std::vector<std::vector<int64_t>>& groups,

@@ -24,7 +24,7 @@ struct EstimateInput {
   // cross-entropy: the 16-bit logits and their gradient, which the LM head
   // reads in place). Runs measured before: 12 with at::cross_entropy on an
   // fp32 copy; 3 x param_bytes when the head padded a copy of the gradient
-  // (a vocabulary not a multiple of 64, until stop 18).
+  // (a vocabulary not a multiple of 64, before the head read it in place).
   double loss_bytes_per_logit = 0;
   int64_t nodes = 1, gpus_per_node = 1;
   int64_t micro_batch = 1, seq_len = 1024;
