@@ -8,7 +8,10 @@
 #include <torch/torch.h>
 
 #include "stratum/core/error.h"
-#include "stratum/nn/fused_ops.h"
+#include "stratum/nn/layer_norm.h"
+#include "stratum/nn/linear.h"
+#include "stratum/nn/mlp.h"
+#include "stratum/nn/rope.h"
 #ifdef STRATUM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif

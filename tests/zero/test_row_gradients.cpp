@@ -121,9 +121,9 @@ TEST(RowGradients, ScatterKernelMatchesAtenOnAGpu) {
     const at::Tensor rows = torch::randn({n, hidden}, on_gpu).to(dtype);
     const at::Tensor dense = at::embedding_dense_backward(rows.to(torch::kFloat), ids, vocab, -1, false).reshape({-1});
     const auto [sorted, order] = at::sort(ids, /*stable=*/true, 0, false);
-    const auto kind = dtype == torch::kBFloat16 ? zero::cuda::RowsDType::bf16
-                      : dtype == torch::kHalf   ? zero::cuda::RowsDType::f16
-                                                : zero::cuda::RowsDType::f32;
+    const auto kind = dtype == torch::kBFloat16 ? zero::cuda::Dtype::bf16
+                      : dtype == torch::kHalf   ? zero::cuda::Dtype::f16
+                                                : zero::cuda::Dtype::f32;
     for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
              {0, vocab * hidden}, {vocab * hidden / 2 + 5, vocab * hidden}, {7 * hidden + 3, 7 * hidden + 50}, {9, 9}}) {
       at::Tensor dest = torch::ones({end - begin + 1}, on_gpu);  // one more: nothing written past end

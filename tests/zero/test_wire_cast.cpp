@@ -24,7 +24,9 @@ TEST(Zero3, WireWideningMatchesAtenOnAGpu) {
       for (const int64_t n : {0, 1, 7, 8, 9, 100'000}) {
         const at::Tensor src = all.narrow(0, offset, n);
         at::Tensor dst = torch::full({n}, -1.f, torch::TensorOptions().device(torch::kCUDA));
-        ASSERT_EQ(zero::cuda::launch_widen_to_float(src.const_data_ptr(), dtype == torch::kBFloat16,
+        ASSERT_EQ(zero::cuda::launch_widen_to_float(src.const_data_ptr(),
+                                                    dtype == torch::kBFloat16 ? zero::cuda::Dtype::bf16
+                                                                              : zero::cuda::Dtype::f16,
                                                     dst.data_ptr<float>(), n,
                                                     c10::cuda::getCurrentCUDAStream().stream()),
                   cudaSuccess);

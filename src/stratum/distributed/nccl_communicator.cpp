@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "stratum/core/cuda_launch.h"
 #include "stratum/core/log.h"
 #include "stratum/distributed/init.h"
 
@@ -27,7 +28,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+  stratum::cuda::check_launch(e, std::string("CUDA error in ") + what);
 }
 
 void check_nccl(ncclResult_t r, const std::string& what) {

@@ -9,8 +9,8 @@
 #include "stratum/models/causal_lm.h"
 #include "stratum/nn/attention.h"
 #include "stratum/nn/embedding.h"
+#include "stratum/nn/layer_norm.h"
 #include "stratum/nn/lm_head.h"
-#include "stratum/nn/fused_ops.h"
 #include "stratum/nn/mlp.h"
 
 namespace stratum::models {

@@ -5,8 +5,6 @@
 
 #include "stratum/core/error.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
-#include <c10/cuda/CUDAGuard.h>
-
 #include "stratum/nn/cross_entropy_cuda.h"
 #include "stratum/nn/kernel_launch.h"
 #endif
@@ -127,8 +125,7 @@ at::Tensor chunked_cross_entropy(const at::Tensor& logits, const at::Tensor& tar
   if (block_rows < 1) throw Error("chunked_cross_entropy: block_rows must be >= 1");
   const at::Tensor flat = logits.reshape({-1, logits.size(-1)});
 #ifdef STRATUM_WITH_CUDA_KERNELS
-  if (flat.is_cuda() && flat.stride(1) == 1 &&
-      (flat.scalar_type() == at::kBFloat16 || flat.scalar_type() == at::kHalf || flat.scalar_type() == at::kFloat))
+  if (flat.is_cuda() && flat.stride(1) == 1 && cuda::kernel_dtype(flat.scalar_type()))
     return FusedCrossEntropy::apply(flat, targets.reshape({-1}).to(at::kLong), ignore_index);
 #endif
   return ChunkedCrossEntropy::apply(flat, targets.reshape({-1}).to(at::kLong), ignore_index, block_rows);

@@ -7,9 +7,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "stratum/core/cuda_launch.h"
+
 namespace stratum::nn::cuda {
 
-enum class Dtype { f32, bf16, f16 };
+using stratum::cuda::Dtype;
 
 struct CrossEntropyRows {
   int64_t rows = 0, vocab = 0;

@@ -13,14 +13,11 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 struct SinkEntry {
+  static constexpr const char* kWhat = "embedding: a row-gradient sink";
   RowGradientSink* sink;
   at::Tensor anchor;  // see RowLookup
 };
-
-ParamRegistry<SinkEntry>& sinks() {
-  static ParamRegistry<SinkEntry> r("embedding: a row-gradient sink");
-  return r;
-}
+using Sinks = ParamRegistry<SinkEntry>;
 
 // No sink: ATen's dense gradient for the weight.
 struct DenseLookup : torch::autograd::Function<DenseLookup> {
@@ -53,7 +50,7 @@ struct RowLookup : torch::autograd::Function<RowLookup> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const at::Tensor ids = ctx->get_saved_variables()[0];
     const at::Tensor weight = ctx->saved_data["weight"].toTensor();
-    const std::optional<SinkEntry> entry = sinks().find(weight);
+    const std::optional<SinkEntry> entry = Sinks::instance().find(weight);
     if (!entry)
       throw Error("embedding: the row-gradient sink was unregistered between forward and backward; "
                   "the lookup's gradient has nowhere to go");
@@ -65,16 +62,17 @@ struct RowLookup : torch::autograd::Function<RowLookup> {
 }  // namespace
 
 void register_row_gradient_sink(const at::Tensor& weight, RowGradientSink* sink) {
-  sinks().add(weight, SinkEntry{sink, at::empty({0}, weight.options()).set_requires_grad(true)});
+  Sinks::instance().add(weight, SinkEntry{sink, at::empty({0}, weight.options()).set_requires_grad(true)});
 }
 
 void unregister_row_gradient_sink(const at::Tensor& weight, const RowGradientSink* sink) {
-  sinks().remove(weight, sink);
+  Sinks::instance().remove(weight, sink);
 }
 
 at::Tensor embedding_lookup(const at::Tensor& weight, const at::Tensor& ids) {
   if (!at::GradMode::is_enabled() || !weight.requires_grad()) return at::embedding(weight, ids);
-  if (const std::optional<SinkEntry> entry = sinks().find(weight)) return RowLookup::apply(entry->anchor, &weight, ids);
+  if (const std::optional<SinkEntry> entry = Sinks::instance().find(weight))
+    return RowLookup::apply(entry->anchor, &weight, ids);
   return DenseLookup::apply(weight, ids);
 }
 

@@ -9,9 +9,11 @@
 
 #include <cuda_runtime_api.h>
 
-#include "stratum/nn/cross_entropy_cuda.h"  // Dtype
+#include "stratum/core/cuda_launch.h"
 
 namespace stratum::nn::cuda {
+
+using stratum::cuda::Dtype;
 
 // A row-major matrix [rows, cols] whose rows are `ld` elements apart.
 struct Matrix {

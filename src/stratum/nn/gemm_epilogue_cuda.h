@@ -13,9 +13,11 @@
 
 #include <cuda_runtime_api.h>
 
-#include "stratum/nn/cross_entropy_cuda.h"  // Dtype
+#include "stratum/core/cuda_launch.h"
 
 namespace stratum::nn::cuda {
+
+using stratum::cuda::Dtype;
 
 // Scratch for cuBLASLt's kernels, handed in by the caller.
 struct GemmWorkspace {

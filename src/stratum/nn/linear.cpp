@@ -6,26 +6,23 @@
 
 #include <atomic>
 
-#include "stratum/nn/fused_ops.h"
+#include "stratum/core/error.h"
 #include "stratum/nn/param_registry.h"
+#ifdef STRATUM_WITH_CUDA_KERNELS
+#include "stratum/nn/kernel_launch.h"
+#endif
 
 namespace stratum::nn {
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
 struct SinkEntry {
+  static constexpr const char* kWhat = "linear: a weight-gradient sink";
   WeightGradSink* sink;
 };
-
-ParamRegistry<SinkEntry>& sinks() {
-  static ParamRegistry<SinkEntry> r("linear: a weight-gradient sink");
-  return r;
-}
+using Sinks = ParamRegistry<SinkEntry>;
 
 WeightGradSink* sink_for(const at::Tensor& weight) {
-  const std::optional<SinkEntry> entry = sinks().find(weight);
+  const std::optional<SinkEntry> entry = Sinks::instance().find(weight);
   return entry ? entry->sink : nullptr;
 }
 
@@ -108,7 +105,26 @@ at::Tensor weight_grad(const at::Tensor& weight, const at::Tensor& g2, const at:
   return written.empty() ? g2.t().mm(x2) : written.front();
 }
 
+at::Tensor bias_grad(const at::Tensor& g) {
+  if (g.dim() != 2) throw Error("bias_grad: g must be [rows, out], got " + c10::str(g.sizes()));
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  if (cuda::use_kernels({&g})) {
+    c10::cuda::CUDAGuard guard(g.device());
+    at::Tensor out = at::empty({g.size(1)}, g.options());
+    const at::Tensor workspace = cuda::column_sum_workspace(g, g.size(0), g.size(1));
+    cuda::check_launch(cuda::launch_column_sum(cuda::matrix_of(g), cuda::dtype_of(g), workspace.data_ptr<float>(),
+                                               out.data_ptr(), cuda::current_stream()),
+                       "fused elementwise kernel: bias gradient");
+    return out;
+  }
+#endif
+  return g.sum(0);
+}
+
 namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
 
 // Gradients of y = x Wᵀ (+ b) from the saved input and the weight as it is now.
 variable_list linear_backward(AutogradContext* ctx, const at::Tensor& grad, bool with_bias) {
@@ -244,9 +260,13 @@ struct LinearPaddedRows : torch::autograd::Function<LinearPaddedRows> {
 
 }  // namespace
 
-void register_weight_grad_sink(const at::Tensor& weight, WeightGradSink* sink) { sinks().add(weight, SinkEntry{sink}); }
+void register_weight_grad_sink(const at::Tensor& weight, WeightGradSink* sink) {
+  Sinks::instance().add(weight, SinkEntry{sink});
+}
 
-void unregister_weight_grad_sink(const at::Tensor& weight, const WeightGradSink* sink) { sinks().remove(weight, sink); }
+void unregister_weight_grad_sink(const at::Tensor& weight, const WeightGradSink* sink) {
+  Sinks::instance().remove(weight, sink);
+}
 
 bool fp32_product_of_16bit_available() { return addmm_dtype_out().has_value(); }
 

@@ -57,6 +57,10 @@ class WeightGradSink {
 // fused functions outside this file that run a linear themselves.
 at::Tensor weight_grad(const at::Tensor& weight, const at::Tensor& g2, const at::Tensor& x2);
 
+// The bias gradient of a linear: the column sums of g [rows, out], fp32 sums
+// rounded to g's dtype (not an autograd function; backward passes call it).
+at::Tensor bias_grad(const at::Tensor& g);
+
 // While registered, linear()'s and linear_stacked()'s backward for `weight`
 // (the parameter, by identity) go to `sink`. One sink a weight.
 void register_weight_grad_sink(const at::Tensor& weight, WeightGradSink* sink);

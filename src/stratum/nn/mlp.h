@@ -5,10 +5,41 @@
 //   SwiGLUMLP (LLaMA): down_proj(silu(gate_proj(x)) * up_proj(x)), no biases.
 // With `recompute_activation` the activation's output is not kept for
 // backward but recomputed there (nn::gelu_mlp, nn::swiglu_linear).
+// Their steps are single autograd functions: on a GPU Stratum's kernels
+// (nn/fused_elementwise_cuda.cu) and cuBLASLt's GEMM epilogue
+// (nn/gemm_epilogue_cuda.cu), elsewhere the ATen composition (the CPU path
+// the tests compare against). The weights' gradients go to their sinks
+// (nn/linear.h).
 #include <ATen/core/Tensor.h>
 #include <torch/nn/modules/linear.h>
 
 namespace stratum::nn {
+
+// silu(gate) * up for gate_up = [..., 2F] (gate first, as linear_stacked
+// returns it): [..., F]. Saves only gate_up for backward (autograd's chain
+// kept silu(gate) as well) and returns the gradient as one [..., 2F] tensor.
+at::Tensor swiglu(const at::Tensor& gate_up);
+
+// LLaMA's MLP end with the SwiGLU's output not kept for backward (a third of
+// the MLP's saved activations): the backward recomputes it in the pass that
+// computes its derivative (one more store). Same values as the separate ops.
+// swiglu(gate_up) W_downᵀ: saves gate_up.
+at::Tensor swiglu_linear(const at::Tensor& gate_up, const at::Tensor& w_down);
+
+// gelu_tanh(x Wᵀ + b): GPT-2's first MLP layer. On a GPU in 16 bits one
+// cuBLASLt GEMM computes both; the backward computes the GELU derivative and
+// the bias gradient in one pass over the pre-activation.
+at::Tensor linear_bias_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// GPT-2's MLP, gelu_tanh(x W1ᵀ + b1) W2ᵀ + b2, as one function: on a GPU in
+// 16 bits the forward's GELU runs in the first GEMM's epilogue (cuBLASLt),
+// the backward's derivative and b1's gradient in one pass over the
+// pre-activation, as linear_bias_gelu's. It saves x and the pre-activation, and
+// gelu(h) with `keep_activation`; without it (ffn elements a token and layer
+// less, half the MLP's saved activations) the backward recomputes gelu(h).
+// Same values as the separate ops.
+at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2,
+                    const at::Tensor& b2, bool keep_activation = false);
 
 class GeluMLPImpl : public torch::nn::Module {
  public:

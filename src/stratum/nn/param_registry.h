@@ -13,12 +13,16 @@
 
 namespace stratum::nn {
 
-// Entry: what is kept for a parameter; its `sink` member is the owner.
+// Entry: what is kept for a parameter; its `sink` member is the owner, its
+// static `kWhat` names the sink kind in errors ("linear: a weight-gradient sink").
 template <class Entry>
 class ParamRegistry {
  public:
-  // `what` names the sink kind in errors ("linear: a weight-gradient sink").
-  explicit ParamRegistry(std::string what) : what_(std::move(what)) {}
+  // The process's one registry of `Entry`s.
+  static ParamRegistry& instance() {
+    static ParamRegistry r;
+    return r;
+  }
 
   // Registers `entry` for `weight`. Again by the same sink: nothing changes;
   // by another sink: throws.
@@ -26,7 +30,7 @@ class ParamRegistry {
     std::lock_guard<std::mutex> lock(mutex_);
     auto [it, added] = entries_.emplace(weight.unsafeGetTensorImpl(), entry);
     if (!added && it->second.sink != entry.sink)
-      throw Error(what_ + " is already registered for this weight (two engines on one model?)");
+      throw Error(std::string(Entry::kWhat) + " is already registered for this weight (two engines on one model?)");
   }
   // Unregisters `weight` if `sink` holds it.
   void remove(const at::Tensor& weight, const void* sink) {
@@ -42,9 +46,10 @@ class ParamRegistry {
   }
 
  private:
+  ParamRegistry() = default;
+
   mutable std::mutex mutex_;
   std::unordered_map<const void*, Entry> entries_;
-  const std::string what_;
 };
 
 }  // namespace stratum::nn

@@ -1,11 +1,14 @@
 #include "stratum/nn/rope.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 
 #include "stratum/core/error.h"
-#include "stratum/nn/fused_ops.h"
+#ifdef STRATUM_WITH_CUDA_KERNELS
+#include "stratum/nn/kernel_launch.h"
+#endif
 
 namespace stratum::nn {
 
@@ -48,8 +51,64 @@ std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(int64_t seq_len, c10:
   return {cos_.narrow(0, 0, seq_len).to(dtype), sin_.narrow(0, 0, seq_len).to(dtype)};
 }
 
-at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  return nn::rotary(x, cos, sin);
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// x * cos + rotate_half(x) * sin, or with `transpose` the rotation's transpose
+// (the gradient): dy * cos + cat((dy * sin)[D/2:], -(dy * sin)[:D/2]).
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool transpose) {
+  const int64_t d = x.size(-1), half = d / 2;
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  // x may be strided (a transposed view of the q/k projection); cos and sin contiguous.
+  if (x.dim() == 4 && x.stride(3) == 1 && cuda::on_gpu_in_one_dtype({&x, &cos, &sin}) &&
+      cuda::use_kernels({&cos, &sin}) && cos.dim() == 2 && cos.size(0) == x.size(2) && cos.size(1) == d &&
+      sin.sizes() == cos.sizes()) {
+    c10::cuda::CUDAGuard guard(x.device());
+    // [B, T, H, D] in memory, as the ATen composition left it for attention.
+    at::Tensor y = at::empty({x.size(0), x.size(2), x.size(1), d}, x.options()).transpose(1, 2);
+    cuda::Rotary r;
+    r.x = x.const_data_ptr();
+    r.cos = cos.const_data_ptr();
+    r.sin = sin.const_data_ptr();
+    r.y = y.data_ptr();
+    for (int i = 0; i < 4; ++i) {
+      r.size[i] = x.size(i);
+      r.x_stride[i] = x.stride(i);
+      r.y_stride[i] = y.stride(i);
+    }
+    r.transpose = transpose;
+    cuda::check_launch(cuda::launch_rotary(r, cuda::dtype_of(x), cuda::current_stream()),
+                       "fused elementwise kernel: rotary");
+    return y;
+  }
+#endif
+  if (!transpose) return x * cos + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
+  const at::Tensor ds = x * sin;
+  return x * cos + at::cat({ds.narrow(-1, half, half), -ds.narrow(-1, 0, half)}, -1);
 }
+
+struct Rotary : torch::autograd::Function<Rotary> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return rotate(x, cos, sin, /*transpose=*/false);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    return {rotate(grads[0], saved[0], saved[1], /*transpose=*/true), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  if (!x.defined() || x.dim() < 2 || x.size(-1) % 2 != 0)
+    throw Error("rotary: x must be [..., seq, head_dim] with an even head_dim, got " +
+                (x.defined() ? c10::str(x.sizes()) : std::string("an undefined tensor")));
+  return Rotary::apply(x, cos, sin);
+}
+
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) { return rotary(x, cos, sin); }
 
 }  // namespace stratum::nn

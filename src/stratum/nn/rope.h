@@ -50,4 +50,10 @@ class RotaryEmbedding {
 // dimension's halves. x: [..., seq, head_dim]; cos/sin: [seq, head_dim].
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// What apply_rotary runs, x's shape checked: one autograd function, cos/sin
+// constant (no gradient for them), its backward the rotation's transpose; one
+// kernel each way on a GPU (nn/fused_elementwise_cuda.cu), the ATen
+// composition elsewhere.
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
 }  // namespace stratum::nn

@@ -155,8 +155,8 @@ void adam_step_mixed(at::Tensor& master, const at::Tensor& grads, AdamState& sta
   a.eps = static_cast<float>(optimizer.eps);
   a.weight_decay = static_cast<float>(optimizer.weight_decay);
   a.decoupled = decoupled_weight_decay(optimizer);
-  const cudaError_t e = cuda::launch_mixed_adam(a, c10::cuda::getCurrentCUDAStream().stream());
-  if (e != cudaSuccess) throw Error(std::string("adam_step_mixed: kernel launch failed: ") + cudaGetErrorString(e));
+  stratum::cuda::check_launch(cuda::launch_mixed_adam(a, c10::cuda::getCurrentCUDAStream().stream()),
+                              "adam_step_mixed: kernel launch failed");
 #else
   (void)grads, (void)state, (void)optimizer, (void)lr, (void)beta1_override, (void)grad_scale, (void)params16;
 #endif

@@ -5,9 +5,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "stratum/core/cuda_launch.h"
+
 namespace stratum::optim::cuda {
 
-enum class Dtype { f32, bf16, f16 };
+using stratum::cuda::Dtype;
 
 struct MixedAdamArgs {
   int64_t n = 0;

@@ -26,9 +26,10 @@ void write_gradient(const at::Tensor& dst, const at::Tensor& src) {
   const at::ScalarType from = src.scalar_type();
   if (dst.scalar_type() == at::kFloat && (from == at::kBFloat16 || from == at::kHalf) && dst.is_cuda() &&
       src.device() == dst.device() && dst.is_contiguous() && src.is_contiguous() && dst.numel() == src.numel()) {
-    nn::cuda::check_launch(cuda::launch_widen_to_float(src.const_data_ptr(), from == at::kBFloat16,
-                                                       dst.data_ptr<float>(), src.numel(), nn::cuda::current_stream()),
-                           "ZeRO: widening a gradient to fp32");
+    stratum::cuda::check_launch(cuda::launch_widen_to_float(src.const_data_ptr(), nn::cuda::dtype_of(src),
+                                                            dst.data_ptr<float>(), src.numel(),
+                                                            nn::cuda::current_stream()),
+                                "ZeRO: widening a gradient to fp32");
     return;
   }
 #endif
@@ -302,13 +303,12 @@ void FlatStrategy::add_mean_of_rows(const at::Tensor& ids, const at::Tensor& row
   if (dest.is_cuda() && dest.scalar_type() == at::kFloat && dest.is_contiguous()) {
     const auto [sorted, order] = at::sort(ids, /*stable=*/true, /*dim=*/0, /*descending=*/false);
     const at::ScalarType t = rows.scalar_type();
-    const auto dtype = t == at::kBFloat16 ? cuda::RowsDType::bf16 : t == at::kHalf ? cuda::RowsDType::f16 : cuda::RowsDType::f32;
     const at::Tensor r = t == at::kBFloat16 || t == at::kHalf ? rows.contiguous() : rows.to(at::kFloat).contiguous();
-    nn::cuda::check_launch(cuda::launch_add_sorted_rows(sorted.const_data_ptr<int64_t>(), order.const_data_ptr<int64_t>(),
-                                                        sorted.numel(), r.const_data_ptr(), dtype, rows.size(1),
-                                                        static_cast<float>(scale), dest.data_ptr<float>(), begin, end,
-                                                        nn::cuda::current_stream()),
-                           "ZeRO: adding an embedding's exchanged rows");
+    stratum::cuda::check_launch(
+        cuda::launch_add_sorted_rows(sorted.const_data_ptr<int64_t>(), order.const_data_ptr<int64_t>(), sorted.numel(),
+                                     r.const_data_ptr(), nn::cuda::dtype_of(r), rows.size(1), static_cast<float>(scale),
+                                     dest.data_ptr<float>(), begin, end, nn::cuda::current_stream()),
+        "ZeRO: adding an embedding's exchanged rows");
     return;
   }
 #endif

@@ -45,13 +45,13 @@ cudaError_t launch(const int64_t* sorted_ids, const int64_t* order, int64_t n, c
 }  // namespace
 
 cudaError_t launch_add_sorted_rows(const int64_t* sorted_ids, const int64_t* order, int64_t n, const void* rows,
-                                   RowsDType dtype, int64_t hidden, float scale, float* dest, int64_t begin,
+                                   Dtype dtype, int64_t hidden, float scale, float* dest, int64_t begin,
                                    int64_t end, cudaStream_t stream) {
   if (n == 0 || end <= begin) return cudaSuccess;
   switch (dtype) {
-    case RowsDType::bf16:
+    case Dtype::bf16:
       return launch<__nv_bfloat16>(sorted_ids, order, n, rows, hidden, scale, dest, begin, end, stream);
-    case RowsDType::f16:
+    case Dtype::f16:
       return launch<__half>(sorted_ids, order, n, rows, hidden, scale, dest, begin, end, stream);
     default:
       return launch<float>(sorted_ids, order, n, rows, hidden, scale, dest, begin, end, stream);

@@ -10,16 +10,18 @@
 
 #include <cuda_runtime_api.h>
 
+#include "stratum/core/cuda_launch.h"
+
 namespace stratum::zero::cuda {
 
-enum class RowsDType { f32, bf16, f16 };
+using stratum::cuda::Dtype;
 
 // For every run of equal ids in `sorted_ids` [n] (ascending; `order` [n] maps
 // a sorted position to its row of `rows` [*, hidden]), adds `scale` times the
 // sum of the run's rows to the weight's flattened elements [begin, end), which
 // live at dest[0, end - begin).
 cudaError_t launch_add_sorted_rows(const int64_t* sorted_ids, const int64_t* order, int64_t n, const void* rows,
-                                   RowsDType dtype, int64_t hidden, float scale, float* dest, int64_t begin,
+                                   Dtype dtype, int64_t hidden, float scale, float* dest, int64_t begin,
                                    int64_t end, cudaStream_t stream);
 
 }  // namespace stratum::zero::cuda

@@ -39,11 +39,12 @@ __global__ void __launch_bounds__(kThreads) widen_kernel(const T* src, float* ds
 
 }  // namespace
 
-cudaError_t launch_widen_to_float(const void* src, bool bf16, float* dst, int64_t n, cudaStream_t stream) {
+cudaError_t launch_widen_to_float(const void* src, Dtype dtype, float* dst, int64_t n, cudaStream_t stream) {
+  if (dtype == Dtype::f32) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   const bool packed = cuda_detail::aligned_to(src, 16) && cuda_detail::aligned_to(dst, 16);
   const unsigned blocks = cuda_detail::capped_grid(packed ? n / 8 : n, kThreads, 16);
-  if (bf16)
+  if (dtype == Dtype::bf16)
     widen_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(src), dst, n,
                                                                   packed);
   else

@@ -7,9 +7,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include "stratum/core/cuda_launch.h"
+
 namespace stratum::zero::cuda {
 
-// dst[i] = float(src[i]) for i < n; src is bf16 (`bf16`) or fp16.
-cudaError_t launch_widen_to_float(const void* src, bool bf16, float* dst, int64_t n, cudaStream_t stream);
+using stratum::cuda::Dtype;
+
+// dst[i] = float(src[i]) for i < n; src is bf16 or fp16 (`dtype`; fp32:
+// cudaErrorInvalidValue, nothing launched).
+cudaError_t launch_widen_to_float(const void* src, Dtype dtype, float* dst, int64_t n, cudaStream_t stream);
 
 }  // namespace stratum::zero::cuda
