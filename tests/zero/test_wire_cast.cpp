@@ -9,9 +9,9 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "stratum/zero/wire_cast_cuda.h"
-#endif
 
 using namespace stratum;
+#endif
 
 // The fp32 wire copy of 16-bit gradients equals ATen's conversion: aligned
 // and unaligned starts, lengths around the 8-element pack, and an empty one.
