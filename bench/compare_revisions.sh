@@ -34,21 +34,23 @@ if [ ! -x "$base/build-device/bin/bench_engine" ]; then
     { tail -30 "$base/build.log" >&2; exit 1; }
 fi
 
-out=${OUT:+$OUT/compare_revisions.jsonl}
+rows=$(mktemp)
 for ((r = 1; r <= rounds; r++)); do
   for side in base current; do
     bin=$current
     [ "$side" = base ] && bin=$base/build-device/bin/bench_engine
     row=$(mpirun --bind-to none -np 1 -x NCCL_NVLS_ENABLE "$bin" "${flags[@]}" | tail -1)
-    row="{\"revision\": \"$side\", \"round\": $r, ${row#\{}"
-    echo "$row"
-    [ -n "$out" ] && echo "$row" >>"$out"
+    echo "{\"revision\": \"$side\", \"round\": $r, ${row#\{}" | tee -a "$rows"
   done
-done | tee /dev/stderr | python3 -c '
+done
+[ -n "${OUT:-}" ] && cp "$rows" "$OUT/compare_revisions.jsonl"
+python3 - "$rows" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
-by = {s: [r["tokens_per_s_per_gpu"] for r in rows if r["revision"] == s] for s in ("base", "current")}
-if all(by.values()):
-    b, c = (sum(v) / len(v) for v in (by["base"], by["current"]))
-    print(f"tokens/s per GPU: base {b:,.0f}, current {c:,.0f}: current/base = {c / b:.4f} over {len(by[\"base\"])} rounds")
-' >&2
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+mean = {}
+for side in ("base", "current"):
+    values = [r["tokens_per_s_per_gpu"] for r in rows if r["revision"] == side]
+    mean[side] = sum(values) / len(values)
+print("tokens/s per GPU: base %.0f, current %.0f: current/base = %.4f over %d rounds"
+      % (mean["base"], mean["current"], mean["current"] / mean["base"], len(rows) // 2))
+PY
