@@ -10,7 +10,7 @@ GPUs, driver, CUDA, torch, NCCL, ... and the command), each further line one
 row: the system, its figures, the exact command that printed them. Rows are
 written as they come to <scenario>.jsonl.partial, which replaces
 <scenario>.jsonl once the scenario ends; with $OUT set both are copied there.
-The commit comes from git, or from STRATUM_COMMIT where the tree has no .git.
+The commit comes from STRATUM_COMMIT when set, else from git.
 """
 import argparse
 import datetime
@@ -79,9 +79,13 @@ print(json.dumps(v))
 
 
 def commit():
+    # STRATUM_COMMIT wins: a copy of the tree (the GPU machine's) may carry a
+    # .git of another commit than the files it holds.
+    if os.environ.get("STRATUM_COMMIT"):
+        return os.environ["STRATUM_COMMIT"], None
     sha = capture(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
     if not sha:
-        return os.environ.get("STRATUM_COMMIT", "unknown"), None
+        return "unknown", None
     changed = capture(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no", "--", ".",
                        ":!bench/results"])
     return sha, bool(changed)
