@@ -1,10 +1,12 @@
 #include "stratum/core/fs.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +24,72 @@ bool exists(const std::string& path) {
 bool is_directory(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+}  // namespace
+
+std::string describe_bytes(unsigned long long bytes) {
+  char buf[64];
+  if (bytes < 10000) std::snprintf(buf, sizeof buf, "%llu bytes", bytes);
+  else if (bytes < 10'000'000ULL) std::snprintf(buf, sizeof buf, "%.1f kB", bytes / 1e3);
+  else if (bytes < 10'000'000'000ULL) std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
+  return buf;
+}
+
+std::string read_regular_file(const std::string& path, size_t max_bytes, const std::string& what,
+                              bool follow_symlinks) {
+  struct stat st;
+  if ((follow_symlinks ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st)) != 0)
+    throw Error(path + ": cannot read " + what + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw Error(path + ": " + what + " must be a regular file, but this is " + file_kind(st.st_mode));
+  // O_NONBLOCK: if the path was swapped for a FIFO since stat, open must not wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (follow_symlinks ? 0 : O_NOFOLLOW));
+  if (fd < 0) throw Error(path + ": cannot open " + what + ": " + std::strerror(errno));
+  std::string out;
+  try {
+    if (::fstat(fd, &st) != 0) throw Error(path + ": cannot read " + what + ": " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode))
+      throw Error(path + ": " + what + " must be a regular file, but this is " + file_kind(st.st_mode));
+    if (static_cast<unsigned long long>(st.st_size) > max_bytes)
+      throw Error(path + ": " + what + " is " + describe_bytes(static_cast<unsigned long long>(st.st_size)) +
+                  ", over the limit of " + describe_bytes(max_bytes) + " (is this the right file?)");
+    out.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    // Read one byte past the size seen: a file that grows past the limit meanwhile is refused too.
+    while (true) {
+      if (got == out.size()) {
+        if (out.size() > max_bytes) break;
+        out.resize(std::min(max_bytes + 1, std::max<size_t>(out.size() * 2, 4096)));
+      }
+      const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw Error(path + ": cannot read " + what + ": " + std::strerror(errno));
+      if (n == 0) break;
+      got += static_cast<size_t>(n);
+    }
+    if (got > max_bytes)
+      throw Error(path + ": " + what + " is over the limit of " + describe_bytes(max_bytes) + " (is this the right file?)");
+    out.resize(got);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return out;
 }
 
 void make_directories(const std::string& path) {

@@ -18,6 +18,16 @@ std::string absolute_path(const std::string& path);
 std::vector<std::string> list_directory(const std::string& path);
 // rm -rf without a shell; quietly ignores what is already gone.
 void remove_tree(const std::string& path);
+// Reads a whole file that must be a regular file of at most `max_bytes`
+// (a FIFO, device or directory is refused without blocking on it, so
+// /dev/zero or a pipe cannot hang or exhaust memory). With
+// follow_symlinks=false a symbolic link is refused too. Throws
+// stratum::Error "<path>: <what> ..." saying what is wrong.
+std::string read_regular_file(const std::string& path, size_t max_bytes, const std::string& what,
+                              bool follow_symlinks = true);
+// "12.5 MB", "800 bytes": sizes in messages.
+std::string describe_bytes(unsigned long long bytes);
+
 // A new, empty directory under $TMPDIR (or /tmp) whose name starts with `prefix`.
 std::string make_temp_directory(const std::string& prefix);
 
