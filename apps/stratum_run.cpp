@@ -276,10 +276,22 @@ std::string describe_hosts(const std::vector<launch::SelectedHost>& hosts) {
   return out;
 }
 
+// A count flag in 1..max: past the bound, slot lists would grow to gigabytes.
+void check_count(const char* flag, const std::optional<int>& value, int max, const char* per) {
+  if (!value) return;
+  if (*value < 1) throw stratum::Error(std::string(flag) + " must be at least 1, got " + std::to_string(*value));
+  if (*value > max)
+    throw stratum::Error(std::string(flag) + " " + std::to_string(*value) + " is over the limit of " +
+                         std::to_string(max) + per);
+}
+
 launch::LaunchPlan make_plan(const Flags& f) {
   launch::LaunchPlan plan;
   if (f.program.empty()) throw stratum::Error("no program given: stratum-run [flags] PROGRAM [ARGS...]");
   if (f.num_gpus && f.num_procs) throw stratum::Error("--num_gpus and --num_procs cannot be used together");
+  check_count("--num_gpus", f.num_gpus, launch::kMaxSlotsPerHost, " per host");
+  check_count("--num_procs", f.num_procs, launch::kMaxSlotsPerHost, " per host");
+  check_count("--num_nodes", f.num_nodes, launch::kMaxHostfileLines, " hosts");
 
   launch::SelectionRequest request;
   request.include = f.include;

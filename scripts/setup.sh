@@ -14,7 +14,8 @@ as_root() {
 
 # --- system packages (Debian/Ubuntu names) -----------------------------------
 packages=(g++ cmake ninja-build ccache make
-          libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev libgtest-dev)
+          libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev libgtest-dev
+          clang libclang-rt-dev)  # clang + compiler-rt: the fuzz targets (libFuzzer, ASan, UBSan)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,8 +1,13 @@
 // Token files: round trips in both widths, mmap window reads, and an error
 // naming the file (and the numbers) for each way a file can be wrong.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
@@ -209,4 +214,67 @@ TEST_F(TokenFileTest, TooShortForOneSequence) {
 TEST_F(TokenFileTest, DirectoryIsNotATokenFile) {
   const auto msg = STRATUM_ERROR_MESSAGE(TokenFile{dir_});
   EXPECT_NE(msg.find(dir_ + ": is a directory"), std::string::npos) << msg;
+}
+
+namespace {
+// A token file header with the given fields, then `data` bytes.
+std::string header_bytes(uint32_t dtype_bytes, uint64_t count, uint64_t vocab) {
+  std::string h(64, '\0');
+  std::memcpy(h.data(), kTokenFileMagic, 8);
+  const uint32_t version = kTokenFileVersion;
+  std::memcpy(h.data() + 8, &version, 4);
+  std::memcpy(h.data() + 12, &dtype_bytes, 4);
+  std::memcpy(h.data() + 16, &count, 8);
+  std::memcpy(h.data() + 24, &vocab, 8);
+  std::memcpy(h.data() + 32, "byte", 4);
+  return h;
+}
+}  // namespace
+
+// count x bytes per token was an int64 product (undefined past 2^63) and the
+// message showed the wrapped size.
+TEST_F(TokenFileTest, TokenCountTimesWidthIsCheckedWithoutOverflow) {
+  write_text(path("wrap.strtok"), header_bytes(4, uint64_t{1} << 62, 256) + std::string(8, '\0'));
+  auto msg = STRATUM_ERROR_MESSAGE(TokenFile(path("wrap.strtok")));
+  EXPECT_NE(msg.find(path("wrap.strtok") + ": corrupt token file header: 4611686018427387904 tokens x 4 bytes is over "
+                                           "2^64 bytes; the file holds 8 bytes after the header"),
+            std::string::npos)
+      << msg;
+  write_text(path("big.strtok"), header_bytes(2, uint64_t{1} << 61, 256) + std::string(8, '\0'));
+  msg = STRATUM_ERROR_MESSAGE(TokenFile(path("big.strtok")));
+  EXPECT_NE(msg.find("the header says 2305843009213693952 tokens (4611686018427387904 bytes) but the file holds 8 "
+                     "bytes after the header"),
+            std::string::npos)
+      << msg;
+  // The same checks on memory (what the fuzz target calls).
+  const std::string ok = header_bytes(2, 4, 256) + std::string(8, '\0');
+  const auto info = check_token_file(reinterpret_cast<const unsigned char*>(ok.data()), ok.size(), "mem");
+  EXPECT_EQ(info.count, 4);
+  EXPECT_EQ(info.dtype_bytes, 2);
+  EXPECT_EQ(info.tokenizer_name, "byte");
+}
+
+TEST_F(TokenFileTest, VocabularySizeOutOfRangeIsCorrupt) {
+  write_text(path("v.strtok"), header_bytes(2, 1, 0) + std::string(2, '\0'));
+  auto msg = STRATUM_ERROR_MESSAGE(TokenFile(path("v.strtok")));
+  EXPECT_NE(msg.find("corrupt token file header: vocabulary size 0 is not in [1, 2^31]"), std::string::npos) << msg;
+  write_text(path("w.strtok"), header_bytes(2, 1, ~uint64_t{0}) + std::string(2, '\0'));  // was -1 as an int64
+  msg = STRATUM_ERROR_MESSAGE(TokenFile(path("w.strtok")));
+  EXPECT_NE(msg.find("vocabulary size 18446744073709551615 is not in [1, 2^31]"), std::string::npos) << msg;
+}
+
+// Opening a FIFO blocked until a writer came; /dev/zero is a device, not a file.
+TEST_F(TokenFileTest, FifoAndDevicesAreRefusedWithoutBlocking) {
+  const std::string fifo = path("pipe.strtok");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto result = std::async(std::launch::async, [&] { return STRATUM_ERROR_MESSAGE(TokenFile{fifo}); });
+  if (result.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // let the blocked open() through
+    if (fd >= 0) ::close(fd);
+    result.wait();
+    FAIL() << "opening a FIFO as a token file blocked";
+  }
+  EXPECT_NE(result.get().find(fifo + ": not a regular file"), std::string::npos);
+  const auto msg = STRATUM_ERROR_MESSAGE(TokenFile{"/dev/zero"});
+  EXPECT_NE(msg.find("/dev/zero: not a regular file"), std::string::npos) << msg;
 }

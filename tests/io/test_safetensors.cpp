@@ -4,12 +4,19 @@
 
 #include <torch/torch.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/io/safetensors.h"
+#include "stratum/io/safetensors_header.h"
 
 using namespace stratum;
 using namespace stratum::io;
@@ -84,6 +91,14 @@ TEST_F(Safetensors, EveryDtypeRoundTrips) {
   // Larger elements first: every tensor starts at a multiple of its element size.
   for (const auto& e : h.tensors) EXPECT_EQ(e.begin % c10::elementSize(e.scalar_type), 0u) << e.name;
   EXPECT_EQ(h.tensors.front().dtype, "F64");
+  // The torch-free header's element sizes are torch's, and it reads the same header from memory.
+  const auto info = parse_safetensors_bytes(bytes_of(path("a.safetensors")), "a");
+  ASSERT_EQ(info.tensors.size(), h.tensors.size());
+  for (size_t i = 0; i < h.tensors.size(); ++i) {
+    EXPECT_EQ(safetensors_element_size(h.tensors[i].dtype), c10::elementSize(h.tensors[i].scalar_type)) << h.tensors[i].dtype;
+    EXPECT_EQ(info.tensors[i].name, h.tensors[i].name);
+    EXPECT_EQ(info.tensors[i].begin, h.tensors[i].begin);
+  }
 
   const auto some = read_safetensors(path("a.safetensors"), {"t_BFloat16", "scalar"});
   EXPECT_EQ(some.size(), 2u);
@@ -193,4 +208,43 @@ TEST_F(Safetensors, HeaderPaddedWithSpacesReads) {
   const auto t = read_safetensors(p);
   EXPECT_EQ(t.at("a").dim(), 0);
   EXPECT_EQ(t.at("a").item<int>(), 0);
+}
+
+// No header nests more than 3 levels; the parser's time grows with the depth.
+TEST_F(Safetensors, DeepHeaderNestingIsRefused) {
+  const std::string deep = "{\"__metadata__\": " + std::string(100'000, '[') + std::string(100'000, ']') + "}";
+  const auto start = std::chrono::steady_clock::now();
+  const std::string msg = read_error(craft("deep.safetensors", deep, 0));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.5);
+  expect_contains(msg, "deep.safetensors: bad JSON header: nested deeper than 64 levels (at byte 88 of the file)");
+}
+
+// A size over 2^63 - 1 became a negative dimension (torch then threw its own
+// error); 0 x huge passed the overflow check.
+TEST_F(Safetensors, DimensionsOverInt64AreRefused) {
+  const std::string msg = read_error(craft(
+      "big.safetensors", R"({"w": {"dtype": "F32", "shape": [0, 18446744073709551615], "data_offsets": [0, 0]}})", 0));
+  expect_contains(msg, "big.safetensors: tensor 'w': shape [0,18446744073709551615] is not a list of sizes");
+}
+
+// Opening a FIFO blocked until a writer came.
+TEST_F(Safetensors, FifoIsRefusedWithoutBlocking) {
+  const std::string fifo = path("pipe.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto result = std::async(std::launch::async, [&] { return read_error(fifo); });
+  if (result.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // let the blocked open() through
+    if (fd >= 0) ::close(fd);
+    result.wait();
+    FAIL() << "reading a FIFO as a safetensors file blocked";
+  }
+  expect_contains(result.get(), "pipe.safetensors: not a regular file");
+}
+
+TEST_F(Safetensors, LongTensorNamesAreShortenedInMessages) {
+  const std::string name(100'000, 'w');
+  const std::string msg =
+      read_error(craft("name.safetensors", "{\"" + name + R"(": {"dtype": "F8", "shape": [1], "data_offsets": [0, 1]}})", 1));
+  expect_contains(msg, "... (100000 characters)': unknown dtype 'F8'");
+  EXPECT_LT(msg.size(), 500u);
 }

@@ -96,7 +96,7 @@ Config Config::from_json(const nlohmann::json& json, const std::string& source) 
   report_misplaced_keys(root, json);
   root.finish();
   if (diag.errors.empty()) config::check_cross_field_rules(c, diag);
-  if (!diag.errors.empty()) throw ConfigError(source, diag.errors);
+  if (!diag.errors.empty()) throw ConfigError(source, diag.all_errors());
   c.warnings = diag.warnings;
   return c;
 }

@@ -1,14 +1,12 @@
 #include "stratum/config/json_source.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <vector>
 
+#include "stratum/config/key_reader.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
+#include "stratum/core/json_depth.h"
 
 namespace stratum::config {
 namespace {
@@ -29,7 +27,8 @@ std::string line_column(const std::string& text, size_t byte) {
 
 // JSON allows a key twice in one object and nlohmann (like Python's json)
 // keeps the last: in a config that silently drops a setting. Collects each
-// repeated key's path while the parser runs.
+// repeated key's path while the parser runs (long keys shortened, at most
+// Diagnostics::kMaxErrors of them: paths of megabyte keys must not pile up).
 class DuplicateKeys {
  public:
   bool on_event(int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
@@ -46,8 +45,12 @@ class DuplicateKeys {
         break;
       case E::key: {
         Frame& f = frames_.back();
-        f.key = parsed.get<std::string>();
-        if (!f.keys.insert(f.key).second) found_.push_back(child_path());
+        const std::string& key = parsed.get_ref<const std::string&>();
+        f.key = short_name(key);
+        if (!f.keys.insert(key).second) {
+          if (found_.size() < Diagnostics::kMaxErrors) found_.push_back(child_path());
+          else ++more_;
+        }
         break;
       }
       case E::value:
@@ -57,6 +60,7 @@ class DuplicateKeys {
     return true;
   }
   const std::vector<std::string>& found() const { return found_; }
+  size_t more() const { return more_; }
 
  private:
   struct Frame {
@@ -75,6 +79,7 @@ class DuplicateKeys {
   }
   std::vector<Frame> frames_;
   std::vector<std::string> found_;
+  size_t more_ = 0;
 };
 
 }  // namespace
@@ -82,6 +87,11 @@ class DuplicateKeys {
 nlohmann::json parse_json_text(const std::string& text, const std::string& source) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     throw ConfigError(source, {"the file is empty; a ds_config.json is a JSON object {...}"});
+  // Checked first: the parser's time (and its paths) grow with the depth.
+  if (const auto at = find_excess_json_nesting(text))
+    throw ConfigError(source + ":" + line_column(text, *at + 1),
+                      {"JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                       " levels; a ds_config.json needs a handful (is this the right file?)"});
   DuplicateKeys duplicates;
   nlohmann::json json;
   try {
@@ -100,6 +110,8 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
   std::vector<std::string> problems;
   for (const std::string& path : duplicates.found())
     problems.push_back(path + ": given more than once in one object; JSON keeps only the last value, so keep one");
+  if (duplicates.more() > 0)
+    problems.push_back("... and " + std::to_string(duplicates.more()) + " more keys given more than once");
   if (!problems.empty()) throw ConfigError(source, problems);
   return json;
 }
@@ -107,12 +119,18 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
 nlohmann::json read_json_file(const std::string& path) {
   if (!fs::exists(path)) throw ConfigError(path, {"no such file"});
   if (fs::is_directory(path)) throw ConfigError(path, {"is a directory, not a JSON file"});
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path, {std::string("cannot open: ") + std::strerror(errno)});
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw ConfigError(path, {std::string("cannot read: ") + std::strerror(errno)});
-  return parse_json_text(ss.str(), path);
+  std::string text;
+  try {
+    // A FIFO or device (/dev/zero) is refused, and a huge file, before it is read.
+    text = fs::read_regular_file(path, kMaxConfigFileBytes, "config file");
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    std::string reason = e.what();
+    if (reason.rfind(path + ": ", 0) == 0) reason = reason.substr(path.size() + 2);
+    throw ConfigError(path, {reason});
+  }
+  return parse_json_text(text, path);
 }
 
 }  // namespace stratum::config

@@ -7,8 +7,14 @@
 
 namespace stratum::config {
 
-// Throws ConfigError: missing or unreadable file, empty file, or invalid JSON.
+// A ds_config.json is a few kB; anything this large is the wrong file.
+inline constexpr size_t kMaxConfigFileBytes = 16u << 20;
+
+// Throws ConfigError: empty text, nesting deeper than kMaxJsonDepth (with the
+// line:column where it goes too deep), invalid JSON, or a key given twice.
 nlohmann::json parse_json_text(const std::string& text, const std::string& source);
+// Also: a missing file, one that is not a regular file (FIFO, device,
+// directory: refused without reading), over kMaxConfigFileBytes, or unreadable.
 nlohmann::json read_json_file(const std::string& path);
 
 }  // namespace stratum::config

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "stratum/core/shorten.h"
+
 namespace stratum::config {
 namespace {
 
@@ -63,8 +65,19 @@ const char* type_name(const Json& v) {
 
 }  // namespace
 
+std::vector<std::string> Diagnostics::all_errors() const {
+  std::vector<std::string> out = errors;
+  if (more_errors > 0)
+    out.push_back("... and " + std::to_string(more_errors) + " more problem" + (more_errors == 1 ? "" : "s") +
+                  " (only the first " + std::to_string(kMaxErrors) + " are listed)");
+  return out;
+}
+
+std::string short_name(const std::string& key) { return shorten_for_message(key, kMaxShownKeyLength); }
+
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
   std::string best;
+  if (word.size() > kMaxShownKeyLength) return best;
   size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
   for (const auto& c : candidates) {
     size_t d = edit_distance(word, c);
@@ -99,8 +112,9 @@ bool KeyReader::has(const std::string& key) const {
   return object_ && object_->contains(resolved_name(key));
 }
 
+// Paths are for messages only: a long key is shown shortened.
 std::string KeyReader::path_of(const std::string& key) const {
-  return path_.empty() ? key : path_ + "." + key;
+  return path_.empty() ? short_name(key) : path_ + "." + short_name(key);
 }
 
 std::string KeyReader::resolved_name(const std::string& key) const {
@@ -158,8 +172,13 @@ std::optional<int64_t> KeyReader::get_opt_int(const std::string& key, int64_t mi
     value = v->get<int64_t>();
   } else if (v->is_number_float()) {
     double d = v->get<double>();
-    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.2e18) {
+    if (!std::isfinite(d) || d != std::floor(d)) {
       diag_.error(p, "expected an integer, got " + show(*v));
+      return std::nullopt;
+    }
+    // 2^63 is exact as a double; converting anything from there on is undefined.
+    if (d >= 9223372036854775808.0 || d < -9223372036854775808.0) {
+      diag_.error(p, "integer " + show(*v) + " does not fit in 64 bits (at most 9223372036854775807)");
       return std::nullopt;
     }
     value = static_cast<int64_t>(d);
@@ -219,7 +238,7 @@ std::string KeyReader::get_enum(const std::string& key, const std::string& def,
   const std::string s = v->get<std::string>();
   for (const auto& a : allowed)
     if (s == a || (ignore_case && lower(s) == lower(a))) return a;
-  diag_.error(p, "expected one of " + list + ", got \"" + s + "\"" + did_you_mean(s, allowed));
+  diag_.error(p, "expected one of " + list + ", got \"" + short_name(s) + "\"" + did_you_mean(s, allowed));
   return def;
 }
 
@@ -308,6 +327,10 @@ void KeyReader::finish() {
   if (!object_) return;
   for (auto it = object_->begin(); it != object_->end(); ++it) {
     if (consumed_.count(it.key())) continue;
+    if (diag_.full()) {  // not listed: spare the did-you-mean
+      ++diag_.more_errors;
+      continue;
+    }
     diag_.error(path_of(it.key()), "unknown key" + did_you_mean(it.key(), known_));
   }
 }

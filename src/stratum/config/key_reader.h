@@ -16,15 +16,35 @@ namespace stratum::config {
 
 using Json = nlohmann::json;
 
-// Every problem (errors) and every note the user should see (warnings).
+// Every problem (errors) and every note the user should see (warnings). A
+// config of a million unknown keys must not make a message of a million lines:
+// past kMaxErrors the rest are only counted (more_errors).
 struct Diagnostics {
+  static constexpr size_t kMaxErrors = 100;
   std::vector<std::string> errors;
   std::vector<std::string> warnings;
-  void error(const std::string& path, const std::string& message) { errors.push_back(path + ": " + message); }
-  void warning(const std::string& path, const std::string& message) { warnings.push_back(path + ": " + message); }
+  size_t more_errors = 0;
+  bool full() const { return errors.size() >= kMaxErrors; }
+  void error(const std::string& path, const std::string& message) {
+    if (full()) ++more_errors;
+    else errors.push_back(path + ": " + message);
+  }
+  void warning(const std::string& path, const std::string& message) {
+    if (warnings.size() < kMaxErrors) warnings.push_back(path + ": " + message);
+  }
+  // errors, plus a last line "... and N more problems" when some were only counted.
+  std::vector<std::string> all_errors() const;
 };
 
-// The closest candidate to `word` by edit distance, or "" if none is close.
+// Keys (and names) longer than this are shown shortened and get no
+// did-you-mean: no real key is this long, and the edit distance grows with it.
+inline constexpr size_t kMaxShownKeyLength = 64;
+// `key` itself, or its first 40 characters + "... (N characters)" when it is
+// longer than kMaxShownKeyLength.
+std::string short_name(const std::string& key);
+
+// The closest candidate to `word` by edit distance, or "" if none is close
+// (always "" for a word longer than kMaxShownKeyLength).
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
 // " (did you mean 'x'?)" or "".
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);

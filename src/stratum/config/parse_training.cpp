@@ -52,10 +52,10 @@ void parse_optimizer(KeyReader& root, Config& config) {
                                            return l == low;
                                          });
       if (deepspeed_knows)
-        diag.error(opt.path_of("type"), "DeepSpeed optimizer \"" + name +
+        diag.error(opt.path_of("type"), "DeepSpeed optimizer \"" + short_name(name) +
                                             "\" is not supported by Stratum yet (supported: Adam, AdamW)");
       else
-        diag.error(opt.path_of("type"), "unknown optimizer \"" + name + "\"; expected Adam or AdamW" +
+        diag.error(opt.path_of("type"), "unknown optimizer \"" + short_name(name) + "\"; expected Adam or AdamW" +
                                             did_you_mean(name, {"Adam", "AdamW"}));
     }
   }
@@ -105,9 +105,9 @@ void parse_scheduler(KeyReader& root, Config& config) {
     if (std::find(supported.begin(), supported.end(), name) == supported.end()) {
       if (std::find(kDeepSpeedOnlySchedulers.begin(), kDeepSpeedOnlySchedulers.end(), name) !=
           kDeepSpeedOnlySchedulers.end())
-        diag.error(sch.path_of("type"), "DeepSpeed scheduler \"" + name + "\" is not supported by Stratum yet");
+        diag.error(sch.path_of("type"), "DeepSpeed scheduler \"" + short_name(name) + "\" is not supported by Stratum yet");
       else
-        diag.error(sch.path_of("type"), "unknown scheduler \"" + name + "\"; expected one of WarmupLR, "
+        diag.error(sch.path_of("type"), "unknown scheduler \"" + short_name(name) + "\"; expected one of WarmupLR, "
                                         "WarmupDecayLR, WarmupCosineLR, OneCycle" + did_you_mean(name, supported));
       name.clear();
     }

@@ -32,9 +32,14 @@ void check_cross_field_rules(const Config& c, Diagnostics& diag) {
   if (!b.train_batch_size && !b.train_micro_batch_size_per_gpu)
     diag.error("train_batch_size",
                "neither train_batch_size nor train_micro_batch_size_per_gpu is given; give at least one");
-  if (b.train_batch_size && b.train_micro_batch_size_per_gpu && b.gradient_accumulation_steps) {
-    const int64_t per_rank = *b.train_micro_batch_size_per_gpu * *b.gradient_accumulation_steps;
-    if (*b.train_batch_size % per_rank != 0)
+  if (b.train_micro_batch_size_per_gpu && b.gradient_accumulation_steps) {
+    int64_t per_rank = 0;
+    if (__builtin_mul_overflow(*b.train_micro_batch_size_per_gpu, *b.gradient_accumulation_steps, &per_rank))
+      diag.error("train_micro_batch_size_per_gpu",
+                 std::to_string(*b.train_micro_batch_size_per_gpu) + " x gradient_accumulation_steps (" +
+                     std::to_string(*b.gradient_accumulation_steps) +
+                     ") is over the 64-bit limit 9223372036854775807; use realistic batch sizes");
+    else if (b.train_batch_size && *b.train_batch_size % per_rank != 0)
       diag.error("train_batch_size",
                  std::to_string(*b.train_batch_size) + " is not a multiple of train_micro_batch_size_per_gpu (" +
                      std::to_string(*b.train_micro_batch_size_per_gpu) + ") x gradient_accumulation_steps (" +
@@ -43,6 +48,11 @@ void check_cross_field_rules(const Config& c, Diagnostics& diag) {
   }
 
   const PipelineConfig& p = c.pipeline;
+  int64_t model_parallel = 0;  // Config::model_parallel_size() multiplies them unchecked
+  if (__builtin_mul_overflow(p.stages, c.tensor_parallel.size, &model_parallel))
+    diag.error("pipeline.stages", std::to_string(p.stages) + " x tensor_parallel size (" +
+                                      std::to_string(c.tensor_parallel.size) +
+                                      ") is over the 64-bit limit 9223372036854775807");
   if (p.schedule == PipelineSchedule::interleaved && p.virtual_stages < 2)
     diag.error("pipeline.schedule", "\"interleaved\" needs pipeline.virtual_stages >= 2");
   if (p.stages == 1 && p.schedule != PipelineSchedule::one_f_one_b)

@@ -115,8 +115,49 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& token
 
 // ---------------------------------------------------------------- reading
 
+TokenFileInfo check_token_file(const unsigned char* bytes, uint64_t size, const std::string& path) {
+  if (size < 8 || std::memcmp(bytes, kTokenFileMagic, 8) != 0)
+    throw Error(path + ": not a Stratum token file (bad magic; expected \"STRTOK1\"). " + kDataHint);
+  if (size < static_cast<uint64_t>(kTokenFileHeaderBytes))
+    throw Error(path + ": truncated token file: the header needs " + std::to_string(kTokenFileHeaderBytes) +
+                " bytes, the file has " + std::to_string(size));
+  Header h;
+  std::memcpy(&h, bytes, sizeof h);
+  if (h.version != kTokenFileVersion)
+    throw Error(path + ": token file version " + std::to_string(h.version) + ", this Stratum reads version " +
+                std::to_string(kTokenFileVersion));
+  if (h.dtype_bytes != 2 && h.dtype_bytes != 4)
+    throw Error(path + ": corrupt token file header: " + std::to_string(h.dtype_bytes) +
+                " bytes per token (expected 2 or 4)");
+  if (h.vocab_size < 1 || h.vocab_size > (uint64_t{1} << 31))
+    throw Error(path + ": corrupt token file header: vocabulary size " + std::to_string(h.vocab_size) +
+                " is not in [1, 2^31]");
+  const uint64_t data_bytes = size - static_cast<uint64_t>(kTokenFileHeaderBytes);
+  // count x bytes per token, checked: a count near 2^63 must not wrap into a small size.
+  uint64_t expected = 0;
+  if (__builtin_mul_overflow(h.count, uint64_t{h.dtype_bytes}, &expected))
+    throw Error(path + ": corrupt token file header: " + std::to_string(h.count) + " tokens x " +
+                std::to_string(h.dtype_bytes) + " bytes is over 2^64 bytes; the file holds " +
+                std::to_string(data_bytes) + " bytes after the header");
+  if (expected > data_bytes)
+    throw Error(path + ": truncated token file: the header says " + std::to_string(h.count) + " tokens (" +
+                std::to_string(expected) + " bytes) but the file holds " + std::to_string(data_bytes) +
+                " bytes after the header");
+  if (data_bytes > expected)
+    throw Error(path + ": corrupt token file: " + std::to_string(data_bytes - expected) + " bytes after the " +
+                std::to_string(h.count) + " tokens its header announces");
+  if (h.count == 0) throw Error(path + ": token file is empty (0 tokens)");
+  TokenFileInfo info;
+  info.dtype_bytes = static_cast<int>(h.dtype_bytes);
+  info.count = static_cast<int64_t>(h.count);  // <= data_bytes / 2, so it fits
+  info.vocab_size = static_cast<int64_t>(h.vocab_size);
+  info.tokenizer_name.assign(h.tokenizer_name, strnlen(h.tokenizer_name, sizeof h.tokenizer_name));
+  return info;
+}
+
 TokenFile::TokenFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO must not wait for a writer (it is refused below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) throw Error(path + ": no such file (" + kDataHint + ")");
     throw Error(path + ": cannot open: " + sys_error());
@@ -130,6 +171,10 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
     throw Error(path + ": is a directory, not a token file (" + kDataHint + ")");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(path + ": not a regular file (a FIFO or device?), not a token file (" + kDataHint + ")");
   }
   const int64_t file_bytes = st.st_size;
   if (file_bytes == 0) {
@@ -145,33 +190,12 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   }
   map_bytes_ = static_cast<size_t>(file_bytes);
   try {
-    if (file_bytes < 8 || std::memcmp(map_, kTokenFileMagic, 8) != 0)
-      throw Error(path + ": not a Stratum token file (bad magic; expected \"STRTOK1\"). " + kDataHint);
-    if (file_bytes < kTokenFileHeaderBytes)
-      throw Error(path + ": truncated token file: the header needs " + std::to_string(kTokenFileHeaderBytes) +
-                  " bytes, the file has " + std::to_string(file_bytes));
-    Header h;
-    std::memcpy(&h, map_, sizeof h);
-    if (h.version != kTokenFileVersion)
-      throw Error(path + ": token file version " + std::to_string(h.version) + ", this Stratum reads version " +
-                  std::to_string(kTokenFileVersion));
-    if (h.dtype_bytes != 2 && h.dtype_bytes != 4)
-      throw Error(path + ": corrupt token file header: " + std::to_string(h.dtype_bytes) +
-                  " bytes per token (expected 2 or 4)");
-    dtype_bytes_ = static_cast<int>(h.dtype_bytes);
-    size_ = static_cast<int64_t>(h.count);
-    vocab_size_ = static_cast<int64_t>(h.vocab_size);
-    tokenizer_name_.assign(h.tokenizer_name, strnlen(h.tokenizer_name, sizeof h.tokenizer_name));
-    const int64_t data_bytes = file_bytes - kTokenFileHeaderBytes;
-    const int64_t expected = size_ * dtype_bytes_;
-    if (h.count > (uint64_t{1} << 60) || data_bytes < expected)
-      throw Error(path + ": truncated token file: the header says " + std::to_string(h.count) + " tokens (" +
-                  std::to_string(expected) + " bytes) but the file holds " + std::to_string(data_bytes) +
-                  " bytes after the header");
-    if (data_bytes > expected)
-      throw Error(path + ": corrupt token file: " + std::to_string(data_bytes - expected) +
-                  " bytes after the " + std::to_string(size_) + " tokens its header announces");
-    if (size_ == 0) throw Error(path + ": token file is empty (0 tokens)");
+    const TokenFileInfo info =
+        check_token_file(static_cast<const unsigned char*>(map_), static_cast<uint64_t>(file_bytes), path);
+    dtype_bytes_ = info.dtype_bytes;
+    size_ = info.count;
+    vocab_size_ = info.vocab_size;
+    tokenizer_name_ = info.tokenizer_name;
   } catch (...) {
     release();
     throw;

@@ -56,12 +56,25 @@ class TokenFileWriter {
 void write_token_file(const std::string& path, const std::vector<int32_t>& tokens, const std::string& tokenizer_name,
                       int64_t vocab_size);
 
+// What a token file's header says, after every check against the file's
+// bytes (those of the TokenFile constructor, on memory: tests and fuzzing).
+struct TokenFileInfo {
+  int dtype_bytes = 0;
+  int64_t count = 0;
+  int64_t vocab_size = 0;
+  std::string tokenizer_name;
+};
+// Throws stratum::Error naming `path`: bad magic, other version, bad bytes per
+// token or vocabulary size, token count x bytes per token not the size after
+// the header (checked without overflow), 0 tokens.
+TokenFileInfo check_token_file(const unsigned char* bytes, uint64_t size, const std::string& path);
+
 // A token file opened read-only through mmap. Move-only.
 class TokenFile {
  public:
-  // Throws stratum::Error naming the file when it is missing, empty (0 bytes),
-  // not a Stratum token file (bad magic), of another version, truncated or
-  // longer than its header says, or holds 0 tokens.
+  // Throws stratum::Error naming the file when it is missing, not a regular
+  // file (a FIFO or device is refused without blocking), empty (0 bytes), or
+  // fails check_token_file.
   explicit TokenFile(const std::string& path);
   ~TokenFile();
   TokenFile(TokenFile&& other) noexcept;

@@ -13,14 +13,13 @@
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
+#include "stratum/io/safetensors_header.h"
 
 namespace stratum::io {
 
 using Json = nlohmann::json;
 
 namespace {
-
-constexpr uint64_t kMaxHeaderLength = 100'000'000;  // the reference implementation's limit
 
 struct DType {
   const char* name;
@@ -29,12 +28,6 @@ struct DType {
 constexpr DType kDTypes[] = {{"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf},  {"BF16", at::kBFloat16},
                              {"I64", at::kLong},   {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},
                              {"U8", at::kByte},    {"BOOL", at::kBool}};
-
-std::string known_dtypes() {
-  std::string s;
-  for (const auto& d : kDTypes) s += (s.empty() ? "" : ", ") + std::string(d.name);
-  return s;
-}
 
 // Closes a file descriptor on every path out.
 struct Fd {
@@ -69,116 +62,35 @@ void write_all(int fd, const void* src, uint64_t size, const std::string& what) 
   }
 }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-SafetensorsEntry parse_entry(const std::string& file, const std::string& name, const Json& j) {
-  const std::string where = file + ": tensor '" + name + "'";
-  if (!j.is_object()) throw Error(where + ": header entry is not an object");
-  SafetensorsEntry e;
-  e.name = name;
-  if (!j.contains("dtype") || !j["dtype"].is_string()) throw Error(where + ": 'dtype' missing or not a string");
-  e.dtype = j["dtype"].get<std::string>();
-  const DType* d = std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const DType& x) { return e.dtype == x.name; });
-  if (d == std::end(kDTypes)) throw Error(where + ": unknown dtype '" + e.dtype + "' (known: " + known_dtypes() + ")");
-  e.scalar_type = d->type;
-  if (!j.contains("shape") || !j["shape"].is_array()) throw Error(where + ": 'shape' missing or not an array");
-  for (const auto& s : j["shape"]) {
-    if (!s.is_number_unsigned()) throw Error(where + ": shape " + j["shape"].dump() + " is not a list of sizes");
-    e.shape.push_back(s.get<int64_t>());
-  }
-  const Json& off = j.contains("data_offsets") ? j["data_offsets"] : Json();
-  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-    throw Error(where + ": 'data_offsets' must be [begin, end]");
-  e.begin = off[0].get<uint64_t>();
-  e.end = off[1].get<uint64_t>();
-  if (e.end < e.begin) throw Error(where + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] end before they begin");
-  uint64_t bytes = c10::elementSize(e.scalar_type);
-  for (int64_t s : e.shape)
-    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(s), &bytes))
-      throw Error(where + ": shape " + shape_str(e.shape) + " overflows");
-  if (bytes != e.end - e.begin)
-    throw Error(where + ": shape " + shape_str(e.shape) + " of " + e.dtype + " needs " + std::to_string(bytes) +
-                " bytes but data_offsets cover " + std::to_string(e.end - e.begin));
-  return e;
-}
-
+// The torch-free header (io/safetensors_header.h), with each dtype's torch type.
 SafetensorsHeader read_header(int fd, const std::string& path) {
   struct stat st;
   if (::fstat(fd, &st) != 0) throw Error(path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw Error(path + ": not a regular file (a safetensors file is)");
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size < 8)
-    throw Error(path + ": truncated safetensors file (" + std::to_string(size) +
-                " bytes; it must start with an 8-byte header length)");
-  unsigned char prefix[8];
-  read_exact(fd, prefix, 8, 0, path + ": header length");
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | prefix[i];  // little-endian
-  if (n > kMaxHeaderLength)
-    throw Error(path + ": header length " + std::to_string(n) + " is over the format's limit of 100,000,000 bytes "
-                "(not a safetensors file?)");
-  if (n > size - 8)
-    throw Error(path + ": header length " + std::to_string(n) + " goes beyond the file (" + std::to_string(size) +
-                " bytes): truncated or not a safetensors file");
+  unsigned char prefix[8] = {};
+  if (size >= 8) read_exact(fd, prefix, 8, 0, path + ": header length");
+  const uint64_t n = safetensors_header_length(prefix, size, path);
   std::string text(n, '\0');
   read_exact(fd, text.data(), n, 8, path + ": header");
+  SafetensorsHeaderInfo info = parse_safetensors_header(text, size - 8 - n, path);
 
   SafetensorsHeader h;
   h.path = path;
-  h.header_length = n;
-  h.data_length = size - 8 - n;
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::exception& e) {
-    throw Error(path + ": bad JSON header: " + e.what());
+  h.header_length = info.header_length;
+  h.data_length = info.data_length;
+  h.metadata = std::move(info.metadata);
+  for (auto& t : info.tensors) {
+    const DType* d = std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const DType& x) { return t.dtype == x.name; });
+    if (d == std::end(kDTypes)) throw Error(path + ": tensor '" + t.name + "': dtype '" + t.dtype + "' has no torch type");
+    h.tensors.push_back(SafetensorsEntry{std::move(t.name), std::move(t.dtype), d->type, std::move(t.shape), t.begin, t.end});
   }
-  if (!j.is_object()) throw Error(path + ": the JSON header is not an object");
-  for (const auto& item : j.items()) {
-    const std::string& key = item.key();
-    const Json& value = item.value();
-    if (key == "__metadata__") {
-      if (!value.is_object()) throw Error(path + ": '__metadata__' is not an object");
-      for (const auto& m : value.items()) {
-        if (!m.value().is_string()) throw Error(path + ": metadata '" + m.key() + "' is not a string");
-        h.metadata[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    h.tensors.push_back(parse_entry(path, key, value));
-  }
-  // The data section must be covered exactly: no overlap, no gap, nothing left over.
-  std::sort(h.tensors.begin(), h.tensors.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  uint64_t covered = 0;
-  const SafetensorsEntry* previous = nullptr;
-  for (const auto& e : h.tensors) {
-    std::string range = "[";  // (built in steps: GCC 12 warns falsely about "literal" + std::string&&)
-    range += std::to_string(e.begin) + ", " + std::to_string(e.end) + ")";
-    if (e.end > h.data_length)
-      throw Error(path + ": tensor '" + e.name + "': data_offsets " + range + " are beyond the data section (" +
-                  std::to_string(h.data_length) + " bytes)");
-    if (e.begin < covered)
-      throw Error(path + ": tensor '" + e.name + "': data_offsets " + range + " overlap tensor '" + previous->name +
-                  "' (which ends at " + std::to_string(covered) + ")");
-    if (e.begin > covered)
-      throw Error(path + ": tensor '" + e.name + "': data_offsets " + range + " leave a gap after byte " +
-                  std::to_string(covered));
-    covered = e.end;
-    previous = &e;
-  }
-  if (covered != h.data_length)
-    throw Error(path + ": the data section has " + std::to_string(h.data_length) + " bytes but tensors cover " +
-                std::to_string(covered));
   return h;
 }
 
 int open_for_reading(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO given as a file must not wait for a writer (read_header refuses it).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   return fd;
 }
@@ -207,7 +119,8 @@ std::map<std::string, at::Tensor> read_tensors(const std::string& path, const st
 std::string safetensors_dtype(at::ScalarType type) {
   for (const auto& d : kDTypes)
     if (d.type == type) return d.name;
-  throw Error(std::string("safetensors: dtype ") + c10::toString(type) + " is not supported (" + known_dtypes() + ")");
+  throw Error(std::string("safetensors: dtype ") + c10::toString(type) + " is not supported (" +
+              safetensors_dtype_names() + ")");
 }
 
 SafetensorsHeader read_safetensors_header(const std::string& path) {

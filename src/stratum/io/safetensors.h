@@ -7,10 +7,11 @@
 // dtypes: F64, F32, F16, BF16, I64, I32, U8, BOOL.
 //
 // Reading validates the whole header before any data (the checks of the
-// reference implementation): truncated file, header length beyond the file or
-// over 100 MB, bad JSON, unknown dtype, shape and byte size disagreeing,
-// offsets out of range, overlapping or leaving gaps. Every error names the
-// file and, where one is at fault, the tensor.
+// reference implementation, in the torch-free io/safetensors_header.h):
+// not a regular file, truncated file, header length beyond the file or over
+// 100 MB, bad JSON or nested deeper than 64 levels, unknown dtype, shape and
+// byte size disagreeing, offsets out of range, overlapping or leaving gaps.
+// Every error names the file and, where one is at fault, the tensor.
 // Writing goes to a temporary name in the same directory, renamed into place
 // when complete; data are ordered by element size so every tensor stays aligned.
 #include <cstdint>

@@ -1,6 +1,8 @@
 // DeepSpeed hostfile parsing and host name validation.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -58,6 +60,7 @@ TEST(Hostfile, MalformedLines) {
       {"a slots=-1\n", "hf:1: slots must be a positive whole number"},
       {"a slots=2x\n", "hf:1: slots must be a positive whole number"},
       {"a slots=99999999999\n", "hf:1: slots must be a positive whole number"},
+      {"a slots=1025\n", "hf:1: slots=1025 for host 'a' is over the limit of 1024 slots per host"},
       {"# c\na slots=1 extra\n", "hf:2: expected 'hostname slots=N', got 'a slots=1 extra'"},
       {"a gpus=2\n", "hf:1: expected 'hostname slots=N'"},
       {"a slots = 2\n", "hf:1: expected 'hostname slots=N'"},
@@ -102,7 +105,78 @@ TEST(Hostfile, ReadFromDiskAndMissingFile) {
   EXPECT_EQ(hosts[1].slots, 3);
   std::remove(path.c_str());
   const auto msg = error_of([&] { read_hostfile(path + ".missing"); });
-  EXPECT_NE(msg.find("--hostfile " + path + ".missing: cannot read it"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--hostfile " + path + ".missing: cannot read hostfile"), std::string::npos) << msg;
+}
+
+// /dev/zero was read until memory ran out, a FIFO blocked forever.
+TEST(Hostfile, OnlyRegularFilesOfAtMostAMegabyteAreRead) {
+  auto msg = error_of([] { read_hostfile("/dev/zero"); });
+  EXPECT_NE(msg.find("--hostfile /dev/zero: hostfile must be a regular file, but this is a character device"),
+            std::string::npos)
+      << msg;
+  const std::string fifo = ::testing::TempDir() + "stratum_hostfile_fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  msg = error_of([&] { read_hostfile(fifo); });  // (the old code blocked here: CTest's time limit fails it)
+  EXPECT_NE(msg.find("but this is a FIFO"), std::string::npos) << msg;
+  std::remove(fifo.c_str());
+  const std::string big = ::testing::TempDir() + "stratum_hostfile_big";
+  {
+    std::ofstream out(big);
+    out << "node1 slots=1\n" << std::string(2 << 20, '#') << "\n";
+  }
+  msg = error_of([&] { read_hostfile(big); });
+  EXPECT_NE(msg.find("hostfile is 2097.2 kB, over the limit of 1048.6 kB"), std::string::npos) << msg;
+  std::remove(big.c_str());
+}
+
+// slots=1000000000 was accepted and became a billion device entries.
+TEST(Hostfile, SlotsAndLinesAreBounded) {
+  EXPECT_EQ(parse_hostfile("a slots=1024\n", "hf")[0].slots, 1024);
+  auto msg = error_of([] { parse_hostfile("a slots=1\nb slots=1000000000\n", "hf"); });
+  EXPECT_NE(msg.find("hf:2: slots=1000000000 for host 'b' is over the limit of 1024 slots per host"),
+            std::string::npos)
+      << msg;
+  std::string many;
+  for (int i = 0; i < 65; ++i) many += "h" + std::to_string(i) + " slots=1024\n";
+  msg = error_of([&] { parse_hostfile(many, "hf"); });
+  EXPECT_NE(msg.find("hf:65: the hosts up to this line have 66560 slots in all, over the limit of 65536"),
+            std::string::npos)
+      << msg;
+  std::string lines(4096, '\n');
+  EXPECT_NE(error_of([&] { parse_hostfile(lines + "a slots=1", "hf"); }).find("hf: more than 4096 lines"),
+            std::string::npos);
+  EXPECT_EQ(parse_hostfile(std::string(4095, '\n') + "a slots=1", "hf").size(), 1u);
+}
+
+// Open MPI's mpirun crashed ("stack smashing detected") on a remote host whose
+// first label has 57+ characters; Stratum took names up to 63.
+TEST(Hostfile, FirstLabelsOpenMpiCannotTakeAreRefused) {
+  const std::string ok(56, 'n');
+  EXPECT_EQ(parse_hostfile(ok + ".example.com slots=1\n", "hf")[0].name, ok + ".example.com");
+  const std::string bad(57, 'n');
+  auto msg = error_of([&] { parse_hostfile("a slots=1\n" + bad + ".example.com slots=1\n", "hf"); });
+  EXPECT_NE(msg.find("hf:2: host '" + bad + ".example.com': its first label has 57 characters; Open MPI 4.1's "
+                     "mpirun aborts (stack smashing) on 57 or more"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(error_of([] { check_launch_host(std::string(63, 'x'), "host"); }).find("first label has 63 characters"),
+            std::string::npos);
+  EXPECT_EQ(error_of([] { check_launch_host("a." + std::string(63, 'x'), "host"); }), "");  // later labels are fine
+  EXPECT_NE(error_of([] { check_launch_host("::1", "host"); }).find("does not take IPv6 literals"), std::string::npos);
+}
+
+// Open MPI cut 999.999.999.999 to "999" and ran there; a name of numbers only
+// is what resolvers read as an IPv4 address, so it must be a valid one.
+TEST(Hostname, NumbersOnlyMustBeAValidIpv4Address) {
+  for (const char* name : {"999.999.999.999", "256.1.1.1", "1.2.3", "10.1", "123", "1.2.3.4.5", "01.2.3.4",
+                           "0x7f.1", "0x7f000001"})
+    EXPECT_FALSE(is_valid_hostname(name)) << name;
+  for (const char* name : {"0.0.0.0", "255.255.255.255", "192.168.1.20", "10.0.0.1x", "1a.2.3.4", "node-1.10",
+                           "0xg.1"})
+    EXPECT_TRUE(is_valid_hostname(name)) << name;
+  const auto msg = error_of([] { parse_hostfile("999.999.999.999 slots=2\n", "hf"); });
+  EXPECT_NE(msg.find("hf:1: '999.999.999.999' is not a valid IPv4 address"), std::string::npos) << msg;
 }
 
 TEST(Hostname, Valid) {

@@ -345,6 +345,25 @@ TEST(Launcher, TwoHostsOverLoopback) {
   EXPECT_HAS(run.err, "4 ranks on 2 hosts");
 }
 
+// Open MPI cut host names at the first '.': node-b.example.com was launched as
+// node-b. The name needs no resolving here: the fake agent runs the daemon on
+// this machine, and it records the name it was asked to reach.
+TEST(Launcher, FullHostNamesReachTheLaunchAgent) {
+  const std::string dir = make_temp_dir();
+  RunOptions o;
+  o.env = {{"STRATUM_FAKE_SSH_LOG", dir + "/ssh.log"}};
+  write_file(dir + "/hostfile", "localhost slots=1\nnode-b.example.com slots=1\n");
+  const auto run = run_launcher({"--hostfile", dir + "/hostfile", "--num_procs", "1", "--launcher_agent", kFakeSsh,
+                                 "/bin/sh", "-c", "echo \"FQDN RANK=$RANK NODE_RANK=$NODE_RANK\""},
+                                o);
+  ASSERT_FALSE(run.timed_out) << run.err;
+  EXPECT_EQ(read_file(dir + "/ssh.log"), "node-b.example.com\n") << run.err;
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_HAS(run.out, "[rank 0] FQDN RANK=0 NODE_RANK=0\n");
+  EXPECT_HAS(run.out, "[rank 1] FQDN RANK=1 NODE_RANK=1\n");
+  EXPECT_HAS(run.err, "2 ranks on 2 hosts (CPU ranks): localhost [0], node-b.example.com [0]");
+}
+
 TEST(Launcher, TwoHostsWithIncludeAndARemoteFailure) {
   const std::string dir = make_temp_dir();
   RunOptions o;
@@ -503,6 +522,10 @@ TEST(Launcher, BadInputIsRefusedBeforeAnythingRuns) {
   write_file(dir + "/no_slots", "# nodes\nnode1\n");
   write_file(dir + "/dup", "a slots=1\nb slots=1\na slots=1\n");
   write_file(dir + "/ok", "node1 slots=2\nnode2 slots=2\n");
+  write_file(dir + "/huge_slots", "node1 slots=1000000000\n");
+  write_file(dir + "/bad_ip", "999.999.999.999 slots=1\n");
+  write_file(dir + "/long_label", std::string(57, 'n') + ".example.com slots=1\n");
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0600), 0);  // was read forever, waiting for a writer
   struct Case {
     std::vector<std::string> args;
     std::string expect;
@@ -510,7 +533,15 @@ TEST(Launcher, BadInputIsRefusedBeforeAnythingRuns) {
       {{"--hostfile", dir + "/bad_host", "true"}, dir + "/bad_host:2: 'foo;rm' is not a valid host name"},
       {{"--hostfile", dir + "/no_slots", "true"}, dir + "/no_slots:2: missing slots"},
       {{"--hostfile", dir + "/dup", "true"}, "'a' is listed twice (lines 1 and 3)"},
-      {{"--hostfile", dir + "/missing", "true"}, "cannot read it"},
+      {{"--hostfile", dir + "/missing", "true"}, "cannot read hostfile"},
+      {{"--hostfile", "/dev/zero", "true"}, "--hostfile /dev/zero: hostfile must be a regular file"},
+      {{"--hostfile", dir + "/fifo", "true"}, "but this is a FIFO"},
+      {{"--hostfile", dir + "/huge_slots", "true"}, "slots=1000000000 for host 'node1' is over the limit of 1024"},
+      {{"--hostfile", dir + "/bad_ip", "true"}, dir + "/bad_ip:1: '999.999.999.999' is not a valid IPv4 address"},
+      {{"--hostfile", dir + "/long_label", "true"}, "its first label has 57 characters; Open MPI 4.1's mpirun aborts"},
+      {{"--num_procs", "100000", "true"}, "--num_procs 100000 is over the limit of 1024 per host"},
+      {{"--hostfile", dir + "/ok", "--num_gpus", "5000", "true"}, "--num_gpus 5000 is over the limit of 1024 per host"},
+      {{"--hostfile", dir + "/ok", "--num_nodes", "100000", "true"}, "--num_nodes 100000 is over the limit of 4096 hosts"},
       {{"--hostfile", dir + "/ok", "--include", "node3", "true"}, "--include: unknown host 'node3' (known hosts: node1, node2)"},
       {{"--hostfile", dir + "/ok", "--include", "node1:2", "true"}, "slot 2 of host 'node1' does not exist"},
       {{"--hostfile", dir + "/ok", "--num_gpus", "3", "true"}, "--num_gpus 3: host 'node1' has only 2 slots"},

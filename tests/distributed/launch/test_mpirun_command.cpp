@@ -129,6 +129,24 @@ TEST(MpirunCommand, RejectsWhatMpirunCannotTake) {
   EXPECT_NE(error_of([&] { build_mpirun_argv(plan); }).find("no program given"), std::string::npos);
 }
 
+// Open MPI cut node-b.example.com to node-b and 999.999.999.999 to 999.
+TEST(MpirunCommand, HostNamesAreKeptAsWritten) {
+  LaunchPlan plan = two_host_plan();
+  plan.hosts[1].name = "node-b.example.com";
+  const auto argv = build_mpirun_argv(plan);
+  const size_t keep = find_pair(argv, "orte_keep_fqdn_hostnames", "1");
+  ASSERT_NE(keep, std::string::npos);
+  EXPECT_EQ(argv[keep - 1], "--mca");
+  EXPECT_LT(keep, find_pair(argv, "-np", "2"));  // a global option, before the first app context
+  EXPECT_NE(find_pair(argv, "--host", "node-b.example.com:1"), std::string::npos);
+  EXPECT_NE(find_pair(argv, "--node", "node-b.example.com"), std::string::npos);
+  plan.hosts[1].name = "999.999.999.999";
+  EXPECT_NE(error_of([&] { build_mpirun_argv(plan); }).find("'999.999.999.999' is not a valid IPv4 address"),
+            std::string::npos);
+  plan.hosts[1].name = std::string(57, 'b') + ".example.com";
+  EXPECT_NE(error_of([&] { build_mpirun_argv(plan); }).find("first label has 57 characters"), std::string::npos);
+}
+
 TEST(MpirunCommand, ColonArgumentsSurviveMpirun) {
   LaunchPlan plan = two_host_plan();
   plan.hosts.resize(1);

@@ -1,6 +1,7 @@
 // --include / --exclude (DeepSpeed's syntax), --num_nodes, --num_gpus, GPU discovery.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -201,8 +202,35 @@ TEST(Resources, DetectLocalGpusOverrideAndVisibleDevices) {
   EXPECT_EQ(gpus.devices, (std::vector<std::string>{"2", "0"}));
   ::setenv("STRATUM_NUM_GPUS", "zero", 1);
   EXPECT_NE(error_of([] { detect_local_gpus(); }).find("STRATUM_NUM_GPUS='zero'"), std::string::npos);
+  ::setenv("STRATUM_NUM_GPUS", "100000000", 1);  // was a list of 100 million devices
+  EXPECT_NE(error_of([] { detect_local_gpus(); }).find("STRATUM_NUM_GPUS='100000000' is not a whole number in 0..1024"),
+            std::string::npos);
   ::unsetenv("STRATUM_NUM_GPUS");
   ::unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
+// No per-slot list is built past the bound, whoever asks.
+TEST(Resources, PoolHostsAreBounded) {
+  EXPECT_EQ(make_pool_host("a", 1024).slots(), 1024);
+  EXPECT_NE(error_of([] { make_pool_host("a", 1'000'000'000); }).find("host 'a': 1000000000 slots is over the limit of 1024"),
+            std::string::npos);
+}
+
+// A long --include over a big pool scanned the pool per entry, and an unknown
+// host's message listed every host.
+TEST(Resources, LongFiltersOverBigPoolsStayFast) {
+  std::string hostfile, filter;
+  for (int i = 0; i < 4000; ++i) hostfile += "node-" + std::to_string(i) + " slots=16\n";
+  for (int i = 0; i < 200'000; ++i) filter += (i ? "@node-" : "node-") + std::to_string(i % 4000);
+  const auto big = pool_from_hostfile(parse_hostfile(hostfile, "hf"));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(select_resources(big, include(filter)).size(), 4000u);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+  const auto msg = error_of([&] { select_resources(big, include("node-1@nohost")); });
+  EXPECT_NE(msg.find("unknown host 'nohost' (known hosts: node-0, node-1, node-2, node-3, node-4, node-5, node-6, "
+                     "node-7, node-8, node-9 and 3990 more)"),
+            std::string::npos)
+      << msg.substr(0, 300);
 }
 
 }  // namespace

@@ -2,14 +2,13 @@
 
 #include <arpa/inet.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <charconv>
-#include <cstring>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "stratum/core/error.h"
+#include "stratum/core/fs.h"
+#include "stratum/core/shorten.h"
 
 namespace stratum::distributed::launch {
 namespace {
@@ -31,8 +30,10 @@ std::vector<std::string_view> split_ws(std::string_view s) {
   return out;
 }
 
-// Shows a name safely inside an error message (control characters escaped).
-std::string quoted(std::string_view s) {
+// Shows a name safely inside an error message (control characters escaped,
+// one longer than any host name shortened).
+std::string quoted(std::string_view name) {
+  const std::string s = shorten_for_message(name, 253);
   std::string out = "'";
   for (unsigned char c : s) {
     if (c < 0x20 || c == 0x7f) {
@@ -54,10 +55,30 @@ bool is_ipv6_literal(std::string_view name) {
   return inet_pton(AF_INET6, std::string(name).c_str(), &addr) == 1;
 }
 
-bool is_valid_hostname(std::string_view name) {
-  if (is_ipv6_literal(name)) return true;
-  if (name.empty() || name.size() > 253) return false;
-  // Dotted labels (an IPv4 dotted quad is such a name too).
+namespace {
+
+// A label inet_aton would read as a number: decimal digits, or 0x and hex digits.
+bool is_numeric_label(std::string_view label) {
+  size_t i = 0;
+  bool hex = false;
+  if (label.size() >= 2 && label[0] == '0' && (label[1] == 'x' || label[1] == 'X')) hex = true, i = 2;
+  for (; i < label.size(); ++i) {
+    const char c = label[i];
+    const bool digit = c >= '0' && c <= '9';
+    if (!digit && !(hex && ((c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))) return false;
+  }
+  return true;
+}
+
+bool is_ipv4_dotted_quad(std::string_view name) {
+  if (name.size() >= INET_ADDRSTRLEN) return false;
+  in_addr addr{};
+  return inet_pton(AF_INET, std::string(name).c_str(), &addr) == 1;  // exactly a.b.c.d, 0-255, no leading zeros
+}
+
+// Labels well formed; `numeric` tells whether every label is a number.
+bool labels_valid(std::string_view name, bool& numeric) {
+  numeric = true;
   size_t start = 0;
   while (true) {
     size_t dot = name.find('.', start);
@@ -66,28 +87,57 @@ bool is_valid_hostname(std::string_view name) {
     if (label.front() == '-' || label.back() == '-') return false;
     for (char c : label)
       if (!is_alnum(c) && c != '-') return false;
+    numeric = numeric && is_numeric_label(label);
     if (dot == std::string_view::npos) break;
     start = dot + 1;
   }
   return true;
 }
 
+}  // namespace
+
+bool is_valid_hostname(std::string_view name) {
+  if (is_ipv6_literal(name)) return true;
+  if (name.empty() || name.size() > 253) return false;
+  bool numeric = false;
+  if (!labels_valid(name, numeric)) return false;
+  return !numeric || is_ipv4_dotted_quad(name);
+}
+
 void check_hostname(std::string_view name, const std::string& what) {
   if (is_valid_hostname(name)) return;
+  bool numeric = false;
+  if (!name.empty() && name.size() <= 253 && labels_valid(name, numeric) && numeric)
+    throw Error(what + ": " + quoted(name) +
+                " is not a valid IPv4 address (a name of numbers only is read as one: give a.b.c.d, each 0-255)");
   throw Error(what + ": " + quoted(name) +
               " is not a valid host name (letters, digits, '-' and '.', labels of 1-63 characters, "
               "or an IP address)");
 }
 
+void check_launch_host(std::string_view name, const std::string& what) {
+  check_hostname(name, what);
+  if (is_ipv6_literal(name))
+    throw Error(what + ": host '" + std::string(name) + "': Open MPI's mpirun does not take IPv6 literals; use a host name");
+  const size_t first_label = std::min(name.find('.'), name.size());
+  if (first_label > kMaxMpirunFirstLabel)
+    throw Error(what + ": host " + quoted(name) + ": its first label has " + std::to_string(first_label) +
+                " characters; Open MPI 4.1's mpirun aborts (stack smashing) on " +
+                std::to_string(kMaxMpirunFirstLabel + 1) + " or more, so use a shorter name (at most " +
+                std::to_string(kMaxMpirunFirstLabel) + " before the first '.') or the IP address");
+}
+
 std::vector<HostfileEntry> parse_hostfile(std::string_view text, const std::string& source) {
   std::vector<HostfileEntry> entries;
   std::map<std::string, int> first_line;  // host -> line it was first seen on
-  int line_no = 0;
+  int line_no = 0, total_slots = 0;
   size_t pos = 0;
   while (pos <= text.size()) {
     size_t nl = text.find('\n', pos);
     std::string_view line = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
-    ++line_no;
+    if (++line_no > kMaxHostfileLines)
+      throw Error(source + ": more than " + std::to_string(kMaxHostfileLines) +
+                  " lines; a hostfile has one line per host (is this the right file?)");
     pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
 
     const size_t hash = line.find('#');
@@ -106,13 +156,20 @@ std::vector<HostfileEntry> parse_hostfile(std::string_view text, const std::stri
       }
       throw Error(where + ": expected 'hostname slots=N', got " + quoted(got));
     }
-    check_hostname(words[0], where);
+    check_launch_host(words[0], where);
     const std::string_view count = words[1].substr(6);
     int slots = 0;
     const auto [end, ec] = std::from_chars(count.data(), count.data() + count.size(), slots);
     if (count.empty() || ec != std::errc() || end != count.data() + count.size() || slots < 0)
       throw Error(where + ": slots must be a positive whole number, got " + quoted(words[1]));
     if (slots == 0) throw Error(where + ": slots=0 for host '" + std::string(words[0]) + "'; give at least 1 slot or remove the line");
+    if (slots > kMaxSlotsPerHost)
+      throw Error(where + ": slots=" + std::to_string(slots) + " for host '" + std::string(words[0]) +
+                  "' is over the limit of " + std::to_string(kMaxSlotsPerHost) + " slots per host");
+    total_slots += slots;  // <= kMaxHostfileLines x kMaxSlotsPerHost: no overflow
+    if (total_slots > kMaxTotalSlots)
+      throw Error(where + ": the hosts up to this line have " + std::to_string(total_slots) +
+                  " slots in all, over the limit of " + std::to_string(kMaxTotalSlots));
 
     const std::string name(words[0]);
     if (auto it = first_line.find(name); it != first_line.end())
@@ -126,11 +183,13 @@ std::vector<HostfileEntry> parse_hostfile(std::string_view text, const std::stri
 }
 
 std::vector<HostfileEntry> read_hostfile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("--hostfile " + path + ": cannot read it: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_hostfile(text.str(), path);
+  std::string text;
+  try {
+    text = fs::read_regular_file(path, kMaxHostfileBytes, "hostfile");
+  } catch (const Error& e) {
+    throw Error(std::string("--hostfile ") + e.what());
+  }
+  return parse_hostfile(text, path);
 }
 
 }  // namespace stratum::distributed::launch

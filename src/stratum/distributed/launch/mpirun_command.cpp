@@ -103,6 +103,9 @@ std::vector<std::string> build_mpirun_argv(const LaunchPlan& plan) {
   std::vector<std::string> argv = {plan.mpirun, "--bind-to", "none"};
   if (!plan.gpu) argv.push_back("--oversubscribe");  // CPU ranks may outnumber cores
   argv.insert(argv.end(), {"--mca", "orte_abort_on_non_zero_status", "1"});
+  // Open MPI cuts host names at the first '.' (node-b.example.com -> node-b,
+  // 999.999.999.999 -> 999) unless told to keep them as written.
+  argv.insert(argv.end(), {"--mca", "orte_keep_fqdn_hostnames", "1"});
   argv.insert(argv.end(), {"--mca", "odls_base_sigkill_timeout", std::to_string(std::max(plan.grace_period_s, 1))});
   if (!plan.launcher_agent.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_agent", plan.launcher_agent});
   argv.insert(argv.end(), plan.launcher_args.begin(), plan.launcher_args.end());
@@ -115,9 +118,7 @@ std::vector<std::string> build_mpirun_argv(const LaunchPlan& plan) {
 
   for (size_t i = 0; i < plan.hosts.size(); ++i) {
     const auto& host = plan.hosts[i];
-    check_hostname(host.name, "host");
-    if (is_ipv6_literal(host.name))
-      throw Error("host '" + host.name + "': Open MPI's mpirun does not take IPv6 literals; use a host name");
+    check_launch_host(host.name, "host");
     const std::string n = std::to_string(host.slots.size());
     if (i > 0) argv.push_back(":");
     argv.insert(argv.end(), {"-np", n, "--host", host.name + ":" + n});

@@ -51,8 +51,9 @@ std::string default_master_addr(const std::vector<SelectedHost>& hosts, const st
 // True for a name mpirun treats as this machine without any launch agent.
 bool is_local_name(const std::string& host);
 
-// The mpirun argv (argv[0] is plan.mpirun). Throws stratum::Error for what
-// mpirun cannot take (an IPv6 literal host, an agent path with ':' or spaces).
+// The mpirun argv (argv[0] is plan.mpirun), host names kept as written
+// (orte_keep_fqdn_hostnames). Throws stratum::Error for what mpirun cannot take
+// (check_launch_host's hosts, an agent path with ':' or spaces).
 std::vector<std::string> build_mpirun_argv(const LaunchPlan& plan);
 
 // Variables mpirun itself needs: OMPI_ALLOW_RUN_AS_ROOT(+_CONFIRM)=1 when root.

@@ -9,6 +9,7 @@
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
+#include "stratum/core/shorten.h"
 #include "stratum/distributed/launch/process.h"
 
 namespace stratum::distributed::launch {
@@ -40,10 +41,20 @@ std::optional<int> parse_int(const std::string& s) {
   return v;
 }
 
+// The pool's names for a message: the first few of a big pool.
 std::string known_hosts(const std::vector<PoolHost>& pool) {
+  constexpr size_t kShown = 10;
   std::string out;
-  for (const auto& h : pool) out += (out.empty() ? "" : ", ") + h.name;
+  for (size_t i = 0; i < pool.size() && i < kShown; ++i) out += (out.empty() ? "" : ", ") + pool[i].name;
+  if (pool.size() > kShown) out += " and " + std::to_string(pool.size() - kShown) + " more";
   return out;
+}
+
+// Host name -> its index in the pool, so that a long --include is not a scan of the pool per entry.
+std::map<std::string, size_t> index_of(const std::vector<PoolHost>& pool) {
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < pool.size(); ++i) index.emplace(pool[i].name, i);
+  return index;
 }
 
 std::string slot_range(int slots) {
@@ -58,26 +69,30 @@ struct FilterItem {
 
 std::vector<FilterItem> parse_filter(const std::string& text, const std::string& flag,
                                      const std::vector<PoolHost>& pool) {
+  const auto index = index_of(pool);
   std::vector<FilterItem> items;
   for (const std::string& raw : split(text, '@')) {
     const std::string part = trim(raw);
     if (part.empty())
-      throw Error(flag + " '" + text + "': empty host entry (expected 'host1:0,2@host2')");
+      throw Error(flag + " '" + shorten_for_message(text) + "': empty host entry (expected 'host1:0,2@host2')");
     const auto colon = part.find(':');
     const std::string host = trim(part.substr(0, colon));
     check_hostname(host, flag);
-    const auto it = std::find_if(pool.begin(), pool.end(), [&](const PoolHost& h) { return h.name == host; });
-    if (it == pool.end())
+    const auto found = index.find(host);
+    if (found == index.end())
       throw Error(flag + ": unknown host '" + host + "' (known hosts: " + known_hosts(pool) + ")");
+    const auto it = pool.begin() + static_cast<std::ptrdiff_t>(found->second);
     FilterItem item{host, std::nullopt};
     if (colon != std::string::npos) {
       const std::string list = part.substr(colon + 1);
       if (trim(list).empty())
-        throw Error(flag + " '" + part + "': no slots after ':' (expected e.g. '" + host + ":0,1')");
+        throw Error(flag + " '" + shorten_for_message(part) + "': no slots after ':' (expected e.g. '" + host + ":0,1')");
       std::set<int> slots;
       for (const std::string& s : split(list, ',')) {
         const auto v = parse_int(trim(s));
-        if (!v) throw Error(flag + " '" + part + "': slot '" + trim(s) + "' is not a whole number");
+        if (!v)
+          throw Error(flag + " '" + shorten_for_message(part) + "': slot '" + shorten_for_message(trim(s)) +
+                      "' is not a whole number");
         if (*v < 0 || *v >= it->slots())
           throw Error(flag + ": slot " + std::to_string(*v) + " of host '" + host + "' does not exist (it has " +
                       std::to_string(it->slots()) + (it->slots() == 1 ? " slot: " : " slots: ") +
@@ -109,6 +124,10 @@ std::set<int> all_slots(const PoolHost& host) {
 }  // namespace
 
 PoolHost make_pool_host(std::string name, int slots, std::vector<std::string> devices) {
+  // The lists below are never built past the bound, whoever asks.
+  if (slots < 0 || slots > kMaxSlotsPerHost || devices.size() > static_cast<size_t>(kMaxSlotsPerHost))
+    throw Error("host '" + name + "': " + std::to_string(std::max<size_t>(devices.size(), slots < 0 ? 0 : slots)) +
+                " slots is over the limit of " + std::to_string(kMaxSlotsPerHost) + " per host");
   if (devices.empty())
     for (int i = 0; i < slots; ++i) devices.push_back(std::to_string(i));
   return PoolHost{std::move(name), std::move(devices)};
@@ -132,9 +151,11 @@ std::vector<SelectedHost> select_resources(const std::vector<PoolHost>& pool, co
 
   std::map<std::string, std::set<int>> chosen;  // host -> slots kept
   if (!request.include.empty()) {
+    const auto index = index_of(pool);
     for (auto& item : parse_filter(request.include, "--include", pool)) {
-      const auto& host = *std::find_if(pool.begin(), pool.end(), [&](const PoolHost& h) { return h.name == item.host; });
+      const auto& host = pool[index.at(item.host)];
       auto& slots = chosen[item.host];
+      if (!item.slots && static_cast<int>(slots.size()) == host.slots()) continue;  // "a@a@a...": already whole
       const auto add = item.slots ? *item.slots : all_slots(host);
       slots.insert(add.begin(), add.end());
     }
@@ -203,7 +224,9 @@ LocalGpus detect_local_gpus() {
   std::string source;
   if (const char* forced = std::getenv("STRATUM_NUM_GPUS")) {
     const auto v = parse_int(trim(forced));
-    if (!v || *v < 0) throw Error("STRATUM_NUM_GPUS='" + std::string(forced) + "' is not a whole number >= 0");
+    if (!v || *v < 0 || *v > kMaxSlotsPerHost)
+      throw Error("STRATUM_NUM_GPUS='" + shorten_for_message(forced) + "' is not a whole number in 0.." +
+                  std::to_string(kMaxSlotsPerHost));
     count = *v;
     source = "STRATUM_NUM_GPUS";
   } else {

@@ -1,0 +1,16 @@
+# The fuzz targets, one list for the fuzz build (fuzz/CMakeLists.txt) and the
+# CTest cases (cmake/StratumFuzz.cmake). A target NAME is fuzz/fuzz_NAME.cpp
+# with seeds in fuzz/corpus/NAME/; adding one is adding its name here (and any
+# new torch-free source it needs to STRATUM_FUZZ_SOURCES).
+set(STRATUM_FUZZ_TARGETS config hostfile safetensors_header token_file)
+
+# The torch-free sources the targets link, relative to src/stratum (libtorch
+# cannot be linked with ASan here, so nothing here may include torch).
+set(STRATUM_FUZZ_SOURCES
+  core/error.cpp core/fs.cpp core/json_depth.cpp core/shorten.cpp
+  io/safetensors_header.cpp
+  config/json_source.cpp config/key_reader.cpp config/parse_training.cpp config/parse_zero.cpp
+  config/parse_parallel.cpp config/parse_diagnostics.cpp config/validate.cpp config/config.cpp
+  config/batch.cpp config/to_json.cpp
+  distributed/launch/hostfile.cpp distributed/launch/resources.cpp distributed/launch/process.cpp
+  data/token_file.cpp)

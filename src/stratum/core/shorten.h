@@ -1,0 +1,13 @@
+#pragma once
+// What a message shows of a name, key or value that may be huge: a megabyte
+// key read from a file must not fill the terminal (or the log).
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace stratum {
+
+// The text itself up to max_length characters, else its first 40 + "... (N characters)".
+std::string shorten_for_message(std::string_view text, size_t max_length = 64);
+
+}  // namespace stratum
