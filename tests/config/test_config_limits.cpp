@@ -208,4 +208,13 @@ TEST_F(ConfigLimits, BucketSizesOutOfRangeAreNamed) {
   EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 50'000'000);
 }
 
+// Found by fuzz_config: a number past double's range threw nlohmann's
+// out_of_range, not a ConfigError (stratum-config printed the raw exception,
+// without a place).
+TEST_F(ConfigLimits, NumberOutOfRangeIsAConfigError) {
+  const std::string e = error_of_text("{\"train_batch_size\": 8,\n \"gradient_clipping\": 5e85555555555555555555555}");
+  EXPECT_NE(e.find("limits.json:2:23: 1 problem"), std::string::npos) << e;
+  EXPECT_NE(e.find("invalid JSON: the number 5e85555555555555555555555 is out of range"), std::string::npos) << e;
+}
+
 }  // namespace

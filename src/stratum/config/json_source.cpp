@@ -7,6 +7,7 @@
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/json_depth.h"
+#include "stratum/core/shorten.h"
 
 namespace stratum::config {
 namespace {
@@ -106,6 +107,16 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
     auto pos = reason.find(": ");
     if (pos != std::string::npos) reason = reason.substr(pos + 2);
     throw ConfigError(source + ":" + line_column(text, e.byte), {"invalid JSON: " + reason});
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number past double's range (1e999): nlohmann gives no position, only the
+    // text "number overflow parsing '1e999'"; its first occurrence is the place.
+    const std::string what = e.what();
+    const size_t open = what.find('\''), close = what.rfind('\'');
+    const std::string number = open < close ? what.substr(open + 1, close - open - 1) : "";
+    const size_t at = number.empty() ? std::string::npos : text.find(number);
+    throw ConfigError(at == std::string::npos ? source : source + ":" + line_column(text, at + 1),
+                      {"invalid JSON: the number " + shorten_for_message(number) +
+                       " is out of range (beyond a double's 1.8e308)"});
   }
   std::vector<std::string> problems;
   for (const std::string& path : duplicates.found())
