@@ -362,6 +362,17 @@ TEST(Launcher, FullHostNamesReachTheLaunchAgent) {
   EXPECT_HAS(run.out, "[rank 0] FQDN RANK=0 NODE_RANK=0\n");
   EXPECT_HAS(run.out, "[rank 1] FQDN RANK=1 NODE_RANK=1\n");
   EXPECT_HAS(run.err, "2 ranks on 2 hosts (CPU ranks): localhost [0], node-b.example.com [0]");
+
+  // The longest name accepted runs (one more character and mpirun aborts: "stack smashing detected").
+  const std::string longest = std::string(44, 'n') + ".example.com";
+  write_file(dir + "/hostfile", "localhost slots=1\n" + longest + " slots=1\n");
+  const auto longest_run = run_launcher({"--hostfile", dir + "/hostfile", "--num_procs", "1", "--launcher_agent",
+                                         kFakeSsh, "/bin/sh", "-c", "echo \"LONG RANK=$RANK\""},
+                                        o);
+  ASSERT_FALSE(longest_run.timed_out) << longest_run.err;
+  EXPECT_EQ(longest_run.exit_code, 0) << longest_run.err;
+  EXPECT_HAS(longest_run.out, "[rank 1] LONG RANK=1\n");
+  EXPECT_EQ(read_file(dir + "/ssh.log"), "node-b.example.com\n" + longest + "\n");
 }
 
 TEST(Launcher, TwoHostsWithIncludeAndARemoteFailure) {
@@ -524,7 +535,7 @@ TEST(Launcher, BadInputIsRefusedBeforeAnythingRuns) {
   write_file(dir + "/ok", "node1 slots=2\nnode2 slots=2\n");
   write_file(dir + "/huge_slots", "node1 slots=1000000000\n");
   write_file(dir + "/bad_ip", "999.999.999.999 slots=1\n");
-  write_file(dir + "/long_label", std::string(57, 'n') + ".example.com slots=1\n");
+  write_file(dir + "/long_name", std::string(45, 'n') + ".example.com slots=1\n");
   ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0600), 0);  // was read forever, waiting for a writer
   struct Case {
     std::vector<std::string> args;
@@ -538,7 +549,7 @@ TEST(Launcher, BadInputIsRefusedBeforeAnythingRuns) {
       {{"--hostfile", dir + "/fifo", "true"}, "but this is a FIFO"},
       {{"--hostfile", dir + "/huge_slots", "true"}, "slots=1000000000 for host 'node1' is over the limit of 1024"},
       {{"--hostfile", dir + "/bad_ip", "true"}, dir + "/bad_ip:1: '999.999.999.999' is not a valid IPv4 address"},
-      {{"--hostfile", dir + "/long_label", "true"}, "its first label has 57 characters; Open MPI 4.1's mpirun aborts"},
+      {{"--hostfile", dir + "/long_name", "true"}, "has 57 characters; Open MPI 4.1's mpirun aborts (stack smashing)"},
       {{"--num_procs", "100000", "true"}, "--num_procs 100000 is over the limit of 1024 per host"},
       {{"--hostfile", dir + "/ok", "--num_gpus", "5000", "true"}, "--num_gpus 5000 is over the limit of 1024 per host"},
       {{"--hostfile", dir + "/ok", "--num_nodes", "100000", "true"}, "--num_nodes 100000 is over the limit of 4096 hosts"},

@@ -119,12 +119,11 @@ void check_launch_host(std::string_view name, const std::string& what) {
   check_hostname(name, what);
   if (is_ipv6_literal(name))
     throw Error(what + ": host '" + std::string(name) + "': Open MPI's mpirun does not take IPv6 literals; use a host name");
-  const size_t first_label = std::min(name.find('.'), name.size());
-  if (first_label > kMaxMpirunFirstLabel)
-    throw Error(what + ": host " + quoted(name) + ": its first label has " + std::to_string(first_label) +
-                " characters; Open MPI 4.1's mpirun aborts (stack smashing) on " +
-                std::to_string(kMaxMpirunFirstLabel + 1) + " or more, so use a shorter name (at most " +
-                std::to_string(kMaxMpirunFirstLabel) + " before the first '.') or the IP address");
+  if (name.size() > kMaxMpirunHostName)
+    throw Error(what + ": host " + quoted(name) + " has " + std::to_string(name.size()) +
+                " characters; Open MPI 4.1's mpirun aborts (stack smashing) on host names of " +
+                std::to_string(kMaxMpirunHostName + 1) + " or more, so use a name of at most " +
+                std::to_string(kMaxMpirunHostName) + " (an alias in /etc/hosts or ssh's config) or the IP address");
 }
 
 std::vector<HostfileEntry> parse_hostfile(std::string_view text, const std::string& source) {

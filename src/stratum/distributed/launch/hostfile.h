@@ -15,9 +15,10 @@ inline constexpr size_t kMaxHostfileBytes = 1u << 20;
 inline constexpr int kMaxHostfileLines = 4096;
 inline constexpr int kMaxSlotsPerHost = 1024;
 inline constexpr int kMaxTotalSlots = 65536;
-// Open MPI 4.1's mpirun aborts ("stack smashing detected") when a remote
-// host name's first label has 57 or more characters.
-inline constexpr size_t kMaxMpirunFirstLabel = 56;
+// Open MPI 4.1's mpirun aborts ("stack smashing detected") on a remote host
+// name of 57 or more characters, as it uses it: the whole name, since
+// Stratum keeps names whole (it was the first label when mpirun cut them).
+inline constexpr size_t kMaxMpirunHostName = 56;
 
 struct HostfileEntry {
   std::string name;
@@ -36,8 +37,8 @@ bool is_ipv6_literal(std::string_view name);
 // Throws stratum::Error "<what>: 'name' is not a valid host name (...)" unless
 // is_valid_hostname(name). `what` says where the name came from.
 void check_hostname(std::string_view name, const std::string& what);
-// check_hostname, and what mpirun cannot take as a host: a first label over
-// kMaxMpirunFirstLabel characters, an IPv6 literal.
+// check_hostname, and what mpirun cannot take as a host: a name over
+// kMaxMpirunHostName characters, an IPv6 literal.
 void check_launch_host(std::string_view name, const std::string& what);
 
 // Parses hostfile text; `source` names it in errors ("path:line: ...").
