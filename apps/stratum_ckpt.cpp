@@ -1,18 +1,20 @@
 // stratum-ckpt: what a checkpoint holds, and its export to a consolidated
 // safetensors file + Hugging Face config.json that `transformers` loads.
 //
-//   stratum-ckpt info   CKPT_DIR [--tag global_step100]
+//   stratum-ckpt info   CKPT_DIR [--tag global_step100] [--verify]
 //   stratum-ckpt export CKPT_DIR OUT_DIR [--tag ...] [--dtype fp32|bf16]
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/engine/checkpoint.h"
+#include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/io/safetensors.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/hf_config.h"
@@ -31,32 +33,40 @@ std::string tag_dir_of(const std::string& dir, const std::string& tag) {
   return dir + "/" + *latest;
 }
 
-int info(const std::string& dir, const std::string& tag) {
+int info(const std::string& dir, const std::string& tag, bool verify) {
   const std::string tag_dir = tag_dir_of(dir, tag);
   ConsolidatedCheckpoint c = read_consolidated_checkpoint(tag_dir, /*with_optimizer_states=*/false);
-  const json& m = *c.manifest;
-  int64_t numel = 0;
-  for (const auto& p : m.at("params")) numel += p.at("numel").get<int64_t>();
+  const CheckpointManifest& m = *c.manifest;
   std::cout << "checkpoint    " << tag_dir << "\n"
-            << "tag           " << m.at("tag").get<std::string>() << "\n"
-            << "steps         " << m.at("global_steps") << " optimizer steps (" << m.at("skipped_steps")
-            << " skipped), " << m.at("micro_steps") << " micro-steps\n"
-            << "saved by      " << m.at("data_parallel_size") << " data-parallel ranks at ZeRO stage "
-            << m.at("zero_stage") << ", model dtype " << m.at("model_dtype").get<std::string>() << "\n"
-            << "parameters    " << m.at("params").size() << " tensors, " << numel << " elements (fp32 masters + Adam m, v)\n"
-            << "lr scheduler  last_batch_iteration " << m.at("lr_scheduler").at("last_batch_iteration") << "\n"
-            << "loss scaler   scale " << m.at("loss_scaler").at("cur_scale") << "\n";
-  const json& client = m.value("client_state", json::object());
-  if (client.contains("model_preset")) std::cout << "model         " << client.at("model_preset").get<std::string>() << "\n";
-  if (client.contains("data")) std::cout << "data position " << client.at("data").dump() << "\n";
+            << "tag           " << m.tag << "\n"
+            << "steps         " << m.global_steps << " optimizer steps (" << m.skipped_steps << " skipped), "
+            << m.micro_steps << " micro-steps\n"
+            << "saved by      " << m.data_parallel_size << " data-parallel ranks at ZeRO stage " << m.zero_stage
+            << ", model dtype " << m.model_dtype << "\n"
+            << "parameters    " << m.params.size() << " tensors, " << m.total_numel()
+            << " elements (fp32 masters + Adam m, v)\n"
+            << "lr scheduler  last_batch_iteration " << m.lr_last_batch_iteration << "\n"
+            << "loss scaler   scale " << m.loss_scaler.cur_scale << "\n"
+            << "checksums     " << (m.has_checksums() ? "CRC-32C per tensor" : "none (checkpoint format 1)") << "\n";
+  const json& client = m.client_state;
+  if (client.contains("model_preset") && client["model_preset"].is_string())
+    std::cout << "model         " << client["model_preset"].get<std::string>() << "\n";
+  if (client.contains("data")) std::cout << "data position " << client["data"].dump() << "\n";
   std::cout << "shards\n";
-  for (const auto& s : m.at("shards")) {
-    const std::string file = s.at("file").get<std::string>();
-    auto header = io::read_safetensors_header(tag_dir + "/" + file);
-    std::cout << "  " << file << "  " << s.at("fragments").size() << " parameter fragments, " << header.tensors.size()
+  for (const auto& s : m.shards) {
+    auto header = io::read_safetensors_header(tag_dir + "/" + s.file);
+    std::cout << "  " << s.file << "  " << s.fragments.size() << " parameter fragments, " << header.tensors.size()
               << " tensors, " << header.data_length << " bytes\n";
   }
-  std::cout << "every shard read and every parameter assembled: OK\n";
+  std::cout << "every parameter assembled from the shards" << (m.has_checksums() ? ", checksums match" : "") << ": OK\n";
+  if (verify) {
+    const CheckpointVerification v = verify_checkpoint(tag_dir);
+    char line[256];
+    std::snprintf(line, sizeof line, "verified      %d shards, %lld tensors, %s in %.2f s (%s, finite values, coverage): OK\n",
+                  v.shards, static_cast<long long>(v.tensors), fs::describe_bytes(v.bytes).c_str(), v.seconds,
+                  v.checksums ? "every checksum" : "no checksums stored");
+    std::cout << line;
+  }
   return 0;
 }
 
@@ -64,10 +74,19 @@ int export_hf(const std::string& dir, const std::string& out_dir, const std::str
   if (dtype != "fp32" && dtype != "bf16") throw Error("--dtype " + dtype + ": expected fp32 or bf16");
   const std::string tag_dir = tag_dir_of(dir, tag);
   ConsolidatedCheckpoint c = read_consolidated_checkpoint(tag_dir, /*with_optimizer_states=*/false);
-  const json client = c.manifest->value("client_state", json::object());
+  const json& client = c.manifest->client_state;
   if (!client.contains("model"))
     throw Error(tag_dir + "/manifest.json: no model description in client_state.model (saved by stratum-train?)");
-  const models::ModelConfig mcfg = models::model_config_from_hf(client.at("model"), client.value("model_preset", "hf"));
+  models::ModelConfig mcfg;
+  try {
+    const std::string preset =
+        client.contains("model_preset") && client["model_preset"].is_string() ? client["model_preset"].get<std::string>() : "hf";
+    mcfg = models::model_config_from_hf(client.at("model"), preset);
+  } catch (const nlohmann::json::exception& e) {
+    std::string why = e.what();  // "[json.exception.type_error.302] type must be ..."
+    if (const auto b = why.find("] "); b != std::string::npos) why = why.substr(b + 2);
+    throw Error(tag_dir + "/manifest.json: client_state.model: " + why);
+  }
   auto model = models::build_model(mcfg);
   {
     c10::AutoGradMode no_grad(false);
@@ -97,9 +116,13 @@ int main(int argc, char** argv) {
   CLI::App app{"Inspect and export Stratum checkpoints"};
   app.require_subcommand(1);
   std::string dir, out, tag, dtype = "fp32";
+  bool verify = false;
   auto* info_cmd = app.add_subcommand("info", "What a checkpoint holds (reads and checks every shard)");
   info_cmd->add_option("checkpoint", dir, "checkpoint directory (with 'latest') or a tag directory")->required();
   info_cmd->add_option("--tag", tag, "tag to read (default: latest)");
+  info_cmd->add_flag("--verify", verify,
+                     "also read every stored tensor (optimizer states and RNG too): checksums, finite values, "
+                     "nothing missing or extra");
   auto* export_cmd = app.add_subcommand("export", "Consolidated safetensors + Hugging Face config.json");
   export_cmd->add_option("checkpoint", dir, "checkpoint directory (with 'latest') or a tag directory")->required();
   export_cmd->add_option("out", out, "output directory")->required();
@@ -107,7 +130,7 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--dtype", dtype, "fp32 or bf16");
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*info_cmd) return info(dir, tag);
+    if (*info_cmd) return info(dir, tag, verify);
     return export_hf(dir, out, tag, dtype);
   } catch (const std::exception& e) {
     std::cerr << "stratum-ckpt: error: " << e.what() << "\n";

@@ -38,6 +38,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -55,6 +56,7 @@
 #include "stratum/build_info.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
+#include "stratum/core/heartbeat.h"
 #include "stratum/distributed/launch/hostfile.h"
 #include "stratum/distributed/launch/mpirun_command.h"
 #include "stratum/distributed/launch/process.h"
@@ -158,6 +160,14 @@ int run_rank_shim(int argc, char** argv) {
   launch::SpawnOptions spawn;
   spawn.argv = args.program;
   spawn.parent_death_signal = SIGKILL;
+  // The program's heartbeat socket (core/heartbeat.h): signs of progress, and
+  // word that it ends because another rank failed.
+  int beats[2] = {-1, -1};
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, beats) == 0) {
+    fcntl(beats[0], F_SETFD, FD_CLOEXEC);
+    launch::set_nonblocking(beats[0]);
+    spawn.set_env.emplace_back(stratum::heartbeat::kFdVariable, std::to_string(beats[1]));
+  }
   if (relay) {
     std::tie(out_r, out_w) = output_channel(isatty(STDOUT_FILENO) == 1);
     std::tie(err_r, err_w) = output_channel(false);
@@ -175,6 +185,10 @@ int run_rank_shim(int argc, char** argv) {
     ::close(out_w);
     ::close(err_w);
   }
+  if (beats[1] >= 0) ::close(beats[1]);
+  int beat_fd = beats[0];
+  bool watching = false, peer_failed = false, hung = false;
+  long long last_beat = now_ms();
 
   launch::LinePrefixer out_prefix(launch::rank_prefix(rank)), err_prefix(launch::rank_prefix(rank));
   auto deliver = [&](int to_fd, launch::LinePrefixer& prefixer, std::string_view data) {
@@ -199,11 +213,11 @@ int run_rank_shim(int argc, char** argv) {
   long long drain_deadline = 0;
   while (true) {
     if (exited && ((out_r < 0 && err_r < 0) || now_ms() >= drain_deadline)) break;
-    pollfd fds[3] = {{signals.fd(), POLLIN, 0}, {out_r, POLLIN, 0}, {err_r, POLLIN, 0}};
+    pollfd fds[4] = {{signals.fd(), POLLIN, 0}, {out_r, POLLIN, 0}, {err_r, POLLIN, 0}, {beat_fd, POLLIN, 0}};
     int timeout = 1000;
     if (out_prefix.has_partial() || err_prefix.has_partial()) timeout = 100;
     if (exited) timeout = static_cast<int>(std::min<long long>(timeout, std::max(0LL, drain_deadline - now_ms())));
-    const int ready = ::poll(fds, 3, timeout);
+    const int ready = ::poll(fds, 4, timeout);
     if (ready < 0 && errno != EINTR) break;
     if (ready == 0) flush_partials();  // an unfinished line, quiet for 100 ms: show it
 
@@ -213,6 +227,26 @@ int run_rank_shim(int argc, char** argv) {
       // mpirun/orted (our parent) signals the whole process group, which the
       // program shares: it has the signal already. Anyone else's, pass on.
       if (!exited && ev.sender != getppid()) kill(child, ev.signo);
+    }
+    if (beat_fd >= 0 && (fds[3].revents & (POLLIN | POLLHUP | POLLERR))) {
+      char buf[4096];
+      const ssize_t n = ::recv(beat_fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) {
+        last_beat = now_ms();
+        for (ssize_t k = 0; k < n; ++k) {
+          if (buf[k] == stratum::heartbeat::kStartWatch) watching = true;
+          if (buf[k] == stratum::heartbeat::kPeerFailed) peer_failed = true;
+        }
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        ::close(beat_fd);
+        beat_fd = -1;
+      }
+    }
+    if (!exited && !hung && watching && args.heartbeat_timeout_s > 0 &&
+        now_ms() - last_beat > 1000LL * args.heartbeat_timeout_s) {
+      hung = true;
+      launch::write_all(STDERR_FILENO, launch::rank_hang_line(rank, args) + "\n");
+      kill(child, SIGKILL);
     }
     if (!exited) {
       const pid_t r = waitpid(child, &status, WNOHANG);
@@ -244,8 +278,12 @@ int run_rank_shim(int argc, char** argv) {
     finish_stream(i);
   }
   if (log_fd >= 0) ::close(log_fd);
+  if (beat_fd >= 0) ::close(beat_fd);
 
+  if (hung) return 124;  // as a collective timeout ends a job (and timeout(1))
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  // It stopped because another rank failed (that rank's shim names it): not a failure of its own.
+  if (peer_failed && WIFEXITED(status)) return 0;
   // A rank told to stop (the job is ending) is not the one to blame.
   if (!stop_requested) launch::write_all(STDERR_FILENO, launch::rank_failure_line(rank, args, status) + "\n");
   return launch::exit_code_of(status);
@@ -261,6 +299,7 @@ struct Flags {
   std::optional<int> num_nodes, num_gpus, num_procs;
   int master_port = 29500;
   int grace_period = 1;
+  int heartbeat_timeout = 120;
   std::vector<std::string> exports;
   bool no_prefix = false, dry_run = false;
   std::vector<std::string> program;
@@ -358,6 +397,9 @@ launch::LaunchPlan make_plan(const Flags& f) {
   }
   plan.prefix_output = !f.no_prefix;
   if (f.grace_period < 1) throw stratum::Error("--grace_period must be at least 1 second");
+  if (f.heartbeat_timeout < 0 || f.heartbeat_timeout > 7 * 86400)
+    throw stratum::Error("--heartbeat_timeout must be 0 (off) .. 604800 seconds, got " + std::to_string(f.heartbeat_timeout));
+  plan.heartbeat_timeout_s = f.heartbeat_timeout;
   plan.grace_period_s = f.grace_period;
   plan.shim = launch::self_executable();
   plan.program = f.program;
@@ -488,6 +530,10 @@ int run_launcher(int argc, char** argv) {
   app.add_option("--grace_period", f.grace_period,
                  "When the job is stopped, Open MPI sends SIGCONT, waits this long, SIGTERM, waits again, "
                  "then SIGKILL (its odls_base_sigkill_timeout)")
+      ->capture_default_str();
+  app.add_option("--heartbeat_timeout,--heartbeat-timeout", f.heartbeat_timeout,
+                 "End the job when a training rank makes no progress for this many seconds, naming it (0: off). "
+                 "Ranks waiting on a stuck peer keep beating; checked from a program's first training step")
       ->capture_default_str();
   app.add_flag("--dry_run", f.dry_run, "Print the mpirun command and exit");
   try {

@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <optional>
 
 #include "stratum/core/fs.h"
 #include "stratum/core/log.h"
@@ -23,6 +25,8 @@
 #include "stratum/data/sampler.h"
 #include "stratum/data/split.h"
 #include "stratum/data/tokenizer.h"
+#include "stratum/distributed/agreement.h"
+#include "stratum/distributed/job.h"
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
 #include "stratum/models/causal_lm.h"
@@ -44,7 +48,7 @@ struct Options {
   std::string config_path, model = "gpt2-tiny-bytes", data = "default", cache_dir = ".stratum-cache";
   std::vector<std::string> overrides;
   int64_t steps = 300, eval_every = 100, eval_batches = 4, save_every = 0, print_every = 0;
-  std::string save_dir, log_dir;
+  std::string save_dir, log_dir, resume_tag;
   bool resume = false;
   uint64_t seed = 1234;
   int64_t sample_tokens = 200;
@@ -70,20 +74,17 @@ double memory_gib(const distributed::DistContext& ctx) {
 // corpus) while the others wait, then everyone maps the same file.
 data::TokenFile open_dataset(const Options& o, const distributed::DistContext& ctx, const data::Tokenizer& tokenizer) {
   std::string path = o.data;
-  std::string error;
-  if (ctx.local_rank == 0) {
-    try {
-      if (path == "default") path = data::write_default_corpus(o.cache_dir);
-      data::prepare_token_file(path, tokenizer, {o.cache_dir, /*may_write=*/true});
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  at::Tensor failed = at::full({1}, error.empty() ? 0 : 1, at::kFloat);
-  ctx.cpu_world->all_reduce(failed, distributed::ReduceOp::max)->wait();
-  if (failed.item<float>() > 0) throw Error(error.empty() ? "data preparation failed on another rank" : error);
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "data preparation", [&] {
+    if (ctx.local_rank != 0) return;
+    if (path == "default") path = data::write_default_corpus(o.cache_dir);
+    data::prepare_token_file(path, tokenizer, {o.cache_dir, /*may_write=*/true});
+  });
   if (path == "default") path = o.cache_dir + "/default_corpus.txt";
-  return data::TokenFile(data::prepare_token_file(path, tokenizer, {o.cache_dir, /*may_write=*/false}));
+  std::optional<data::TokenFile> file;
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "opening the data", [&] {
+    file.emplace(data::prepare_token_file(path, tokenizer, {o.cache_dir, /*may_write=*/false}));
+  });
+  return std::move(*file);
 }
 
 struct Evaluator {
@@ -110,18 +111,34 @@ struct Evaluator {
   }
 };
 
+// What --resume starts from, decided before the model is built.
+ResumePoint resume_point(const Options& o) {
+  if (!o.resume && o.resume_tag.empty()) return {};
+  if (o.save_dir.empty()) throw Error("--resume needs --save-dir: the directory to continue from");
+  return resolve_resume(o.save_dir, o.resume_tag);
+}
+
 int train(const Options& o, const distributed::DistContext& ctx) {
   const bool lead = ctx.rank == 0;
-  Config config = Config::from_file(o.config_path);
+  // Every rank reads the config, model and resume point itself (their files may
+  // differ between hosts); a failure on any rank ends all of them together.
+  std::optional<Config> config_read;
+  models::ModelConfig mcfg;
+  data::ByteTokenizer tokenizer;
+  ResumePoint resume;
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "reading the config", [&] {
+    config_read.emplace(Config::from_file(o.config_path));
+    std::vector<std::pair<std::string, std::string>> overrides;
+    for (const auto& s : o.overrides) overrides.push_back(models::parse_override(s));
+    mcfg = models::make_model_config(o.model, overrides);
+    if (mcfg.vocab_size < tokenizer.vocab_size())
+      throw Error("--model " + o.model + ": vocabulary " + std::to_string(mcfg.vocab_size) + " is smaller than the " +
+                  tokenizer.name() + " tokenizer's " + std::to_string(tokenizer.vocab_size()));
+    resume = resume_point(o);
+  });
+  Config& config = *config_read;
   for (const auto& w : config.warnings)
     if (lead) log::warn(o.config_path + ": " + w);
-  std::vector<std::pair<std::string, std::string>> overrides;
-  for (const auto& s : o.overrides) overrides.push_back(models::parse_override(s));
-  const models::ModelConfig mcfg = models::make_model_config(o.model, overrides);
-  data::ByteTokenizer tokenizer;
-  if (mcfg.vocab_size < tokenizer.vocab_size())
-    throw Error("--model " + o.model + ": vocabulary " + std::to_string(mcfg.vocab_size) + " is smaller than the " +
-                tokenizer.name() + " tokenizer's " + std::to_string(tokenizer.vocab_size()));
 
   torch::manual_seed(o.seed);
   // ZeRO-3 is for models too large to init comfortably on the host: they are
@@ -162,12 +179,19 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   const int64_t eval_windows = std::min<int64_t>(split.eval.num_windows(seq), o.eval_batches * batch.micro_batch_per_gpu * dp->size());
   for (int64_t w = dp->rank(); w < eval_windows; w += dp->size()) eval.offsets.push_back(split.eval.begin + w * seq);
 
-  if (o.resume && !o.save_dir.empty() && latest_checkpoint_tag(o.save_dir)) {
-    json client = load_checkpoint(engine.core(), o.save_dir);
-    if (client.contains("data")) sampler.load_state(client.at("data").get<data::SamplerState>());
+  if (resume.kind == ResumePoint::Kind::resume) {
+    json client = load_checkpoint(engine.core(), o.save_dir, resume.tag);
+    distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "resuming the data position", [&] {
+      if (!client.contains("data")) return;
+      try {
+        sampler.load_state(client.at("data").get<data::SamplerState>());
+      } catch (const std::exception& e) {
+        throw Error(o.save_dir + "/" + resume.tag + "/manifest.json: client_state.data: " + e.what());
+      }
+    });
     if (lead) log::info("resumed at step " + std::to_string(engine.global_steps()) + ", data " + data::to_string(sampler.state()));
-  } else if (o.resume && lead) {
-    log::info("--resume: no checkpoint in '" + o.save_dir + "' yet; starting fresh");
+  } else if ((o.resume || !o.resume_tag.empty()) && lead) {
+    log::info("--resume: " + resume.reason + "; starting fresh");
   }
 
   const int64_t print_every = o.print_every > 0 ? o.print_every : config.steps_per_print.value_or(10);
@@ -260,6 +284,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
 int main(int argc, char** argv) {
   CLI::App app{"Train a built-in GPT-2 / LLaMA model with Stratum"};
   Options o;
+  const auto at_least = [](int64_t lo) { return CLI::Range(lo, std::numeric_limits<int64_t>::max()); };
   app.add_option("--config", o.config_path, "DeepSpeed ds_config.json")->required();
   app.add_option("--model", o.model, "preset: " + [] {
     std::string s;
@@ -269,40 +294,33 @@ int main(int argc, char** argv) {
   app.add_option("--set", o.overrides, "override a model dimension, e.g. --set layers=6 (repeatable)");
   app.add_option("--data", o.data, "a token file, a .txt file, a directory of .txt files, or 'default'");
   app.add_option("--cache-dir", o.cache_dir, "where tokenized text and the default corpus are kept");
-  app.add_option("--steps", o.steps, "optimizer steps to train to");
-  app.add_option("--eval-every", o.eval_every, "evaluate on held-out data every N steps (0: never)");
-  app.add_option("--eval-batches", o.eval_batches, "micro-batches per rank per evaluation");
-  app.add_option("--eval-fraction", o.eval_fraction, "share of the data held out for evaluation");
+  app.add_option("--steps", o.steps, "optimizer steps to train to")->check(at_least(0));
+  app.add_option("--eval-every", o.eval_every, "evaluate on held-out data every N steps (0: never)")->check(at_least(0));
+  app.add_option("--eval-batches", o.eval_batches, "micro-batches per rank per evaluation")->check(at_least(1));
+  app.add_option("--eval-fraction", o.eval_fraction, "share of the data held out for evaluation")
+      ->check(CLI::Range(0.0, 0.5));
   app.add_option("--save-dir", o.save_dir, "checkpoint directory (saves at the end, and every --save-every steps)");
-  app.add_option("--save-every", o.save_every, "checkpoint every N steps (0: only at the end)");
-  app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --save-dir");
+  app.add_option("--save-every", o.save_every, "checkpoint every N steps (0: only at the end)")->check(at_least(0));
+  app.add_flag("--resume", o.resume,
+               "continue from the checkpoint 'latest' names in --save-dir (an absent or empty directory starts fresh)");
+  app.add_option("--resume-tag", o.resume_tag, "continue from this tag in --save-dir (implies --resume)");
   app.add_option("--seed", o.seed, "initial weights, data order and sampling");
   app.add_option("--log-dir", o.log_dir, "metrics.csv / metrics.jsonl here (default: the csv_monitor section)");
-  app.add_option("--print-every", o.print_every, "plain progress lines every N steps (default: steps_per_print or 10)");
-  app.add_option("--sample-tokens", o.sample_tokens, "tokens of generated text to print at the end (0: none)");
+  app.add_option("--print-every", o.print_every, "plain progress lines every N steps (default: steps_per_print or 10)")
+      ->check(at_least(0));
+  app.add_option("--sample-tokens", o.sample_tokens, "tokens of generated text to print at the end (0: none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--prompt", o.prompt, "prompt of the final sample");
-  app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)");
-  app.add_option("--top-k", o.top_k, "sample among the k most likely tokens");
-  app.add_option("--peak-tflops", o.peak_tflops, "device peak TFLOP/s for MFU (H200 bf16 dense: 989)");
-  CLI11_PARSE(app, argc, argv);
-
-  distributed::DistContext ctx;
+  app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
+  app.add_option("--top-k", o.top_k, "sample among the k most likely tokens (0: all)")->check(at_least(0));
+  app.add_option("--peak-tflops", o.peak_tflops, "device peak TFLOP/s for MFU (H200 bf16 dense: 989)")
+      ->check(CLI::Range(1e-3, 1e6));
   try {
-    ctx = distributed::init();
-  } catch (const std::exception& e) {
-    std::cerr << "stratum-train: error: " << e.what() << "\n";
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "stratum-train: error: " << e.what() << " (see --help)" << std::endl;
     return 2;
   }
-  int rc = 0;
-  try {
-    rc = train(o, ctx);
-  } catch (const std::exception& e) {
-    // Every rank reaches the same errors in the same order (checks before collectives).
-    log::error(e.what());
-    rc = 1;
-  }
-  ctx.cpu_world.reset();
-  ctx.gpu_world.reset();
-  distributed::finalize();
-  return rc;
+  return distributed::run_distributed_job("stratum-train", [&](distributed::DistContext& ctx) { return train(o, ctx); });
 }

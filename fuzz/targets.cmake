@@ -2,7 +2,7 @@
 # CTest cases (cmake/StratumFuzz.cmake). A target NAME is fuzz/fuzz_NAME.cpp
 # with seeds in fuzz/corpus/NAME/; adding one is adding its name here (and any
 # new torch-free source it needs to STRATUM_FUZZ_SOURCES).
-set(STRATUM_FUZZ_TARGETS config hostfile safetensors_header token_file)
+set(STRATUM_FUZZ_TARGETS config hostfile safetensors_header token_file checkpoint_manifest)
 
 # The torch-free sources the targets link, relative to src/stratum (libtorch
 # cannot be linked with ASan here, so nothing here may include torch).
@@ -13,4 +13,5 @@ set(STRATUM_FUZZ_SOURCES
   config/parse_parallel.cpp config/parse_diagnostics.cpp config/validate.cpp config/config.cpp
   config/batch.cpp config/to_json.cpp
   distributed/launch/hostfile.cpp distributed/launch/resources.cpp distributed/launch/process.cpp
-  data/token_file.cpp)
+  data/token_file.cpp
+  engine/checkpoint_tags.cpp engine/checkpoint_manifest.cpp)

@@ -39,6 +39,44 @@ TEST(DistProcess, NcclTimeoutEndsTheJobNamingTheCollective) {
   EXPECT_LT(r.seconds, 30.0) << r.output;
 }
 
+// One rank failing while its peer waits in a collective ends the whole job
+// within seconds, naming that rank and its error (the collective timeout is
+// 60 s here: a job that waits for it fails the time check).
+RunResult run_probe(const std::string& mode, const std::string& launcher_flags = "") {
+  return run(std::string("timeout 90 ") + kEnv + "STRATUM_DISABLE_NCCL=1 STRATUM_COMM_TIMEOUT=60 " STRATUM_BIN_DIR
+             "/stratum-run --num_procs 2 " + launcher_flags + " " STRATUM_BIN_DIR "/rank_failure_probe " + mode);
+}
+
+TEST(DistProcess, LoneRankErrorAbortsTheJobNamingTheRank) {
+  RunResult r = run_probe("lone-error");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] error: data shard 7 is unreadable"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("stratum-run: job failed: rank 1 (host localhost, local rank 1)"), std::string::npos)
+      << r.output;
+  EXPECT_LT(r.seconds, 15.0) << r.output;
+}
+
+TEST(DistProcess, AgreedErrorEndsEveryRankCleanlyNamingTheFailingOne) {
+  RunResult r = run_probe("agreed-error");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] error: data shard 7 is unreadable"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[rank 0] error"), std::string::npos) << r.output;  // rank 0 did not fail
+  EXPECT_EQ(r.output.find("MPI_ABORT"), std::string::npos) << r.output;       // no abort needed
+  EXPECT_NE(r.output.find("stratum-run: job failed: rank 1 (host localhost, local rank 1) exited with status 1"),
+            std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 15.0) << r.output;
+}
+
+TEST(DistProcess, HeartbeatTimeoutEndsAJobWhoseRankHangs) {
+  RunResult r = run_probe("hang", "--heartbeat_timeout 3");
+  EXPECT_EQ(r.status, 124) << r.output;
+  // Rank 0 waits in its all_reduce (and keeps beating): rank 1 is the one named.
+  EXPECT_NE(r.output.find("stratum-run: job failed: rank 1 (host localhost, local rank 1) made no progress for 3 s"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("rank 0 (host localhost, local rank 0) made no progress"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 20.0) << r.output;
+}
+
 TEST(DistProcess, TimeoutFromEnvironment) {
   setenv("STRATUM_COMM_TIMEOUT", "2.5", 1);
   EXPECT_EQ(stratum::distributed::CommOptions::from_env().timeout.count(), 2500);

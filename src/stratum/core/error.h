@@ -25,4 +25,21 @@ class ConfigError : public Error {
   std::vector<std::string> problems_;
 };
 
+// An error the ranks of a job learned of together, by agreeing on it after a
+// step that can fail on some ranks only (loading, validation, data): every
+// rank throws it, so each can end cleanly instead of leaving its peers waiting.
+class AgreedError : public Error {
+ public:
+  AgreedError(const std::string& what, bool failed_here, bool report)
+      : Error(what), failed_here_(failed_here), report_(report) {}
+  // This rank's own step failed (the others stop because of it).
+  bool failed_here() const { return failed_here_; }
+  // This rank should print it: it failed here, and it is not a repeat of the
+  // same failure on every rank (then the lowest rank speaks for all).
+  bool report() const { return report_; }
+
+ private:
+  bool failed_here_, report_;
+};
+
 }  // namespace stratum

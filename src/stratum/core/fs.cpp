@@ -92,6 +92,11 @@ std::string read_regular_file(const std::string& path, size_t max_bytes, const s
   return out;
 }
 
+bool is_symlink(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+
 void make_directories(const std::string& path) {
   if (path.empty()) return;
   std::string partial;

@@ -10,6 +10,7 @@ namespace stratum::fs {
 
 bool exists(const std::string& path);
 bool is_directory(const std::string& path);
+bool is_symlink(const std::string& path);  // the path itself, not what it points to
 // mkdir -p; throws stratum::Error naming the path.
 void make_directories(const std::string& path);
 // An absolute, normalized path ("." and ".." resolved lexically; links kept).

@@ -8,6 +8,7 @@
 #include <functional>
 #include <thread>
 
+#include "stratum/core/heartbeat.h"
 #include "stratum/distributed/init.h"
 
 namespace stratum::distributed {
@@ -83,6 +84,7 @@ class MpiWork : public Work {
   void wait() override {
     int spins = 0;
     while (!completed()) {
+      heartbeat::beat();  // waiting on peers is progress: a stuck peer stops beating, this rank does not
       if (Clock::now() - start_ > options_.timeout) timed_out();
       // Ranks may outnumber cores (tests oversubscribe): give the CPU away.
       if (++spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "stratum/core/cuda_launch.h"
+#include "stratum/core/heartbeat.h"
 #include "stratum/core/log.h"
 #include "stratum/distributed/init.h"
 
@@ -64,6 +65,10 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 // One operation in flight: its completion event on the communicator's stream.
 struct Pending {
   cudaEvent_t done = nullptr;
+  // Recorded just before the NCCL kernel: once it has completed and `done` has
+  // not, the kernel runs and waits on peers (this rank makes progress; it is
+  // not stuck in its own work).
+  cudaEvent_t started = nullptr;
   // False while the host is still inside the NCCL call: the first collective of
   // a communicator can block there until every peer has connected.
   std::atomic<bool> launched{false};
@@ -71,6 +76,7 @@ struct Pending {
   std::string description;
   ~Pending() {
     if (done) cudaEventDestroy(done);
+    if (started) cudaEventDestroy(started);
   }
 };
 
@@ -108,6 +114,7 @@ struct NcclCommunicator::State {
     std::unique_lock<std::mutex> lock(mutex);
     while (!stopping) {
       wake.wait_for(lock, std::chrono::milliseconds(100));
+      bool waiting_on_peers = false;
       for (auto it = pending.begin(); it != pending.end();) {
         // An unrecorded event reads as complete: only launched operations are queried.
         cudaError_t q = (*it)->launched ? cudaEventQuery((*it)->done) : cudaErrorNotReady;
@@ -131,8 +138,11 @@ struct NcclCommunicator::State {
           // this process before the report is out.
           abort_job(msg, kExitCommTimeout);
         }
+        // Inside the NCCL call (connecting), or its kernel running: waiting on peers.
+        waiting_on_peers = waiting_on_peers || !(*it)->launched || cudaEventQuery((*it)->started) == cudaSuccess;
         ++it;
       }
+      if (waiting_on_peers) heartbeat::beat();
     }
   }
 
@@ -140,6 +150,7 @@ struct NcclCommunicator::State {
   std::shared_ptr<Pending> begin(std::string description) {
     auto p = std::make_shared<Pending>();
     check_cuda(cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&p->started, cudaEventDisableTiming), "cudaEventCreate");
     p->deadline = Clock::now() + options.timeout;
     p->description = std::move(description);
     std::lock_guard<std::mutex> lock(mutex);
@@ -323,6 +334,7 @@ WorkPtr enqueue(NcclCommunicator::State& s, const std::string& description, cons
   check_cuda(cudaStreamWaitEvent(s.stream, ready, 0), "cudaStreamWaitEvent");
   cudaEventDestroy(ready);  // safe: destruction is deferred until the event completes
   auto pending = s.begin(description);
+  check_cuda(cudaEventRecord(pending->started, s.stream), "cudaEventRecord");
   launch(s.stream);
   s.launched(*pending);
   auto comm_stream = c10::cuda::getStreamFromExternal(s.stream, static_cast<c10::DeviceIndex>(s.device));

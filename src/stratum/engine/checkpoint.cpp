@@ -5,13 +5,16 @@
 #include <c10/core/GradMode.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <set>
 
+#include "stratum/core/crc32c.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/log.h"
+#include "stratum/distributed/agreement.h"
+#include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/io/safetensors.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/loss_scaler.h"
@@ -23,35 +26,12 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kFormat = "stratum-checkpoint";
-constexpr int kVersion = 1;
 constexpr const char* kConsolidatedWeights = "model_16bit.safetensors";
 const char* kKinds[] = {"master", "exp_avg", "exp_avg_sq"};
-
-std::string shard_name(int rank) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "rank_%05d.safetensors", rank);
-  return buf;
-}
+constexpr const char* kRngTensor = "rng|cpu";
 
 std::string fragment_name(const std::string& kind, const std::string& param, int64_t start) {
   return kind + "|" + param + "|" + std::to_string(start);
-}
-
-struct FragmentName {
-  std::string kind, param;
-  int64_t start = 0;
-};
-std::optional<FragmentName> parse_fragment(const std::string& name) {
-  const size_t a = name.find('|'), b = name.rfind('|');
-  if (a == std::string::npos || b == a) return std::nullopt;
-  FragmentName f{name.substr(0, a), name.substr(a + 1, b - a - 1), 0};
-  try {
-    f.start = std::stoll(name.substr(b + 1));
-  } catch (...) {
-    return std::nullopt;
-  }
-  return f;
 }
 
 // A run of one parameter's elements inside a run of this rank's segment.
@@ -95,53 +75,56 @@ std::pair<int64_t, int64_t> write_window(const zero::FlatLayout& layout, int sta
   return {0, total};
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// The fragments rank r writes, in the order of its shard's tensors.
+std::vector<Fragment> written_fragments(const zero::FlatLayout& layout, int stage, int rank) {
+  const auto [lo, hi] = write_window(layout, stage, rank);
+  return fragments_of(layout, pieces_of_rank(layout, stage, rank), lo, hi);
 }
 
-json read_manifest(const std::string& tag_dir) {
-  const std::string path = tag_dir + "/manifest.json";
-  if (!fs::exists(path)) throw Error(tag_dir + ": not a checkpoint (no manifest.json)");
-  json m;
-  try {
-    m = json::parse(read_text(path));
-  } catch (const json::parse_error& e) {
-    throw Error(path + ": corrupt manifest: " + e.what());
+uint32_t checksum_of(const at::Tensor& t) {
+  const at::Tensor c = t.is_contiguous() ? t : t.contiguous();
+  return crc32c(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
+}
+
+// The device the engine's data-parallel communicator works on (with offload
+// the masters are on the host, the gradients are not).
+c10::Device comm_device(EngineCore& e) { return e.strategy().segments().front().grad.device(); }
+
+void agree(EngineCore& e, const std::string& step, const std::string& local_error) {
+  distributed::agree_on_error(*e.dp(), comm_device(e), step, local_error);
+}
+
+// Reads one stored tensor and checks it against the manifest: dtype, size,
+// checksum, finite values. `shard` may be null for a format-1 checkpoint.
+at::Tensor read_checked(const std::string& file, const std::string& tensor, const ManifestShard* shard,
+                        const CheckpointManifest& m, int64_t numel, bool finite) {
+  if (m.has_checksums() && (!shard || !shard->checksums.count(tensor)))
+    throw Error(file + ": tensor '" + tensor + "' has no checksum in " + m.path + " (the manifest does not list it)");
+  at::Tensor t = io::read_safetensors(file, {tensor}).at(tensor);
+  if (numel >= 0) {
+    if (t.scalar_type() != at::kFloat)
+      throw Error(file + ": tensor '" + tensor + "' is " + c10::toString(t.scalar_type()) + ", expected F32");
+    if (t.numel() != numel)
+      throw Error(file + ": tensor '" + tensor + "' has " + std::to_string(t.numel()) + " elements, the manifest says " +
+                  std::to_string(numel));
   }
-  if (m.value("format", "") != kFormat) throw Error(path + ": not a Stratum checkpoint manifest");
-  if (m.value("version", 0) != kVersion)
-    throw Error(path + ": checkpoint format version " + std::to_string(m.value("version", 0)) + ", this build reads " +
-                std::to_string(kVersion));
-  return m;
-}
-
-// Every rank agrees on an error before anyone throws, so no rank hangs in the next collective.
-void agree_or_throw(EngineCore& e, const std::string& local_error) {
-  // On the gradients' device, where the communicator works (with offload the masters are on the host).
-  const c10::Device device = e.strategy().segments().front().grad.device();
-  at::Tensor flag = at::full({1}, local_error.empty() ? 0 : 1, at::TensorOptions().dtype(at::kFloat).device(device));
-  e.dp()->all_reduce(flag, distributed::ReduceOp::max)->wait();
-  if (flag.item<float>() > 0)
-    throw Error(local_error.empty() ? "checkpoint: another rank failed (see its message)" : local_error);
+  if (m.has_checksums()) {
+    const uint32_t want = shard->checksums.at(tensor), got = checksum_of(t);
+    if (want != got)
+      throw Error(file + ": tensor '" + tensor + "' is corrupt: its CRC-32C is " + crc32c_hex(got) + ", the manifest " +
+                  "recorded " + crc32c_hex(want) + " when it was saved");
+  }
+  if (finite && !at::isfinite(t).all().item<bool>())
+    throw Error(file + ": tensor '" + tensor + "' holds NaN or infinite values (a corrupt or diverged checkpoint)");
+  return t;
 }
 
 }  // namespace
 
-std::optional<std::string> latest_checkpoint_tag(const std::string& dir) {
-  const std::string path = dir + "/latest";
-  if (!fs::exists(path)) return std::nullopt;
-  std::string tag = read_text(path);
-  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
-  if (tag.empty()) return std::nullopt;
-  return tag;
-}
-
 void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std::string& tag,
                      const json& client_state, const CheckpointSaveOptions& options) {
+  const std::string bad_tag = tag_name_problem(tag);
+  if (!bad_tag.empty()) throw Error("save_checkpoint: tag '" + tag + "': " + bad_tag);
   const TrainingState state = engine.training_state();
   auto& strategy = state.strategy;
   auto& adam = state.adam;
@@ -158,11 +141,10 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
   } catch (const Error& e) {
     error = e.what();
   }
-  agree_or_throw(engine, error);
+  agree(engine, "saving checkpoint " + tag, error);
 
-  const auto [lo, hi] = write_window(layout, strategy.stage(), rank);
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const Fragment& f : fragments_of(layout, strategy.owned_pieces(), lo, hi)) {
+  for (const Fragment& f : written_fragments(layout, strategy.stage(), rank)) {
     const auto& seg = strategy.segments()[f.segment];
     const std::string& name = layout.specs()[f.param].name;
     const at::Tensor* sources[] = {&seg.master, &adam[f.segment].exp_avg, &adam[f.segment].exp_avg_sq};
@@ -170,14 +152,25 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
       tensors.emplace_back(fragment_name(kKinds[k], name, f.start),
                            sources[k]->narrow(0, f.segment_offset, f.numel).to(at::kCPU));
   }
-  tensors.emplace_back("rng|cpu", at::detail::getDefaultCPUGenerator().get_state());
+  tensors.emplace_back(kRngTensor, at::detail::getDefaultCPUGenerator().get_state());
+  // Checksums of the bytes as written, gathered for rank 0's manifest: every
+  // rank knows how many tensors each shard holds (3 per fragment + the RNG).
+  std::vector<size_t> shard_tensors(static_cast<size_t>(n));
+  size_t most = 0;
+  for (int r = 0; r < n; ++r) most = std::max(most, shard_tensors[r] = 3 * written_fragments(layout, strategy.stage(), r).size() + 1);
+  at::Tensor sums = at::zeros({static_cast<int64_t>(most)}, at::kLong);
+  for (size_t i = 0; i < tensors.size(); ++i) sums[static_cast<int64_t>(i)] = static_cast<int64_t>(checksum_of(tensors[i].second));
   try {
-    io::write_safetensors(tmp_dir + "/" + shard_name(rank), tensors,
-                              {{"format", kFormat}, {"rank", std::to_string(rank)}});
+    io::write_safetensors(tmp_dir + "/" + shard_file_name(rank), tensors,
+                          {{"format", kCheckpointFormat}, {"rank", std::to_string(rank)}});
   } catch (const Error& e) {
     error = e.what();
   }
-  agree_or_throw(engine, error);
+  agree(engine, "saving checkpoint " + tag, error);
+  at::Tensor all_sums = at::empty({static_cast<int64_t>(most) * n}, at::TensorOptions().dtype(at::kLong).device(comm_device(engine)));
+  at::Tensor local_sums = sums.to(comm_device(engine));
+  engine.dp()->all_gather(all_sums, local_sums)->wait();
+  all_sums = all_sums.cpu();
 
   // stage3_gather_16bit_weights_on_model_save: the whole model in the training
   // dtype under its parameter names, one file, gathered a layer at a time.
@@ -191,51 +184,43 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     } catch (const Error& e) {
       error = e.what();
     }
-    agree_or_throw(engine, error);
+    agree(engine, "saving checkpoint " + tag, error);
   }
 
   if (options.before_publish) options.before_publish(tmp_dir);
 
   if (rank == 0) {
-    json m;
-    m["format"] = kFormat;
-    m["version"] = kVersion;
-    m["tag"] = tag;
-    m["global_steps"] = engine.global_steps();
-    m["micro_steps"] = engine.micro_steps();
-    m["skipped_steps"] = engine.skipped_steps();
-    m["zero_stage"] = strategy.stage();
-    m["data_parallel_size"] = n;
-    m["model_dtype"] = c10::toString(engine.model_dtype());
-    json params = json::array();
+    CheckpointManifest m;
+    m.tag = tag;
+    m.global_steps = engine.global_steps();
+    m.micro_steps = engine.micro_steps();
+    m.skipped_steps = engine.skipped_steps();
+    m.zero_stage = strategy.stage();
+    m.data_parallel_size = n;
+    m.model_dtype = c10::toString(engine.model_dtype());
     for (size_t i = 0; i < layout.params().size(); ++i)
-      params.push_back({{"name", layout.specs()[i].name},
-                        {"shape", layout.specs()[i].shape},
-                        {"numel", layout.params()[i].numel}});
-    m["params"] = params;
-    // Each shard's contents: [parameter index, first element, elements] per fragment.
-    json shards = json::array();
+      m.params.push_back({layout.specs()[i].name, layout.specs()[i].shape, layout.params()[i].numel});
+    const int64_t* gathered = all_sums.data_ptr<int64_t>();
     for (int r = 0; r < n; ++r) {
-      const auto [rlo, rhi] = write_window(layout, strategy.stage(), r);
-      json fragments = json::array();
-      for (const Fragment& f : fragments_of(layout, pieces_of_rank(layout, strategy.stage(), r), rlo, rhi))
-        fragments.push_back({f.param, f.start, f.numel});
-      shards.push_back({{"file", shard_name(r)}, {"rank", r}, {"fragments", fragments}});
+      ManifestShard shard{shard_file_name(r), r, {}, {}};
+      size_t t = 0;
+      auto record = [&](const std::string& name) {
+        shard.checksums[name] = static_cast<uint32_t>(gathered[static_cast<size_t>(r) * most + t++]);
+      };
+      for (const Fragment& f : written_fragments(layout, strategy.stage(), r)) {
+        shard.fragments.push_back({f.param, f.start, f.numel});
+        for (const char* kind : kKinds) record(fragment_name(kind, layout.specs()[f.param].name, f.start));
+      }
+      record(kRngTensor);
+      m.shards.push_back(std::move(shard));
     }
-    m["shards"] = shards;
-    m["topology"] = {{"data_parallel", n}, {"pipeline_parallel", 1}, {"tensor_parallel", 1}};
-    m["rng"] = "per rank, in each shard as tensor 'rng|cpu' (torch's CPU generator state)";
-    m["adam_step"] = adam.empty() ? 0.0 : adam.front().step.item<double>();
-    m["lr_scheduler"] = {{"last_batch_iteration", state.scheduler.last_batch_iteration()}};
+    m.adam_step = adam.empty() ? 0.0 : adam.front().step.item<double>();
+    m.lr_last_batch_iteration = state.scheduler.last_batch_iteration();
     const auto& sc = state.scaler.state();
-    m["loss_scaler"] = {{"cur_scale", sc.cur_scale},
-                        {"cur_iter", sc.cur_iter},
-                        {"last_overflow_iter", sc.last_overflow_iter},
-                        {"cur_hysteresis", sc.cur_hysteresis},
-                        {"overflows_at_min", sc.overflows_at_min}};
-    m["client_state"] = client_state;
+    m.loss_scaler = {sc.cur_scale, sc.cur_iter, sc.last_overflow_iter, sc.cur_hysteresis, sc.overflows_at_min};
+    m.client_state = client_state;
     try {
-      fs::write_file_atomically(tmp_dir + "/manifest.json", m.dump(2), "the checkpoint manifest");
+      fs::write_file_atomically(tmp_dir + "/manifest.json", manifest_to_json_text(m), "the checkpoint manifest");
       const std::string final_dir = save_dir + "/" + tag;
       fs::remove_tree(final_dir);  // re-saving the same tag replaces it
       if (std::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
@@ -246,38 +231,37 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
       error = e.what();
     }
   }
-  agree_or_throw(engine, error);
+  agree(engine, "saving checkpoint " + tag, error);
   if (rank == 0) log::debug("saved checkpoint " + save_dir + "/" + tag);
 }
 
 namespace {
 
-// Where the saved fragments of one parameter are.
+// Where the saved fragments of one parameter are, from the manifest.
 struct SavedFragment {
   std::string file, tensor;
   int64_t start, numel;
+  const ManifestShard* shard;
 };
 using FragmentIndex = std::map<std::string, std::map<std::string, std::vector<SavedFragment>>>;  // kind -> param -> list
 
-FragmentIndex index_shards(const std::string& tag_dir, const json& manifest) {
+FragmentIndex index_shards(const std::string& tag_dir, const CheckpointManifest& m) {
   FragmentIndex index;
-  for (const auto& shard : manifest.at("shards")) {
-    const std::string file = tag_dir + "/" + shard.at("file").get<std::string>();
+  for (const auto& shard : m.shards) {
+    const std::string file = tag_dir + "/" + shard.file;
     if (!fs::exists(file)) throw Error(file + ": shard missing from the checkpoint");
-    for (const auto& entry : io::read_safetensors_header(file).tensors) {
-      auto f = parse_fragment(entry.name);
-      if (!f || f->kind == "rng") continue;
-      int64_t numel = 1;
-      for (int64_t d : entry.shape) numel *= d;
-      index[f->kind][f->param].push_back(SavedFragment{file, entry.name, f->start, numel});
+    for (const auto& f : shard.fragments) {
+      const std::string& param = m.params[static_cast<size_t>(f.param)].name;
+      for (const char* kind : kKinds)
+        index[kind][param].push_back(SavedFragment{file, fragment_name(kind, param, f.start), f.start, f.numel, &shard});
     }
   }
   return index;
 }
 
-void check_model_matches(const json& manifest, const zero::FlatLayout& layout, const std::string& where) {
+void check_model_matches(const CheckpointManifest& manifest, const zero::FlatLayout& layout, const std::string& where) {
   std::map<std::string, std::vector<int64_t>> saved;
-  for (const auto& p : manifest.at("params")) saved[p.at("name")] = p.at("shape").get<std::vector<int64_t>>();
+  for (const auto& p : manifest.params) saved[p.name] = p.shape;
   std::vector<std::string> problems;
   std::map<std::string, bool> seen;
   auto shape_str = [](const std::vector<int64_t>& s) {
@@ -304,8 +288,9 @@ void check_model_matches(const json& manifest, const zero::FlatLayout& layout, c
 }
 
 // Copies the saved elements [start, start + numel) of `param` (kind) into `dest`.
-void fill_range(const FragmentIndex& index, const std::string& kind, const std::string& param, int64_t start,
-                int64_t numel, at::Tensor dest, std::map<std::string, std::map<std::string, at::Tensor>>& cache) {
+void fill_range(const FragmentIndex& index, const CheckpointManifest& m, const std::string& kind,
+                const std::string& param, int64_t start, int64_t numel, at::Tensor dest,
+                std::map<std::string, at::Tensor>& cache) {
   int64_t covered = 0;
   auto kit = index.find(kind);
   if (kit != index.end()) {
@@ -314,15 +299,10 @@ void fill_range(const FragmentIndex& index, const std::string& kind, const std::
       for (const SavedFragment& f : pit->second) {
         const int64_t a = std::max(start, f.start), b = std::min(start + numel, f.start + f.numel);
         if (a >= b) continue;
-        auto& file_cache = cache[f.file];
-        auto t = file_cache.find(f.tensor);
-        if (t == file_cache.end()) {
-          auto loaded = io::read_safetensors(f.file, {f.tensor});
-          t = file_cache.emplace(f.tensor, loaded.at(f.tensor)).first;
-        }
-        if (t->second.scalar_type() != at::kFloat)
-          throw Error(f.file + ": tensor '" + f.tensor + "' is " + c10::toString(t->second.scalar_type()) +
-                      ", expected F32");
+        const std::string key = f.file + "\n" + f.tensor;
+        auto t = cache.find(key);
+        if (t == cache.end())
+          t = cache.emplace(key, read_checked(f.file, f.tensor, f.shard, m, f.numel, /*finite=*/true)).first;
         dest.narrow(0, a - start, b - a).copy_(t->second.reshape(-1).narrow(0, a - f.start, b - a));
         covered += b - a;
       }
@@ -333,6 +313,11 @@ void fill_range(const FragmentIndex& index, const std::string& kind, const std::
                 std::to_string(numel) + "); a shard is missing or truncated");
 }
 
+void warn_unverified(const CheckpointManifest& m) {
+  if (!m.has_checksums())
+    log::warn(m.path + ": saved without checksums (checkpoint format 1): tensors are checked for NaN/Inf only");
+}
+
 }  // namespace
 
 nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, const std::string& tag_in) {
@@ -341,7 +326,7 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
   auto& adam = state.adam;
   const auto& layout = strategy.layout();
   std::string error;
-  json manifest;
+  CheckpointManifest manifest;
   std::string tag_dir;
   try {
     std::string tag = tag_in;
@@ -349,12 +334,15 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
       auto latest = latest_checkpoint_tag(load_dir);
       if (!latest) throw Error(load_dir + ": no checkpoint to resume from (no 'latest' file)");
       tag = *latest;
+    } else if (const std::string why = tag_name_problem(tag); !why.empty()) {
+      throw Error("tag '" + tag + "': " + why);
     }
     tag_dir = load_dir + "/" + tag;
-    manifest = read_manifest(tag_dir);
+    manifest = read_checkpoint_manifest(tag_dir);
+    if (engine.dp()->rank() == 0) warn_unverified(manifest);
     check_model_matches(manifest, layout, tag_dir);
     const FragmentIndex index = index_shards(tag_dir, manifest);
-    std::map<std::string, std::map<std::string, at::Tensor>> cache;
+    std::map<std::string, at::Tensor> cache;
     c10::AutoGradMode no_grad(false);
     for (const Fragment& f : fragments_of(layout, strategy.owned_pieces(), 0, layout.total_numel())) {
       const auto& seg = strategy.segments()[f.segment];
@@ -362,7 +350,7 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
       at::Tensor dests[] = {seg.master, adam[f.segment].exp_avg, adam[f.segment].exp_avg_sq};
       for (int k = 0; k < 3; ++k) {
         at::Tensor staging = at::empty({f.numel}, at::kFloat);
-        fill_range(index, kKinds[k], name, f.start, f.numel, staging, cache);
+        fill_range(index, manifest, kKinds[k], name, f.start, f.numel, staging, cache);
         dests[k].narrow(0, f.segment_offset, f.numel).copy_(staging);
       }
     }
@@ -370,55 +358,107 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
     // Adam's model buffer) must follow the loaded masters before publishing.
     for (auto& seg : strategy.segments())
       if (seg.params16.defined() && !seg.params16.is_same(seg.master)) seg.params16.copy_(seg.master);
-    const double adam_step = manifest.value("adam_step", 0.0);
-    for (auto& a : adam) a.step.fill_(adam_step);
-    state.scheduler.load_last_batch_iteration(manifest.at("lr_scheduler").at("last_batch_iteration"));
-    const json& sc = manifest.at("loss_scaler");
-    state.scaler.load_state(optim::LossScalerState{
-        sc.at("cur_scale"), sc.at("cur_iter"), sc.at("last_overflow_iter"), sc.at("cur_hysteresis"),
-        sc.at("overflows_at_min")});
-    state.global_steps = manifest.at("global_steps");
-    state.micro_steps = manifest.at("micro_steps");
-    state.skipped_steps = manifest.at("skipped_steps");
+    for (auto& a : adam) a.step.fill_(manifest.adam_step);
+    state.scheduler.load_last_batch_iteration(manifest.lr_last_batch_iteration);
+    const auto& ls = manifest.loss_scaler;
+    state.scaler.load_state(
+        optim::LossScalerState{ls.cur_scale, ls.cur_iter, ls.last_overflow_iter, ls.cur_hysteresis, ls.overflows_at_min});
+    state.global_steps = manifest.global_steps;
+    state.micro_steps = manifest.micro_steps;
+    state.skipped_steps = manifest.skipped_steps;
     // Same rank count: each rank gets its own random stream back; otherwise they start afresh.
-    const std::string own = tag_dir + "/" + shard_name(engine.dp()->rank());
-    if (manifest.at("data_parallel_size").get<int>() == engine.dp()->size() && fs::exists(own)) {
-      auto rng = io::read_safetensors(own, {"rng|cpu"});
+    const int own = engine.dp()->rank();
+    if (manifest.data_parallel_size == engine.dp()->size()) {
+      const std::string file = tag_dir + "/" + manifest.shards[static_cast<size_t>(own)].file;
+      at::Tensor rng = read_checked(file, kRngTensor, &manifest.shards[static_cast<size_t>(own)], manifest, -1,
+                                    /*finite=*/false);
       at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle on the global generator
-      gen.set_state(rng.at("rng|cpu"));
+      try {
+        gen.set_state(rng);
+      } catch (const std::exception& e) {
+        throw Error(file + ": tensor '" + std::string(kRngTensor) + "' is not a CPU generator state");
+      }
     }
   } catch (const std::exception& e) {
     error = e.what();
   }
-  agree_or_throw(engine, error);
+  agree(engine, "loading checkpoint " + (tag_dir.empty() ? load_dir : tag_dir), error);
   strategy.publish_params();  // collective: the model takes the loaded masters
   strategy.wait_params();
   strategy.zero_gradients();
   if (engine.dp()->rank() == 0)
-    log::info("loaded checkpoint " + tag_dir + " (saved by " + std::to_string(manifest.at("data_parallel_size").get<int>()) +
-              " ranks at ZeRO stage " + std::to_string(manifest.at("zero_stage").get<int>()) + ", step " +
-              std::to_string(manifest.at("global_steps").get<int64_t>()) + ")");
-  return manifest.value("client_state", json::object());
+    log::info("loaded checkpoint " + tag_dir + " (saved by " + std::to_string(manifest.data_parallel_size) +
+              " ranks at ZeRO stage " + std::to_string(manifest.zero_stage) + ", step " +
+              std::to_string(manifest.global_steps) + ")");
+  return manifest.client_state;
 }
 
 ConsolidatedCheckpoint read_consolidated_checkpoint(const std::string& tag_dir, bool with_optimizer_states) {
   ConsolidatedCheckpoint out;
   out.path = tag_dir;
-  out.manifest = std::make_shared<json>(read_manifest(tag_dir));
-  const FragmentIndex index = index_shards(tag_dir, *out.manifest);
-  std::map<std::string, std::map<std::string, at::Tensor>> cache;
-  for (const auto& p : out.manifest->at("params")) {
-    const std::string name = p.at("name");
-    const auto shape = p.at("shape").get<std::vector<int64_t>>();
-    const int64_t numel = p.at("numel");
+  auto manifest = std::make_shared<CheckpointManifest>(read_checkpoint_manifest(tag_dir));
+  warn_unverified(*manifest);
+  out.manifest = manifest;
+  const FragmentIndex index = index_shards(tag_dir, *manifest);
+  std::map<std::string, at::Tensor> cache;
+  for (const auto& p : manifest->params) {
     for (int k = 0; k < (with_optimizer_states ? 3 : 1); ++k) {
-      at::Tensor t = at::empty({numel}, at::kFloat);
-      fill_range(index, kKinds[k], name, 0, numel, t, cache);
-      out.tensors[k == 0 ? name : std::string(kKinds[k]) + "|" + name] = t.view(shape);
+      at::Tensor t = at::empty({p.numel}, at::kFloat);
+      fill_range(index, *manifest, kKinds[k], p.name, 0, p.numel, t, cache);
+      out.tensors[k == 0 ? p.name : std::string(kKinds[k]) + "|" + p.name] = t.view(p.shape);
     }
     cache.clear();  // bounded memory: one parameter's fragments at a time
   }
   return out;
+}
+
+CheckpointVerification verify_checkpoint(const std::string& tag_dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CheckpointManifest m = read_checkpoint_manifest(tag_dir);
+  CheckpointVerification v;
+  v.checksums = m.has_checksums();
+  // Each parameter's elements, once per kind: the fragments tile it exactly.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges(m.params.size());
+  for (const auto& shard : m.shards)
+    for (const auto& f : shard.fragments) ranges[static_cast<size_t>(f.param)].push_back({f.start, f.numel});
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    auto& r = ranges[i];
+    std::sort(r.begin(), r.end());
+    int64_t next = 0;
+    for (const auto& [start, numel] : r) {
+      if (start != next)
+        throw Error(m.path + ": parameter '" + m.params[i].name + "': elements " + std::to_string(std::min(start, next)) +
+                    ".. are " + (start > next ? "in no shard" : "in two shards"));
+      next = start + numel;
+    }
+    if (next != m.params[i].numel)
+      throw Error(m.path + ": parameter '" + m.params[i].name + "': elements " + std::to_string(next) + ".." +
+                  std::to_string(m.params[i].numel) + " are in no shard");
+  }
+  for (const auto& shard : m.shards) {
+    const std::string file = tag_dir + "/" + shard.file;
+    if (!fs::exists(file)) throw Error(file + ": shard missing from the checkpoint");
+    const io::SafetensorsHeader header = io::read_safetensors_header(file);
+    std::map<std::string, int64_t> expected;  // tensor -> elements (-1: any)
+    for (const auto& f : shard.fragments)
+      for (const char* kind : kKinds)
+        expected[fragment_name(kind, m.params[static_cast<size_t>(f.param)].name, f.start)] = f.numel;
+    expected[kRngTensor] = -1;
+    std::set<std::string> in_file;
+    for (const auto& e : header.tensors) {
+      in_file.insert(e.name);
+      auto it = expected.find(e.name);
+      if (it == expected.end()) throw Error(file + ": tensor '" + e.name + "' is not listed in " + m.path);
+      read_checked(file, e.name, &shard, m, it->second, /*finite=*/it->second >= 0);
+      ++v.tensors;
+      v.bytes += e.end - e.begin;
+    }
+    for (const auto& [name, numel] : expected)
+      if (!in_file.count(name)) throw Error(file + ": tensor '" + name + "' listed in " + m.path + " is missing");
+    ++v.shards;
+  }
+  v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return v;
 }
 
 }  // namespace stratum

@@ -20,6 +20,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include "stratum/core/heartbeat.h"
 #include "stratum/distributed/init.h"
 #include "stratum/engine/engine_core.h"
 #include "stratum/engine/layer_runner.h"
@@ -49,6 +50,7 @@ class Engine {
 
   template <class... Args>
   auto forward(Args&&... args) {
+    heartbeat::beat();
     return model_->forward(cast(std::forward<Args>(args))...);
   }
   void backward(const at::Tensor& loss) { core_->backward(loss); }

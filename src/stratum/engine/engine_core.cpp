@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <cmath>
 
+#include "stratum/core/heartbeat.h"
 #include "stratum/core/log.h"
 #include "stratum/distributed/init.h"
 #include "stratum/optim/adam.h"
@@ -120,6 +121,7 @@ void EngineCore::backward(const at::Tensor& loss) {
   if (!loss.defined() || loss.numel() != 1)
     throw Error("engine.backward: expected a scalar loss, got a tensor of " +
                 std::to_string(loss.defined() ? loss.numel() : 0) + " elements");
+  heartbeat::beat();
   strategy_->prepare_backward(is_gradient_accumulation_boundary());
   // Gradients are averaged over the accumulation window; fp16 scales the loss up.
   const double factor = scaler_->scale() / static_cast<double>(batch_.gradient_accumulation_steps);
@@ -129,6 +131,10 @@ void EngineCore::backward(const at::Tensor& loss) {
 }
 
 bool EngineCore::step() {
+  // Training has begun: from here a rank that stops making progress ends the
+  // job under stratum-run (--heartbeat_timeout).
+  heartbeat::start_watch();
+  heartbeat::beat();
   const bool boundary = is_gradient_accumulation_boundary();
   ++micro_steps_;
   if (!boundary) return false;

@@ -13,6 +13,7 @@
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
+#include "stratum/core/heartbeat.h"
 #include "stratum/io/safetensors_header.h"
 
 namespace stratum::io {
@@ -40,6 +41,7 @@ struct Fd {
 void read_exact(int fd, void* dst, uint64_t size, uint64_t offset, const std::string& what) {
   auto* p = static_cast<char*>(dst);
   while (size > 0) {
+    heartbeat::beat();
     const size_t chunk = static_cast<size_t>(std::min<uint64_t>(size, 1ull << 30));
     const ssize_t got = ::pread(fd, p, chunk, static_cast<off_t>(offset));
     if (got < 0 && errno == EINTR) continue;
@@ -53,6 +55,7 @@ void read_exact(int fd, void* dst, uint64_t size, uint64_t offset, const std::st
 void write_all(int fd, const void* src, uint64_t size, const std::string& what) {
   const auto* p = static_cast<const char*>(src);
   while (size > 0) {
+    heartbeat::beat();  // a large save is progress (stratum-run's --heartbeat_timeout)
     const size_t chunk = static_cast<size_t>(std::min<uint64_t>(size, 1ull << 30));
     const ssize_t put = ::write(fd, p, chunk);
     if (put < 0 && errno == EINTR) continue;

@@ -129,6 +129,7 @@ std::vector<std::string> build_mpirun_argv(const LaunchPlan& plan) {
     if (plan.gpu) shim.devices = host.devices;
     shim.log_dir = plan.log_dir;
     shim.prefix = plan.prefix_output;
+    shim.heartbeat_timeout_s = plan.heartbeat_timeout_s;
     shim.program = plan.program;
     argv.push_back(plan.shim);
     const auto shim_args = shim_arguments(shim);

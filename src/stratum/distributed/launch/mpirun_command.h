@@ -25,6 +25,7 @@ struct LaunchPlan {
   std::string shim;                      // absolute path of stratum-run (same path on every host)
   std::string log_dir;
   bool prefix_output = true;
+  int heartbeat_timeout_s = 0;           // the rank shims' --heartbeat_timeout (0: off)
   int grace_period_s = 1;                // Open MPI odls_base_sigkill_timeout: its pause before SIGTERM and again before SIGKILL
   std::vector<std::string> program;      // program and arguments
 };

@@ -31,6 +31,7 @@ std::vector<std::string> shim_arguments(const ShimArgs& args) {
   if (args.devices) out.insert(out.end(), {"--devices", join(*args.devices, ",")});
   if (!args.log_dir.empty()) out.insert(out.end(), {"--log_dir", args.log_dir});
   if (!args.prefix) out.push_back("--no_prefix");
+  if (args.heartbeat_timeout_s > 0) out.insert(out.end(), {"--heartbeat_timeout", std::to_string(args.heartbeat_timeout_s)});
   // mpirun splits its command line at every ":" word (app contexts), so a ":"
   // among the program's arguments travels as a placeholder whose index is named.
   std::vector<std::string> colons;
@@ -89,6 +90,10 @@ ShimArgs parse_shim_arguments(const std::vector<std::string>& args) {
         if (comma == std::string::npos) break;
         start = comma + 1;
       }
+    } else if (a == "--heartbeat_timeout") {
+      const auto v = parse_int(value(a));
+      if (!v || *v < 0) throw Error(std::string(kRankShimFlag) + ": --heartbeat_timeout needs a whole number of seconds >= 0");
+      out.heartbeat_timeout_s = *v;
     } else if (a == "--no_prefix") {
       out.prefix = false;
     } else {
@@ -152,6 +157,12 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const RankInfo
 std::string rank_failure_line(const RankInfo& rank, const ShimArgs& args, int wait_status) {
   return "stratum-run: rank " + std::to_string(rank.rank) + " (host " + args.node + ", local rank " +
          std::to_string(rank.local_rank) + ") " + describe_wait_status(wait_status);
+}
+
+std::string rank_hang_line(const RankInfo& rank, const ShimArgs& args) {
+  return "stratum-run: rank " + std::to_string(rank.rank) + " (host " + args.node + ", local rank " +
+         std::to_string(rank.local_rank) + ") made no progress for " + std::to_string(args.heartbeat_timeout_s) +
+         " s (stuck in its own work, not waiting on a peer): killed it (--heartbeat_timeout; 0 turns the check off)";
 }
 
 std::string rank_prefix(const RankInfo& rank) { return "[rank " + std::to_string(rank.rank) + "] "; }

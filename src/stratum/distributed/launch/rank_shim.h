@@ -22,10 +22,12 @@ struct ShimArgs {
   std::optional<std::vector<std::string>> devices; // CUDA_VISIBLE_DEVICES entries (GPU launches)
   std::string log_dir;                             // also write rank_<N>.log there
   bool prefix = true;                              // "[rank N] " before each output line
+  int heartbeat_timeout_s = 0;                     // end the rank when it stops making progress this long (0: never)
   std::vector<std::string> program;                // program and its arguments
 };
 
-// `--rank-shim --node NAME --node_rank I [--devices a,b] [--log_dir D] [--no_prefix] -- PROGRAM ARGS`
+// `--rank-shim --node NAME --node_rank I [--devices a,b] [--log_dir D] [--no_prefix]
+//  [--heartbeat_timeout S] -- PROGRAM ARGS`
 std::vector<std::string> shim_arguments(const ShimArgs& args);
 // Parses what follows `--rank-shim` (throws stratum::Error on anything else).
 ShimArgs parse_shim_arguments(const std::vector<std::string>& args);
@@ -47,6 +49,8 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const RankInfo
 
 // "stratum-run: rank 1 (host node2, local rank 1) exited with status 3"
 std::string rank_failure_line(const RankInfo& rank, const ShimArgs& args, int wait_status);
+// "stratum-run: rank 1 (host node2, local rank 1) made no progress for 120 s ..."
+std::string rank_hang_line(const RankInfo& rank, const ShimArgs& args);
 // "[rank 1] "
 std::string rank_prefix(const RankInfo& rank);
 

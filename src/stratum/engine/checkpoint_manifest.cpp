@@ -1,0 +1,368 @@
+#include "stratum/engine/checkpoint_manifest.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <set>
+
+#include "stratum/core/error.h"
+#include "stratum/core/fs.h"
+#include "stratum/core/json_depth.h"
+#include "stratum/engine/checkpoint_tags.h"
+
+namespace stratum {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kMaxDataParallel = 1 << 20;
+constexpr size_t kMaxShownProblems = 12;
+constexpr size_t kMaxDims = 16;
+
+// Collects problems, each with its JSON path, while reading typed fields.
+class FieldReader {
+ public:
+  explicit FieldReader(std::vector<std::string>& problems) : problems_(problems) {}
+
+  const json* get(const json& obj, const std::string& key, const std::string& where) {
+    if (!obj.is_object() || !obj.contains(key)) {
+      problem(join(where, key) + ": missing");
+      return nullptr;
+    }
+    return &obj.at(key);
+  }
+  bool integer(const json& obj, const std::string& key, const std::string& where, int64_t lo, int64_t hi,
+               int64_t& out) {
+    const json* v = get(obj, key, where);
+    return v && integer_value(*v, join(where, key), lo, hi, out);
+  }
+  bool integer_value(const json& v, const std::string& path, int64_t lo, int64_t hi, int64_t& out) {
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(hi)) return range(path, lo, hi, v.dump());
+      out = static_cast<int64_t>(u);
+    } else if (v.is_number_integer()) {
+      out = v.get<int64_t>();
+    } else {
+      problem(path + ": expected an integer, got " + shown(v));
+      return false;
+    }
+    if (out < lo || out > hi) return range(path, lo, hi, v.dump());
+    return true;
+  }
+  bool number(const json& obj, const std::string& key, const std::string& where, double lo, double hi, double& out) {
+    const json* v = get(obj, key, where);
+    if (!v) return false;
+    if (!v->is_number()) {
+      problem(join(where, key) + ": expected a number, got " + shown(*v));
+      return false;
+    }
+    out = v->get<double>();
+    if (!std::isfinite(out) || out < lo || out > hi) {
+      problem(join(where, key) + ": expected a finite number in [" + fmt(lo) + ", " + fmt(hi) + "], got " + v->dump());
+      return false;
+    }
+    return true;
+  }
+  bool string(const json& obj, const std::string& key, const std::string& where, std::string& out) {
+    const json* v = get(obj, key, where);
+    if (!v) return false;
+    if (!v->is_string()) {
+      problem(join(where, key) + ": expected a string, got " + shown(*v));
+      return false;
+    }
+    out = v->get<std::string>();
+    return true;
+  }
+  const json* array(const json& obj, const std::string& key, const std::string& where) {
+    const json* v = get(obj, key, where);
+    if (v && !v->is_array()) {
+      problem(join(where, key) + ": expected an array, got " + shown(*v));
+      return nullptr;
+    }
+    return v;
+  }
+  const json* object(const json& obj, const std::string& key, const std::string& where) {
+    const json* v = get(obj, key, where);
+    if (v && !v->is_object()) {
+      problem(join(where, key) + ": expected an object, got " + shown(*v));
+      return nullptr;
+    }
+    return v;
+  }
+  void problem(std::string p) { problems_.push_back(std::move(p)); }
+  static std::string join(const std::string& where, const std::string& key) {
+    return where.empty() ? key : where + "." + key;
+  }
+  // A value in a message, shortened: a manifest may hold anything.
+  static std::string shown(const json& v) {
+    std::string s = v.dump();
+    if (s.size() > 60) s = s.substr(0, 40) + "... (" + std::to_string(s.size()) + " characters)";
+    return s;
+  }
+
+ private:
+  bool range(const std::string& path, int64_t lo, int64_t hi, const std::string& got) {
+    problem(path + ": expected " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " +
+            (got.size() > 40 ? got.substr(0, 40) + "..." : got));
+    return false;
+  }
+  static std::string fmt(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return buf;
+  }
+  std::vector<std::string>& problems_;
+};
+
+bool parse_hex32(const std::string& s, uint32_t& out) {
+  if (s.size() != 8) return false;
+  out = 0;
+  for (char c : s) {
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else return false;
+    out = (out << 4) | static_cast<uint32_t>(d);
+  }
+  return true;
+}
+
+void read_params(FieldReader& r, const json& m, CheckpointManifest& out) {
+  const json* params = r.array(m, "params", "");
+  if (!params) return;
+  if (params->empty()) r.problem("params: empty (a checkpoint holds at least one parameter)");
+  std::set<std::string> names;
+  for (size_t i = 0; i < params->size(); ++i) {
+    const std::string where = "params[" + std::to_string(i) + "]";
+    const json& p = (*params)[i];
+    ManifestParam param;
+    bool ok = r.string(p, "name", where, param.name);
+    if (ok && param.name.empty()) r.problem(where + ".name: empty"), ok = false;
+    if (ok && !names.insert(param.name).second) r.problem(where + ".name: '" + param.name + "' given twice"), ok = false;
+    const json* shape = r.array(p, "shape", where);
+    int64_t product = 1;
+    if (shape) {
+      if (shape->size() > kMaxDims) r.problem(where + ".shape: " + std::to_string(shape->size()) + " dimensions"), ok = false;
+      for (size_t d = 0; d < shape->size() && d <= kMaxDims; ++d) {
+        int64_t dim = 0;
+        if (!r.integer_value((*shape)[d], where + ".shape[" + std::to_string(d) + "]", 0,
+                             std::numeric_limits<int64_t>::max(), dim)) {
+          ok = false;
+          continue;
+        }
+        param.shape.push_back(dim);
+        if (__builtin_mul_overflow(product, dim, &product)) {
+          r.problem(where + ".shape: the element count overflows 64 bits");
+          ok = false;
+          break;
+        }
+      }
+    } else {
+      ok = false;
+    }
+    if (r.integer(p, "numel", where, 0, std::numeric_limits<int64_t>::max(), param.numel) && shape && ok &&
+        param.numel != product)
+      r.problem(where + ".numel: " + std::to_string(param.numel) + ", but its shape holds " + std::to_string(product));
+    out.params.push_back(std::move(param));
+  }
+}
+
+void read_shards(FieldReader& r, const json& m, CheckpointManifest& out) {
+  const json* shards = r.array(m, "shards", "");
+  if (!shards) return;
+  if (static_cast<int64_t>(shards->size()) != out.data_parallel_size)
+    r.problem("shards: " + std::to_string(shards->size()) + " shards, but data_parallel_size is " +
+              std::to_string(out.data_parallel_size) + " (one per rank)");
+  for (size_t i = 0; i < shards->size() && i < static_cast<size_t>(kMaxDataParallel); ++i) {
+    const std::string where = "shards[" + std::to_string(i) + "]";
+    const json& s = (*shards)[i];
+    ManifestShard shard;
+    int64_t rank = -1;
+    if (r.integer(s, "rank", where, 0, kMaxDataParallel - 1, rank)) {
+      shard.rank = static_cast<int>(rank);
+      if (rank != static_cast<int64_t>(i)) r.problem(where + ".rank: " + std::to_string(rank) + ", expected " + std::to_string(i));
+    }
+    // The name is the rank's own: a manifest cannot point a loader at another file.
+    if (r.string(s, "file", where, shard.file) && shard.file != shard_file_name(static_cast<int>(i)))
+      r.problem(where + ".file: " + FieldReader::shown(s.at("file")) + ", expected '" +
+                shard_file_name(static_cast<int>(i)) + "'");
+    if (const json* frags = r.array(s, "fragments", where)) {
+      for (size_t k = 0; k < frags->size(); ++k) {
+        const std::string fw = where + ".fragments[" + std::to_string(k) + "]";
+        const json& f = (*frags)[k];
+        if (!f.is_array() || f.size() != 3) {
+          r.problem(fw + ": expected [parameter index, first element, elements], got " + FieldReader::shown(f));
+          continue;
+        }
+        ManifestFragment frag;
+        const int64_t np = static_cast<int64_t>(out.params.size());
+        if (!r.integer_value(f[0], fw + "[0]", 0, std::max<int64_t>(np - 1, 0), frag.param) ||
+            !r.integer_value(f[1], fw + "[1]", 0, std::numeric_limits<int64_t>::max(), frag.start) ||
+            !r.integer_value(f[2], fw + "[2]", 1, std::numeric_limits<int64_t>::max(), frag.numel))
+          continue;
+        if (frag.param >= np) continue;  // reported as out of range above (or params is broken)
+        const int64_t param_numel = out.params[static_cast<size_t>(frag.param)].numel;
+        int64_t end = 0;
+        if (__builtin_add_overflow(frag.start, frag.numel, &end) || end > param_numel) {
+          r.problem(fw + ": elements " + std::to_string(frag.start) + " + " + std::to_string(frag.numel) +
+                    " go past parameter '" + out.params[static_cast<size_t>(frag.param)].name + "' (" +
+                    std::to_string(param_numel) + " elements)");
+          continue;
+        }
+        shard.fragments.push_back(frag);
+      }
+    }
+    if (out.has_checksums()) {
+      if (const json* sums = r.object(s, "checksums", where)) {
+        for (const auto& item : sums->items()) {
+          uint32_t crc = 0;
+          if (!item.value().is_string() || !parse_hex32(item.value().get<std::string>(), crc)) {
+            r.problem(where + ".checksums: tensor '" + FieldReader::shown(json(item.key())) +
+                      "': expected 8 lowercase hex digits, got " + FieldReader::shown(item.value()));
+            continue;
+          }
+          shard.checksums.emplace(item.key(), crc);
+        }
+      }
+    }
+    out.shards.push_back(std::move(shard));
+  }
+}
+
+}  // namespace
+
+int64_t CheckpointManifest::total_numel() const {
+  int64_t n = 0;
+  for (const auto& p : params) n += p.numel;
+  return n;
+}
+
+std::string shard_file_name(int rank) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "rank_%05d.safetensors", rank);
+  return buf;
+}
+
+CheckpointManifest parse_checkpoint_manifest(const std::string& text, const std::string& path) {
+  if (auto at = find_excess_json_nesting(text))
+    throw Error(path + ": corrupt manifest: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels (byte " +
+                std::to_string(*at) + ")");
+  json m;
+  try {
+    m = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(path + ": corrupt manifest (not JSON): " + e.what());
+  }
+  if (!m.is_object()) throw Error(path + ": corrupt manifest: not a JSON object");
+  if (!m.contains("format") || m["format"] != kCheckpointFormat)
+    throw Error(path + ": not a Stratum checkpoint manifest (its 'format' is not \"" + kCheckpointFormat + "\")");
+
+  CheckpointManifest out;
+  out.path = path;
+  std::vector<std::string> problems;
+  FieldReader r(problems);
+  int64_t v = 0;
+  if (r.integer(m, "version", "", 1, std::numeric_limits<int64_t>::max(), v) && v > kCheckpointVersion)
+    throw Error(path + ": checkpoint format version " + std::to_string(v) + ", this build reads 1.." +
+                std::to_string(kCheckpointVersion) + " (saved by a newer Stratum?)");
+  out.version = static_cast<int>(v);
+  if (r.string(m, "tag", "", out.tag)) {
+    const std::string why = tag_name_problem(out.tag);
+    if (!why.empty()) r.problem("tag: " + why);
+  }
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  r.integer(m, "global_steps", "", 0, big, out.global_steps);
+  r.integer(m, "micro_steps", "", 0, big, out.micro_steps);
+  if (r.integer(m, "skipped_steps", "", 0, big, out.skipped_steps) && out.skipped_steps > out.global_steps)
+    r.problem("skipped_steps: " + std::to_string(out.skipped_steps) + " is more than global_steps " +
+              std::to_string(out.global_steps) + " (skipped steps count among them)");
+  if (r.integer(m, "zero_stage", "", 0, 3, v)) out.zero_stage = static_cast<int>(v);
+  if (r.integer(m, "data_parallel_size", "", 1, kMaxDataParallel, v)) out.data_parallel_size = static_cast<int>(v);
+  if (r.string(m, "model_dtype", "", out.model_dtype) && out.model_dtype != "Float" && out.model_dtype != "BFloat16" &&
+      out.model_dtype != "Half")
+    r.problem("model_dtype: expected Float, BFloat16 or Half, got '" + FieldReader::shown(json(out.model_dtype)) + "'");
+  read_params(r, m, out);
+  read_shards(r, m, out);
+  r.number(m, "adam_step", "", 0.0, 9.0e15, out.adam_step);
+  if (const json* lr = r.object(m, "lr_scheduler", ""))
+    r.integer(*lr, "last_batch_iteration", "lr_scheduler", -1, big, out.lr_last_batch_iteration);
+  if (const json* sc = r.object(m, "loss_scaler", "")) {
+    auto& ls = out.loss_scaler;
+    if (r.number(*sc, "cur_scale", "loss_scaler", 0.0, std::numeric_limits<double>::max(), ls.cur_scale) &&
+        ls.cur_scale <= 0.0)
+      r.problem("loss_scaler.cur_scale: must be positive, got " + std::to_string(ls.cur_scale));
+    r.integer(*sc, "cur_iter", "loss_scaler", 0, big, ls.cur_iter);
+    r.integer(*sc, "last_overflow_iter", "loss_scaler", -1, big, ls.last_overflow_iter);
+    r.integer(*sc, "cur_hysteresis", "loss_scaler", 0, big, ls.cur_hysteresis);
+    r.integer(*sc, "overflows_at_min", "loss_scaler", 0, big, ls.overflows_at_min);
+  }
+  if (m.contains("client_state")) {
+    if (m["client_state"].is_object()) out.client_state = m["client_state"];
+    else r.problem("client_state: expected an object, got " + FieldReader::shown(m["client_state"]));
+  }
+  if (!problems.empty()) {
+    std::string msg = path + ": invalid checkpoint manifest (" + std::to_string(problems.size()) +
+                      (problems.size() == 1 ? " problem):" : " problems):");
+    for (size_t i = 0; i < problems.size() && i < kMaxShownProblems; ++i) msg += "\n  " + problems[i];
+    if (problems.size() > kMaxShownProblems)
+      msg += "\n  ... and " + std::to_string(problems.size() - kMaxShownProblems) + " more";
+    throw Error(msg);
+  }
+  return out;
+}
+
+CheckpointManifest read_checkpoint_manifest(const std::string& tag_dir) {
+  const std::string path = tag_dir + "/manifest.json";
+  if (!fs::exists(path)) throw Error(tag_dir + ": not a checkpoint (no manifest.json)");
+  return parse_checkpoint_manifest(fs::read_regular_file(path, kMaxManifestBytes, "the checkpoint manifest"), path);
+}
+
+std::string manifest_to_json_text(const CheckpointManifest& c) {
+  json m;
+  m["format"] = kCheckpointFormat;
+  m["version"] = c.version;
+  m["tag"] = c.tag;
+  m["global_steps"] = c.global_steps;
+  m["micro_steps"] = c.micro_steps;
+  m["skipped_steps"] = c.skipped_steps;
+  m["zero_stage"] = c.zero_stage;
+  m["data_parallel_size"] = c.data_parallel_size;
+  m["model_dtype"] = c.model_dtype;
+  json params = json::array();
+  for (const auto& p : c.params) params.push_back({{"name", p.name}, {"shape", p.shape}, {"numel", p.numel}});
+  m["params"] = params;
+  json shards = json::array();
+  for (const auto& s : c.shards) {
+    json fragments = json::array();
+    for (const auto& f : s.fragments) fragments.push_back({f.param, f.start, f.numel});
+    json shard = {{"file", s.file}, {"rank", s.rank}, {"fragments", fragments}};
+    if (c.has_checksums()) {
+      json sums = json::object();
+      for (const auto& [name, crc] : s.checksums) {
+        char hex[16];
+        std::snprintf(hex, sizeof hex, "%08x", crc);
+        sums[name] = hex;
+      }
+      shard["checksums"] = sums;
+    }
+    shards.push_back(shard);
+  }
+  m["shards"] = shards;
+  m["checksum"] = "crc32c of each tensor's bytes, per shard";
+  m["topology"] = {{"data_parallel", c.data_parallel_size}, {"pipeline_parallel", 1}, {"tensor_parallel", 1}};
+  m["rng"] = "per rank, in each shard as tensor 'rng|cpu' (torch's CPU generator state)";
+  m["adam_step"] = c.adam_step;
+  m["lr_scheduler"] = {{"last_batch_iteration", c.lr_last_batch_iteration}};
+  const auto& ls = c.loss_scaler;
+  m["loss_scaler"] = {{"cur_scale", ls.cur_scale},
+                      {"cur_iter", ls.cur_iter},
+                      {"last_overflow_iter", ls.last_overflow_iter},
+                      {"cur_hysteresis", ls.cur_hysteresis},
+                      {"overflows_at_min", ls.overflows_at_min}};
+  m["client_state"] = c.client_state;
+  return m.dump(2);
+}
+
+}  // namespace stratum

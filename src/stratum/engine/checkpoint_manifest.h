@@ -1,0 +1,80 @@
+#pragma once
+// The manifest of a checkpoint tag (manifest.json): what every shard holds,
+// the training counters, and a CRC-32C per stored tensor. Parsed into a typed
+// value and validated field by field before any of it is trusted: every
+// problem is reported at once, each naming the file and the key.
+//
+// Plain C++ and nlohmann/json, no torch: the fuzz target reads it as the
+// loader does.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace stratum {
+
+inline constexpr const char* kCheckpointFormat = "stratum-checkpoint";
+// 1: no checksums (still read, unverified); 2: a CRC-32C per tensor.
+inline constexpr int kCheckpointVersion = 2;
+// A manifest larger than this is not one (thousands of ranks and parameters stay far below).
+inline constexpr size_t kMaxManifestBytes = 1ull << 30;
+
+struct ManifestParam {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+};
+
+// Elements [start, start + numel) of parameter `param` (an index into params).
+struct ManifestFragment {
+  int64_t param = 0, start = 0, numel = 0;
+};
+
+struct ManifestShard {
+  std::string file;  // shard_file_name(rank), inside the tag directory
+  int rank = 0;
+  std::vector<ManifestFragment> fragments;
+  std::map<std::string, uint32_t> checksums;  // tensor name -> CRC-32C of its bytes (version 2)
+};
+
+struct ManifestLossScaler {
+  double cur_scale = 1.0;
+  int64_t cur_iter = 0, last_overflow_iter = -1, cur_hysteresis = 1, overflows_at_min = 0;
+};
+
+struct CheckpointManifest {
+  std::string path;  // the manifest.json it was read from (messages)
+  int version = kCheckpointVersion;
+  std::string tag;
+  int64_t global_steps = 0, micro_steps = 0, skipped_steps = 0;
+  int zero_stage = 0;
+  int data_parallel_size = 1;
+  std::string model_dtype;  // torch's name: "Float", "BFloat16", "Half"
+  std::vector<ManifestParam> params;
+  std::vector<ManifestShard> shards;  // shards[r] is rank r's
+  double adam_step = 0.0;
+  int64_t lr_last_batch_iteration = -1;
+  ManifestLossScaler loss_scaler;
+  nlohmann::json client_state = nlohmann::json::object();
+
+  bool has_checksums() const { return version >= 2; }
+  int64_t total_numel() const;
+};
+
+// "rank_00003.safetensors".
+std::string shard_file_name(int rank);
+
+// Throws stratum::Error naming `path` and listing every problem: not JSON,
+// nested too deep, another format or version, a key missing or of the wrong
+// type, a count or size out of range (negative steps, ZeRO stage 7, shards
+// that disagree with the data-parallel size, fragments outside their
+// parameter, a shard file that is not the rank's own name, a bad checksum).
+CheckpointManifest parse_checkpoint_manifest(const std::string& text, const std::string& path);
+// Reads <tag_dir>/manifest.json (a regular file of at most kMaxManifestBytes).
+CheckpointManifest read_checkpoint_manifest(const std::string& tag_dir);
+
+std::string manifest_to_json_text(const CheckpointManifest& manifest);
+
+}  // namespace stratum
