@@ -134,8 +134,6 @@ nlohmann::json read_json_file(const std::string& path) {
   try {
     // A FIFO or device (/dev/zero) is refused, and a huge file, before it is read.
     text = fs::read_regular_file(path, kMaxConfigFileBytes, "config file");
-  } catch (const ConfigError&) {
-    throw;
   } catch (const Error& e) {
     std::string reason = e.what();
     if (reason.rfind(path + ": ", 0) == 0) reason = reason.substr(path.size() + 2);

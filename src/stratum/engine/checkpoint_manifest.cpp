@@ -134,6 +134,7 @@ void read_params(FieldReader& r, const json& m, CheckpointManifest& out) {
   if (!params) return;
   if (params->empty()) r.problem("params: empty (a checkpoint holds at least one parameter)");
   std::set<std::string> names;
+  int64_t total = 0;  // total_numel() adds them up unchecked
   for (size_t i = 0; i < params->size(); ++i) {
     const std::string where = "params[" + std::to_string(i) + "]";
     const json& p = (*params)[i];
@@ -165,6 +166,10 @@ void read_params(FieldReader& r, const json& m, CheckpointManifest& out) {
     if (r.integer(p, "numel", where, 0, std::numeric_limits<int64_t>::max(), param.numel) && shape && ok &&
         param.numel != product)
       r.problem(where + ".numel: " + std::to_string(param.numel) + ", but its shape holds " + std::to_string(product));
+    if (__builtin_add_overflow(total, param.numel, &total)) {
+      r.problem(where + ".numel: " + std::to_string(param.numel) + " takes the parameters' total past 64 bits");
+      total = 0;
+    }
     out.params.push_back(std::move(param));
   }
 }

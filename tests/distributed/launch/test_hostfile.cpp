@@ -147,6 +147,7 @@ TEST(Hostfile, SlotsAndLinesAreBounded) {
   EXPECT_NE(error_of([&] { parse_hostfile(lines + "a slots=1", "hf"); }).find("hf: more than 4096 lines"),
             std::string::npos);
   EXPECT_EQ(parse_hostfile(std::string(4095, '\n') + "a slots=1", "hf").size(), 1u);
+  EXPECT_EQ(parse_hostfile(std::string(4095, '\n') + "a slots=1\n", "hf").size(), 1u);  // 4096 lines, newline-ended
 }
 
 // Open MPI 4.1's mpirun crashed ("stack smashing detected") on a remote host

@@ -134,6 +134,7 @@ std::vector<HostfileEntry> parse_hostfile(std::string_view text, const std::stri
   while (pos <= text.size()) {
     size_t nl = text.find('\n', pos);
     std::string_view line = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+    if (nl == std::string_view::npos && line.empty() && line_no > 0) break;  // after the last newline
     if (++line_no > kMaxHostfileLines)
       throw Error(source + ": more than " + std::to_string(kMaxHostfileLines) +
                   " lines; a hostfile has one line per host (is this the right file?)");
