@@ -589,7 +589,7 @@ TEST(Launcher, DryRunPrintsTheMpirunCommand) {
   EXPECT_HAS(run.out, "--bind-to none");
   EXPECT_HAS(run.out, "-np 2 --host localhost:2");
   EXPECT_HAS(run.out, "-x NCCL_NVLS_ENABLE=0");
-  EXPECT_HAS(run.out, "--rank-shim --node localhost --node_rank 0 -- /bin/echo 'hi there'");
+  EXPECT_HAS(run.out, "--rank-shim --node localhost --node_rank 0 --heartbeat_timeout 120 -- /bin/echo 'hi there'");
   if (geteuid() == 0) EXPECT_HAS(run.out, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ");
 }
 
