@@ -127,6 +127,15 @@ TEST_F(ConfigLimits, LongKeysAreShortenedInPathsAndRepeats) {
   e = error_of_text("{\"" + key + "\": 1, \"" + key + "\": 2}");
   EXPECT_NE(e.find("... (100000 characters): given more than once"), std::string::npos) << e.substr(0, 300);
   EXPECT_LT(e.size(), 300u);
+  // Cut before a UTF-8 character, never inside one; a long value is cut before it is shown.
+  std::string accents;
+  for (int i = 0; i < 50; ++i) accents += "\xc3\xa9";  // é
+  e = error_of_text("{\"train_batch_size\": 8, \"" + std::string(39, 'a') + accents + "\": 1}");
+  EXPECT_NE(e.find("\n  " + std::string(39, 'a') + "... (139 characters): unknown key"), std::string::npos) << e;
+  e = error_of_text("{\"train_batch_size\": 8, \"prescale_gradients\": \"" + std::string(55, 'a') + accents + "\"}");
+  EXPECT_NE(e.find("prescale_gradients: expected true or false, got \"" + std::string(55, 'a') + "..."),
+            std::string::npos)
+      << e;
   e = error_of_text("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"" + key + "\"}}");
   EXPECT_NE(e.find("unknown optimizer \"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk... (100000 characters)\""),
             std::string::npos)

@@ -101,6 +101,16 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
 std::string show(const Json& value) {
   if (value.is_object()) return "{...}";
   if (value.is_array()) return "[...]";
+  // A long string is cut before it is dumped (a megabyte value is not copied per
+  // message), before a UTF-8 character rather than inside one (dump() would throw).
+  if (value.is_string() && value.get_ref<const std::string&>().size() > 60) {
+    const std::string& text = value.get_ref<const std::string&>();
+    size_t cut = 56;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    std::string s = Json(text.substr(0, cut)).dump();
+    s.pop_back();  // the closing quote: the string goes on
+    return s + "...";
+  }
   std::string s = value.dump();
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }

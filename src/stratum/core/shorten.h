@@ -7,7 +7,8 @@
 
 namespace stratum {
 
-// The text itself up to max_length characters, else its first 40 + "... (N characters)".
+// The text itself up to max_length bytes, else its first 40 (fewer rather than
+// split a UTF-8 character) + "... (N characters)", N counting bytes.
 std::string shorten_for_message(std::string_view text, size_t max_length = 64);
 
 }  // namespace stratum
