@@ -10,9 +10,9 @@
 
 #include <chrono>
 #include <functional>
-#include <future>
 #include <string>
 
+#include "../common/fifo_deadline.h"
 #include "stratum/config/config.h"
 #include "stratum/config/json_source.h"
 #include "stratum/core/error.h"
@@ -60,15 +60,9 @@ class ConfigLimits : public ::testing::Test {
 TEST_F(ConfigLimits, FifoIsRefusedWithoutBlocking) {
   const std::string fifo = dir_ + "/config.json";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  auto result = std::async(std::launch::async, [&] { return error_of_file(fifo); });
-  if (result.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
-    // Let the blocked open() through so the test can end, then fail.
-    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
-    if (fd >= 0) ::close(fd);
-    result.wait();
-    FAIL() << "reading a FIFO as a config blocked";
-  }
-  const std::string e = result.get();
+  std::string e;
+  ASSERT_TRUE(stratum::test::returns_without_blocking(fifo, [&] { e = error_of_file(fifo); }))
+      << "reading a FIFO as a config blocked";
   EXPECT_NE(e.find(fifo), std::string::npos) << e;
   EXPECT_NE(e.find("must be a regular file, but this is a FIFO"), std::string::npos) << e;
 }

@@ -1,14 +1,12 @@
 // Token files: round trips in both widths, mmap window reads, and an error
 // naming the file (and the numbers) for each way a file can be wrong.
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstring>
-#include <future>
 
+#include "../common/fifo_deadline.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/data/token_file.h"
@@ -267,14 +265,10 @@ TEST_F(TokenFileTest, VocabularySizeOutOfRangeIsCorrupt) {
 TEST_F(TokenFileTest, FifoAndDevicesAreRefusedWithoutBlocking) {
   const std::string fifo = path("pipe.strtok");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  auto result = std::async(std::launch::async, [&] { return STRATUM_ERROR_MESSAGE(TokenFile{fifo}); });
-  if (result.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
-    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // let the blocked open() through
-    if (fd >= 0) ::close(fd);
-    result.wait();
-    FAIL() << "opening a FIFO as a token file blocked";
-  }
-  EXPECT_NE(result.get().find(fifo + ": not a regular file"), std::string::npos);
-  const auto msg = STRATUM_ERROR_MESSAGE(TokenFile{"/dev/zero"});
+  std::string msg;
+  ASSERT_TRUE(test::returns_without_blocking(fifo, [&] { msg = STRATUM_ERROR_MESSAGE(TokenFile{fifo}); }))
+      << "opening a FIFO as a token file blocked";
+  EXPECT_NE(msg.find(fifo + ": not a regular file"), std::string::npos) << msg;
+  msg = STRATUM_ERROR_MESSAGE(TokenFile{"/dev/zero"});
   EXPECT_NE(msg.find("/dev/zero: not a regular file"), std::string::npos) << msg;
 }

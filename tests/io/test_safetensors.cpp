@@ -4,15 +4,13 @@
 
 #include <torch/torch.h>
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
-#include <future>
 #include <nlohmann/json.hpp>
 
+#include "../common/fifo_deadline.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/io/safetensors.h"
@@ -231,14 +229,10 @@ TEST_F(Safetensors, DimensionsOverInt64AreRefused) {
 TEST_F(Safetensors, FifoIsRefusedWithoutBlocking) {
   const std::string fifo = path("pipe.safetensors");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  auto result = std::async(std::launch::async, [&] { return read_error(fifo); });
-  if (result.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
-    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // let the blocked open() through
-    if (fd >= 0) ::close(fd);
-    result.wait();
-    FAIL() << "reading a FIFO as a safetensors file blocked";
-  }
-  expect_contains(result.get(), "pipe.safetensors: not a regular file");
+  std::string msg;
+  ASSERT_TRUE(test::returns_without_blocking(fifo, [&] { msg = read_error(fifo); }))
+      << "reading a FIFO as a safetensors file blocked";
+  expect_contains(msg, "pipe.safetensors: not a regular file");
 }
 
 TEST_F(Safetensors, LongTensorNamesAreShortenedInMessages) {

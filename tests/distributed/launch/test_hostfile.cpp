@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../../common/error_of.h"
+#include "../../common/fifo_deadline.h"
 #include "stratum/core/error.h"
 #include "stratum/distributed/launch/hostfile.h"
 
@@ -117,8 +118,10 @@ TEST(Hostfile, OnlyRegularFilesOfAtMostAMegabyteAreRead) {
   const std::string fifo = ::testing::TempDir() + "stratum_hostfile_fifo";
   std::remove(fifo.c_str());
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  msg = error_of([&] { read_hostfile(fifo); });  // (the old code blocked here: CTest's time limit fails it)
-  EXPECT_NE(msg.find("but this is a FIFO"), std::string::npos) << msg;
+  ASSERT_TRUE(test::returns_without_blocking(fifo, [&] { msg = error_of([&] { read_hostfile(fifo); }); }))
+      << "reading a FIFO as a hostfile blocked";
+  EXPECT_NE(msg.find("--hostfile " + fifo + ": hostfile must be a regular file, but this is a FIFO"), std::string::npos)
+      << msg;
   std::remove(fifo.c_str());
   const std::string big = ::testing::TempDir() + "stratum_hostfile_big";
   {
