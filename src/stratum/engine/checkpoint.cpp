@@ -144,7 +144,18 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
   agree(engine, "saving checkpoint " + tag, error);
 
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const Fragment& f : written_fragments(layout, strategy.stage(), rank)) {
+  const auto [lo, hi] = write_window(layout, strategy.stage(), rank);
+  const std::vector<Fragment> mine = fragments_of(layout, strategy.owned_pieces(), lo, hi);
+  {
+    // Rank 0 lists every shard's fragments (and orders the gathered checksums) from the layout alone.
+    const std::vector<Fragment> listed = written_fragments(layout, strategy.stage(), rank);
+    bool same = listed.size() == mine.size();
+    for (size_t i = 0; same && i < mine.size(); ++i)
+      same = listed[i].param == mine[i].param && listed[i].start == mine[i].start && listed[i].numel == mine[i].numel;
+    if (!same) throw Error("save_checkpoint: internal: rank " + std::to_string(rank) +
+                           "'s fragments differ from those the manifest lists");
+  }
+  for (const Fragment& f : mine) {
     const auto& seg = strategy.segments()[f.segment];
     const std::string& name = layout.specs()[f.param].name;
     const at::Tensor* sources[] = {&seg.master, &adam[f.segment].exp_avg, &adam[f.segment].exp_avg_sq};
@@ -218,7 +229,7 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     m.lr_last_batch_iteration = state.scheduler.last_batch_iteration();
     const auto& sc = state.scaler.state();
     m.loss_scaler = {sc.cur_scale, sc.cur_iter, sc.last_overflow_iter, sc.cur_hysteresis, sc.overflows_at_min};
-    m.client_state = client_state;
+    m.client_state = client_state.is_null() ? json::object() : client_state;
     try {
       fs::write_file_atomically(tmp_dir + "/manifest.json", manifest_to_json_text(m), "the checkpoint manifest");
       const std::string final_dir = save_dir + "/" + tag;
