@@ -31,6 +31,16 @@ TEST(Crc32c, ChainsAcrossPiecesAtAnyAlignment) {
     EXPECT_EQ(crc32c(text.data() + cut, text.size() - cut, crc32c(text.data(), cut)), whole) << cut;
 }
 
+TEST(Crc32c, CombinesPiecesChecksummedApart) {
+  std::string text;
+  for (int i = 0; i < 100000; ++i) text += static_cast<char>((i * 131) % 251);
+  const uint32_t whole = stratum::crc32c(text.data(), text.size());
+  for (size_t cut : {0, 1, 7, 4096, 65537, 99999, 100000}) {
+    const uint32_t a = crc32c(text.data(), cut), b = crc32c(text.data() + cut, text.size() - cut);
+    EXPECT_EQ(stratum::crc32c_combine(a, b, text.size() - cut), whole) << cut;
+  }
+}
+
 TEST(Crc32c, OneFlippedBitChangesIt) {
   std::vector<unsigned char> data(4096, 0x5a);
   const uint32_t before = crc32c(data.data(), data.size());

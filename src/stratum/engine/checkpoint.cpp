@@ -16,6 +16,7 @@
 #include "stratum/distributed/agreement.h"
 #include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/io/safetensors.h"
+#include "stratum/io/tensor_checksum.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/loss_scaler.h"
 #include "stratum/optim/lr_schedule.h"
@@ -81,10 +82,7 @@ std::vector<Fragment> written_fragments(const zero::FlatLayout& layout, int stag
   return fragments_of(layout, pieces_of_rank(layout, stage, rank), lo, hi);
 }
 
-uint32_t checksum_of(const at::Tensor& t) {
-  const at::Tensor c = t.is_contiguous() ? t : t.contiguous();
-  return crc32c(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
-}
+uint32_t checksum_of(const at::Tensor& t) { return io::tensor_crc32c(t); }
 
 // The device the engine's data-parallel communicator works on (with offload
 // the masters are on the host, the gradients are not).
