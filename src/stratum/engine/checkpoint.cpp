@@ -15,6 +15,7 @@
 #include "stratum/core/fs.h"
 #include "stratum/core/log.h"
 #include "stratum/distributed/agreement.h"
+#include "stratum/distributed/job.h"
 #include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/io/safetensors.h"
 #include "stratum/io/tensor_checksum.h"
@@ -391,12 +392,12 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
       at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle on the global generator
       try {
         gen.set_state(rng);
-      } catch (const std::exception& e) {
+      } catch (const std::exception&) {
         throw Error(file + ": tensor '" + std::string(kRngTensor) + "' is not a CPU generator state");
       }
     }
   } catch (const std::exception& e) {
-    error = e.what();
+    error = distributed::describe_exception(e);
   }
   agree(engine, "loading checkpoint " + (tag_dir.empty() ? load_dir : tag_dir), error);
   strategy.publish_params();  // collective: the model takes the loaded masters
