@@ -13,6 +13,7 @@
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
+#include "stratum/distributed/job.h"
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/io/safetensors.h"
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
     if (*info_cmd) return info(dir, tag, verify);
     return export_hf(dir, out, tag, dtype);
   } catch (const std::exception& e) {
-    std::cerr << "stratum-ckpt: error: " << e.what() << "\n";
+    std::cerr << "stratum-ckpt: error: " << distributed::describe_exception(e) << "\n";
     return 1;
   }
 }

@@ -20,17 +20,30 @@ int main(int argc, char** argv) {
   double largest_layer = 0;
   stratum::monitor::EstimateInput in;
   bool fp32 = false;
-  app.add_option("--params", params, "trainable parameters (e.g. 7.5e9), when not a --model preset");
+  app.add_option("--params", params, "trainable parameters (e.g. 7.5e9), when not a --model preset")
+      ->check(CLI::Range(1.0, 1e15));
   app.add_option("--model", model, "a built-in preset (its shape also gives activations)");
   app.add_option("--set", overrides, "override a preset dimension, e.g. --set layers=48");
-  app.add_option("--largest-layer", largest_layer, "parameters of the largest layer (ZeRO-3 working set)");
-  app.add_option("--num_nodes", in.nodes, "nodes")->check(CLI::PositiveNumber);
-  app.add_option("--num_gpus", in.gpus_per_node, "GPUs per node")->check(CLI::PositiveNumber);
-  app.add_option("--micro-batch", in.micro_batch, "micro-batch per GPU (activations)")->check(CLI::PositiveNumber);
-  app.add_option("--seq", in.seq_len, "sequence length (activations)")->check(CLI::PositiveNumber);
+  app.add_option("--largest-layer", largest_layer, "parameters of the largest layer (ZeRO-3 working set)")
+      ->check(CLI::Range(0.0, 1e15));
+  app.add_option("--num_nodes", in.nodes, "nodes")->check(CLI::Range(1, 100000));
+  app.add_option("--num_gpus", in.gpus_per_node, "GPUs per node")->check(CLI::Range(1, 1024));
+  app.add_option("--micro-batch", in.micro_batch, "micro-batch per GPU (activations)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--seq", in.seq_len, "sequence length (activations)")->check(CLI::Range(1, 1 << 24));
   app.add_flag("--checkpointing", in.activation_checkpointing, "activation checkpointing on");
   app.add_flag("--fp32", fp32, "fp32 training (default: bf16/fp16 with fp32 masters)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "stratum-estimate: error: " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  if (params > 0 && largest_layer > params) {
+    std::cerr << "stratum-estimate: error: --largest-layer " << largest_layer << " is more than --params " << params
+              << "\n";
+    return 2;
+  }
   try {
     if (model.empty() == (params <= 0)) throw stratum::Error("give exactly one of --params and --model");
     if (!model.empty()) {

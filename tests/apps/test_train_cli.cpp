@@ -11,47 +11,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "../common/run_command.h"
+#include "train_cli.h"
 #include "stratum/core/fs.h"
 
 namespace {
 
-using Result = stratum::test::CommandResult;
-
-Result run(const std::string& cmd) { return stratum::test::run_command("timeout 300 " + cmd); }
-
-const std::string kBin = STRATUM_BIN_DIR;
-
-std::string train_cmd(const std::string& dir, int steps, const std::string& extra = "",
-                      const std::string& config = "default.json") {
-  return kBin + "/stratum-run --num_procs 2 " + kBin + "/stratum-train --config " + STRATUM_SOURCE_DIR +
-         "/configs/" + config + " --model gpt2-tiny-bytes --set layers=2 --data default --cache-dir " + dir +
-         "/cache --steps " + std::to_string(steps) + " --eval-every 10 --eval-batches 1 " +
-         "--log-dir " + dir + "/log --save-dir " + dir + "/ckpt " + extra;
-}
-
-// step -> loss from metrics.csv (columns: step,loss,...).
-std::map<int, double> losses(const std::string& csv) {
-  std::map<int, double> out;
-  std::ifstream in(csv);
-  std::string line;
-  std::getline(in, line);
-  while (std::getline(in, line)) {
-    std::stringstream ss(line);
-    std::string step, loss;
-    std::getline(ss, step, ',');
-    std::getline(ss, loss, ',');
-    out[std::stoi(step)] = std::stod(loss);
-  }
-  return out;
-}
-
-class TrainCli : public ::testing::Test {
- protected:
-  void SetUp() override { dir_ = stratum::fs::make_temp_directory("stratum_train_"); }
-  void TearDown() override { stratum::fs::remove_tree(dir_); }
-  std::string dir_;
-};
+using namespace stratum::test::train_cli;
 
 TEST_F(TrainCli, LossFallsAndACheckpointExportsForHuggingFace) {
   Result r = run(train_cmd(dir_, 30, "--sample-tokens 20"));

@@ -259,3 +259,16 @@ TEST(MemoryEstimator, ProgramPrintsEveryStage) {
   EXPECT_EQ(WEXITSTATUS(::pclose(r)), 2) << out;
   EXPECT_NE(out.find("give exactly one of --params and --model"), std::string::npos) << out;
 }
+
+TEST(MemoryEstimator, ProgramRefusesFlagsOutOfRange) {
+  for (const std::string flags : {"--params 7e9 --num_gpus 0", "--params=-5", "--params 7e9 --num_nodes 0",
+                                  "--model gpt2-124m --micro-batch 0", "--params 1e9 --largest-layer 2e9"}) {
+    FILE* p = ::popen((std::string(STRATUM_BIN_DIR) + "/stratum-estimate " + flags + " 2>&1").c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    EXPECT_EQ(WEXITSTATUS(::pclose(p)), 2) << flags << ": " << out;
+    EXPECT_NE(out.find("stratum-estimate: error: --"), std::string::npos) << flags << ": " << out;
+  }
+}

@@ -55,7 +55,39 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const unsigned char* p, 
 }
 #endif
 
+// Appending zero bytes is linear over GF(2): a 32x32 bit matrix per power of two.
+uint32_t gf2_times(const uint32_t* matrix, uint32_t vector) {
+  uint32_t sum = 0;
+  for (; vector; vector >>= 1, ++matrix)
+    if (vector & 1) sum ^= *matrix;
+  return sum;
+}
+
+void gf2_square(uint32_t* square, const uint32_t* matrix) {
+  for (int n = 0; n < 32; ++n) square[n] = gf2_times(matrix, matrix[n]);
+}
+
 }  // namespace
+
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b) {
+  if (length_b == 0) return crc_a;
+  uint32_t even[32], odd[32];
+  odd[0] = kPolynomial;  // the operator for one zero bit
+  for (int n = 1; n < 32; ++n) odd[n] = 1u << (n - 1);
+  gf2_square(even, odd);  // two zero bits
+  gf2_square(odd, even);  // four
+  // Apply length_b zero bytes to crc_a, squaring up through the bits of the length.
+  do {
+    gf2_square(even, odd);
+    if (length_b & 1) crc_a = gf2_times(even, crc_a);
+    length_b >>= 1;
+    if (!length_b) break;
+    gf2_square(odd, even);
+    if (length_b & 1) crc_a = gf2_times(odd, crc_a);
+    length_b >>= 1;
+  } while (length_b);
+  return crc_a ^ crc_b;
+}
 
 uint32_t crc32c(const void* data, size_t size, uint32_t crc) {
   const auto* p = static_cast<const unsigned char*>(data);

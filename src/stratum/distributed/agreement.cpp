@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "stratum/core/error.h"
+#include "stratum/distributed/job.h"
 
 namespace stratum::distributed {
 
@@ -53,7 +54,7 @@ void agree_on_success(Communicator& comm, c10::Device device, const std::string&
   } catch (const AgreedError& e) {
     prior = e;
   } catch (const std::exception& e) {
-    error = e.what();
+    error = describe_exception(e);
     if (error.empty()) error = step + " failed";
   }
   agree(comm, device, step, error, prior ? &*prior : nullptr);

@@ -1,5 +1,7 @@
 #include "stratum/distributed/job.h"
 
+#include <c10/util/Exception.h>
+
 #include <iostream>
 
 #include "stratum/core/error.h"
@@ -8,13 +10,18 @@
 
 namespace stratum::distributed {
 
+std::string describe_exception(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
 int run_distributed_job(const std::string& program, const std::function<int(DistContext&)>& body,
                         const InitOptions& options) {
   DistContext ctx;
   try {
     ctx = init(options);
   } catch (const std::exception& e) {
-    std::cerr << program << ": error: " << e.what() << std::endl;
+    std::cerr << program << ": error: " << describe_exception(e) << std::endl;
     finalize();
     return 2;
   }
@@ -28,10 +35,10 @@ int run_distributed_job(const std::string& program, const std::function<int(Dist
     rc = 1;
   } catch (const std::exception& e) {
     if (ctx.world_size == 1) {
-      log::error(e.what());
+      log::error(describe_exception(e));
       rc = 1;
     } else {
-      abort_job(std::string(e.what()) + "\n  rank " + std::to_string(ctx.rank) + " failed alone", 1);
+      abort_job(describe_exception(e) + "\n  rank " + std::to_string(ctx.rank) + " failed alone", 1);
     }
   } catch (...) {
     abort_job("rank " + std::to_string(ctx.rank) + " failed with an exception that is not a std::exception", 1);

@@ -15,6 +15,10 @@
 
 namespace stratum::distributed {
 
+// What an exception says, for the user: torch's errors without their C++
+// backtrace (c10::Error::what_without_backtrace), others as they are.
+std::string describe_exception(const std::exception& e);
+
 // `program` prefixes start-up errors ("stratum-train: error: ...").
 int run_distributed_job(const std::string& program, const std::function<int(DistContext&)>& body,
                         const InitOptions& options = InitOptions());

@@ -37,18 +37,21 @@ class FieldReader {
     const json* v = get(obj, key, where);
     return v && integer_value(*v, join(where, key), lo, hi, out);
   }
+  // `out` is set only when the value is valid.
   bool integer_value(const json& v, const std::string& path, int64_t lo, int64_t hi, int64_t& out) {
+    int64_t x = 0;
     if (v.is_number_unsigned()) {
       const uint64_t u = v.get<uint64_t>();
       if (u > static_cast<uint64_t>(hi)) return range(path, lo, hi, v.dump());
-      out = static_cast<int64_t>(u);
+      x = static_cast<int64_t>(u);
     } else if (v.is_number_integer()) {
-      out = v.get<int64_t>();
+      x = v.get<int64_t>();
     } else {
       problem(path + ": expected an integer, got " + shown(v));
       return false;
     }
-    if (out < lo || out > hi) return range(path, lo, hi, v.dump());
+    if (x < lo || x > hi) return range(path, lo, hi, v.dump());
+    out = x;
     return true;
   }
   bool number(const json& obj, const std::string& key, const std::string& where, double lo, double hi, double& out) {
@@ -58,11 +61,12 @@ class FieldReader {
       problem(join(where, key) + ": expected a number, got " + shown(*v));
       return false;
     }
-    out = v->get<double>();
-    if (!std::isfinite(out) || out < lo || out > hi) {
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi) {
       problem(join(where, key) + ": expected a finite number in [" + fmt(lo) + ", " + fmt(hi) + "], got " + v->dump());
       return false;
     }
+    out = x;
     return true;
   }
   bool string(const json& obj, const std::string& key, const std::string& where, std::string& out) {
@@ -278,9 +282,10 @@ CheckpointManifest parse_checkpoint_manifest(const std::string& text, const std:
     if (!why.empty()) r.problem("tag: " + why);
   }
   const int64_t big = std::numeric_limits<int64_t>::max();
-  r.integer(m, "global_steps", "", 0, big, out.global_steps);
+  const bool have_global = r.integer(m, "global_steps", "", 0, big, out.global_steps);
   r.integer(m, "micro_steps", "", 0, big, out.micro_steps);
-  if (r.integer(m, "skipped_steps", "", 0, big, out.skipped_steps) && out.skipped_steps > out.global_steps)
+  if (r.integer(m, "skipped_steps", "", 0, big, out.skipped_steps) && have_global &&
+      out.skipped_steps > out.global_steps)
     r.problem("skipped_steps: " + std::to_string(out.skipped_steps) + " is more than global_steps " +
               std::to_string(out.global_steps) + " (skipped steps count among them)");
   if (r.integer(m, "zero_stage", "", 0, 3, v)) out.zero_stage = static_cast<int>(v);
@@ -305,6 +310,7 @@ CheckpointManifest parse_checkpoint_manifest(const std::string& text, const std:
   }
   if (m.contains("client_state")) {
     if (m["client_state"].is_object()) out.client_state = m["client_state"];
+    else if (m["client_state"].is_null()) out.client_state = json::object();  // saved without one
     else r.problem("client_state: expected an object, got " + FieldReader::shown(m["client_state"]));
   }
   if (!problems.empty()) {

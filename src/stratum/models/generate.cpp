@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "stratum/core/error.h"
+#include "stratum/core/heartbeat.h"
 
 namespace stratum::models {
 
@@ -44,6 +45,7 @@ std::vector<int64_t> generate(CausalLMImpl& model, const std::vector<int64_t>& p
   std::vector<int64_t> tokens = prompt;
   try {
     for (int64_t i = 0; i < o.new_tokens; ++i) {
+      heartbeat::beat();  // generating after training is progress too (stratum-run's --heartbeat_timeout)
       const int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size()), c.max_seq_len);
       const at::Tensor input =
           at::tensor(std::vector<int64_t>(tokens.end() - n, tokens.end()), at::kLong).view({1, n}).to(device);

@@ -1,0 +1,79 @@
+// What the per-tensor CRC-32C costs a checkpoint save: N GiB of fp32 tensors
+// written as a safetensors shard (fsync'd) alone, and again with the checksums
+// (io::tensor_crc32c) computed beside the write as save_checkpoint does; also
+// the checksum pass by itself. Prints one JSON line.
+//
+//   bench_checkpoint_checksum [--gib 4] [--dir /tmp]
+#include <CLI/CLI.hpp>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stratum/core/fs.h"
+#include "stratum/io/safetensors.h"
+#include "stratum/io/tensor_checksum.h"
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"CRC-32C cost of a checkpoint save"};
+  double gib = 4;
+  std::string dir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
+  app.add_option("--gib", gib, "GiB of tensors per shard")->check(CLI::Range(0.01, 256.0));
+  app.add_option("--dir", dir, "where the shard is written (then removed)");
+  CLI11_PARSE(app, argc, argv);
+
+  const int64_t piece = int64_t{64} << 20;  // 256 MiB of fp32 per tensor, like a large layer's fragment
+  const int64_t pieces = std::max<int64_t>(1, static_cast<int64_t>(gib * (1 << 30) / (piece * 4)));
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (int64_t i = 0; i < pieces; ++i) tensors.emplace_back("master|layer" + std::to_string(i) + "|0", at::randn({piece}));
+  const double bytes = static_cast<double>(pieces * piece * 4);
+
+  auto t0 = std::chrono::steady_clock::now();
+  uint32_t sink = 0;
+  for (const auto& [name, t] : tensors) sink ^= stratum::io::tensor_crc32c(t);
+  const double crc_s = seconds_since(t0);
+
+  const std::string out_dir = dir + "/stratum_ckpt_bench." + std::to_string(::getpid());
+  stratum::fs::make_directories(out_dir);
+  const std::string shard = out_dir + "/rank_00000.safetensors";
+  t0 = std::chrono::steady_clock::now();
+  stratum::io::write_safetensors(shard, tensors);
+  const double write_s = seconds_since(t0);
+  // As save_checkpoint does it: the checksums on another thread while the shard is written.
+  t0 = std::chrono::steady_clock::now();
+  auto sums = std::async(std::launch::async, [&] {
+    uint32_t x = 0;
+    for (const auto& [name, t] : tensors) x ^= stratum::io::tensor_crc32c(t);
+    return x;
+  });
+  stratum::io::write_safetensors(shard, tensors);
+  const uint32_t again = sums.get();
+  const double save_s = seconds_since(t0);
+  if (again != sink) {
+    std::fprintf(stderr, "bench_checkpoint_checksum: the two checksum passes disagree\n");
+    return 1;
+  }
+  stratum::fs::remove_tree(out_dir);
+
+  std::printf("{\"bench\": \"checkpoint_checksum\", \"gib\": %.2f, \"threads\": %d, \"crc32c_s\": %.3f, "
+              "\"crc32c_gib_per_s\": %.2f, \"write_s\": %.3f, \"write_gib_per_s\": %.2f, "
+              "\"write_with_checksums_s\": %.3f, \"checksum_cost_of_save\": %.3f, \"crc\": %u}\n",
+              bytes / (1 << 30), at::get_num_threads(), crc_s, bytes / (1 << 30) / crc_s, write_s,
+              bytes / (1 << 30) / write_s, save_s, save_s / write_s - 1.0, sink);
+  return 0;
+}
