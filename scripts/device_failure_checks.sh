@@ -4,8 +4,8 @@
 #   1. the CRC-32C share of a large save on this machine's disk and cores
 #   2. stratum-train on the GPU (NCCL world): save, verify, resume; a flipped
 #      bit in the shard ends the resumed job in seconds naming file and tensor
-#   3. the multi-rank failure, checkpoint-integrity and train-CLI tests
-#      (CPU ranks under mpirun beside the GPU)
+#   3. the multi-rank failure, checkpoint-integrity, launcher and train-CLI
+#      tests (CPU ranks under mpirun beside the GPU; this machine's Open MPI)
 # Prints one line per figure; exits non-zero on the first failed check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,5 +44,5 @@ grep -E "is corrupt|job failed" "$work/corrupt.log"
 python3 -c "print('corrupt-shard job ended after %.1f s' % ($end - $start))"
 
 echo "=== failure, integrity and CLI tests ==="
-(cd build-device && ctest -R "DistProcess|checkpoint_np|CheckpointIntegrity|CheckpointManifest|CheckpointTags|TrainCli|TrainFlags|Crc32c|ReadRegularFile|TensorChecksum" \
+(cd build-device && ctest -R "DistProcess|checkpoint_np|CheckpointIntegrity|CheckpointManifest|CheckpointTags|ManifestLimits|TrainCli|TrainFlags|Crc32c|ReadRegularFile|TensorChecksum|Launcher|Hostfile|Hostname|MpirunCommand|Resources" \
   --output-on-failure --timeout 300 -j 8 2>&1 | tail -25)
