@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <future>
 #include <cstdio>
 #include <set>
 
@@ -169,14 +170,24 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
   size_t most = 0;
   for (int r = 0; r < n; ++r) most = std::max(most, shard_tensors[r] = 3 * written_fragments(layout, strategy.stage(), r).size() + 1);
   at::Tensor sums = at::zeros({static_cast<int64_t>(most)}, at::kLong);
+  // Checksummed on one thread while the shard is written: the write waits on
+  // the disk, so the save costs about 10% more than the write alone (8 GiB
+  // shards, bench_checkpoint_checksum), where a pass before the write or
+  // inside it costs 26-40%.
+  auto checksums = std::async(std::launch::async, [&] {
+    int64_t* out = sums.data_ptr<int64_t>();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const at::Tensor& t = tensors[i].second;
+      out[i] = static_cast<int64_t>(crc32c(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size()));
+    }
+  });
   try {
-    std::vector<uint32_t> crcs;
     io::write_safetensors(tmp_dir + "/" + shard_file_name(rank), tensors,
-                          {{"format", kCheckpointFormat}, {"rank", std::to_string(rank)}}, &crcs);
-    for (size_t i = 0; i < crcs.size(); ++i) sums[static_cast<int64_t>(i)] = static_cast<int64_t>(crcs[i]);
+                          {{"format", kCheckpointFormat}, {"rank", std::to_string(rank)}});
   } catch (const Error& e) {
     error = e.what();
   }
+  checksums.get();
   agree(engine, "saving checkpoint " + tag, error);
   at::Tensor all_sums = at::empty({static_cast<int64_t>(most) * n}, at::TensorOptions().dtype(at::kLong).device(comm_device(engine)));
   at::Tensor local_sums = sums.to(comm_device(engine));
