@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "../common/error_of.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/json_depth.h"
@@ -17,14 +18,7 @@ namespace {
 
 using namespace stratum;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using stratum::test::error_of;
 
 class ReadRegularFile : public ::testing::Test {
  protected:

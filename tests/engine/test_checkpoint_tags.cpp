@@ -8,6 +8,7 @@
 
 #include <fstream>
 
+#include "../common/error_of.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/engine/checkpoint_tags.h"
@@ -16,14 +17,7 @@ namespace {
 
 using namespace stratum;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using stratum::test::error_of;
 
 class CheckpointTags : public ::testing::Test {
  protected:
