@@ -1,7 +1,7 @@
 // What the per-tensor CRC-32C costs a checkpoint save: N GiB of fp32 tensors
 // written as a safetensors shard (fsync'd) alone, and with the checksums
-// computed three ways: piece by piece inside the write, a parallel pass
-// (io::tensor_crc32c) before it, one thread beside it. Prints one JSON line.
+// computed two ways: a parallel pass (io::tensor_crc32c) before it, and one
+// thread beside it (what save_checkpoint does). Prints one JSON line.
 //
 //   bench_checkpoint_checksum [--gib 4] [--dir /tmp] [--rounds 3]
 #include <CLI/CLI.hpp>
@@ -66,12 +66,6 @@ int main(int argc, char** argv) {
   };
   const std::vector<std::pair<std::string, std::function<void()>>> ways = {
       {"write_s", [&] { stratum::io::write_safetensors(shard, tensors); }},
-      // Each piece checksummed just before it is written (write_safetensors' checksums).
-      {"inline_s", [&] {
-         std::vector<uint32_t> crcs;
-         stratum::io::write_safetensors(shard, tensors, {}, &crcs);
-         check(crcs);
-       }},
       // A parallel pass over the tensors (io::tensor_crc32c), then the write.
       {"parallel_then_write_s", [&] {
          std::vector<uint32_t> crcs;

@@ -7,7 +7,7 @@ set(STRATUM_FUZZ_TARGETS config hostfile safetensors_header token_file checkpoin
 # The torch-free sources the targets link, relative to src/stratum (libtorch
 # cannot be linked with ASan here, so nothing here may include torch).
 set(STRATUM_FUZZ_SOURCES
-  core/error.cpp core/fs.cpp core/json_depth.cpp core/shorten.cpp
+  core/error.cpp core/fs.cpp core/json_depth.cpp core/shorten.cpp core/crc32c.cpp
   io/safetensors_header.cpp
   config/json_source.cpp config/key_reader.cpp config/parse_training.cpp config/parse_zero.cpp
   config/parse_parallel.cpp config/parse_diagnostics.cpp config/validate.cpp config/config.cpp

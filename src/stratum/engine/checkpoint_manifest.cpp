@@ -5,6 +5,7 @@
 #include <limits>
 #include <set>
 
+#include "stratum/core/crc32c.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/json_depth.h"
@@ -351,11 +352,7 @@ std::string manifest_to_json_text(const CheckpointManifest& c) {
     json shard = {{"file", s.file}, {"rank", s.rank}, {"fragments", fragments}};
     if (c.has_checksums()) {
       json sums = json::object();
-      for (const auto& [name, crc] : s.checksums) {
-        char hex[16];
-        std::snprintf(hex, sizeof hex, "%08x", crc);
-        sums[name] = hex;
-      }
+      for (const auto& [name, crc] : s.checksums) sums[name] = crc32c_hex(crc);
       shard["checksums"] = sums;
     }
     shards.push_back(shard);

@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "stratum/core/crc32c.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/heartbeat.h"
@@ -139,7 +138,7 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path, cons
 }
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata, std::vector<uint32_t>* checksums) {
+                       const std::map<std::string, std::string>& metadata) {
   // Largest elements first keeps every tensor aligned to its element size.
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -183,24 +182,11 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
     for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
     write_all(f.fd, prefix, 8, path);
     write_all(f.fd, text.data(), text.size(), path);
-    if (checksums) checksums->assign(tensors.size(), 0);
     for (size_t i : order) {
       const auto& [name, t] = tensors[i];
       const at::Tensor cpu = t.detach().to(at::kCPU).contiguous();
-      const auto* data = static_cast<const unsigned char*>(cpu.data_ptr());
-      const uint64_t bytes = static_cast<uint64_t>(cpu.numel()) * cpu.element_size();
-      if (!checksums) {
-        write_all(f.fd, data, bytes, path + ": tensor '" + name + "'");
-        continue;
-      }
-      constexpr uint64_t kPiece = 4u << 20;  // fits the last-level cache: checksummed, then copied out from there
-      uint32_t crc = 0;
-      for (uint64_t at = 0; at < bytes; at += kPiece) {
-        const uint64_t n = std::min(kPiece, bytes - at);
-        crc = crc32c(data + at, n, crc);
-        write_all(f.fd, data + at, n, path + ": tensor '" + name + "'");
-      }
-      (*checksums)[i] = crc;
+      write_all(f.fd, cpu.data_ptr(), static_cast<uint64_t>(cpu.numel()) * cpu.element_size(),
+                path + ": tensor '" + name + "'");
     }
     if (::fsync(f.fd) != 0) throw Error(path + ": fsync: " + std::strerror(errno));
     ::close(f.fd);

@@ -51,12 +51,8 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path, cons
 // Writes `tensors` (any device, any of the dtypes above; made contiguous on the
 // CPU one at a time). Names must be unique and must not be "__metadata__".
 // metadata gets "format": "pt" unless given (transformers requires it).
-// With `checksums`, it is filled with each tensor's CRC-32C (in the order of
-// `tensors`), computed on each piece just before that piece is written, while
-// it is in cache: the save reads its tensors from memory once.
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata = {},
-                       std::vector<uint32_t>* checksums = nullptr);
+                       const std::map<std::string, std::string>& metadata = {});
 
 // "BF16" for at::kBFloat16, ...; throws for dtypes the format lacks here.
 std::string safetensors_dtype(at::ScalarType type);
