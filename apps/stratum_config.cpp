@@ -1,5 +1,7 @@
 // stratum-config check FILE [--world-size N]: validates a DeepSpeed ds_config.json
-// and prints the resolved config (exit 0), or every problem (exit 1).
+// and prints the resolved config (exit 0), or every problem (exit 1). Notes
+// (keys accepted with what they mean here) go to stderr apart from the errors
+// and do not fail the check.
 #include <cstdio>
 #include <iostream>
 
@@ -8,6 +10,15 @@
 
 #include "stratum/config/config.h"
 #include "stratum/core/error.h"
+
+namespace {
+void print_notes(const std::string& path, const std::vector<std::string>& notes) {
+  if (notes.empty()) return;
+  std::cerr << path << ": " << notes.size() << (notes.size() == 1 ? " note" : " notes")
+            << " (accepted keys and what Stratum does with them; not errors):\n";
+  for (const auto& note : notes) std::cerr << "note: " << note << "\n";
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Validate DeepSpeed configs for Stratum"};
@@ -24,7 +35,7 @@ int main(int argc, char** argv) {
 
   try {
     const stratum::Config config = stratum::Config::from_file(path);
-    for (const auto& w : config.warnings) std::cerr << "warning: " << w << "\n";
+    print_notes(path, config.notes);
     std::optional<int64_t> world;
     if (world_size > 0) world = world_size;
     nlohmann::json resolved = stratum::to_json(config, world);
@@ -48,6 +59,7 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const stratum::ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";
+    print_notes(path, e.notes());
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << path << ": " << e.what() << "\n";

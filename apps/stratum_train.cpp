@@ -137,8 +137,8 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     resume = resume_point(o);
   });
   Config& config = *config_read;
-  for (const auto& w : config.warnings)
-    if (lead) log::warn(o.config_path + ": " + w);
+  for (const auto& note : config.notes)
+    if (lead) log::info(o.config_path + ": note: " + note);
 
   torch::manual_seed(o.seed);
   // ZeRO-3 is for models too large to init comfortably on the host: they are

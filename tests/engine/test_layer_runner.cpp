@@ -28,7 +28,9 @@ TEST(ActivationCheckpointing, SameTrainingAsStoredActivations) {
     TrainRun ref = train(ref_opts, world);
     for (int stage : {0, 2, 3})
       for (const std::string ac :
-           {R"({})", R"({"cpu_checkpointing": true})", R"({"number_checkpoints": 1})"}) {
+           {R"({})", R"({"cpu_checkpointing": true})", R"({"number_checkpoints": 1})",
+            R"({"contiguous_memory_optimization": true, "synchronize_checkpoint_boundary": true, "profile": true})",
+            R"({"contiguous_memory_optimization": true, "cpu_checkpointing": true})"}) {
         Options o = ref_opts;
         o.stage = stage;
         o.checkpointing = ac;

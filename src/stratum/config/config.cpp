@@ -12,23 +12,23 @@ namespace {
 using config::Json;
 using config::KeyReader;
 
-// Top-level DeepSpeed sections Stratum does not implement.
+// Top-level DeepSpeed sections Stratum does not implement: refused by name
+// unless switched off.
 const std::vector<std::pair<std::string, std::string>> kUnsupportedSections = {
-    {"amp", "NVIDIA Apex AMP"},
+    {"amp", "NVIDIA Apex AMP (use the fp16 or bf16 section)"},
     {"torch_autocast", "torch autocast"},
     {"sparse_attention", "sparse attention"},
     {"flops_profiler", "flops profiler"},
     {"autotuning", "autotuning"},
     {"elasticity", "elastic training"},
     {"compression_training", "compression training"},
-    {"data_efficiency", "data efficiency"},
+    {"data_efficiency", "data efficiency (curriculum learning, random-LTD)"},
     {"curriculum_learning", "curriculum learning"},
     {"eigenvalue", "eigenvalue"},
     {"progressive_layer_drop", "progressive layer drop"},
     {"quantize_training", "quantized training"},
     {"hybrid_engine", "hybrid engine"},
     {"nebula", "Nebula checkpointing"},
-    {"aio", "async I/O (NVMe)"},
     {"wandb", "Weights & Biases monitor"},
     {"comet", "Comet monitor"},
     {"compile", "torch.compile"},
@@ -36,8 +36,56 @@ const std::vector<std::pair<std::string, std::string>> kUnsupportedSections = {
     {"expert_parallel", "expert parallelism (MoE)"},
     {"sequence_parallel", "sequence parallelism"},
     {"data_types", "custom data types"},
-    {"timers", "timers"},
 };
+
+void parse_top_level_unsupported(KeyReader& root) {
+  for (const auto& [key, feature] : kUnsupportedSections) root.unsupported_section(key, feature);
+  root.unsupported("graph_harvesting", false, "CUDA graph harvesting is not supported");
+  root.unsupported("gradient_allreduce_op", "mean", "gradients are averaged over data parallel");
+  root.unsupported("seq_parallel_communication_data_type", "fp32", "sequence parallelism is not supported yet");
+  root.unsupported("use_data_before_expert_parallelism", false, "expert parallelism (MoE) is not supported");
+  root.unsupported("train_loss_scale_power", Json(nullptr));
+}
+
+// Keys accepted with a note (docs/config_policy.md): what DeepSpeed ignores or
+// has deprecated, permissions, and what Stratum does anyway.
+void parse_top_level_noted(KeyReader& root) {
+  root.noted("zero_allow_untested_optimizer", false,
+             "no permission needed: Stratum's ZeRO runs every optimizer it has (Adam, AdamW, Lamb)");
+  root.noted("zero_force_ds_cpu_optimizer", true,
+             "Stratum's offload always steps with its own CPU optimizer (optim/cpu_adam)");
+  root.noted("dataloader_drop_last", false,
+             "applies to DeepSpeed's own data loader; Stratum's engine takes the batches its caller gives, and "
+             "stratum-train always draws whole micro-batches");
+  root.noted("disable_allgather", false, "deprecated and not read by DeepSpeed; Stratum gathers parameters with all-gather");
+  root.noted("memory_breakdown", false,
+             "Stratum's progress line reports peak memory every step (stratum-train), and stratum-estimate breaks it down");
+  root.noted("vocabulary_size", Json(nullptr), "not used: the model defines its vocabulary");
+  root.noted("load_universal_checkpoint", false,
+             "Stratum's own checkpoints load at any world size and ZeRO stage without conversion (DeepSpeed's universal "
+             "checkpoints are not read)");
+  // Used only by NVMe offload (ZeRO-Infinity), which the offload sections refuse.
+  root.noted("aio", Json(nullptr), "used only by NVMe offload; ignored");
+  root.noted("timers", Json(nullptr), "Stratum reports throughput in its progress line and with wall_clock_breakdown");
+}
+
+// DeepSpeed's "checkpoint" section: how checkpoints are tagged and written.
+void parse_checkpoint_section(KeyReader& root) {
+  KeyReader ck = root.child("checkpoint");
+  if (!ck.present()) return;
+  ck.get_enum("tag_validation", "Warn", {"Ignore", "Warn", "Fail"}, /*ignore_case=*/true);
+  ck.noted("tag_validation", Json(nullptr),
+           "Stratum always checks that every rank saves and loads the same tag and ends the job naming a rank that "
+           "does not");
+  ck.noted("load_universal", false,
+           "Stratum's own checkpoints load at any world size and ZeRO stage without conversion");
+  ck.unsupported("use_node_local_storage", false,
+                 "every rank's shard must be readable from the save directory on every node");
+  KeyReader pw = ck.child("parallel_write");
+  pw.noted("pipeline_stage", false, "every rank writes its own shard in parallel");
+  pw.finish();
+  ck.finish();
+}
 
 // Keys that people put at the top level but that belong in a section.
 const std::map<std::string, std::string> kNestedKeyHome = {
@@ -52,24 +100,6 @@ const std::map<std::string, std::string> kNestedKeyHome = {
     {"stages", "pipeline"},                   {"partition_method", "pipeline"},
     {"autotp_size", "tensor_parallel"},       {"cpu_checkpointing", "activation_checkpointing"},
 };
-
-void parse_top_level_unsupported(KeyReader& root) {
-  for (const auto& [key, feature] : kUnsupportedSections) root.unsupported_section(key, feature);
-  root.unsupported("dataloader_drop_last", false);
-  root.unsupported("zero_allow_untested_optimizer", false, "Stratum's ZeRO works with its own Adam/AdamW");
-  root.unsupported("zero_force_ds_cpu_optimizer", true);
-  root.unsupported("graph_harvesting", false);
-  root.unsupported("dump_state", false);
-  root.unsupported("disable_allgather", false);
-  root.unsupported("memory_breakdown", false);
-  root.unsupported("vocabulary_size", Json(nullptr));
-  root.unsupported("gradient_allreduce_op", "mean");
-  root.unsupported("seq_parallel_communication_data_type", "fp32");
-  root.unsupported("use_data_before_expert_parallelism", false);
-  root.unsupported("load_universal_checkpoint", false, "Stratum checkpoints always load on another world size");
-  root.unsupported("checkpoint", Json::object());
-  root.unsupported("train_loss_scale_power", Json(nullptr));
-}
 
 void report_misplaced_keys(KeyReader& root, const Json& json) {
   for (const auto& [key, home] : kNestedKeyHome) {
@@ -93,11 +123,13 @@ Config Config::from_json(const nlohmann::json& json, const std::string& source) 
   config::parse_parallel(root, c);
   config::parse_diagnostics(root, c);
   parse_top_level_unsupported(root);
+  parse_top_level_noted(root);
+  parse_checkpoint_section(root);
   report_misplaced_keys(root, json);
   root.finish();
   if (diag.errors.empty()) config::check_cross_field_rules(c, diag);
-  if (!diag.errors.empty()) throw ConfigError(source, diag.all_errors());
-  c.warnings = diag.warnings;
+  if (!diag.errors.empty()) throw ConfigError(source, diag.all_errors(), diag.notes);
+  c.notes = diag.notes;
   return c;
 }
 

@@ -37,8 +37,12 @@ struct Config {
   std::optional<int64_t> steps_per_print;
   bool wall_clock_breakdown = false;
 
-  // Notes for the user that do not stop the run (deprecated keys, ...).
-  std::vector<std::string> warnings;
+  // DeepSpeed's dump_state: the engine logs the resolved config at start.
+  bool dump_state = false;
+
+  // What accepted keys mean here ("path: note"): keys DeepSpeed ignores or has
+  // deprecated, permissions, behaviour Stratum has anyway. Not errors.
+  std::vector<std::string> notes;
 
   // Throws ConfigError naming the file (and line:column for JSON syntax errors).
   static Config from_file(const std::string& path);

@@ -65,6 +65,26 @@ const char* type_name(const Json& v) {
 
 }  // namespace
 
+namespace {
+enum class Switch { off, on, none };
+
+// A section's own "enabled" decides; without one, its sub-sections do (any on:
+// on; else any off: off); settings without a switch anywhere decide nothing.
+Switch switch_state(const Json& section, int depth) {
+  if (!section.is_object() || depth > 16) return Switch::none;
+  if (auto it = section.find("enabled"); it != section.end()) return *it == false ? Switch::off : Switch::on;
+  Switch state = Switch::none;
+  for (const auto& child : section) {
+    const Switch s = switch_state(child, depth + 1);
+    if (s == Switch::on) return Switch::on;
+    if (s == Switch::off) state = Switch::off;
+  }
+  return state;
+}
+}  // namespace
+
+bool switched_off(const Json& section) { return switch_state(section, 0) == Switch::off; }
+
 std::vector<std::string> Diagnostics::all_errors() const {
   std::vector<std::string> out = errors;
   if (more_errors > 0)
@@ -314,9 +334,17 @@ void KeyReader::unsupported(const std::string& key, const Json& deepspeed_defaul
 void KeyReader::unsupported_section(const std::string& key, const std::string& feature) {
   const Json* v = lookup(key);
   if (!v) return;
-  if (v->is_object() && (v->empty() || (v->contains("enabled") && (*v)["enabled"] == false))) return;
+  if (v->is_object() && (v->empty() || switched_off(*v))) return;
   if (v->is_boolean() && !v->get<bool>()) return;
   diag_.error(path_of(key), "DeepSpeed feature '" + feature + "' is not supported by Stratum yet; remove the section");
+}
+
+void KeyReader::noted(const std::string& key, const Json& quiet, const std::string& note) {
+  const Json* v = lookup(key);
+  if (!v) return;
+  if (!quiet.is_null() && (*v == quiet || (v->is_number() && quiet.is_number() && v->get<double>() == quiet.get<double>())))
+    return;
+  diag_.note(path_of(key), note);
 }
 
 const Json* KeyReader::raw(const std::string& key) { return lookup(key); }
@@ -329,7 +357,7 @@ void KeyReader::alias(const std::string& old_key, const std::string& new_key, bo
     diag_.error(path_of(old_key), "given together with '" + new_key + "', which it is another name for; keep one");
     return;
   }
-  if (deprecated) diag_.warning(path_of(old_key), "deprecated; use '" + new_key + "'");
+  if (deprecated) diag_.note(path_of(old_key), "deprecated; use '" + new_key + "'");
   aliases_.emplace_back(new_key, old_key);
 }
 

@@ -3,6 +3,17 @@
 // type and range of its key and records a problem (with the JSON path) instead
 // of throwing, so that one pass reports every problem at once. finish() names
 // the keys nobody asked for, with a did-you-mean.
+//
+// Every key falls in one of four classes (docs/config_policy.md):
+//   error        a bad value, a contradiction, or a key neither DeepSpeed nor
+//                Stratum knows (finish(), with a did-you-mean);
+//   noted        accepted with a one-line note saying what Stratum does: keys
+//                DeepSpeed ignores or has deprecated, permissions, behaviour
+//                Stratum has anyway (noted());
+//   implemented  read by a getter and acted on;
+//   refused      a DeepSpeed feature Stratum does not have, named as such at
+//                any value but the one that changes nothing (unsupported(),
+//                unsupported_section()).
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -16,21 +27,21 @@ namespace stratum::config {
 
 using Json = nlohmann::json;
 
-// Every problem (errors) and every note the user should see (warnings). A
+// Every problem (errors) and every note the user should see (notes). A
 // config of a million unknown keys must not make a message of a million lines:
 // past kMaxErrors the rest are only counted (more_errors).
 struct Diagnostics {
   static constexpr size_t kMaxErrors = 100;
   std::vector<std::string> errors;
-  std::vector<std::string> warnings;
+  std::vector<std::string> notes;
   size_t more_errors = 0;
   bool full() const { return errors.size() >= kMaxErrors; }
   void error(const std::string& path, const std::string& message) {
     if (full()) ++more_errors;
     else errors.push_back(path + ": " + message);
   }
-  void warning(const std::string& path, const std::string& message) {
-    if (warnings.size() < kMaxErrors) warnings.push_back(path + ": " + message);
+  void note(const std::string& path, const std::string& message) {
+    if (notes.size() < kMaxErrors) notes.push_back(path + ": " + message);
   }
   // errors, plus a last line "... and N more problems" when some were only counted.
   std::vector<std::string> all_errors() const;
@@ -50,6 +61,10 @@ std::string closest_match(const std::string& word, const std::vector<std::string
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 // Short rendering of a JSON value for messages ("4", "\"yes\"", "{...}").
 std::string show(const Json& value);
+// A DeepSpeed feature section that is present but off: its "enabled" is false,
+// or it has none and its sub-sections are off ("compression_training":
+// {"weight_quantization": {"shared_parameters": {"enabled": false}, ...}}).
+bool switched_off(const Json& section);
 
 class KeyReader {
  public:
@@ -87,8 +102,13 @@ class KeyReader {
   // A key DeepSpeed knows and Stratum does not implement: accepted only at
   // DeepSpeed's default (which changes nothing), named as unsupported otherwise.
   void unsupported(const std::string& key, const Json& deepspeed_default, const std::string& hint = "");
-  // A whole DeepSpeed feature section: accepted only when absent, empty or {"enabled": false}.
+  // A whole DeepSpeed feature section: accepted only when absent, empty, false,
+  // or switched off (every "enabled" in it, at any depth, false).
   void unsupported_section(const std::string& key, const std::string& feature);
+  // Accepted at any value, with `note` (what Stratum does instead) recorded
+  // when the key is present with a value other than `quiet` (DeepSpeed's
+  // default, which needs no note; null: every present value gets the note).
+  void noted(const std::string& key, const Json& quiet, const std::string& note);
   // The key is known and consumed by the caller, which reads raw() itself.
   const Json* raw(const std::string& key);
   // `old_key` is a deprecated spelling of `new_key` (in the same object): reading

@@ -70,10 +70,18 @@ void parse_activation_checkpointing(KeyReader& root, Config& config) {
   config.activation_checkpointing.enabled = ac.present();
   config.activation_checkpointing.number_checkpoints = ac.get_opt_int("number_checkpoints", 1, kMax);
   config.activation_checkpointing.cpu_checkpointing = ac.get_bool("cpu_checkpointing", false);
-  ac.unsupported("partition_activations", false);
-  ac.unsupported("contiguous_memory_optimization", false);
-  ac.unsupported("synchronize_checkpoint_boundary", false);
-  ac.unsupported("profile", false);
+  ActivationCheckpointingConfig& a = config.activation_checkpointing;
+  a.contiguous_memory_optimization = ac.get_bool("contiguous_memory_optimization", false);
+  a.synchronize_checkpoint_boundary = ac.get_bool("synchronize_checkpoint_boundary", false);
+  a.profile = ac.get_bool("profile", false);
+  // DeepSpeed splits each checkpointed input across the tensor-parallel group.
+  if (config.tensor_parallel.size > 1)
+    ac.unsupported("partition_activations", false,
+                   "partitioning checkpointed activations across tensor-parallel ranks comes with tensor parallelism");
+  else
+    ac.noted("partition_activations", false,
+             "partitions checkpointed activations across tensor-parallel ranks; with tensor-parallel size 1 each rank "
+             "keeps its checkpoints whole, as DeepSpeed does");
   ac.finish();
 }
 

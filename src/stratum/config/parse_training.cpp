@@ -186,8 +186,14 @@ void parse_precision(KeyReader& root, Config& config) {
   f.hysteresis = fp16.get_int("hysteresis", 2, 1);
   f.consecutive_hysteresis = fp16.get_bool("consecutive_hysteresis", false);
   f.min_loss_scale = fp16.get_double("min_loss_scale", 1.0, 0.0, KeyReader::kInf, /*min_exclusive=*/true);
-  fp16.unsupported("auto_cast", false);
-  fp16.unsupported("fp16_master_weights_and_grads", false);
+  fp16.get_bool("auto_cast", false);
+  fp16.noted("auto_cast", false,
+             "the engine always casts floating-point inputs of forward() to the training dtype");
+  fp16.unsupported("fp16_master_weights_and_grads", false, "master weights are always fp32");
+  fp16.noted("opt_level", Json(nullptr),
+             "an Apex AMP setting that DeepSpeed's fp16 mode ignores; Stratum trains in fp16 with fp32 master weights "
+             "(Apex O2's scheme)");
+  fp16.noted("fp16_scale_tolerance", 0.0, "deprecated and not read by DeepSpeed; ignored");
   fp16.finish();
   if (f.dynamic() && f.min_loss_scale > std::ldexp(1.0, static_cast<int>(f.initial_scale_power)))
     fp16.diagnostics().error(fp16.path_of("min_loss_scale"),
@@ -196,6 +202,10 @@ void parse_precision(KeyReader& root, Config& config) {
   root.alias("bfloat16", "bf16", /*deprecated=*/true);
   KeyReader bf16 = root.child("bf16");
   config.bf16.enabled = bf16.get_bool("enabled", false);
+  // fp16's loss-scaling keys copied into the bf16 section: DeepSpeed ignores them there.
+  for (const char* key : {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+                          "consecutive_hysteresis", "min_loss_scale", "auto_cast"})
+    bf16.noted(key, Json(nullptr), "bf16 needs no loss scaling; ignored");
   bf16.unsupported("immediate_grad_update", false);
   bf16.unsupported("check_grad_overflow", false, "bf16 needs no overflow check");
   bf16.unsupported("bf16_master_weights_and_grads", false, "master weights are always fp32");
@@ -217,12 +227,21 @@ void parse_training(KeyReader& root, Config& config) {
   config.sparse_gradients = root.get_bool("sparse_gradients", false);
   config.gradient_predivide_factor =
       root.get_double("gradient_predivide_factor", 1.0, 0.0, KeyReader::kInf, /*min_exclusive=*/true);
+  // DeepSpeed's older spelling of communication_data_type "fp32".
+  const std::optional<bool> fp32_allreduce = root.get_opt_bool("fp32_allreduce");
   if (root.has("communication_data_type")) {
     const Json* v = root.raw("communication_data_type");
     if (v && !v->is_null()) {  // null is DeepSpeed's default; a missing v ("auto") is reported
       std::string s = root.get_enum("communication_data_type", "fp32", {"fp32", "fp16", "bf16"});
       config.communication_data_type = s == "fp16" ? DType::fp16 : s == "bf16" ? DType::bf16 : DType::fp32;
     }
+  }
+  if (fp32_allreduce.value_or(false)) {
+    if (config.communication_data_type && *config.communication_data_type != DType::fp32)
+      root.diagnostics().error("fp32_allreduce", std::string("true contradicts communication_data_type \"") +
+                                                     dtype_name(*config.communication_data_type) + "\"; keep one");
+    else
+      config.communication_data_type = DType::fp32;
   }
 }
 

@@ -106,13 +106,13 @@ struct OffloadParamConfig {
   OffloadDevice device = OffloadDevice::none;
   bool pin_memory = true;
 };
+// Every field is read by the engine; the DeepSpeed keys Stratum's design makes
+// moot (contiguous_gradients, allgather_partitions, allgather_bucket_size,
+// sub_group_size, ...) are validated and noted in parse_zero.cpp, not stored.
 struct ZeroConfig {
   int64_t stage = 0;
-  bool contiguous_gradients = true;
   bool reduce_scatter = true;
   int64_t reduce_bucket_size = 500'000'000;
-  bool allgather_partitions = true;
-  int64_t allgather_bucket_size = 500'000'000;
   bool overlap_comm = false;  // DeepSpeed: defaults to true at stage 3 only
   // Stratum (Megatron's name): stages 1/2 leave the parameter all-gathers after
   // the step to the layers of the next forward (LayerStack models).
@@ -123,7 +123,6 @@ struct ZeroConfig {
   // then widened into it (LayerStack models).
   bool gradient_accumulation_fusion = true;
   bool load_from_fp32_weights = true;
-  int64_t sub_group_size = 1'000'000'000;
   OffloadOptimizerConfig offload_optimizer;
   OffloadParamConfig offload_param;
   int64_t stage3_prefetch_bucket_size = 50'000'000;
@@ -139,6 +138,14 @@ struct ActivationCheckpointingConfig {
   bool enabled = false;                       // the section is present
   std::optional<int64_t> number_checkpoints;  // unset: every repeated layer (transformer block)
   bool cpu_checkpointing = false;
+  // The saved layer inputs of a step go into one preallocated buffer (reused
+  // while no older graph holds it) instead of one allocation per layer.
+  bool contiguous_memory_optimization = false;
+  // A device synchronize at the start of every checkpointed forward and recomputation.
+  bool synchronize_checkpoint_boundary = false;
+  // Times the checkpointed layers' forward, recomputation and backward (device
+  // synchronized) and prints them every steps_per_print steps.
+  bool profile = false;
 };
 
 // --- pipeline and tensor parallelism ---------------------------------------------------

@@ -118,16 +118,12 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
   const ZeroConfig& z = c.zero_optimization;
   j["zero_optimization"] = {
       {"stage", z.stage},
-      {"contiguous_gradients", z.contiguous_gradients},
       {"reduce_scatter", z.reduce_scatter},
       {"reduce_bucket_size", z.reduce_bucket_size},
-      {"allgather_partitions", z.allgather_partitions},
-      {"allgather_bucket_size", z.allgather_bucket_size},
       {"overlap_comm", z.overlap_comm},
       {"overlap_param_gather", z.overlap_param_gather},
       {"gradient_accumulation_fusion", z.gradient_accumulation_fusion},
       {"load_from_fp32_weights", z.load_from_fp32_weights},
-      {"sub_group_size", z.sub_group_size},
       {"offload_optimizer", {{"device", device_name(z.offload_optimizer.device)},
                              {"pin_memory", z.offload_optimizer.pin_memory},
                              {"cpuadam_cores_perc", z.offload_optimizer.cpuadam_cores_perc}}},
@@ -139,8 +135,12 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
       {"stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save},
       {"ignore_unused_parameters", z.ignore_unused_parameters}};
   if (c.activation_checkpointing.enabled)  // the section's presence turns checkpointing on
-    j["activation_checkpointing"] = {{"number_checkpoints", opt(c.activation_checkpointing.number_checkpoints)},
-                                     {"cpu_checkpointing", c.activation_checkpointing.cpu_checkpointing}};
+    j["activation_checkpointing"] = {
+        {"number_checkpoints", opt(c.activation_checkpointing.number_checkpoints)},
+        {"cpu_checkpointing", c.activation_checkpointing.cpu_checkpointing},
+        {"contiguous_memory_optimization", c.activation_checkpointing.contiguous_memory_optimization},
+        {"synchronize_checkpoint_boundary", c.activation_checkpointing.synchronize_checkpoint_boundary},
+        {"profile", c.activation_checkpointing.profile}};
   const PipelineConfig& p = c.pipeline;
   j["pipeline"] = {{"stages", p.stages}, {"partition_method", p.partition_method},
                    {"activation_checkpoint_interval", p.activation_checkpoint_interval},
@@ -153,6 +153,7 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
   j["csv_monitor"] = writer(c.monitor.csv_monitor);
   j["steps_per_print"] = opt(c.steps_per_print);
   j["wall_clock_breakdown"] = c.wall_clock_breakdown;
+  j["dump_state"] = c.dump_state;
   return j;
 }
 

@@ -13,16 +13,13 @@ void check_cross_field_rules(const Config& c, Diagnostics& diag) {
   if (z.offload_optimizer.device == OffloadDevice::cpu && z.stage == 0)
     diag.error("zero_optimization.offload_optimizer.device",
                "\"cpu\" needs ZeRO stage 1, 2 or 3, but zero_optimization.stage is 0");
-  if (z.offload_param.device == OffloadDevice::cpu && z.stage != 3)
-    diag.error("zero_optimization.offload_param.device",
-               "\"cpu\" needs ZeRO stage 3, but zero_optimization.stage is " + std::to_string(z.stage));
   if (z.overlap_param_gather && (z.stage == 0 || z.stage == 3))
-    diag.warning("zero_optimization.overlap_param_gather",
+    diag.note("zero_optimization.overlap_param_gather",
                  "has no effect at stage " + std::to_string(z.stage) +
                      " (stages 1 and 2 gather parameters after the step; stage 3 gathers per layer anyway)");
 
   if (c.sparse_gradients && z.stage == 3)
-    diag.warning("sparse_gradients", "has no effect at ZeRO stage 3 (each rank reduce-scatters the embedding's "
+    diag.note("sparse_gradients", "has no effect at ZeRO stage 3 (each rank reduce-scatters the embedding's "
                                      "gradient with its layer); it applies at stages 0, 1 and 2");
 
   if (c.communication_data_type == DType::fp16 && c.bf16.enabled)
@@ -56,7 +53,7 @@ void check_cross_field_rules(const Config& c, Diagnostics& diag) {
   if (p.schedule == PipelineSchedule::interleaved && p.virtual_stages < 2)
     diag.error("pipeline.schedule", "\"interleaved\" needs pipeline.virtual_stages >= 2");
   if (p.stages == 1 && p.schedule != PipelineSchedule::one_f_one_b)
-    diag.warning("pipeline.schedule", "has no effect with a single pipeline stage");
+    diag.note("pipeline.schedule", "has no effect with a single pipeline stage");
 }
 
 }  // namespace stratum::config

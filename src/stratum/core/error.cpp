@@ -10,7 +10,10 @@ std::string format_problems(const std::string& source, const std::vector<std::st
 }
 }  // namespace
 
-ConfigError::ConfigError(std::string source, std::vector<std::string> problems)
-    : Error(format_problems(source, problems)), source_(std::move(source)), problems_(std::move(problems)) {}
+ConfigError::ConfigError(std::string source, std::vector<std::string> problems, std::vector<std::string> notes)
+    : Error(format_problems(source, problems)),
+      source_(std::move(source)),
+      problems_(std::move(problems)),
+      notes_(std::move(notes)) {}
 
 }  // namespace stratum

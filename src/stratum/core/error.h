@@ -16,13 +16,17 @@ class Error : public std::runtime_error {
 // One or more problems in a configuration; each line names its JSON path.
 class ConfigError : public Error {
  public:
-  ConfigError(std::string source, std::vector<std::string> problems);
+  // `notes`: what the config's accepted keys mean here (shown apart from the
+  // problems by `stratum-config check`; not part of what()).
+  ConfigError(std::string source, std::vector<std::string> problems, std::vector<std::string> notes = {});
   const std::string& source() const { return source_; }
   const std::vector<std::string>& problems() const { return problems_; }
+  const std::vector<std::string>& notes() const { return notes_; }
 
  private:
   std::string source_;
   std::vector<std::string> problems_;
+  std::vector<std::string> notes_;
 };
 
 // An error the ranks of a job learned of together, by agreeing on it after a

@@ -376,6 +376,10 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
         dests[k].narrow(0, f.segment_offset, f.numel).copy_(staging);
       }
     }
+    // load_from_fp32_weights false (DeepSpeed): the masters restart from the
+    // 16-bit weights the model trained with, i.e. the saved masters rounded.
+    if (!state.load_from_fp32_weights && engine.model_dtype() != at::kFloat)
+      for (auto& seg : strategy.segments()) seg.master.copy_(seg.master.to(engine.model_dtype()));
     // The rounded copy the optimizer keeps (offload's host buffer, the device
     // Adam's model buffer) must follow the loaded masters before publishing.
     for (auto& seg : strategy.segments())

@@ -39,6 +39,12 @@ nn::LayerStackImpl* as_layer_stack(torch::nn::Module& module);
 // checkpointing) when either is on; the returned guard takes it off again.
 std::shared_ptr<void> install_layer_runner(nn::LayerStackImpl* stack, EngineCore& core, const Config& config);
 at::ScalarType training_dtype(const Config& config);
+// `dp` through the comms logger when config.comms_logger asks (dp itself
+// otherwise, or when it is logged already); `control`: the CPU communicator of
+// the same ranks for the desync check (null: dp itself, which must then be MPI).
+std::shared_ptr<distributed::Communicator> logged_data_parallel(const Config& config,
+                                                                std::shared_ptr<distributed::Communicator> dp,
+                                                                std::shared_ptr<distributed::Communicator> control);
 at::Tensor cast_input(const at::Tensor& t, at::ScalarType dtype);
 }  // namespace engine_detail
 
@@ -82,10 +88,13 @@ class Engine {
   std::shared_ptr<void> runner_guard_;  // declared last: the runner goes before the core it points into
 };
 
-// Data parallel over `dp` with the model on `device`.
+// Data parallel over `dp` with the model on `device`. With the comms_logger
+// section on, `dp` is logged (unless it already is); its debug mode then needs
+// a CPU `dp` (MPI) to exchange fingerprints over, or the DistContext overload.
 template <class Model>
 Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, std::shared_ptr<distributed::Communicator> dp,
                          c10::Device device) {
+  dp = engine_detail::logged_data_parallel(config, std::move(dp), nullptr);
   const at::ScalarType dtype = engine_detail::training_dtype(config);
   nn::LayerStackImpl* stack = engine_detail::as_layer_stack(*model);
   const bool stage3 = stack && config.zero_optimization.stage == 3;
@@ -107,7 +116,8 @@ template <class Model>
 Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, const distributed::DistContext& ctx) {
   const c10::Device device = ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
                                            : c10::Device(c10::kCPU);
-  return initialize(config, std::move(model), ctx.device_world(), device);
+  return initialize(config, std::move(model), engine_detail::logged_data_parallel(config, ctx.device_world(), ctx.cpu_world),
+                    device);
 }
 
 }  // namespace stratum

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <unordered_set>
 #include <cmath>
@@ -10,6 +12,7 @@
 #include "stratum/core/heartbeat.h"
 #include "stratum/core/log.h"
 #include "stratum/distributed/init.h"
+#include "stratum/distributed/logged_communicator.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/grad_clip.h"
 #include "stratum/optim/host_adam.h"
@@ -106,9 +109,36 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   config::Fp16Config fp16 = config_.fp16;
   if (!fp16.enabled) fp16.loss_scale = 1.0;  // static 1: no scaling outside fp16
   scaler_ = std::make_unique<optim::LossScaler>(fp16, dp_->rank() == 0);
+  if (config_.dump_state && dp_->rank() == 0) log::info(config_.source + ": resolved config\n" + to_json(config_, dp_->size()).dump(2));
 }
 
-EngineCore::~EngineCore() = default;
+EngineCore::~EngineCore() {
+  try {
+    log_comms_summary();
+  } catch (...) {  // a destructor reports nothing it cannot
+  }
+}
+
+void EngineCore::log_comms_summary() {
+  auto* logged = dynamic_cast<distributed::LoggedCommunicator*>(dp_.get());
+  if (!logged || !config_.comms_logger.enabled || logged->comms_log()->total_count() == 0) return;
+  if (dp_->rank() == 0) log::info("communication summary at step " + std::to_string(global_steps_) + "\n" +
+                                  logged->comms_log()->summary());
+  logged->comms_log()->reset();
+}
+
+void EngineCore::check_every_parameter_reached() const {
+  const std::vector<std::string> missing = strategy_->parameters_without_gradient();
+  if (missing.empty()) return;
+  std::string names;
+  for (size_t i = 0; i < missing.size() && i < 8; ++i) names += (i ? ", " : "") + missing[i];
+  if (missing.size() > 8) names += ", ... (" + std::to_string(missing.size()) + " in all)";
+  throw Error(config_.source + ": zero_optimization.ignore_unused_parameters is false, and " +
+              std::to_string(missing.size()) + " trainable parameter" + (missing.size() == 1 ? "" : "s") +
+              " got no gradient in the accumulation window ending at step " + std::to_string(global_steps_ + 1) +
+              " on rank " + std::to_string(dp_->rank()) + ": " + names +
+              "; set it true (DeepSpeed's default: they train with zero gradients) or freeze them (requires_grad false)");
+}
 
 double EngineCore::lr() const { return scheduler_->lr(); }
 double EngineCore::loss_scale() const { return scaler_->scale(); }
@@ -140,6 +170,8 @@ bool EngineCore::step() {
   if (!boundary) return false;
   strategy_->wait_gradients();
   strategy_->wait_params();  // the last step's gathers read the slices this one rewrites
+  if (!config_.zero_optimization.ignore_unused_parameters) check_every_parameter_reached();
+  strategy_->forget_reached();
   last_skipped_ = false;
   // The scale the window's backward passes used; update() may change it.
   const double scale = scaler_->scale();
@@ -159,6 +191,7 @@ bool EngineCore::step() {
   strategy_->zero_gradients();
   scheduler_->step();
   ++global_steps_;
+  if (config_.comms_logger.verbose && global_steps_ % config_.steps_per_print.value_or(10) == 0) log_comms_summary();
   return true;
 }
 
@@ -238,7 +271,8 @@ ModelStateBytes EngineCore::model_state_bytes() const {
 
 TrainingState EngineCore::training_state() {
   return TrainingState{*strategy_, adam_, *scheduler_, *scaler_, global_steps_, micro_steps_, skipped_steps_,
-                       config_.zero_optimization.stage3_gather_16bit_weights_on_model_save};
+                       config_.zero_optimization.stage3_gather_16bit_weights_on_model_save,
+                       config_.zero_optimization.load_from_fp32_weights};
 }
 
 }  // namespace stratum

@@ -35,6 +35,7 @@ struct TrainingState {
   int64_t& micro_steps;
   int64_t& skipped_steps;
   bool gather_16bit_weights_on_save;  // zero_optimization.stage3_gather_16bit_weights_on_model_save
+  bool load_from_fp32_weights;        // zero_optimization.load_from_fp32_weights
 };
 
 struct ModelStateBytes {
@@ -68,6 +69,13 @@ class EngineCore {
 
   bool is_gradient_accumulation_boundary() const;
   int64_t global_steps() const { return global_steps_; }   // optimizer steps taken or skipped
+  // The counter itself, for what reads the step later (the layer runner's reports).
+  const int64_t& global_steps_ref() const { return global_steps_; }
+  // comms_logger: prints the communication summary (DeepSpeed's layout) on
+  // data-parallel rank 0 and starts a new one; nothing when the logger is off.
+  // Also printed every steps_per_print steps with comms_logger.verbose, and when
+  // the engine goes if anything was recorded since.
+  void log_comms_summary();
   int64_t micro_steps() const { return micro_steps_; }
   int64_t skipped_steps() const { return skipped_steps_; }
   bool last_step_skipped() const { return last_skipped_; }
@@ -88,6 +96,8 @@ class EngineCore {
 
  private:
   bool check_overflow();
+  // zero_optimization.ignore_unused_parameters false: every trainable parameter got a gradient this window.
+  void check_every_parameter_reached() const;
   // 0-dim fp32 on the gradients' device: no host sync.
   at::Tensor global_grad_norm(double loss_scale);
   // grad_scale: 0-dim fp32 on the gradients' device (loss scale / clip coefficient).

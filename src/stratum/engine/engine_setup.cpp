@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "stratum/engine/engine.h"
+#include "stratum/distributed/logged_communicator.h"
 
 namespace stratum::engine_detail {
 
@@ -38,10 +39,26 @@ std::shared_ptr<void> install_layer_runner(nn::LayerStackImpl* stack, EngineCore
   zero::LayerParamGatherer* gatherer = core.strategy().gatherer();
   std::vector<bool> checkpointed = checkpointed_layers(*stack, config.activation_checkpointing);
   if (!gatherer && std::find(checkpointed.begin(), checkpointed.end(), true) == checkpointed.end()) return nullptr;
-  stack->set_runner(std::make_shared<EngineLayerRunner>(gatherer, std::move(checkpointed),
-                                                        config.activation_checkpointing.cpu_checkpointing));
+  stack->set_runner(std::make_shared<EngineLayerRunner>(gatherer, std::move(checkpointed), config.activation_checkpointing,
+                                                        core.dp()->rank() == 0, config.steps_per_print.value_or(10),
+                                                        &core.global_steps_ref()));
   // Taken off when the engine goes; the model stays usable at stages 0-2.
   return std::shared_ptr<void>(nullptr, [stack](void*) { stack->set_runner(nullptr); });
+}
+
+std::shared_ptr<distributed::Communicator> logged_data_parallel(const Config& config,
+                                                                std::shared_ptr<distributed::Communicator> dp,
+                                                                std::shared_ptr<distributed::Communicator> control) {
+  const config::CommsLoggerConfig& cl = config.comms_logger;
+  if ((!cl.enabled && !cl.debug) || dynamic_cast<distributed::LoggedCommunicator*>(dp.get())) return dp;
+  if (!control) {
+    if (cl.debug && std::string(dp->backend()) != "mpi")
+      throw ConfigError(config.source, {"comms_logger.debug: the desync check exchanges fingerprints over a CPU "
+                                        "communicator; pass the DistContext to stratum::initialize (or an MPI "
+                                        "communicator), not a '" + std::string(dp->backend()) + "' one alone"});
+    control = dp;
+  }
+  return distributed::with_comms_logger(std::move(dp), std::move(control), cl);
 }
 
 at::ScalarType training_dtype(const Config& config) {

@@ -4,9 +4,12 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <unordered_map>
 
+#include "stratum/core/log.h"
 #include "stratum/nn/checkpoint.h"
 
 namespace stratum {
@@ -40,16 +43,71 @@ struct BeforeLayerBackward : torch::autograd::Function<BeforeLayerBackward> {
 
 }  // namespace
 
+at::Tensor ContiguousCheckpointInputs::store(const at::Tensor& x) {
+  const bool fits = buffer_.defined() && x.sizes().vec() == slot_sizes_ && x.scalar_type() == buffer_.scalar_type() &&
+                    x.device() == buffer_.device() && next_ < slots_;
+  if (next_ == 0 && (!fits || buffer_.storage().use_count() > 1)) {
+    // The first slot of a forward: a new buffer unless this one is free and of the right shape.
+    at::TensorOptions opts = x.options();
+    if (x.is_cpu() && x.is_pinned()) opts = opts.pinned_memory(true);
+    buffer_ = at::empty({static_cast<int64_t>(slots_) * x.numel()}, opts);
+    slot_sizes_ = x.sizes().vec();
+    ++allocations_;
+  } else if (!fits) {
+    return x;
+  }
+  at::Tensor slot = buffer_.narrow(0, static_cast<int64_t>(next_++) * x.numel(), x.numel()).view(x.sizes());
+  slot.copy_(x, /*non_blocking=*/x.is_pinned());
+  return slot;
+}
+
 EngineLayerRunner::EngineLayerRunner(zero::LayerParamGatherer* gatherer, std::vector<bool> checkpointed,
-                                     bool cpu_checkpointing)
-    : gatherer_(gatherer), checkpointed_(std::move(checkpointed)), cpu_checkpointing_(cpu_checkpointing) {}
+                                     const config::ActivationCheckpointingConfig& ac, bool lead, int64_t print_every,
+                                     const int64_t* global_steps)
+    : gatherer_(gatherer),
+      checkpointed_(std::move(checkpointed)),
+      first_checkpointed_(std::find(checkpointed_.begin(), checkpointed_.end(), true) - checkpointed_.begin()),
+      lead_(lead),
+      print_every_(std::max<int64_t>(1, print_every)),
+      global_steps_(global_steps),
+      next_print_(print_every_) {
+  options_.offload_input = ac.cpu_checkpointing;
+  options_.synchronize = ac.synchronize_checkpoint_boundary;
+  if (ac.profile) options_.profile = std::make_shared<nn::CheckpointTimes>();
+  if (ac.contiguous_memory_optimization) {
+    const size_t n = std::count(checkpointed_.begin(), checkpointed_.end(), true);
+    contiguous_ = std::make_unique<ContiguousCheckpointInputs>(n);
+    ContiguousCheckpointInputs* inputs = contiguous_.get();
+    options_.store = [inputs](const at::Tensor& x) { return inputs->store(x); };
+  }
+}
+
+void EngineLayerRunner::report_profile() {
+  if (!options_.profile || !global_steps_ || *global_steps_ < next_print_) return;
+  while (next_print_ <= *global_steps_) next_print_ += print_every_;
+  nn::CheckpointTimes& t = *options_.profile;
+  if (lead_ && (t.forwards > 0 || t.recomputes > 0)) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "activation checkpointing at step %lld: %lld checkpointed forwards %.2f ms, %lld recomputations "
+                  "%.2f ms, their backward %.2f ms",
+                  static_cast<long long>(*global_steps_), static_cast<long long>(t.forwards), t.forward_s * 1e3,
+                  static_cast<long long>(t.recomputes), t.recompute_s * 1e3, t.backward_s * 1e3);
+    log::info(line);
+  }
+  t = nn::CheckpointTimes{};
+}
 
 at::Tensor EngineLayerRunner::run_layer(size_t index, nn::StackLayer& layer, const at::Tensor& x) {
   if (gatherer_) gatherer_->before_forward(index);
   at::Tensor y;
   if (index < checkpointed_.size() && checkpointed_[index]) {
+    if (index == first_checkpointed_ && c10::GradMode::is_enabled()) {
+      report_profile();
+      if (contiguous_) contiguous_->begin_forward();
+    }
     nn::StackLayer* l = &layer;  // the stack owns its layers for as long as the graph can run
-    y = nn::checkpoint([l](const at::Tensor& in) { return l->forward(in); }, x, cpu_checkpointing_);
+    y = nn::checkpoint([l](const at::Tensor& in) { return l->forward(in); }, x, options_);
   } else {
     y = layer.forward(x);
   }

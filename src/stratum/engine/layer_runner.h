@@ -7,21 +7,56 @@
 #include <vector>
 
 #include "stratum/config/sections.h"
+#include "stratum/nn/checkpoint.h"
 #include "stratum/nn/layer_stack.h"
 #include "stratum/zero/strategy.h"
 
 namespace stratum {
 
-class EngineLayerRunner : public nn::LayerRunner {
+// contiguous_memory_optimization: the saved inputs of one forward's
+// checkpointed layers, slot by slot in one buffer. A forward reuses the buffer
+// when no graph of an earlier one still holds it (else it takes a new one), so
+// the saved inputs never fragment the allocator.
+class ContiguousCheckpointInputs {
  public:
-  // `gatherer`: stage 3's (nullptr otherwise); `checkpointed[i]`: layer i is recomputed.
-  EngineLayerRunner(zero::LayerParamGatherer* gatherer, std::vector<bool> checkpointed, bool cpu_checkpointing);
-  at::Tensor run_layer(size_t index, nn::StackLayer& layer, const at::Tensor& x) override;
+  explicit ContiguousCheckpointInputs(size_t slots) : slots_(slots) {}
+  // Before the forward's first checkpointed layer.
+  void begin_forward() { next_ = 0; }
+  // x copied into the next slot (x itself when x does not fit the buffer's slots).
+  at::Tensor store(const at::Tensor& x);
+  int64_t allocations() const { return allocations_; }
 
  private:
+  size_t slots_, next_ = 0;
+  at::Tensor buffer_;  // slots_ x slot numel, flat
+  std::vector<int64_t> slot_sizes_;
+  int64_t allocations_ = 0;
+};
+
+class EngineLayerRunner : public nn::LayerRunner {
+ public:
+  // `gatherer`: stage 3's (nullptr otherwise); `checkpointed[i]`: layer i is
+  // recomputed; `lead` prints activation_checkpointing.profile's times every
+  // `print_every` optimizer steps, read from `global_steps`.
+  EngineLayerRunner(zero::LayerParamGatherer* gatherer, std::vector<bool> checkpointed,
+                    const config::ActivationCheckpointingConfig& ac, bool lead = false, int64_t print_every = 10,
+                    const int64_t* global_steps = nullptr);
+  at::Tensor run_layer(size_t index, nn::StackLayer& layer, const at::Tensor& x) override;
+  const ContiguousCheckpointInputs* contiguous_inputs() const { return contiguous_.get(); }
+
+ private:
+  // activation_checkpointing.profile: prints and resets the times at each print step.
+  void report_profile();
+
   zero::LayerParamGatherer* gatherer_;
   std::vector<bool> checkpointed_;
-  bool cpu_checkpointing_;
+  size_t first_checkpointed_;
+  nn::CheckpointOptions options_;
+  std::unique_ptr<ContiguousCheckpointInputs> contiguous_;
+  bool lead_;
+  int64_t print_every_;
+  const int64_t* global_steps_;
+  int64_t next_print_;
 };
 
 // The layers the activation_checkpointing section recomputes: the repeated

@@ -1,12 +1,15 @@
 #include "stratum/nn/checkpoint.h"
 
+#include <chrono>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -65,11 +68,35 @@ at::Tensor to_host(const at::Tensor& x) {
   return host;
 }
 
+void synchronize(const at::Device& device) {
+  if (device.is_cpu()) return;
+  c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
+}
+
+// Seconds from construction to seconds(), the device synchronized at both ends.
+class SyncedTimer {
+ public:
+  explicit SyncedTimer(const at::Device& device) : device_(device) {
+    synchronize(device_);
+    start_ = std::chrono::steady_clock::now();
+  }
+  double seconds() const {
+    synchronize(device_);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  at::Device device_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 // Everything backward needs besides the saved input; IValues hold it as a capsule.
 struct State : torch::CustomClassHolder {
   Fn fn;
   at::Device device{at::kCPU};
   bool offloaded = false;
+  bool synchronize = false;
+  std::shared_ptr<CheckpointTimes> profile;
   std::vector<at::Tensor> rng_states;
   std::vector<int64_t> out_sizes;
 };
@@ -83,24 +110,38 @@ at::Tensor run_fn(const Fn& fn, const at::Tensor& x, const char* phase) {
 
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   // Function::apply runs this under no-grad: fn's graph (and its activations) is not kept.
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Fn& fn, bool offload) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Fn& fn, const CheckpointOptions* o) {
     auto state = c10::make_intrusive<State>();
     state->fn = fn;  // a copy: the caller's fn may be gone by backward
     state->device = x.device();
-    state->offloaded = offload;
+    state->offloaded = o->offload_input;
+    state->synchronize = o->synchronize;
+    state->profile = o->profile;
+    if (o->synchronize) synchronize(x.device());
+    std::optional<SyncedTimer> timer;
+    if (o->profile) timer.emplace(x.device());
     auto gens = generators_for(x.device());
     state->rng_states = get_states(gens);
     at::Tensor out = run_fn(fn, x, "forward");
     state->out_sizes = out.sizes().vec();
-    // Saving x itself (not offloaded) lets autograd catch in-place changes to it before backward.
-    ctx->save_for_backward({offload ? to_host(x) : x});
+    // Saving x itself (not offloaded or stored) lets autograd catch in-place changes to it before backward.
+    at::Tensor saved = o->offload_input ? to_host(x) : x;
+    if (o->store) saved = o->store(saved);
+    ctx->save_for_backward({saved});
     ctx->saved_data["state"] = at::IValue::make_capsule(std::move(state));
+    if (timer) {
+      o->profile->forward_s += timer->seconds();
+      ++o->profile->forwards;
+    }
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto holder = ctx->saved_data.at("state").toCapsule();
     const State& s = *static_cast<const State*>(holder.get());
+    if (s.synchronize) synchronize(s.device);
+    std::optional<SyncedTimer> timer;
+    if (s.profile) timer.emplace(s.device);
     at::Tensor x = ctx->get_saved_variables().at(0);
     if (s.offloaded) x = x.to(s.device);
     x = x.detach().requires_grad_(true);
@@ -118,18 +159,31 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     if (!out.requires_grad())
       throw Error("checkpoint: fn's output does not require grad when recomputed with grad enabled; "
                   "it must depend on its input (differentiably) or on a parameter requiring grad");
+    double recompute_s = 0;
+    if (timer) recompute_s = timer->seconds();
     torch::autograd::backward({out}, {grads.at(0)});
-    return {x.grad(), at::Tensor(), at::Tensor()};  // one per forward argument: x, fn, offload
+    if (timer) {
+      s.profile->recompute_s += recompute_s;
+      s.profile->backward_s += timer->seconds() - recompute_s;
+      ++s.profile->recomputes;
+    }
+    return {x.grad(), at::Tensor(), at::Tensor()};  // one per forward argument: x, fn, options
   }
 };
 
 }  // namespace
 
-at::Tensor checkpoint(const Fn& fn, const at::Tensor& x, bool offload_input) {
+at::Tensor checkpoint(const Fn& fn, const at::Tensor& x, const CheckpointOptions& options) {
   if (!fn) throw Error("checkpoint: fn is empty");
   if (!x.defined()) throw Error("checkpoint: the input is an undefined tensor");
   if (!c10::GradMode::is_enabled() || !x.requires_grad()) return run_fn(fn, x, "forward");
-  return CheckpointFunction::apply(x, fn, offload_input);
+  return CheckpointFunction::apply(x, fn, &options);
+}
+
+at::Tensor checkpoint(const Fn& fn, const at::Tensor& x, bool offload_input) {
+  CheckpointOptions options;
+  options.offload_input = offload_input;
+  return checkpoint(fn, x, options);
 }
 
 }  // namespace stratum::nn

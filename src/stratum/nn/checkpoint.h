@@ -2,7 +2,9 @@
 // Activation checkpointing for one tensor -> tensor function (a layer), as
 // torch.utils.checkpoint(use_reentrant=True) / DeepSpeed's checkpoint():
 // trade a second forward in backward for not keeping the layer's activations.
+#include <cstdint>
 #include <functional>
+#include <memory>
 
 #include <ATen/core/Tensor.h>
 
@@ -22,5 +24,27 @@ namespace stratum::nn {
 // both runs (same parameters, same training flag).
 at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x,
                       bool offload_input = false);
+
+// Seconds spent in checkpointed layers, device-synchronized (CheckpointOptions::profile).
+struct CheckpointTimes {
+  int64_t forwards = 0, recomputes = 0;
+  double forward_s = 0, recompute_s = 0, backward_s = 0;
+};
+
+// DeepSpeed's activation_checkpointing options, beyond offload_input.
+struct CheckpointOptions {
+  bool offload_input = false;
+  // Where the saved input goes: store(x) returns the tensor to keep (a copy of
+  // x in a preallocated buffer: contiguous_memory_optimization). Applied after
+  // the offload to the host, so it receives the host copy then.
+  std::function<at::Tensor(const at::Tensor&)> store;
+  // A device synchronize before the forward and before the recomputation.
+  bool synchronize = false;
+  // Adds this call's forward, recomputation and backward seconds (with a
+  // device synchronize around each) to *profile.
+  std::shared_ptr<CheckpointTimes> profile;
+};
+at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x,
+                      const CheckpointOptions& options);
 
 }  // namespace stratum::nn

@@ -40,7 +40,10 @@ void write_gradient(const at::Tensor& dst, const at::Tensor& src) {
 class GradReadyHook : public torch::autograd::PostAccumulateGradHook {
  public:
   GradReadyHook(FlatStrategy* owner, int index) : owner_(owner), index_(index) {}
-  void operator()(const torch::autograd::Variable&) override { owner_->on_grad_ready(index_); }
+  void operator()(const torch::autograd::Variable&) override {
+    owner_->mark_reached(index_);
+    owner_->on_grad_ready(index_);
+  }
 
  private:
   FlatStrategy* owner_;
@@ -124,7 +127,15 @@ void FlatStrategy::for_each_full_param(const std::function<void(int, const at::T
   for (size_t i = 0; i < params_.size(); ++i) fn(static_cast<int>(i), params_[i].detach());
 }
 
+std::vector<std::string> FlatStrategy::parameters_without_gradient() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < reached_.size(); ++i)
+    if (!reached_[i]) out.push_back(layout_.specs()[i].name);
+  return out;
+}
+
 void FlatStrategy::install_hooks() {
+  reached_.assign(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i)
     torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<GradReadyHook>(this, static_cast<int>(i)));
   if (dp_->size() == 1 || options_.row_gradient_params.empty() || options_.stage == 3) return;
@@ -237,6 +248,7 @@ void FlatStrategy::take_rows(const at::Tensor& weight, const at::Tensor& ids, co
   for (size_t i = 0; i < params_.size(); ++i)
     if (!row_fed_.empty() && row_fed_[i] && params_[i].unsafeGetTensorImpl() == weight.unsafeGetTensorImpl()) {
       taken_rows_.push_back(TakenRows{static_cast<int>(i), ids, grad_rows.detach()});
+      mark_reached(static_cast<int>(i));
       return;
     }
   throw Error("ZeRO: an embedding's row gradients reached a strategy that does not own the weight");

@@ -3,6 +3,7 @@
 // parameters live in, gradient hooks that count a bucket's parameters as
 // backward finishes them, and reductions in flight (with DeepSpeed's pre/post
 // scaling and an optional wider dtype on the wire). Internal to zero/.
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <unordered_map>
@@ -33,6 +34,10 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink, public nn:
 
   // Called by the post-accumulate-grad hook of parameter `index` (autograd's thread).
   virtual void on_grad_ready(int index) = 0;
+  // Before on_grad_ready (and for row gradients): parameter `index` got a gradient.
+  void mark_reached(int index) { reached_[index] = 1; }
+  std::vector<std::string> parameters_without_gradient() const override;
+  void forget_reached() override { std::fill(reached_.begin(), reached_.end(), 0); }
 
   // A row-fed parameter's lookup gradient (nn/embedding.h), kept for the
   // window's exchange.
@@ -166,6 +171,7 @@ class FlatStrategy : public ZeroStrategy, public nn::RowGradientSink, public nn:
   std::unique_ptr<ReducedGradNorm> grad_norm_;  // over several ranks, made at the first final reduction
   double pre_scale_ = 1.0, post_scale_ = 1.0;
   bool average_on_wire_ = false;  // the plain mean: the collective's avg does both scalings
+  std::vector<char> reached_;     // by parameter: a gradient arrived since forget_reached()
   std::vector<char> staged_;      // by parameter: written into its bucket's current staging buffer
   std::vector<char> fused_;       // by parameter: this backward's fused GEMM wrote its gradient
   std::unordered_map<const void*, int> sink_index_;  // TensorImpl -> parameter (weight-gradient sinks)

@@ -157,6 +157,10 @@ class ZeroStrategy {
   // Calls fn(index, value) for every parameter with its whole value in the model
   // dtype (collective at stage 3, which gathers one layer at a time).
   virtual void for_each_full_param(const std::function<void(int, const at::Tensor&)>& fn) = 0;
+  // The trainable parameters that no backward reached since forget_reached()
+  // (zero_optimization.ignore_unused_parameters false makes that an error).
+  virtual std::vector<std::string> parameters_without_gradient() const = 0;
+  virtual void forget_reached() = 0;
 };
 
 // `params`: the module's trainable parameters (leaf variables) in registration
