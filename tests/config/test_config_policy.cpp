@@ -157,6 +157,10 @@ TEST(ConfigPolicy, Fp32AllreduceIsCommunicationDataTypeFp32) {
   EXPECT_EQ(*c.communication_data_type, DType::fp32);
   const std::string e = errors_of(R"({"train_batch_size": 8, "fp32_allreduce": true, "communication_data_type": "bf16"})");
   EXPECT_NE(e.find("fp32_allreduce: true contradicts communication_data_type \"bf16\""), std::string::npos) << e;
+  c = parse(R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": "fp32"}})");
+  EXPECT_TRUE(c.grad_accum_fp32);
+  const std::string narrow = errors_of(R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": "bf16"}})");
+  EXPECT_NE(narrow.find("data_types.grad_accum_dtype: \"bf16\" is not supported"), std::string::npos) << narrow;
 }
 
 TEST(ConfigPolicy, CheckpointSectionIsReadAndNodeLocalStorageRefused) {

@@ -137,3 +137,19 @@ TEST(EngineOptions, ContiguousCheckpointInputsNeverOverwriteAHeldBuffer) {
   at::Tensor other = inputs.store(torch::full({5}, 5.0f));
   EXPECT_EQ(other.numel(), 5) << "an input of another shape is kept as it is";
 }
+
+// data_types.grad_accum_dtype "fp32": bf16 training keeps its gradients in fp32
+// at every data-parallel size (without it, one rank keeps them in bf16).
+TEST(EngineOptions, GradAccumDtypeFp32KeepsGradientsInFp32) {
+  auto world = test::context().cpu_world;
+  for (int stage : {0, 1, 2}) {
+    const std::string zero = R"("bf16": {"enabled": true}, "zero_optimization": {"stage": )" + std::to_string(stage) + "}";
+    auto fp32 = initialize(config_with(zero + R"(, "data_types": {"grad_accum_dtype": "fp32"})"), test::Mlp(), world,
+                           torch::kCPU);
+    EXPECT_EQ(fp32.core().strategy().segments().front().grad.scalar_type(), at::kFloat) << "stage " << stage;
+    EXPECT_NO_THROW(one_step(fp32));
+    auto plain = initialize(config_with(zero), test::Mlp(), world, torch::kCPU);
+    if (world->size() == 1)
+      EXPECT_EQ(plain.core().strategy().segments().front().grad.scalar_type(), at::kBFloat16) << "stage " << stage;
+  }
+}

@@ -35,7 +35,6 @@ const std::vector<std::pair<std::string, std::string>> kUnsupportedSections = {
     {"weight_quantization", "weight quantization"},
     {"expert_parallel", "expert parallelism (MoE)"},
     {"sequence_parallel", "sequence parallelism"},
-    {"data_types", "custom data types"},
 };
 
 void parse_top_level_unsupported(KeyReader& root) {
@@ -67,6 +66,19 @@ void parse_top_level_noted(KeyReader& root) {
   // Used only by NVMe offload (ZeRO-Infinity), which the offload sections refuse.
   root.noted("aio", Json(nullptr), "used only by NVMe offload; ignored");
   root.noted("timers", Json(nullptr), "Stratum reports throughput in its progress line and with wall_clock_breakdown");
+}
+
+// DeepSpeed's "data_types" section: the dtype gradients accumulate in.
+void parse_data_types(KeyReader& root, Config& c) {
+  KeyReader dt = root.child("data_types");
+  if (!dt.present()) return;
+  const std::string accum = dt.get_enum("grad_accum_dtype", "", {"fp32", "fp16", "bf16"});
+  if (accum == "fp32") c.grad_accum_fp32 = true;
+  else if (!accum.empty())
+    dt.diagnostics().error(dt.path_of("grad_accum_dtype"),
+                           "\"" + accum + "\" is not supported by Stratum yet (only \"fp32\"; without the key, one "
+                           "rank accumulates in the model's dtype and several in communication_data_type's)");
+  dt.finish();
 }
 
 // DeepSpeed's "checkpoint" section: how checkpoints are tagged and written.
@@ -125,6 +137,7 @@ Config Config::from_json(const nlohmann::json& json, const std::string& source) 
   parse_top_level_unsupported(root);
   parse_top_level_noted(root);
   parse_checkpoint_section(root);
+  parse_data_types(root, c);
   report_misplaced_keys(root, json);
   root.finish();
   if (diag.errors.empty()) config::check_cross_field_rules(c, diag);

@@ -28,6 +28,10 @@ struct Config {
   // rows (an all-gather of ids and rows) instead of a dense all-reduce.
   bool sparse_gradients = false;
   std::optional<config::DType> communication_data_type;  // unset: fp32 for 16-bit training
+  // DeepSpeed's data_types.grad_accum_dtype: "fp32" accumulates gradients in
+  // fp32 at every data-parallel size (unset: in the wire's dtype over several
+  // ranks, fp32 by default for 16-bit training; in the model's on one rank).
+  bool grad_accum_fp32 = false;
   config::ZeroConfig zero_optimization;
   config::ActivationCheckpointingConfig activation_checkpointing;
   config::PipelineConfig pipeline;

@@ -17,8 +17,9 @@ OffloadDevice read_device(KeyReader& r) {
 
 // Keys that only matter for NVMe offload (the device "nvme" itself is
 // refused): DeepSpeed ignores them for "cpu" and "none", and so does Stratum.
-void nvme_only_keys(KeyReader& r, const std::vector<std::string>& keys) {
-  for (const auto& key : keys) r.noted(key, Json(nullptr), "used only by NVMe offload; ignored");
+// Each with DeepSpeed's default, which needs no note (null: any value gets one).
+void nvme_only_keys(KeyReader& r, const std::vector<std::pair<std::string, Json>>& keys) {
+  for (const auto& [key, quiet] : keys) r.noted(key, quiet, "used only by NVMe offload; ignored");
 }
 
 void parse_offload_optimizer(KeyReader& zero, ZeroConfig& z) {
@@ -27,7 +28,8 @@ void parse_offload_optimizer(KeyReader& zero, ZeroConfig& z) {
   z.offload_optimizer.device = read_device(off);
   z.offload_optimizer.pin_memory = off.get_bool("pin_memory", true);
   z.offload_optimizer.cpuadam_cores_perc = off.get_double("cpuadam_cores_perc", 0.8, 0.0, 1.0, true);
-  nvme_only_keys(off, {"nvme_path", "buffer_count", "pipeline_read", "pipeline_write", "pipeline", "fast_init"});
+  nvme_only_keys(off, {{"nvme_path", Json(nullptr)}, {"buffer_count", 4}, {"pipeline_read", false},
+                       {"pipeline_write", false}, {"pipeline", false}, {"fast_init", false}});
   off.unsupported("ratio", 1.0, "partial offload is not supported");
   off.unsupported("super_offload", false);
   off.finish();
@@ -38,7 +40,8 @@ void parse_offload_param(KeyReader& zero, ZeroConfig& z) {
   if (!off.present()) return;
   z.offload_param.device = read_device(off);
   z.offload_param.pin_memory = off.get_bool("pin_memory", true);
-  nvme_only_keys(off, {"nvme_path", "buffer_count", "buffer_size", "max_in_cpu"});
+  nvme_only_keys(off, {{"nvme_path", Json(nullptr)}, {"buffer_count", 5}, {"buffer_size", 100'000'000},
+                       {"max_in_cpu", 1'000'000'000}});
   off.finish();
 }
 

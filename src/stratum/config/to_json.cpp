@@ -115,6 +115,7 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
   j["gradient_predivide_factor"] = c.gradient_predivide_factor;
   j["communication_data_type"] =
       c.communication_data_type ? Json(dtype_name(*c.communication_data_type)) : Json(nullptr);
+  if (c.grad_accum_fp32) j["data_types"] = {{"grad_accum_dtype", "fp32"}};
   const ZeroConfig& z = c.zero_optimization;
   j["zero_optimization"] = {
       {"stage", z.stage},

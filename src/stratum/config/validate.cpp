@@ -22,6 +22,10 @@ void check_cross_field_rules(const Config& c, Diagnostics& diag) {
     diag.note("sparse_gradients", "has no effect at ZeRO stage 3 (each rank reduce-scatters the embedding's "
                                      "gradient with its layer); it applies at stages 0, 1 and 2");
 
+  if (c.grad_accum_fp32 && c.communication_data_type && *c.communication_data_type != DType::fp32)
+    diag.error("data_types.grad_accum_dtype", std::string("\"fp32\" with communication_data_type \"") +
+                                                  dtype_name(*c.communication_data_type) +
+                                                  "\" would narrow the gradients on the wire; use \"fp32\" for both");
   if (c.communication_data_type == DType::fp16 && c.bf16.enabled)
     diag.error("communication_data_type", "\"fp16\" with bf16 training loses range; use \"bf16\" or \"fp32\"");
 

@@ -40,6 +40,7 @@ zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype, c10:
   o.device_params16 = !o.offload_optimizer && model_dtype != at::kFloat && optim::mixed_adam_available(device);
   o.overlap_param_gather = c.zero_optimization.overlap_param_gather;
   o.fuse_weight_grads = c.zero_optimization.gradient_accumulation_fusion;
+  o.grad_accum_fp32 = c.grad_accum_fp32;
   // 16-bit gradients travel in fp32 unless communication_data_type says otherwise.
   if (c.communication_data_type)
     o.comm_dtype = *c.communication_data_type == config::DType::bf16   ? at::kBFloat16

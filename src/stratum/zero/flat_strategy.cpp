@@ -67,7 +67,9 @@ FlatStrategy::FlatStrategy(const ZeroOptions& options, FlatLayout layout, std::v
       params_(std::move(params)),
       model_dtype_(model_dtype),
       // One rank has no wire: its gradients stay in the model's dtype.
-      grad_dtype_(dp->size() > 1 ? at::promote_types(model_dtype, options.comm_dtype) : model_dtype),
+      grad_dtype_(options.grad_accum_fp32 ? at::kFloat
+                  : dp->size() > 1        ? at::promote_types(model_dtype, options.comm_dtype)
+                                          : model_dtype),
       dp_(std::move(dp)),
       device_(options.device) {
   const double n = dp_->size();

@@ -35,6 +35,10 @@ struct ZeroOptions {
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   at::ScalarType comm_dtype = at::kFloat;  // gradients travel in this dtype
+  // data_types.grad_accum_dtype "fp32": gradients accumulate in fp32 at every
+  // DP size (else in the wider of model and wire dtypes over several ranks, in
+  // the model's on one).
+  bool grad_accum_fp32 = false;
   // offload_optimizer (stages 1-3): fp32 masters (and the engine's Adam states)
   // in host memory, pinned when the model is on a GPU and pin_memory is set.
   bool offload_optimizer = false;
