@@ -181,11 +181,11 @@ const InvalidCase kCases[] = {
     {"ManyProblemsAtOnce",
      R"({"train_batch_size": "auto", "zero_optimization": {"stage": 4, "overlap_com": true},
          "fp16": {"enabled": true, "loss_scale_windw": 100}, "bf16": {"enabled": "yes"},
-         "optimizer": {"type": "Lamb"}, "wall_clock_breakdwn": true})",
+         "optimizer": {"type": "OneBitLamb"}, "wall_clock_breakdwn": true})",
      {"train_batch_size: \"auto\"", "zero_optimization.stage: expected 0..3, got 4",
       "zero_optimization.overlap_com: unknown key (did you mean 'overlap_comm'?)",
       "fp16.loss_scale_windw: unknown key (did you mean 'loss_scale_window'?)", "bf16.enabled: expected true or false",
-      "optimizer.type: DeepSpeed optimizer \"Lamb\"", "wall_clock_breakdwn: unknown key (did you mean 'wall_clock_breakdown'?)"},
+      "optimizer.type: DeepSpeed optimizer \"OneBitLamb\"", "wall_clock_breakdwn: unknown key (did you mean 'wall_clock_breakdown'?)"},
      7},
 };
 

@@ -33,6 +33,7 @@ struct Options {
   std::string zero_extra;  // more zero_optimization keys, e.g. ", \"stage3_prefetch_bucket_size\": 0"
   std::string checkpointing;  // an activation_checkpointing section, or empty
   std::string top_extra;      // more top-level keys, each followed by a comma
+  std::string optimizer;      // the "optimizer" section, or empty for the AdamW below
 };
 
 inline std::string config_json(const Options& o) {
@@ -42,7 +43,8 @@ inline std::string config_json(const Options& o) {
   std::string ac = o.checkpointing.empty() ? "" : R"("activation_checkpointing": )" + o.checkpointing + ",";
   return R"({"train_batch_size": )" + std::to_string(kGlobalBatch) + R"(, "gradient_accumulation_steps": )" +
          std::to_string(o.gas) + "," + prec + ac + o.top_extra + R"(
-    "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01, "eps": 1e-4}},
+    "optimizer": )" + (o.optimizer.empty() ? R"({"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01, "eps": 1e-4}})"
+                                           : o.optimizer) + R"(,
     "gradient_clipping": 1.0,
     "zero_optimization": {"stage": )" + std::to_string(o.stage) + R"(, "reduce_bucket_size": 5000)" + o.zero_extra +
          "}}";

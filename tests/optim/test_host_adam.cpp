@@ -48,6 +48,31 @@ TEST(HostAdam, MatchesTheDeviceAdamOnHostGradients) {
   EXPECT_LE(compare(c10::kCPU, 10007, 1 << 24), 2e-6);
 }
 
+// bias_correction false reaches the CPU Adam: the same as the device path's.
+TEST(HostAdam, WithoutBiasCorrectionMatchesTheDeviceAdam) {
+  config::OptimizerConfig o = adamw();
+  o.bias_correction = false;
+  torch::manual_seed(1);
+  const int64_t n = 1001;
+  at::Tensor ref = torch::randn({n}), host = ref.clone();
+  AdamState ref_state = make_adam_state(ref), host_state = make_adam_state(host);
+  HostAdam opt(o, 0.5);
+  for (int step = 0; step < 3; ++step) {
+    const at::Tensor grad = torch::randn({n});
+    adam_step(ref, grad.clone(), ref_state, o, 1e-2, std::nullopt, 2.0);
+    opt.step(host, grad, at::Tensor(), host_state, 1e-2, std::nullopt, 2.0);
+  }
+  EXPECT_LE(((host - ref).abs().max() / ref.abs().max()).item<double>(), 2e-6);
+  // And not the corrected step.
+  torch::manual_seed(1);  // the same start and gradients
+  at::Tensor corrected = torch::randn({n});
+  AdamState corrected_state = make_adam_state(corrected);
+  HostAdam opt_corrected(adamw(), 0.5);
+  for (int step = 0; step < 3; ++step)
+    opt_corrected.step(corrected, torch::randn({n}), at::Tensor(), corrected_state, 1e-2, std::nullopt, 2.0);
+  EXPECT_GT((corrected - host).abs().max().item<double>(), 1e-4);
+}
+
 TEST(HostAdam, ChunkedCopiesFromAGpuMatch) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
   for (int64_t chunk : {int64_t{1000}, int64_t{4096}, int64_t{1} << 24})

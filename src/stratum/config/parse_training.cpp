@@ -8,7 +8,7 @@ namespace {
 
 // DeepSpeed optimizers Stratum does not implement (compared lower-case).
 const std::vector<std::string> kDeepSpeedOnlyOptimizers = {
-    "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adagrad", "Lion",
+    "OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adagrad", "Lion",
     "MuAdam", "MuAdamW", "MuSGD", "Muon", "AdamWScheduleFree", "SGD"};
 const std::vector<std::string> kDeepSpeedOnlySchedulers = {"LRRangeTest"};
 
@@ -33,9 +33,9 @@ void parse_optimizer(KeyReader& root, Config& config) {
   std::string name;
   if (!type) {
     if (opt.has("type")) return;  // "auto": already reported
-    diag.error(opt.path_of("type"), "missing; expected \"Adam\" or \"AdamW\"");
+    diag.error(opt.path_of("type"), "missing; expected \"Adam\", \"AdamW\" or \"Lamb\"");
   } else if (!type->is_string()) {
-    diag.error(opt.path_of("type"), "expected \"Adam\" or \"AdamW\", got " + show(*type));
+    diag.error(opt.path_of("type"), "expected \"Adam\", \"AdamW\" or \"Lamb\", got " + show(*type));
   } else {
     name = type->get<std::string>();
     std::string low = name;
@@ -44,6 +44,8 @@ void parse_optimizer(KeyReader& root, Config& config) {
       oc.type = OptimizerType::Adam;
     } else if (low == "adamw") {
       oc.type = OptimizerType::AdamW;
+    } else if (low == "lamb") {
+      oc.type = OptimizerType::Lamb;
     } else {
       bool deepspeed_knows = std::any_of(kDeepSpeedOnlyOptimizers.begin(), kDeepSpeedOnlyOptimizers.end(),
                                          [&](const std::string& o) {
@@ -53,10 +55,10 @@ void parse_optimizer(KeyReader& root, Config& config) {
                                          });
       if (deepspeed_knows)
         diag.error(opt.path_of("type"), "DeepSpeed optimizer \"" + short_name(name) +
-                                            "\" is not supported by Stratum yet (supported: Adam, AdamW)");
+                                            "\" is not supported by Stratum yet (supported: Adam, AdamW, Lamb)");
       else
-        diag.error(opt.path_of("type"), "unknown optimizer \"" + short_name(name) + "\"; expected Adam or AdamW" +
-                                            did_you_mean(name, {"Adam", "AdamW"}));
+        diag.error(opt.path_of("type"), "unknown optimizer \"" + short_name(name) + "\"; expected Adam, AdamW or Lamb" +
+                                            did_you_mean(name, {"Adam", "AdamW", "Lamb"}));
     }
   }
   KeyReader params = opt.child("params");
@@ -70,18 +72,35 @@ void parse_optimizer(KeyReader& root, Config& config) {
   oc.beta2 = betas[1];
   oc.eps = params.get_double("eps", oc.eps, 0.0, KeyReader::kInf, /*min_exclusive=*/true);
   oc.weight_decay = params.get_double("weight_decay", oc.weight_decay, 0.0);
-  // DeepSpeed's "Adam" is AdamW unless adam_w_mode is false; "AdamW" is always decoupled.
-  oc.adam_w_mode = params.get_bool("adam_w_mode", true);
-  if (oc.type == OptimizerType::AdamW && !oc.adam_w_mode)
-    diag.error(params.path_of("adam_w_mode"), "AdamW is always decoupled; use type \"Adam\" for adam_w_mode false");
-  if (params.has("max_grad_norm") && params.raw("max_grad_norm"))
+  oc.bias_correction = params.get_bool("bias_correction", oc.bias_correction);
+  const bool lamb = oc.type == OptimizerType::Lamb;
+  // max_grad_norm: 0 is FusedLamb's default (no clipping of its own); Adam has no such option.
+  if (const Json* v = params.has("max_grad_norm") ? params.raw("max_grad_norm") : nullptr;
+      v && !(lamb && v->is_number() && v->get<double>() == 0.0))
     diag.error(params.path_of("max_grad_norm"), "Stratum clips by the top-level \"gradient_clipping\"; move it there");
-  params.unsupported("bias_correction", true);
   params.unsupported("amsgrad", false);
-  params.unsupported("torch_adam", false, "Stratum always uses its own fused AdamW");
-  params.unsupported("fused", Json(nullptr));
-  params.unsupported("foreach", Json(nullptr));
-  params.unsupported("set_grad_none", true);
+  if (lamb) {
+    // DeepSpeed's FusedLamb: the trust ratio is clamped to [min_coeff, max_coeff].
+    oc.max_coeff = params.get_double("max_coeff", oc.max_coeff, 0.0, KeyReader::kInf, /*min_exclusive=*/true);
+    oc.min_coeff = params.get_double("min_coeff", oc.min_coeff, 0.0, KeyReader::kInf, /*min_exclusive=*/true);
+    if (oc.min_coeff > oc.max_coeff)
+      diag.error(params.path_of("min_coeff"), "is " + Json(oc.min_coeff).dump() + ", greater than max_coeff (" +
+                                                  Json(oc.max_coeff).dump() + ")");
+    params.unsupported("eps_inside_sqrt", false);
+    for (const char* key : {"adam_w_mode", "torch_adam", "fused", "foreach", "set_grad_none"})
+      if (params.raw(key))
+        diag.error(params.path_of(key), "an Adam option; Lamb (DeepSpeed's FusedLamb) has none (its weight decay is "
+                                        "always decoupled, inside the update)");
+  } else {
+    // DeepSpeed's "Adam" is AdamW unless adam_w_mode is false; "AdamW" is always decoupled.
+    oc.adam_w_mode = params.get_bool("adam_w_mode", true);
+    if (oc.type == OptimizerType::AdamW && !oc.adam_w_mode)
+      diag.error(params.path_of("adam_w_mode"), "AdamW is always decoupled; use type \"Adam\" for adam_w_mode false");
+    params.unsupported("torch_adam", false, "Stratum always uses its own fused AdamW");
+    params.unsupported("fused", Json(nullptr));
+    params.unsupported("foreach", Json(nullptr));
+    params.unsupported("set_grad_none", true);
+  }
   params.finish();
   opt.unsupported("legacy_fusion", false);
   opt.finish();

@@ -22,7 +22,7 @@ struct BatchConfig {
 };
 
 // --- optimizer ----------------------------------------------------------------
-enum class OptimizerType { Adam, AdamW };
+enum class OptimizerType { Adam, AdamW, Lamb };
 const char* optimizer_name(OptimizerType t);
 
 struct OptimizerConfig {
@@ -32,8 +32,13 @@ struct OptimizerConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
-  // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false.
+  // DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false (Adam/AdamW only).
   bool adam_w_mode = true;
+  // Every type: m and v divided by 1 - beta^step (false: used as they are, BERT's recipes).
+  bool bias_correction = true;
+  // Lamb (DeepSpeed's FusedLamb): the trust ratio ||p|| / ||update|| is clamped to [min_coeff, max_coeff].
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
 };
 
 // --- scheduler ----------------------------------------------------------------

@@ -16,7 +16,14 @@ const char* dtype_name(DType d) {
   return "?";
 }
 
-const char* optimizer_name(OptimizerType t) { return t == OptimizerType::Adam ? "Adam" : "AdamW"; }
+const char* optimizer_name(OptimizerType t) {
+  switch (t) {
+    case OptimizerType::Adam: return "Adam";
+    case OptimizerType::AdamW: return "AdamW";
+    case OptimizerType::Lamb: return "Lamb";
+  }
+  return "?";
+}
 
 const char* scheduler_name(const SchedulerConfig& s) {
   static const char* names[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle"};
@@ -96,9 +103,18 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
   }
   if (c.optimizer) {
     const OptimizerConfig& o = *c.optimizer;
-    j["optimizer"] = {{"type", optimizer_name(o.type)},
-                      {"params", {{"lr", o.lr}, {"betas", {o.beta1, o.beta2}}, {"eps", o.eps},
-                                  {"weight_decay", o.weight_decay}, {"adam_w_mode", o.adam_w_mode}}}};
+    Json params = {{"lr", o.lr},
+                   {"betas", {o.beta1, o.beta2}},
+                   {"eps", o.eps},
+                   {"weight_decay", o.weight_decay},
+                   {"bias_correction", o.bias_correction}};
+    if (o.type == OptimizerType::Lamb) {
+      params["max_coeff"] = o.max_coeff;
+      params["min_coeff"] = o.min_coeff;
+    } else {
+      params["adam_w_mode"] = o.adam_w_mode;
+    }
+    j["optimizer"] = {{"type", optimizer_name(o.type)}, {"params", params}};
   } else {
     j["optimizer"] = nullptr;
   }

@@ -13,9 +13,11 @@
 #include "stratum/core/log.h"
 #include "stratum/distributed/init.h"
 #include "stratum/distributed/logged_communicator.h"
+#include "stratum/engine/param_runs.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/grad_clip.h"
 #include "stratum/optim/host_adam.h"
+#include "stratum/optim/lamb.h"
 #include "stratum/optim/loss_scaler.h"
 #include "stratum/optim/lr_schedule.h"
 
@@ -54,7 +56,7 @@ zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype, c10:
 // Checks that need no communication, so every rank fails the same way before any collective.
 void check_supported(const Config& c, const std::vector<at::Tensor>& params, bool layer_stack) {
   if (!c.optimizer)
-    throw ConfigError(c.source, {"optimizer: missing; the engine needs an \"optimizer\" section (Adam or AdamW)"});
+    throw ConfigError(c.source, {"optimizer: missing; the engine needs an \"optimizer\" section (Adam, AdamW or Lamb)"});
   if (c.pipeline.stages > 1)
     throw ConfigError(c.source, {"pipeline.stages: pipeline parallelism is not available in the engine yet"});
   if (c.tensor_parallel.size > 1)
@@ -102,6 +104,16 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
     strategy_ = zero::make_zero_strategy(options, std::move(params), std::move(names), model_dtype_, dp_,
                                          layers ? &*layers : nullptr);
   for (auto& seg : strategy_->segments()) adam_.push_back(optim::make_adam_state(seg.master));
+  if (config_.optimizer->type == config::OptimizerType::Lamb) {
+    // Lamb's trust ratio is per parameter: which parameters' elements each segment holds.
+    const auto& layout = strategy_->layout();
+    auto runs = segment_param_runs(layout, strategy_->owned_pieces(), strategy_->segments().size());
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const at::Tensor& master = strategy_->segments()[i].master;
+      lamb_runs_.emplace_back(std::move(runs[i]), master.numel(), static_cast<int64_t>(layout.params().size()),
+                              master.device());
+    }
+  }
   if (options.offload_optimizer)
     host_adam_ = std::make_unique<optim::HostAdam>(*config_.optimizer,
                                                    config_.zero_optimization.offload_optimizer.cpuadam_cores_perc,
@@ -222,18 +234,58 @@ double EngineCore::last_grad_norm() const { return last_grad_norm_.defined() ? l
 void EngineCore::apply_optimizer(const at::Tensor& grad_scale) {
   // The host's Adam needs the factor on the host: one read for every segment.
   const double host_grad_scale = host_adam_ ? grad_scale.item<double>() : 1.0;
+  const at::Tensor trust_ratios = lamb_runs_.empty() ? at::Tensor() : lamb_trust_ratios(grad_scale, host_grad_scale);
   // Last segment first: at stages 1/2 each segment's all-gather starts as soon
   // as it is updated, and the last bucket holds the layers the next forward reads first.
   for (size_t i = strategy_->segments().size(); i-- > 0;) {
-    update_segment(i, grad_scale, host_grad_scale);
+    update_segment(i, grad_scale, host_grad_scale, trust_ratios);
     strategy_->segment_updated(i);
   }
 }
 
-void EngineCore::update_segment(size_t i, const at::Tensor& grad_scale, double host_grad_scale) {
+at::Tensor EngineCore::lamb_trust_ratios(const at::Tensor& grad_scale, double host_grad_scale) {
+  auto& segments = strategy_->segments();
+  const int64_t num_params = static_cast<int64_t>(strategy_->layout().params().size());
+  const std::optional<double> beta1 = scheduler_->beta1();
+  at::Tensor sq;
+  if (host_adam_) {
+    sq = at::zeros({2, num_params}, at::TensorOptions().dtype(at::kDouble));
+    double* sums = sq.data_ptr<double>();
+    for (size_t i = 0; i < segments.size(); ++i)
+      host_adam_->lamb_moments(segments[i].master, segments[i].grad, adam_[i], lamb_runs_[i].runs(), beta1,
+                               host_grad_scale, sums, sums + num_params);
+  } else {
+    sq = optim::lamb_norms_buffer(num_params, segments.front().master.device());
+    for (size_t i = 0; i < segments.size(); ++i)
+      optim::lamb_moments(segments[i].master, segments[i].grad, adam_[i], lamb_runs_[i], *config_.optimizer, beta1,
+                          grad_scale, sq);
+  }
+  // Each rank holds a disjoint part of every parameter: one all-reduce of the
+  // 2 x parameters partial norms (on the gradients' device: the DP communicator's).
+  if (strategy_->partitioned()) {
+    at::Tensor wire = sq.to(segments.front().grad.device());
+    dp_->all_reduce(wire, distributed::ReduceOp::sum)->wait();
+    sq = wire.to(sq.device());
+  }
+  return optim::lamb_trust_ratios(sq, *config_.optimizer);
+}
+
+void EngineCore::update_segment(size_t i, const at::Tensor& grad_scale, double host_grad_scale,
+                                const at::Tensor& trust_ratios) {
   zero::OptimizerSegment& seg = strategy_->segments()[i];
   const double lr = scheduler_->lr();
   const std::optional<double> beta1 = scheduler_->beta1();
+  if (trust_ratios.defined()) {  // Lamb: the second pass
+    if (host_adam_) {
+      const at::Tensor ratios = trust_ratios.contiguous();
+      host_adam_->lamb_update(seg.master, seg.params16, adam_[i], lamb_runs_[i].runs(), lr, beta1,
+                              ratios.const_data_ptr<double>());
+    } else {
+      optim::lamb_update(seg.master, adam_[i], lamb_runs_[i], *config_.optimizer, lr, beta1, trust_ratios,
+                         seg.params16);
+    }
+    return;
+  }
   if (host_adam_) {
     host_adam_->step(seg.master, seg.grad, seg.params16, adam_[i], lr, beta1, host_grad_scale);
     return;

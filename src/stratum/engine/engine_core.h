@@ -19,6 +19,7 @@ namespace optim {
 class LossScaler;
 class LrScheduler;
 class HostAdam;
+class LambRuns;
 struct AdamState;
 }  // namespace optim
 
@@ -102,8 +103,13 @@ class EngineCore {
   at::Tensor global_grad_norm(double loss_scale);
   // grad_scale: 0-dim fp32 on the gradients' device (loss scale / clip coefficient).
   void apply_optimizer(const at::Tensor& grad_scale);
-  // Segment i's Adam step (on the device, or the host with offload).
-  void update_segment(size_t i, const at::Tensor& grad_scale, double host_grad_scale);
+  // Lamb's first pass over every segment (moments, partial norms of each
+  // parameter), the norms summed over DP when partitioned: the trust ratio of
+  // every parameter, for update_segment (on the masters' device; host: fp64).
+  at::Tensor lamb_trust_ratios(const at::Tensor& grad_scale, double host_grad_scale);
+  // Segment i's step (Adam; Lamb's second pass with `trust_ratios`), on the
+  // device, or the host with offload.
+  void update_segment(size_t i, const at::Tensor& grad_scale, double host_grad_scale, const at::Tensor& trust_ratios);
 
   Config config_;
   config::BatchSizes batch_;
@@ -112,6 +118,7 @@ class EngineCore {
   std::unique_ptr<zero::ZeroStrategy> strategy_;
   std::vector<optim::AdamState> adam_;
   std::unique_ptr<optim::HostAdam> host_adam_;  // offload_optimizer: the step runs on the host
+  std::vector<optim::LambRuns> lamb_runs_;      // Lamb: per segment, the parameter runs it holds
   std::unique_ptr<optim::LrScheduler> scheduler_;
   std::unique_ptr<optim::LossScaler> scaler_;
   int64_t micro_steps_ = 0, global_steps_ = 0, skipped_steps_ = 0;

@@ -4,6 +4,7 @@
 
 #include <ATen/ops/_fused_adam.h>
 #include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
@@ -27,6 +28,51 @@ void check_like_params(const at::Tensor& params, const at::Tensor& t, const char
                 (t.defined() ? std::string(", got ") + std::string(c10::toString(t.scalar_type())) + " of " +
                                    std::to_string(t.numel()) + " on " + t.device().str()
                              : std::string(", got an undefined tensor")));
+}
+
+// bias_correction false: torch's fused kernels always divide by 1 - beta^step,
+// so the same update from plain ATen ops, a chunk at a time (the temporaries
+// stay small), in this order:
+//   g = grad / grad_scale (written back, as the fused kernels do);
+//   decoupled: p *= 1 - lr wd;  L2: g += wd p
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;  p -= lr m / (sqrt(v) + eps)
+// With found_inf holding 1 nothing changes: each result is committed through
+// where(found_inf == 0, new, old), on the device, without a host sync.
+void adam_step_uncorrected(at::Tensor& params, const at::Tensor& grads, AdamState& state,
+                           const config::OptimizerConfig& optimizer, double lr, std::optional<double> beta1_override,
+                           const at::Tensor& grad_scale, const std::optional<at::Tensor>& found_inf) {
+  const double beta1 = beta1_override.value_or(optimizer.beta1), beta2 = optimizer.beta2;
+  const double wd = optimizer.weight_decay;
+  const bool decoupled = decoupled_weight_decay(optimizer);
+  const at::Tensor keep = found_inf ? found_inf->reshape({}).eq(0) : at::Tensor();
+  auto commit = [&](const at::Tensor& dst, const at::Tensor& value) {
+    dst.copy_(keep.defined() ? at::where(keep, value, dst) : value);
+  };
+  constexpr int64_t kChunk = int64_t{1} << 24;
+  const int64_t n = params.numel();
+  for (int64_t off = 0; off < n; off += kChunk) {
+    const int64_t len = std::min(kChunk, n - off);
+    at::Tensor p = params.narrow(0, off, len), m = state.exp_avg.narrow(0, off, len),
+               v = state.exp_avg_sq.narrow(0, off, len), g_in = grads.narrow(0, off, len);
+    at::Tensor g = g_in;
+    if (grad_scale.defined()) {
+      g = g_in / grad_scale.reshape({});
+      commit(g_in, g);
+    }
+    at::Tensor p_new = p;
+    if (wd != 0.0) {
+      if (decoupled) p_new = p * (1.0 - lr * wd);
+      else g = g.add(p, wd);
+    }
+    const at::Tensor m_new = m.mul(beta1).add_(g, 1.0 - beta1);
+    const at::Tensor v_new = v.mul(beta2).addcmul_(g, g, 1.0 - beta2);
+    p_new = p_new.addcdiv(m_new, v_new.sqrt().add_(optimizer.eps), -lr);
+    commit(m, m_new);
+    commit(v, v_new);
+    commit(p, p_new);
+  }
+  state.step.add_(1);
+  if (found_inf) state.step.sub_(found_inf->reshape({}));
 }
 
 }  // namespace
@@ -68,6 +114,10 @@ void adam_step(at::Tensor& params_fp32, const at::Tensor& grads_fp32, AdamState&
     throw Error("adam_step: grad_scale must be a 1-element fp32 tensor on " + params_fp32.device().str());
   std::optional<at::Tensor> scale;
   if (grad_scale.defined()) scale = grad_scale.reshape({});
+  if (!optimizer.bias_correction) {
+    adam_step_uncorrected(params_fp32, grads_fp32, state, optimizer, lr, beta1_override, grad_scale, found_inf);
+    return;
+  }
 
   // The kernels read the step count (for bias correction) but leave incrementing
   // it to the caller, as torch.optim does; a found_inf step is taken back.
@@ -155,6 +205,7 @@ void adam_step_mixed(at::Tensor& master, const at::Tensor& grads, AdamState& sta
   a.eps = static_cast<float>(optimizer.eps);
   a.weight_decay = static_cast<float>(optimizer.weight_decay);
   a.decoupled = decoupled_weight_decay(optimizer);
+  a.bias_correction = optimizer.bias_correction;
   stratum::cuda::check_launch(cuda::launch_mixed_adam(a, c10::cuda::getCurrentCUDAStream().stream()),
                               "adam_step_mixed: kernel launch failed");
 #else

@@ -5,7 +5,10 @@
 //   - AdamW, and Adam with adam_w_mode true (DeepSpeed's default): decoupled
 //     weight decay, p <- p (1 - lr wd) - lr m^ / (sqrt(v^) + eps)  (at::_fused_adamw_)
 //   - Adam with adam_w_mode false: L2, g <- g + wd p, then Adam  (at::_fused_adam_)
-// Bias correction is always on (DeepSpeed's default); no amsgrad.
+// Bias correction (m / (1 - b1^step), v / (1 - b2^step)) unless the config's
+// bias_correction is false (DeepSpeed's FusedAdam/CPUAdam then use m and v as
+// they are: p -= lr m / (sqrt(v) + eps)); torch's fused kernels always correct,
+// so that case runs as plain ATen ops (same contract). No amsgrad.
 #include <optional>
 
 #include <ATen/core/Tensor.h>

@@ -11,19 +11,16 @@
 #endif
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <thread>
 
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
-#include <c10/core/thread_pool.h>
 
 #include "stratum/core/error.h"
+#include "stratum/optim/cpu_parallel.h"
 
 // Rounding is part of the contract ("torch's Adam up to rounding"): keep GCC
 // from fusing a*b + c into an FMA where torch rounds the product first.
@@ -35,6 +32,9 @@
 
 namespace stratum::optim {
 namespace {
+
+using detail::for_each_block;
+using detail::hardware_threads;
 
 // Per-call scalars, already in the precision torch applies them (double math,
 // then one rounding to fp32).
@@ -50,8 +50,10 @@ struct Coeffs {
 };
 
 Coeffs make_coeffs(const CpuAdamStep& s, Copy16 format) {
-  const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(s.step));
-  const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(s.step));
+  // Without bias correction (DeepSpeed's bias_correction false) both are 1: the
+  // divisions by them below are then exact, so every ISA path stays as it is.
+  const double bc1 = s.bias_correction ? 1.0 - std::pow(s.beta1, static_cast<double>(s.step)) : 1.0;
+  const double bc2 = s.bias_correction ? 1.0 - std::pow(s.beta2, static_cast<double>(s.step)) : 1.0;
   Coeffs c{};
   c.beta1 = float(s.beta1);
   c.one_minus_beta1 = float(1.0 - s.beta1);
@@ -222,44 +224,6 @@ Kernel kernel_for(CpuAdamIsa isa) {
 // each starts 64-byte aligned (when the buffers are) and small inputs stay on one thread.
 constexpr int64_t kBlock = 64 * 1024;
 
-int hardware_threads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
-
-// at::parallel_for is header code that runs in parallel only in translation
-// units built with OpenMP, which Stratum's are not (a second OpenMP runtime next
-// to torch's bundled one invites trouble): so a pool of our own, c10's, sized to
-// the machine; the caller works too.
-c10::ThreadPool& worker_pool() {
-  static c10::ThreadPool pool(std::max(1, hardware_threads() - 1));
-  return pool;
-}
-
-// Runs body(block) for every block in [0, blocks) on `threads` threads, blocks
-// handed out one at a time (a shared machine slows some threads more than others).
-template <class Body>
-void for_each_block(int64_t blocks, int threads, const Body& body) {
-  threads = static_cast<int>(std::min<int64_t>(threads, blocks));
-  if (threads <= 1 || worker_pool().inThreadPool()) {
-    for (int64_t b = 0; b < blocks; ++b) body(b);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  auto work = [&] {
-    for (int64_t b; (b = next.fetch_add(1, std::memory_order_relaxed)) < blocks;) body(b);
-  };
-  std::mutex mutex;
-  std::condition_variable done;
-  int running = threads - 1;
-  for (int t = 0; t < threads - 1; ++t)
-    worker_pool().run([&] {
-      work();
-      std::lock_guard<std::mutex> lock(mutex);
-      if (--running == 0) done.notify_one();
-    });
-  work();
-  std::unique_lock<std::mutex> lock(mutex);
-  done.wait(lock, [&] { return running == 0; });
-}
-
 void check_tensor(const at::Tensor& t, const char* what, at::ScalarType dtype, int64_t numel) {
   std::string problem;
   if (!t.defined())
@@ -276,6 +240,17 @@ void check_tensor(const at::Tensor& t, const char* what, at::ScalarType dtype, i
 }
 
 }  // namespace
+
+namespace detail {
+
+int hardware_threads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+c10::ThreadPool& worker_pool() {
+  static c10::ThreadPool pool(std::max(1, hardware_threads() - 1));
+  return pool;
+}
+
+}  // namespace detail
 
 const char* isa_name(CpuAdamIsa isa) {
   switch (isa) {

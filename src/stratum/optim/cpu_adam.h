@@ -7,6 +7,7 @@
 //   decoupled: p *= 1 - lr wd          L2 (wd != 0): g += wd p
 //   m  = b1 m + (1 - b1) g             v = b2 v + (1 - b2) g g
 //   p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps),   bc_i = 1 - b_i^step
+//   (bias_correction false: bc_i = 1, DeepSpeed's CPUAdam with bias_correction False)
 // Scalars are computed in double once per call and applied in fp32, as torch does.
 // Optionally the updated params are also written rounded to bf16 or fp16 (round
 // to nearest even, NaN stays NaN, as torch's .to()) in the same pass: the copy a
@@ -16,24 +17,18 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "stratum/optim/cpu_isa.h"
+
 namespace stratum::optim {
 
 struct CpuAdamStep {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   bool decoupled = true;  // AdamW; false: L2 (Adam's weight decay)
+  bool bias_correction = true;
   int64_t step = 1;       // 1-based: the step being taken
   double grad_scale = 1.0;
   int num_threads = 0;    // 0: at::get_num_threads(); at most the machine's hardware threads
 };
-
-enum class CpuAdamIsa { scalar, avx2, avx512 };  // avx2 also needs FMA and F16C
-enum class Copy16 { bf16, fp16 };
-const char* isa_name(CpuAdamIsa isa);
-
-// The path cpu_adam_step takes: STRATUM_CPU_ADAM_ISA (scalar|avx2|avx512) when
-// set, else the widest the CPU supports. Throws stratum::Error for an unknown
-// value or one this CPU cannot run.
-CpuAdamIsa cpu_adam_isa();
 
 // Threads for a share of the machine's hardware threads
 // (offload_optimizer.cpuadam_cores_perc), split between the `ranks_per_node`

@@ -47,8 +47,8 @@ __device__ Coefficients coefficients(const MixedAdamArgs& a) {
   c.weight_decay = a.weight_decay;
   c.decoupled = a.decoupled;
   const float step = *a.step;
-  c.step_size = a.lr / (1.f - powf(a.beta1, step));
-  c.bias_correction2_sqrt = sqrtf(1.f - powf(a.beta2, step));
+  c.step_size = a.bias_correction ? a.lr / (1.f - powf(a.beta1, step)) : a.lr;
+  c.bias_correction2_sqrt = a.bias_correction ? sqrtf(1.f - powf(a.beta2, step)) : 1.f;
   c.scaled = a.grad_scale != nullptr;
   c.grad_scale = c.scaled ? *a.grad_scale : 1.f;
   return c;

@@ -24,6 +24,7 @@ struct MixedAdamArgs {
   const float* grad_scale = nullptr;  // device: the kernel uses grad / *grad_scale; may be null
   float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
   bool decoupled = true;  // AdamW (decoupled decay) or Adam with L2
+  bool bias_correction = true;  // false: m and v used as they are (step_size = lr, sqrt(bc2) = 1)
 };
 
 // Enqueues the update on `stream`; returns the launch error, if any.
