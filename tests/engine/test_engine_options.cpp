@@ -52,9 +52,9 @@ TEST(EngineOptions, IgnoreUnusedParametersFalseNamesTheParameterWithoutAGradient
   auto world = test::context().cpu_world;
   for (int stage : {0, 1, 2}) {
     const std::string zero = R"("zero_optimization": {"stage": )" + std::to_string(stage);
-    auto lenient = initialize(config_with(zero + "}"), WithUnused(), world, torch::kCPU);
+    auto lenient = initialize(config_with(zero + "}"), WithUnused().ptr(), world, torch::kCPU);
     EXPECT_NO_THROW(one_step(lenient)) << "stage " << stage;
-    auto strict = initialize(config_with(zero + R"(, "ignore_unused_parameters": false})"), WithUnused(), world,
+    auto strict = initialize(config_with(zero + R"(, "ignore_unused_parameters": false})"), WithUnused().ptr(), world,
                              torch::kCPU);
     try {
       one_step(strict);
@@ -68,7 +68,7 @@ TEST(EngineOptions, IgnoreUnusedParametersFalseNamesTheParameterWithoutAGradient
   }
   // A model whose parameters all get gradients trains under the strict setting.
   auto all_used = initialize(config_with(R"("zero_optimization": {"stage": 2, "ignore_unused_parameters": false})"),
-                             test::Mlp(), world, torch::kCPU);
+                             test::Mlp().ptr(), world, torch::kCPU);
   EXPECT_NO_THROW(one_step(all_used));
 }
 
@@ -77,7 +77,7 @@ TEST(EngineOptions, IgnoreUnusedParametersFalseNamesTheParameterWithoutAGradient
 TEST(EngineOptions, CommsLoggerRecordsTheEnginesCollectives) {
   const auto& ctx = test::context();
   auto engine = initialize(config_with(R"("zero_optimization": {"stage": 2}, "comms_logger": {"enabled": true})"),
-                           test::Mlp(), ctx);
+                           test::Mlp().ptr(), ctx);
   auto* logged = dynamic_cast<distributed::LoggedCommunicator*>(engine.core().dp().get());
   ASSERT_NE(logged, nullptr) << "the engine's communicator is not logged";
   logged->comms_log()->reset();
@@ -89,7 +89,7 @@ TEST(EngineOptions, CommsLoggerRecordsTheEnginesCollectives) {
     EXPECT_NE(summary.find("reduce_scatter"), std::string::npos) << summary;
   }
   // Off: the communicator is the context's own, unwrapped.
-  auto plain = initialize(config_with(R"("zero_optimization": {"stage": 2})"), test::Mlp(), ctx);
+  auto plain = initialize(config_with(R"("zero_optimization": {"stage": 2})"), test::Mlp().ptr(), ctx);
   EXPECT_EQ(dynamic_cast<distributed::LoggedCommunicator*>(plain.core().dp().get()), nullptr);
 }
 
@@ -144,11 +144,11 @@ TEST(EngineOptions, GradAccumDtypeFp32KeepsGradientsInFp32) {
   auto world = test::context().cpu_world;
   for (int stage : {0, 1, 2}) {
     const std::string zero = R"("bf16": {"enabled": true}, "zero_optimization": {"stage": )" + std::to_string(stage) + "}";
-    auto fp32 = initialize(config_with(zero + R"(, "data_types": {"grad_accum_dtype": "fp32"})"), test::Mlp(), world,
+    auto fp32 = initialize(config_with(zero + R"(, "data_types": {"grad_accum_dtype": "fp32"})"), test::Mlp().ptr(), world,
                            torch::kCPU);
     EXPECT_EQ(fp32.core().strategy().segments().front().grad.scalar_type(), at::kFloat) << "stage " << stage;
     EXPECT_NO_THROW(one_step(fp32));
-    auto plain = initialize(config_with(zero), test::Mlp(), world, torch::kCPU);
+    auto plain = initialize(config_with(zero), test::Mlp().ptr(), world, torch::kCPU);
     if (world->size() == 1)
       EXPECT_EQ(plain.core().strategy().segments().front().grad.scalar_type(), at::kBFloat16) << "stage " << stage;
   }

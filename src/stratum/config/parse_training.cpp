@@ -59,6 +59,11 @@ void parse_optimizer(KeyReader& root, Config& config) {
       else
         diag.error(opt.path_of("type"), "unknown optimizer \"" + short_name(name) + "\"; expected Adam, AdamW or Lamb" +
                                             did_you_mean(name, {"Adam", "AdamW", "Lamb"}));
+      // Its params belong to an optimizer Stratum does not have: not checked key by key.
+      opt.raw("params");
+      opt.raw("legacy_fusion");
+      opt.finish();
+      return;
     }
   }
   KeyReader params = opt.child("params");
@@ -96,13 +101,15 @@ void parse_optimizer(KeyReader& root, Config& config) {
     oc.adam_w_mode = params.get_bool("adam_w_mode", true);
     if (oc.type == OptimizerType::AdamW && !oc.adam_w_mode)
       diag.error(params.path_of("adam_w_mode"), "AdamW is always decoupled; use type \"Adam\" for adam_w_mode false");
-    params.unsupported("torch_adam", false, "Stratum always uses its own fused AdamW");
-    params.unsupported("fused", Json(nullptr));
-    params.unsupported("foreach", Json(nullptr));
-    params.unsupported("set_grad_none", true);
+    // How DeepSpeed runs the same update: Stratum's own fused Adam is one way for all of them.
+    params.get_bool("torch_adam", false);
+    params.noted("torch_adam", false, "Stratum's fused Adam computes torch.optim.Adam's update");
+    params.noted("fused", Json(nullptr), "Stratum's Adam is always fused");
+    params.noted("foreach", Json(nullptr), "Stratum's Adam is always fused");
+    params.noted("set_grad_none", true, "Stratum's gradients live in ZeRO's flat buffers; nothing to set to None");
   }
   params.finish();
-  opt.unsupported("legacy_fusion", false);
+  opt.noted("legacy_fusion", false, "deprecated; Stratum's optimizers are always fused");
   opt.finish();
   config.optimizer = oc;
 }
