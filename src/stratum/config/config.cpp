@@ -17,7 +17,6 @@ const std::vector<std::pair<std::string, std::string>> kUnsupportedSections = {
     {"amp", "NVIDIA Apex AMP"},
     {"torch_autocast", "torch autocast"},
     {"sparse_attention", "sparse attention"},
-    {"flops_profiler", "flops profiler"},
     {"autotuning", "autotuning"},
     {"elasticity", "elastic training"},
     {"compression_training", "compression training"},
@@ -92,6 +91,7 @@ Config Config::from_json(const nlohmann::json& json, const std::string& source) 
   config::parse_zero(root, c);
   config::parse_parallel(root, c);
   config::parse_diagnostics(root, c);
+  config::parse_flops_profiler(root, c);
   parse_top_level_unsupported(root);
   report_misplaced_keys(root, json);
   root.finish();
