@@ -196,6 +196,8 @@ int train(const Options& o, const distributed::DistContext& ctx) {
 
   const int64_t print_every = o.print_every > 0 ? o.print_every : config.steps_per_print.value_or(10);
   monitor::ProgressReporter progress(print_every);
+  // wall_clock_breakdown's timer lines and the flops profile (rank 0) as lines that stay above the progress line.
+  if (lead) engine.core().set_report_sink([&progress](const std::string& text) { progress.note(text); });
   std::unique_ptr<monitor::MetricsLog> metrics;
   std::string metrics_dir = o.log_dir;
   if (metrics_dir.empty() && config.monitor.csv_monitor.enabled)

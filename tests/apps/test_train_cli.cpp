@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "train_cli.h"
 #include "stratum/core/fs.h"
 
@@ -87,6 +89,39 @@ TEST_F(TrainCli, Zero3OffloadCheckpointingTrainsAndResumes) {
   ASSERT_EQ(got.size(), 20u);
   for (int s = 1; s <= 20; ++s) EXPECT_NEAR(got[s], want[s], 1e-6 * std::abs(want[s])) << "step " << s;
   stratum::fs::remove_tree(second);
+}
+
+// The two DeepSpeed diagnostics in stratum-train's output: the flops profile
+// once, in the step the config names (global step 2: the third), and
+// wall_clock_breakdown's two lines after every step (steps_per_print 1), on
+// rank 0 only, each above its step's progress line.
+TEST_F(TrainCli, FlopsProfilerAndWallClockBreakdownPrint) {
+  std::ifstream in(std::string(STRATUM_SOURCE_DIR) + "/configs/default.json");
+  nlohmann::json cfg = nlohmann::json::parse(in);
+  cfg["flops_profiler"] = {{"enabled", true}, {"profile_step", 2}};
+  cfg["wall_clock_breakdown"] = true;
+  cfg["steps_per_print"] = 1;
+  std::ofstream(dir_ + "/diagnostics.json") << cfg.dump(2);
+  Result r = run(train_cmd(dir_, 3, "--sample-tokens 0", dir_ + "/diagnostics.json"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto count = [&](const std::string& what) {
+    int n = 0;
+    for (size_t at = r.output.find(what); at != std::string::npos; at = r.output.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("-------------------------- DeepSpeed Flops Profiler --------------------------"), 1) << r.output;
+  EXPECT_EQ(count("Profile Summary at step 2:"), 1) << r.output;
+  EXPECT_EQ(count("Aggregated Profile per GPU"), 1) << r.output;
+  EXPECT_EQ(count("Detailed Profile per GPU"), 1) << r.output;
+  EXPECT_EQ(count("(layers.1): GPT2Block("), 1) << r.output;
+  EXPECT_EQ(count("[rank 0] time (ms) | fwd_microstep: "), 3) << r.output;
+  EXPECT_EQ(count("[rank 0] time (ms) | fwd: "), 3) << r.output;
+  EXPECT_EQ(count("[rank 1] time (ms)"), 0) << r.output;
+  const size_t profile = r.output.find("DeepSpeed Flops Profiler"), step2 = r.output.find("step 2/3 |"),
+               step3 = r.output.find("step 3/3 |");
+  ASSERT_NE(step3, std::string::npos) << r.output;
+  EXPECT_LT(step2, profile) << r.output;
+  EXPECT_LT(profile, step3) << "the profile ends the step it profiled\n" << r.output;
 }
 
 TEST_F(TrainCli, BadInputIsAClearError) {

@@ -19,10 +19,12 @@ inline Result run(const std::string& cmd) { return stratum::test::run_command("t
 
 inline const std::string kBin = STRATUM_BIN_DIR;
 
+// `config`: a file of configs/, or an absolute path.
 inline std::string train_cmd(const std::string& dir, int steps, const std::string& extra = "",
                       const std::string& config = "default.json") {
-  return kBin + "/stratum-run --num_procs 2 " + kBin + "/stratum-train --config " + STRATUM_SOURCE_DIR +
-         "/configs/" + config + " --model gpt2-tiny-bytes --set layers=2 --data default --cache-dir " + dir +
+  const std::string config_path = config.rfind('/', 0) == 0 ? config : std::string(STRATUM_SOURCE_DIR) + "/configs/" + config;
+  return kBin + "/stratum-run --num_procs 2 " + kBin + "/stratum-train --config " + config_path +
+         " --model gpt2-tiny-bytes --set layers=2 --data default --cache-dir " + dir +
          "/cache --steps " + std::to_string(steps) + " --eval-every 10 --eval-batches 1 " +
          "--log-dir " + dir + "/log --save-dir " + dir + "/ckpt " + extra;
 }

@@ -18,7 +18,6 @@ const std::vector<std::pair<std::string, std::string>> kUnsupportedSections = {
     {"amp", "NVIDIA Apex AMP (use the fp16 or bf16 section)"},
     {"torch_autocast", "torch autocast"},
     {"sparse_attention", "sparse attention"},
-    {"flops_profiler", "flops profiler"},
     {"autotuning", "autotuning"},
     {"elasticity", "elastic training"},
     {"compression_training", "compression training"},
@@ -134,6 +133,7 @@ Config Config::from_json(const nlohmann::json& json, const std::string& source) 
   config::parse_zero(root, c);
   config::parse_parallel(root, c);
   config::parse_diagnostics(root, c);
+  config::parse_flops_profiler(root, c);
   parse_top_level_unsupported(root);
   parse_top_level_noted(root);
   parse_checkpoint_section(root);

@@ -38,6 +38,7 @@ struct Config {
   config::TensorParallelConfig tensor_parallel;
   config::CommsLoggerConfig comms_logger;
   config::MonitorConfig monitor;
+  config::FlopsProfilerConfig flops_profiler;
   std::optional<int64_t> steps_per_print;
   bool wall_clock_breakdown = false;
 

@@ -11,6 +11,7 @@ void parse_training(KeyReader& root, Config& config);   // batch, optimizer, sch
 void parse_zero(KeyReader& root, Config& config);       // zero_optimization and its offload sections
 void parse_parallel(KeyReader& root, Config& config);   // pipeline, tensor_parallel, activation_checkpointing
 void parse_diagnostics(KeyReader& root, Config& config);  // comms_logger, monitors, printing
+void parse_flops_profiler(KeyReader& root, Config& config);  // flops_profiler
 void check_cross_field_rules(const Config& config, Diagnostics& diag);
 
 }  // namespace stratum::config

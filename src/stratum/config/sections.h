@@ -189,4 +189,18 @@ struct MonitorConfig {
   MonitorWriterConfig csv_monitor;
 };
 
+// DeepSpeed's flops profiler (engine/flops_profiler.h): the forward passes of
+// one optimizer step counted and timed per module, printed at its end.
+struct FlopsProfilerConfig {
+  bool enabled = false;
+  // Extra forward passes a step recomputes (activation checkpointing): the
+  // backward is counted as (2 + this) forwards. 0 to 1.
+  double recompute_fwd_factor = 0.0;
+  int64_t profile_step = 1;   // the step profiled: the one taken after this many optimizer steps
+  int64_t module_depth = -1;  // deepest level of the aggregated profile; -1: every level
+  int64_t top_modules = 1;    // modules listed per level in the aggregated profile
+  bool detailed = true;       // also the module tree with every module's figures
+  std::string output_file;    // empty (null in JSON): printed on rank 0
+};
+
 }  // namespace stratum::config

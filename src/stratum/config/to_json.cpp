@@ -168,6 +168,11 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
                        {"prof_ops", cl.prof_ops}, {"debug", cl.debug}};
   j["tensorboard"] = writer(c.monitor.tensorboard);
   j["csv_monitor"] = writer(c.monitor.csv_monitor);
+  const FlopsProfilerConfig& fp = c.flops_profiler;
+  j["flops_profiler"] = {{"enabled", fp.enabled},           {"recompute_fwd_factor", fp.recompute_fwd_factor},
+                         {"profile_step", fp.profile_step}, {"module_depth", fp.module_depth},
+                         {"top_modules", fp.top_modules},   {"detailed", fp.detailed},
+                         {"output_file", fp.output_file.empty() ? Json(nullptr) : Json(fp.output_file)}};
   j["steps_per_print"] = opt(c.steps_per_print);
   j["wall_clock_breakdown"] = c.wall_clock_breakdown;
   j["dump_state"] = c.dump_state;

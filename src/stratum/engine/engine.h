@@ -23,6 +23,7 @@
 #include "stratum/core/heartbeat.h"
 #include "stratum/distributed/init.h"
 #include "stratum/engine/engine_core.h"
+#include "stratum/engine/flops_profiler.h"
 #include "stratum/engine/layer_runner.h"
 
 namespace stratum {
@@ -54,10 +55,20 @@ class Engine {
   Engine(std::shared_ptr<Model> model, std::unique_ptr<EngineCore> core, std::shared_ptr<void> runner_guard = nullptr)
       : model_(std::move(model)), core_(std::move(core)), runner_guard_(std::move(runner_guard)) {}
 
+  // Timed (wall_clock_breakdown) and, in the profiled step, observed by the
+  // flops profiler (engine/flops_profiler.h).
   template <class... Args>
   auto forward(Args&&... args) {
     heartbeat::beat();
-    return model_->forward(cast(std::forward<Args>(args))...);
+    ForwardBracket bracket(*core_);
+    if constexpr (std::is_void_v<decltype(model_->forward(cast(std::forward<Args>(args))...))>) {
+      model_->forward(cast(std::forward<Args>(args))...);
+      bracket.close();
+    } else {
+      auto out = model_->forward(cast(std::forward<Args>(args))...);
+      bracket.close();
+      return out;
+    }
   }
   void backward(const at::Tensor& loss) { core_->backward(loss); }
   bool step() { return core_->step(); }
@@ -104,8 +115,12 @@ Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, std
   engine_detail::trainable_parameters(*model, params, names);
   std::optional<zero::LayerParams> layers;
   if (stack) layers = layer_params(*stack, params);
+  // The profiler's parameter counts, before ZeRO-3 partitions the parameters.
+  std::optional<ModelOutline> outline;
+  if (config.flops_profiler.enabled) outline = model_outline(*model, stack);
   auto core = std::make_unique<EngineCore>(config, std::move(params), std::move(names), dtype, std::move(dp), device,
                                            std::move(layers));
+  if (outline) core->attach_flops_profiler(std::move(*outline));
   auto guard = engine_detail::install_layer_runner(stack, *core, config);
   return Engine<Model>(std::move(model), std::move(core), std::move(guard));
 }

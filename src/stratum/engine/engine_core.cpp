@@ -1,19 +1,24 @@
 #include "stratum/engine/engine_core.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <unordered_set>
 #include <cmath>
+#include <cstdio>
+#include <unordered_set>
 
+#include "stratum/core/fs.h"
 #include "stratum/core/heartbeat.h"
 #include "stratum/core/log.h"
 #include "stratum/distributed/init.h"
 #include "stratum/distributed/logged_communicator.h"
 #include "stratum/engine/param_runs.h"
+#include "stratum/engine/flops_profiler.h"
+#include "stratum/engine/phase_timers.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/grad_clip.h"
 #include "stratum/optim/host_adam.h"
@@ -78,7 +83,7 @@ void check_supported(const Config& c, const std::vector<at::Tensor>& params, boo
 EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std::vector<std::string> names,
                        at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp, c10::Device device,
                        std::optional<zero::LayerParams> layers)
-    : config_(config), model_dtype_(model_dtype), dp_(std::move(dp)) {
+    : config_(config), model_dtype_(model_dtype), dp_(std::move(dp)), device_(device) {
   check_supported(config_, params, layers.has_value());
   batch_ = config_.resolve_batch(dp_->size());
   zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
@@ -123,10 +128,12 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   if (!fp16.enabled) fp16.loss_scale = 1.0;  // static 1: no scaling outside fp16
   scaler_ = std::make_unique<optim::LossScaler>(fp16, dp_->rank() == 0);
   if (config_.dump_state && dp_->rank() == 0) log::info(config_.source + ": resolved config\n" + to_json(config_, dp_->size()).dump(2));
+  if (config_.wall_clock_breakdown || config_.flops_profiler.enabled) timers_ = std::make_unique<PhaseTimers>(device_);
 }
 
 EngineCore::~EngineCore() {
   try {
+    sink_ = nullptr;  // what it pointed into (a progress display) may be gone by now
     log_comms_summary();
   } catch (...) {  // a destructor reports nothing it cannot
   }
@@ -135,8 +142,8 @@ EngineCore::~EngineCore() {
 void EngineCore::log_comms_summary() {
   auto* logged = dynamic_cast<distributed::LoggedCommunicator*>(dp_.get());
   if (!logged || !config_.comms_logger.enabled || logged->comms_log()->total_count() == 0) return;
-  if (dp_->rank() == 0) log::info("communication summary at step " + std::to_string(global_steps_) + "\n" +
-                                  logged->comms_log()->summary());
+  if (dp_->rank() == 0)
+    report("communication summary at step " + std::to_string(global_steps_) + "\n" + logged->comms_log()->summary());
   logged->comms_log()->reset();
 }
 
@@ -165,12 +172,19 @@ void EngineCore::backward(const at::Tensor& loss) {
     throw Error("engine.backward: expected a scalar loss, got a tensor of " +
                 std::to_string(loss.defined() ? loss.numel() : 0) + " elements");
   heartbeat::beat();
+  const bool timed = timing();
+  if (timed) timers_->start(Phase::bwd_inner);
   strategy_->prepare_backward(is_gradient_accumulation_boundary());
   // Gradients are averaged over the accumulation window; fp16 scales the loss up.
   const double factor = scaler_->scale() / static_cast<double>(batch_.gradient_accumulation_steps);
   at::Tensor scaled = factor == 1.0 ? loss : loss * factor;
   torch::autograd::backward({scaled});
+  if (timed) {
+    timers_->stop(Phase::bwd_inner);
+    timers_->start(Phase::bwd_allreduce);
+  }
   strategy_->finish_backward();
+  if (timed) timers_->stop(Phase::bwd_allreduce);
 }
 
 bool EngineCore::step() {
@@ -179,9 +193,31 @@ bool EngineCore::step() {
   heartbeat::start_watch();
   heartbeat::beat();
   const bool boundary = is_gradient_accumulation_boundary();
+  // Decided before the step counts: the step in progress is global_steps_.
+  const bool timed = timing(), profiled = profiling();
   ++micro_steps_;
-  if (!boundary) return false;
-  strategy_->wait_gradients();
+  bool updated = false;
+  if (boundary) {
+    // Waiting for the window's reductions is backward's time (phase_timers.h).
+    if (timed) timers_->start(Phase::bwd_allreduce);
+    strategy_->wait_gradients();
+    if (timed) {
+      timers_->stop(Phase::bwd_allreduce);
+      timers_->start(Phase::step);
+    }
+    updated = optimizer_step();
+  } else if (timed) {
+    timers_->start(Phase::step);
+  }
+  if (timed) {
+    timers_->stop(Phase::step);
+    timers_->end_micro_step();
+  }
+  if (boundary && (timed || profiled)) finish_step_diagnostics(profiled);
+  return updated;
+}
+
+bool EngineCore::optimizer_step() {
   strategy_->wait_params();  // the last step's gathers read the slices this one rewrites
   if (!config_.zero_optimization.ignore_unused_parameters) check_every_parameter_reached();
   strategy_->forget_reached();
@@ -320,6 +356,87 @@ ModelStateBytes EngineCore::model_state_bytes() const {
   ModelStateBytes b{z.params, z.grads, z.master, 0};
   for (const auto& a : adam_) b.optimizer += a.exp_avg.nbytes() + a.exp_avg_sq.nbytes();
   return b;
+}
+
+bool EngineCore::timing() const {
+  return timers_ && (config_.wall_clock_breakdown || profiling());
+}
+
+bool EngineCore::profiling() const {
+  return profiler_ && global_steps_ == config_.flops_profiler.profile_step;
+}
+
+void EngineCore::begin_forward() {
+  if (!timers_ && !profiler_) return;
+  forward_timed_ = forward_profiled_ = false;
+  if (!c10::GradMode::is_enabled()) return;  // evaluation, not a micro-step
+  forward_timed_ = timing();
+  forward_profiled_ = profiling();
+  if (forward_timed_) timers_->start(Phase::fwd);
+  if (forward_profiled_) profiler_->start();
+}
+
+void EngineCore::end_forward() {
+  if (forward_profiled_) profiler_->stop();
+  if (forward_timed_) timers_->stop(Phase::fwd);
+  forward_timed_ = forward_profiled_ = false;
+}
+
+void EngineCore::cancel_forward() noexcept {
+  if (forward_profiled_) profiler_->cancel();
+  if (forward_timed_) timers_->cancel(Phase::fwd);
+  forward_timed_ = forward_profiled_ = false;
+}
+
+void EngineCore::attach_flops_profiler(ModelOutline outline) {
+  if (!config_.flops_profiler.enabled || dp_->rank() != 0) return;
+  profiler_ = std::make_unique<FlopsProfiler>(config_.flops_profiler, std::move(outline), device_);
+}
+
+void EngineCore::report(const std::string& text) {
+  if (sink_) {
+    sink_(text);
+    return;
+  }
+  std::fprintf(stdout, "%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+void EngineCore::finish_step_diagnostics(bool profiled) {
+  if (profiled) {
+    FlopsProfiler::StepFacts f;
+    f.profile_step = config_.flops_profiler.profile_step;
+    f.mp_size = config_.model_parallel_size();
+    f.dp_size = dp_->size();
+    f.world_size = f.dp_size * f.mp_size;
+    f.micro_batch = batch_.micro_batch_per_gpu;
+    f.gradient_accumulation_steps = batch_.gradient_accumulation_steps;
+    f.fwd_seconds = timers_->step_seconds(Phase::fwd);
+    f.bwd_seconds = timers_->step_bwd_seconds();
+    f.step_seconds = timers_->step_seconds(Phase::step);
+    std::string text = profiler_->report(f);
+    const std::string& file = config_.flops_profiler.output_file;
+    if (file.empty()) {
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      report(text);
+    } else {
+      const size_t slash = file.rfind('/');
+      if (slash != std::string::npos && slash > 0) fs::make_directories(file.substr(0, slash));
+      fs::write_file_atomically(file, text, "the flops profile");
+      report("flops profiler: the profile of step " + std::to_string(f.profile_step) + " is in " + file);
+    }
+  }
+  if (!config_.wall_clock_breakdown) {
+    timers_->reset_step();  // timed for the profile only
+    return;
+  }
+  timers_->end_step();
+  // DeepSpeed's steps_per_print default: 10.
+  const int64_t every = std::max<int64_t>(1, config_.steps_per_print.value_or(10));
+  if (global_steps_ % every != 0) return;
+  const std::vector<std::string> lines = timers_->report();  // every rank: each starts a new interval
+  if (dp_->rank() == 0)
+    for (const auto& line : lines) report(line);
 }
 
 TrainingState EngineCore::training_state() {

@@ -3,6 +3,7 @@
 // a ZeRO strategy (where parameters, gradients and master weights live and how
 // they are reduced), the optimizer states, the LR schedule and the loss scaler.
 // Engine<Model> (engine.h) puts the model's forward in front of it.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,9 @@
 #include "stratum/zero/strategy.h"
 
 namespace stratum {
+class FlopsProfiler;
+class PhaseTimers;
+struct ModelOutline;
 namespace optim {
 class LossScaler;
 class LrScheduler;
@@ -95,7 +99,36 @@ class EngineCore {
   // What checkpoints save and restore (mutable: loading writes it).
   TrainingState training_state();
 
+  // Engine<Model>::forward's brackets around the model's forward (see
+  // ForwardBracket): wall_clock_breakdown's forward timer and, in the step
+  // the flops_profiler section names, the profiler. Forwards under no-grad
+  // (evaluation) are neither timed nor profiled: they are no training micro-step.
+  void begin_forward();
+  void end_forward();
+  void cancel_forward() noexcept;  // the forward threw: nothing of it is kept
+  // With the flops_profiler section enabled, initialize() hands over the
+  // model's outline (taken before ZeRO-3 partitions the parameters); rank 0
+  // profiles, as DeepSpeed's global rank 0 does.
+  void attach_flops_profiler(ModelOutline outline);
+  // The profiler (rank 0, flops_profiler enabled; null otherwise). After the
+  // profiled step it keeps that step's counts.
+  const FlopsProfiler* flops_profiler() const { return profiler_.get(); }
+  // Where this rank's reports go: wall_clock_breakdown's lines every
+  // steps_per_print steps, the flops profile and the communication summary
+  // (rank 0 only; lines without their final newline). Default: stdout (and
+  // always stdout for the summary printed when the engine goes).
+  void set_report_sink(std::function<void(const std::string&)> sink) { sink_ = std::move(sink); }
+
  private:
+  // The step in progress is timed: wall_clock_breakdown, or the profiled step.
+  bool timing() const;
+  // The step in progress is the profiled one (on the profiling rank).
+  bool profiling() const;
+  // At the accumulation boundary, after the update: the profile, the timer lines.
+  void finish_step_diagnostics(bool profiled);
+  void report(const std::string& text);
+  // step() from the wait for the gradients on, at the boundary.
+  bool optimizer_step();
   bool check_overflow();
   // zero_optimization.ignore_unused_parameters false: every trainable parameter got a gradient this window.
   void check_every_parameter_reached() const;
@@ -125,6 +158,31 @@ class EngineCore {
   bool last_skipped_ = false;
   at::Tensor last_grad_norm_;
   bool in_backward_window_ = false;
+  c10::Device device_;
+  std::unique_ptr<PhaseTimers> timers_;      // wall_clock_breakdown or flops_profiler
+  std::unique_ptr<FlopsProfiler> profiler_;  // flops_profiler, on rank 0
+  std::function<void(const std::string&)> sink_;
+  bool forward_timed_ = false, forward_profiled_ = false;
+};
+
+// Opens EngineCore::begin_forward for a scope; close() after the forward
+// returned, else the destructor cancels (a forward that threw).
+class ForwardBracket {
+ public:
+  explicit ForwardBracket(EngineCore& core) : core_(core) { core_.begin_forward(); }
+  ForwardBracket(const ForwardBracket&) = delete;
+  ForwardBracket& operator=(const ForwardBracket&) = delete;
+  void close() {
+    closed_ = true;
+    core_.end_forward();
+  }
+  ~ForwardBracket() {
+    if (!closed_) core_.cancel_forward();
+  }
+
+ private:
+  EngineCore& core_;
+  bool closed_ = false;
 };
 
 }  // namespace stratum

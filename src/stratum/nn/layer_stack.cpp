@@ -1,5 +1,9 @@
 #include "stratum/nn/layer_stack.h"
 
+#include <ATen/record_function.h>
+
+#include <optional>
+
 #include "stratum/core/error.h"
 
 namespace stratum::nn {
@@ -36,6 +40,7 @@ void LayerStackImpl::append(std::shared_ptr<StackLayer> layer, const std::string
     parent.register_module(child.key(), child.value());
   }
   layer->train(is_training());
+  scopes_.push_back("layers." + std::to_string(layers_.size()) + " (" + layer->name() + ")");
   layers_.push_back(std::move(layer));
   paths_.push_back(path);
 }
@@ -45,7 +50,20 @@ at::Tensor LayerStackImpl::run(const at::Tensor& input, size_t begin, size_t end
     throw Error("LayerStack::run: range [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " +
                 std::to_string(layers_.size()) + " layers");
   at::Tensor x = input;
-  for (size_t i = begin; i < end; ++i) x = runner_ ? runner_->run_layer(i, *layers_[i], x) : layers_[i]->forward(x);
+  for (size_t i = begin; i < end; ++i) {
+    // The layer's user scope, only when some callback wants it (layer_scope()).
+    std::optional<at::RecordFunction> scope;
+    if (auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE)) {
+      scope.emplace(std::move(*callbacks));
+      if (scope->needsInputs()) {
+        const c10::IValue in(x);
+        scope->before(std::string_view(scopes_[i]), c10::ArrayRef<const c10::IValue>(&in, 1));
+      } else {
+        scope->before(std::string_view(scopes_[i]));
+      }
+    }
+    x = runner_ ? runner_->run_layer(i, *layers_[i], x) : layers_[i]->forward(x);
+  }
   return x;
 }
 

@@ -72,6 +72,11 @@ class LayerStackImpl : public torch::nn::Module {
   const std::shared_ptr<StackLayer>& layer_ptr(size_t i) const { return layers_.at(i); }
   // The prefix the layer's submodules are registered under ("transformer.h.3").
   const std::string& layer_path(size_t i) const { return paths_.at(i); }
+  // The name of the user scope (ATen RecordFunction, RecordScope::USER_SCOPE)
+  // that run() opens around layer i, "layers.<i> (<kind>)": observers such as
+  // the engine's flops profiler and torch's profiler see which layer an op
+  // belongs to. Without a callback installed the scope costs a check.
+  const std::string& layer_scope(size_t i) const { return scopes_.at(i); }
 
   // Every layer then runs through `runner` (nullptr: plainly).
   void set_runner(std::shared_ptr<LayerRunner> runner) { runner_ = std::move(runner); }
@@ -86,6 +91,7 @@ class LayerStackImpl : public torch::nn::Module {
 
   std::vector<std::shared_ptr<StackLayer>> layers_;
   std::vector<std::string> paths_;
+  std::vector<std::string> scopes_;
   std::shared_ptr<LayerRunner> runner_;
 };
 

@@ -1,6 +1,7 @@
 #include "stratum/nn/mlp.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cstdlib>
@@ -155,6 +156,10 @@ cuda::GemmWorkspace gemm_workspace(const at::Tensor& like, at::Tensor& holder) {
 // (cuBLASLt's GELU_AUX_BIAS epilogue), else the linear and the GELU.
 std::pair<at::Tensor, at::Tensor> linear_bias_gelu_values(const at::Tensor& x, const at::Tensor& w,
                                                           const at::Tensor& b) {
+  // One op for observers (the engine's flops profiler, torch's profiler): on a
+  // GPU its GEMM is cuBLASLt's, which no ATen op records; elsewhere it holds
+  // the aten::linear it runs. Free without a callback installed.
+  RECORD_FUNCTION("stratum::linear_bias_gelu", std::vector<c10::IValue>({x, w, b}));
 #ifdef STRATUM_WITH_CUDA_KERNELS
   const int64_t in = x.size(-1), out = w.size(0), rows = in == 0 ? 0 : x.numel() / in;
   if (epilogue_gemm({&x, &w, &b}, {in, out})) {
