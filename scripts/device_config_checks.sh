@@ -10,8 +10,8 @@
 #   3. gpt2-350m, bf16: the flops profiler's forward flops against 6N + 12·L·d·s;
 #      Lamb against AdamW; activation checkpointing with and without the
 #      contiguous buffer (tokens/s, peak memory)
-# Prints one line per figure; exits non-zero on the first failed check.
-set -euo pipefail
+# Prints one line per figure and every failed test; goes on after a failure.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -21,9 +21,11 @@ std::string write_config(const std::string& dir, const std::string& extra) {
   return path;
 }
 
-std::string train_args(const std::string& dir, const std::string& config, const std::string& layers = "2") {
+std::string train_args(const std::string& dir, const std::string& config, const std::string& layers = "2",
+                       int steps = 4) {
   return kBin + "/stratum-train --config " + config + " --model gpt2-tiny-bytes --set layers=" + layers +
-         " --data default --cache-dir " + dir + "/cache --steps 4 --eval-every 0 --sample-tokens 0";
+         " --data default --cache-dir " + dir + "/cache --steps " + std::to_string(steps) +
+         " --eval-every 0 --sample-tokens 0";
 }
 
 size_t count(const std::string& text, const std::string& what) {
@@ -36,7 +38,7 @@ size_t count(const std::string& text, const std::string& what) {
 
 TEST_F(TrainCli, CommsLoggerPrintsDeepSpeedsSummaryEveryPrintStepAndAtTheEnd) {
   const std::string config =
-      write_config(dir_, R"("comms_logger": {"enabled": true, "verbose": true, "prof_ops": ["reduce_scatter"]},
+      write_config(dir_, R"("comms_logger": {"enabled": true, "verbose": true, "prof_all": false, "prof_ops": ["reduce_scatter"]},
                             "dump_state": true)");
   Result r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, config));
   ASSERT_EQ(r.status, 0) << r.output;
@@ -61,7 +63,7 @@ TEST_F(TrainCli, CommsLoggerWithoutVerbosePrintsTheSummaryOnceAtTheEnd) {
 TEST_F(TrainCli, CommsLoggerDebugEndsAJobWhoseRanksDisagreeNamingThem) {
   const std::string config = write_config(dir_, R"("comms_logger": {"debug": true})");
   // Prepare the data first, so that both ranks reach training.
-  ASSERT_EQ(run(train_args(dir_, config) + " --steps 0").status, 0);
+  ASSERT_EQ(run(train_args(dir_, config, "2", 0)).status, 0);
   Result r = run(std::string("timeout 120 ") + stratum::test::kMpiRootEnv + "STRATUM_COMM_TIMEOUT=60 " +
                  STRATUM_MPIEXEC + " -np 1 " + train_args(dir_, config, "2") + " : -np 1 " +
                  train_args(dir_, config, "3"));

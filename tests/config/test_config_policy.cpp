@@ -60,7 +60,7 @@ TEST(ConfigPolicy, KeysDeepSpeedIgnoresAreNotedAndChangeNothing) {
   Config c = parse(R"({"train_batch_size": 8,
       "fp16": {"enabled": true, "opt_level": "O2", "fp16_scale_tolerance": 0.25, "auto_cast": true},
       "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu", "pin_memory": true},
-                            "offload_optimizer": {"device": "cpu", "nvme_path": "/nvme", "buffer_count": 4,
+                            "offload_optimizer": {"device": "cpu", "nvme_path": "/nvme", "buffer_count": 8,
                                                   "fast_init": false}},
       "aio": {"block_size": 1048576}, "timers": {"throughput": {"enabled": true}}})");
   for (const char* key : {"fp16.opt_level:", "fp16.fp16_scale_tolerance:", "fp16.auto_cast:",

@@ -56,7 +56,11 @@ at::Tensor ContiguousCheckpointInputs::store(const at::Tensor& x) {
   } else if (!fits) {
     return x;
   }
-  at::Tensor slot = buffer_.narrow(0, static_cast<int64_t>(next_++) * x.numel(), x.numel()).view(x.sizes());
+  // The slot aliases the buffer's storage but is no view of it: a view would
+  // share the buffer's version counter, and writing the next slot would look
+  // to autograd like an in-place change of this saved input.
+  at::Tensor slot = at::empty({0}, buffer_.options());
+  slot.set_(buffer_.storage(), static_cast<int64_t>(next_++) * x.numel(), x.sizes());
   slot.copy_(x, /*non_blocking=*/x.is_pinned());
   return slot;
 }
