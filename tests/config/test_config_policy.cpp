@@ -120,6 +120,12 @@ TEST(ConfigPolicy, FeaturesStratumDoesNotHaveAreRefusedByName) {
   EXPECT_EQ(e.find("freeze_step"), std::string::npos) << "a refused optimizer's own parameters are not listed too:\n" << e;
 }
 
+TEST(ConfigPolicy, UnderscoreKeysAreCommentsAndNoted) {
+  Config c = parse(R"({"train_batch_size": 8, "_comment": "ZeRO-2 for 8 GPUs", "_note": {"x": 1}})");
+  EXPECT_TRUE(has_note(c, "_comment: a comment")) << all_notes(c);
+  EXPECT_TRUE(has_note(c, "_note: a comment")) << all_notes(c);
+}
+
 TEST(ConfigPolicy, UnknownKeysStayErrorsWithDidYouMean) {
   const std::string e = errors_of(R"({"train_batch_size": 8, "gradient_clippin": 1.0,
       "zero_optimization": {"stage": 3, "stage3_param_persitence_threshold": 1e4}})");

@@ -37,9 +37,9 @@ Config config_with(const std::string& extra) {
 }
 
 template <class Engine>
-void one_step(Engine& engine, int64_t in_features = 16) {
+void one_step(Engine& engine, c10::Device device = c10::kCPU) {
   torch::manual_seed(3);
-  at::Tensor loss = engine.forward(torch::randn({2, in_features})).pow(2).mean();
+  at::Tensor loss = engine.forward(torch::randn({2, 16}).to(device)).pow(2).mean();
   engine.backward(loss);
   engine.step();
 }
@@ -81,7 +81,8 @@ TEST(EngineOptions, CommsLoggerRecordsTheEnginesCollectives) {
   auto* logged = dynamic_cast<distributed::LoggedCommunicator*>(engine.core().dp().get());
   ASSERT_NE(logged, nullptr) << "the engine's communicator is not logged";
   logged->comms_log()->reset();
-  one_step(engine);
+  one_step(engine, ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
+                                 : c10::Device(c10::kCPU));
   if (ctx.world_size > 1) {
     EXPECT_GT(logged->comms_log()->total_count(), 0) << "stage 2 reduce-scatters and all-gathers over 2+ ranks";
     const std::string summary = logged->comms_log()->summary();
