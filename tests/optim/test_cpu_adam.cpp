@@ -12,6 +12,7 @@
 
 #include <torch/torch.h>
 
+#include "../common/forced_isa.h"
 #include "stratum/core/error.h"
 #include "stratum/optim/cpu_adam.h"
 
@@ -26,20 +27,8 @@ const int64_t kSizes[] = {1, 7, 1000, 65537};
 
 double lr_at(int step) { return 1e-2 * (1.0 + 0.5 * std::sin(0.7 * step)); }
 
-// Sets STRATUM_CPU_ADAM_ISA for the scope, restoring "unset" after.
-struct ForcedIsa {
-  explicit ForcedIsa(const char* isa) { setenv("STRATUM_CPU_ADAM_ISA", isa, 1); }
-  ~ForcedIsa() { unsetenv("STRATUM_CPU_ADAM_ISA"); }
-};
-
-std::vector<const char*> runnable_isas() {
-  std::vector<const char*> isas = {"scalar"};
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isas.push_back("avx2");
-  if (__builtin_cpu_supports("avx512f")) isas.push_back("avx512");
-#endif
-  return isas;
-}
+using stratum::test::ForcedIsa;
+using stratum::test::runnable_isas;
 
 struct Case {
   bool decoupled;

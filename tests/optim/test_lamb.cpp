@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../common/forced_isa.h"
 #include "../common/lamb_reference.h"
 #include "stratum/core/error.h"
 #include "stratum/optim/cpu_lamb.h"
@@ -203,21 +204,8 @@ double run_aten(const Case& c, const std::vector<int64_t>& cuts_in, Reference* r
   return worst;
 }
 
-// Sets STRATUM_CPU_ADAM_ISA for the scope, restoring "unset" after.
-struct ForcedIsa {
-  explicit ForcedIsa(const char* isa) { setenv("STRATUM_CPU_ADAM_ISA", isa, 1); }
-  ~ForcedIsa() { unsetenv("STRATUM_CPU_ADAM_ISA"); }
-};
-
-std::vector<const char*> runnable_isas() {
-  std::vector<const char*> isas = {"scalar"};
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    isas.push_back("avx2");
-  if (__builtin_cpu_supports("avx512f")) isas.push_back("avx512");
-#endif
-  return isas;
-}
+using stratum::test::ForcedIsa;
+using stratum::test::runnable_isas;
 
 // The host passes over the same segments; returns the max relative difference and the final flat params.
 std::pair<double, at::Tensor> run_host(const Case& c, const std::vector<int64_t>& cuts_in, int threads,
