@@ -120,6 +120,12 @@ TEST(ConfigPolicy, FeaturesStratumDoesNotHaveAreRefusedByName) {
   EXPECT_EQ(e.find("freeze_step"), std::string::npos) << "a refused optimizer's own parameters are not listed too:\n" << e;
 }
 
+TEST(ConfigPolicy, AutoOnANotedKeyIsReportedOnce) {
+  const std::string e = errors_of(R"({"train_batch_size": 8, "zero_optimization": {"allgather_bucket_size": "auto"}})");
+  EXPECT_NE(e.find("1 problem"), std::string::npos) << e;
+  EXPECT_NE(e.find("zero_optimization.allgather_bucket_size: \"auto\""), std::string::npos) << e;
+}
+
 TEST(ConfigPolicy, UnderscoreKeysAreCommentsAndNoted) {
   Config c = parse(R"({"train_batch_size": 8, "_comment": "ZeRO-2 for 8 GPUs", "_note": {"x": 1}})");
   EXPECT_TRUE(has_note(c, "_comment: a comment")) << all_notes(c);

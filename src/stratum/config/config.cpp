@@ -138,7 +138,8 @@ Config Config::from_json(const nlohmann::json& json, const std::string& source) 
   parse_top_level_noted(root);
   // JSON has no comments; "_comment"-style keys are the convention for them.
   for (auto it = json.begin(); it != json.end(); ++it)
-    if (!it.key().empty() && it.key()[0] == '_') root.noted(it.key(), Json(nullptr), "a comment (its key starts with \"_\"); ignored");
+    if (!it.key().empty() && it.key()[0] == '_')
+      root.noted(it.key(), Json(nullptr), "a comment (its key starts with \"_\"); ignored");
   parse_checkpoint_section(root);
   parse_data_types(root, c);
   report_misplaced_keys(root, json);

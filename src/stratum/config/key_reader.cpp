@@ -340,7 +340,14 @@ void KeyReader::unsupported_section(const std::string& key, const std::string& f
 }
 
 void KeyReader::noted(const std::string& key, const Json& quiet, const std::string& note) {
-  const Json* v = lookup(key);
+  // After a getter validated the key: its value again, without a second "auto" report.
+  const Json* v = nullptr;
+  if (object_ && consumed_.count(resolved_name(key))) {
+    const Json& found = object_->at(resolved_name(key));
+    if (!found.is_null() && found != "auto") v = &found;
+  } else {
+    v = lookup(key);
+  }
   if (!v) return;
   if (!quiet.is_null() && (*v == quiet || (v->is_number() && quiet.is_number() && v->get<double>() == quiet.get<double>())))
     return;

@@ -15,12 +15,12 @@ void check_cross_field_rules(const Config& c, Diagnostics& diag) {
                "\"cpu\" needs ZeRO stage 1, 2 or 3, but zero_optimization.stage is 0");
   if (z.overlap_param_gather && (z.stage == 0 || z.stage == 3))
     diag.note("zero_optimization.overlap_param_gather",
-                 "has no effect at stage " + std::to_string(z.stage) +
-                     " (stages 1 and 2 gather parameters after the step; stage 3 gathers per layer anyway)");
+              "has no effect at stage " + std::to_string(z.stage) +
+                  " (stages 1 and 2 gather parameters after the step; stage 3 gathers per layer anyway)");
 
   if (c.sparse_gradients && z.stage == 3)
     diag.note("sparse_gradients", "has no effect at ZeRO stage 3 (each rank reduce-scatters the embedding's "
-                                     "gradient with its layer); it applies at stages 0, 1 and 2");
+                                  "gradient with its layer); it applies at stages 0, 1 and 2");
 
   if (c.grad_accum_fp32 && c.communication_data_type && *c.communication_data_type != DType::fp32)
     diag.error("data_types.grad_accum_dtype", std::string("\"fp32\" with communication_data_type \"") +

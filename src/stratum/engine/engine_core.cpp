@@ -16,8 +16,8 @@
 #include "stratum/core/log.h"
 #include "stratum/distributed/init.h"
 #include "stratum/distributed/logged_communicator.h"
-#include "stratum/engine/param_runs.h"
 #include "stratum/engine/flops_profiler.h"
+#include "stratum/engine/param_runs.h"
 #include "stratum/engine/phase_timers.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/grad_clip.h"
@@ -127,7 +127,8 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   config::Fp16Config fp16 = config_.fp16;
   if (!fp16.enabled) fp16.loss_scale = 1.0;  // static 1: no scaling outside fp16
   scaler_ = std::make_unique<optim::LossScaler>(fp16, dp_->rank() == 0);
-  if (config_.dump_state && dp_->rank() == 0) log::info(config_.source + ": resolved config\n" + to_json(config_, dp_->size()).dump(2));
+  if (config_.dump_state && dp_->rank() == 0)
+    log::info(config_.source + ": resolved config\n" + to_json(config_, dp_->size()).dump(2));
   if (config_.wall_clock_breakdown || config_.flops_profiler.enabled) timers_ = std::make_unique<PhaseTimers>(device_);
 }
 
