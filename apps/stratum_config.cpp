@@ -2,6 +2,9 @@
 // and prints the resolved config (exit 0), or every problem (exit 1). Notes
 // (keys accepted with what they mean here) go to stderr apart from the errors
 // and do not fail the check.
+// stratum-config schedule [FILE] [--stages P --micro-batches M --schedule S
+// --virtual-stages V]: the pipeline schedule as a time-by-stage table (unit
+// costs: forward 1, backward 2 per stage) with its bubble.
 #include <cstdio>
 #include <iostream>
 
@@ -10,6 +13,8 @@
 
 #include "stratum/config/config.h"
 #include "stratum/core/error.h"
+#include "stratum/pipeline/schedule.h"
+#include "stratum/pipeline/simulate.h"
 
 namespace {
 void print_notes(const std::string& path, const std::vector<std::string>& notes) {
@@ -31,7 +36,52 @@ int main(int argc, char** argv) {
                     "total number of ranks; resolves the batch triple for data-parallel size = "
                     "world size / (pipeline stages x tensor parallel size)")
       ->check(CLI::PositiveNumber);
+  auto* schedule = app.add_subcommand("schedule", "Print a pipeline schedule as a time-by-stage table");
+  std::string schedule_config, kind_name;
+  int stages = 0, micro_batches = 0, virtual_stages = 0;
+  schedule->add_option("file", schedule_config,
+                       "a ds_config.json: pipeline.stages, pipeline.schedule, pipeline.virtual_stages and "
+                       "gradient_accumulation_steps (micro-batches per step); the flags below override it");
+  schedule->add_option("--stages,-p", stages, "pipeline stages")->check(CLI::Range(1, 64));
+  schedule->add_option("--micro-batches,-m", micro_batches, "micro-batches per step")->check(CLI::Range(1, 4096));
+  schedule->add_option("--schedule,-s", kind_name, "gpipe, 1f1b or interleaved")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+  schedule->add_option("--virtual-stages,-v", virtual_stages, "model chunks per stage (interleaved)")
+      ->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
+
+  if (schedule->parsed()) {
+    try {
+      int p = 1, m = 1, v = 1;
+      std::string kind = "1f1b";
+      if (!schedule_config.empty()) {
+        const stratum::Config c = stratum::Config::from_file(schedule_config);
+        p = static_cast<int>(c.pipeline.stages);
+        v = static_cast<int>(c.pipeline.virtual_stages);
+        kind = stratum::config::pipeline_schedule_name(c.pipeline.schedule);
+        m = static_cast<int>(c.batch.gradient_accumulation_steps.value_or(1));
+      }
+      if (stages) p = stages;
+      if (micro_batches) m = micro_batches;
+      if (!kind_name.empty()) kind = kind_name;
+      if (virtual_stages) v = virtual_stages;
+      const auto k = kind == "gpipe"         ? stratum::pipeline::ScheduleKind::gpipe
+                     : kind == "interleaved" ? stratum::pipeline::ScheduleKind::interleaved
+                                             : stratum::pipeline::ScheduleKind::one_f_one_b;
+      const auto s = stratum::pipeline::make_schedule(k, p, m, v);
+      const auto sim = stratum::pipeline::simulate(s, {1.0 / v, 2.0 / v});
+      std::cout << kind << ": " << p << " stages, " << m << " micro-batches, " << v << " chunk" << (v == 1 ? "" : "s")
+                << " per stage (forward " << 1.0 / v << ", backward " << 2.0 / v << " per chunk)\n"
+                << stratum::pipeline::schedule_table(s, sim, 1.0 / v) << "bubble " << sim.bubble() * 100.0
+                << "% of the compute; peak activations by stage:";
+      for (int a : sim.peak_activations) std::cout << " " << a;
+      std::cout << "\n";
+      return 0;
+    } catch (const std::exception& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return 1;
+    }
+  }
 
   try {
     const stratum::Config config = stratum::Config::from_file(path);

@@ -77,3 +77,16 @@ TEST(StratumConfigCli, NoSubcommandIsAUsageError) {
 }
 
 }  // namespace
+
+TEST(StratumConfigCli, SchedulePrintsTheTableAndBubble) {
+  RunResult r = run("schedule --stages 2 --micro-batches 3 --schedule 1f1b");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 0 | F0 F1 .  .  B0 B0 F2 B1 B1 .  B2 B2\nrank 1 | .  F0 B0 B0 F1 B1 B1 F2 B2 B2 .  . "),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bubble 33.3333% of the compute; peak activations by stage: 2 1"), std::string::npos)
+      << r.output;
+  r = run("schedule --stages 4 --micro-batches 6 --schedule interleaved --virtual-stages 2");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("6 micro-batches (gradient_accumulation_steps) is not a multiple of the 4 stages"),
+            std::string::npos) << r.output;
+}

@@ -1,0 +1,137 @@
+#include "stratum/pipeline/schedule.h"
+
+#include <algorithm>
+
+#include "stratum/core/error.h"
+
+namespace stratum::pipeline {
+namespace {
+
+struct Compute {
+  bool forward;
+  int micro, chunk;
+};
+
+// The compute order of one rank, before transfers are added.
+std::vector<Compute> gpipe_order(int m) {
+  std::vector<Compute> out;
+  for (int i = 0; i < m; ++i) out.push_back({true, i, 0});
+  for (int i = 0; i < m; ++i) out.push_back({false, i, 0});
+  return out;
+}
+
+std::vector<Compute> one_f_one_b_order(int p, int m, int rank) {
+  const int warmup = std::min(p - rank - 1, m);
+  std::vector<Compute> out;
+  for (int i = 0; i < warmup; ++i) out.push_back({true, i, 0});
+  for (int i = 0; i < m - warmup; ++i) {
+    out.push_back({true, warmup + i, 0});
+    out.push_back({false, i, 0});
+  }
+  for (int i = m - warmup; i < m; ++i) out.push_back({false, i, 0});
+  return out;
+}
+
+// Megatron's interleaved order: the k-th forward (and backward) of a rank is
+// micro-batch (k / pv)·p + k % p on chunk (k % pv) / p (backward: reversed).
+std::vector<Compute> interleaved_order(int p, int m, int v, int rank) {
+  const int total = m * v;
+  auto micro = [&](int k) { return (k / (p * v)) * p + k % p; };
+  auto chunk = [&](int k, bool forward) {
+    const int c = (k % (p * v)) / p;
+    return forward ? c : v - 1 - c;
+  };
+  const int warmup = m == p ? total : std::min(total, 2 * (p - rank - 1) + (v - 1) * p);
+  std::vector<Compute> out;
+  for (int k = 0; k < warmup; ++k) out.push_back({true, micro(k), chunk(k, true)});
+  for (int i = 0; i < total - warmup; ++i) {
+    out.push_back({true, micro(warmup + i), chunk(warmup + i, true)});
+    out.push_back({false, micro(i), chunk(i, false)});
+  }
+  for (int k = total - warmup; k < total; ++k) out.push_back({false, micro(k), chunk(k, false)});
+  return out;
+}
+
+// Each compute with the transfers around it.
+std::vector<Action> lower(const Schedule& s, int rank, const std::vector<Compute>& order) {
+  std::vector<Action> out;
+  const int last = s.num_virtual_stages() - 1;
+  for (const Compute& c : order) {
+    const int vs = s.virtual_stage(rank, c.chunk);
+    if (c.forward) {
+      if (vs > 0) out.push_back({Op::recv_act, c.micro, c.chunk, s.rank_of(vs - 1)});
+      out.push_back({Op::forward, c.micro, c.chunk, -1});
+      if (vs < last) out.push_back({Op::send_act, c.micro, c.chunk, s.rank_of(vs + 1)});
+    } else {
+      if (vs < last) out.push_back({Op::recv_grad, c.micro, c.chunk, s.rank_of(vs + 1)});
+      out.push_back({Op::backward, c.micro, c.chunk, -1});
+      if (vs > 0) out.push_back({Op::send_grad, c.micro, c.chunk, s.rank_of(vs - 1)});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* schedule_kind_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::gpipe: return "gpipe";
+    case ScheduleKind::one_f_one_b: return "1f1b";
+    case ScheduleKind::interleaved: return "interleaved";
+  }
+  return "?";
+}
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::forward: return "F";
+    case Op::backward: return "B";
+    case Op::send_act: return "send_act";
+    case Op::recv_act: return "recv_act";
+    case Op::send_grad: return "send_grad";
+    case Op::recv_grad: return "recv_grad";
+  }
+  return "?";
+}
+
+bool is_compute(Op op) { return op == Op::forward || op == Op::backward; }
+
+std::string to_string(const Action& a) {
+  std::string s = op_name(a.op) + std::string(is_compute(a.op) ? "" : " ") + std::to_string(a.micro);
+  if (a.chunk > 0) s += "." + std::to_string(a.chunk);
+  if (!is_compute(a.op)) s += (a.op == Op::send_act || a.op == Op::send_grad ? " -> " : " <- ") + std::to_string(a.peer);
+  return s;
+}
+
+Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int virtual_stages) {
+  const std::string what = std::string("pipeline schedule '") + schedule_kind_name(kind) + "'";
+  if (stages < 1 || micro_batches < 1 || virtual_stages < 1)
+    throw Error(what + ": stages (" + std::to_string(stages) + "), micro-batches (" + std::to_string(micro_batches) +
+                ") and virtual stages (" + std::to_string(virtual_stages) + ") must each be at least 1");
+  if (kind != ScheduleKind::interleaved && virtual_stages != 1)
+    throw Error(what + ": " + std::to_string(virtual_stages) +
+                " virtual stages, but only the interleaved schedule runs more than one chunk per rank");
+  if (kind == ScheduleKind::interleaved) {
+    if (virtual_stages < 2 || stages < 2)
+      throw Error(what + ": needs at least 2 stages and 2 virtual stages, got " + std::to_string(stages) + " and " +
+                  std::to_string(virtual_stages));
+    if (micro_batches % stages != 0)
+      throw Error(what + ": " + std::to_string(micro_batches) + " micro-batches (gradient_accumulation_steps) is not a "
+                  "multiple of the " + std::to_string(stages) + " stages, which its order needs");
+  }
+  Schedule s;
+  s.kind = kind;
+  s.stages = stages;
+  s.micro_batches = micro_batches;
+  s.virtual_stages = virtual_stages;
+  for (int r = 0; r < stages; ++r) {
+    const std::vector<Compute> order = kind == ScheduleKind::gpipe         ? gpipe_order(micro_batches)
+                                       : kind == ScheduleKind::one_f_one_b ? one_f_one_b_order(stages, micro_batches, r)
+                                                                           : interleaved_order(stages, micro_batches,
+                                                                                               virtual_stages, r);
+    s.ranks.push_back(lower(s, r, order));
+  }
+  return s;
+}
+
+}  // namespace stratum::pipeline

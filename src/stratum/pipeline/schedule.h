@@ -1,0 +1,67 @@
+#pragma once
+// Pipeline schedules as data: for every pipeline rank, the list of actions it
+// runs in one training step (forward and backward of a micro-batch on one of
+// its model chunks, and the transfers they need), generated per schedule kind
+// and checked by the simulator (simulate.h) without any rank. Pure code: no
+// tensors, no communicator.
+//
+// Stages: p ranks, each holding v model chunks (virtual stages; v = 1 except
+// for the interleaved schedule). Chunk c of rank r is virtual stage c·p + r, so
+// activations flow rank 0 -> p-1 through chunk 0, then again through chunk 1,...
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace stratum::pipeline {
+
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved };
+const char* schedule_kind_name(ScheduleKind kind);
+
+enum class Op {
+  forward,    // F: the chunk's forward of micro-batch `micro`
+  backward,   // B: its backward (input and weight gradients)
+  send_act,   // the forward's output to the next virtual stage
+  recv_act,   // the previous virtual stage's output, before the forward
+  send_grad,  // the backward's input gradient to the previous virtual stage
+  recv_grad,  // the next virtual stage's input gradient, before the backward
+};
+const char* op_name(Op op);
+bool is_compute(Op op);
+
+struct Action {
+  Op op;
+  int micro = 0;  // micro-batch, 0-based
+  int chunk = 0;  // model chunk on this rank, 0-based
+  int peer = -1;  // transfers: the other rank
+  bool operator==(const Action& o) const { return op == o.op && micro == o.micro && chunk == o.chunk && peer == o.peer; }
+};
+// "F3", "B0.1" (micro 0, chunk 1), "send_act 3 -> 2".
+std::string to_string(const Action& a);
+
+struct Schedule {
+  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  int stages = 1;          // p: pipeline ranks
+  int micro_batches = 1;   // m: per step
+  int virtual_stages = 1;  // v: model chunks per rank
+  std::vector<std::vector<Action>> ranks;  // by pipeline rank, in execution order
+
+  int virtual_stage(int rank, int chunk) const { return chunk * stages + rank; }
+  int rank_of(int virtual_stage) const { return virtual_stage % stages; }
+  int num_virtual_stages() const { return stages * virtual_stages; }
+};
+
+// The actions of every rank, transfers included (a receive right before the
+// compute that needs it, a send right after the compute that produced it).
+// Throws stratum::Error naming the problem: p, m or v below 1; v > 1 outside
+// the interleaved schedule; interleaved with v < 2 or m not a multiple of p
+// (Megatron's condition for its order).
+//   gpipe:       every forward, then every backward (micro-batch order);
+//   one_f_one_b: rank r runs min(p - r - 1, m) forwards, then alternates one
+//                forward and one backward, then the remaining backwards
+//                (PipeDream-flush); r holds at most p - r activations;
+//   interleaved: Megatron's interleaved 1F1B over v chunks: micro-batches in
+//                groups of p, each group through chunk 0..v-1 forward and
+//                v-1..0 backward; warm-up 2(p - r - 1) + (v - 1)p forwards.
+Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int virtual_stages = 1);
+
+}  // namespace stratum::pipeline
