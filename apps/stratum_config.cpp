@@ -52,25 +52,24 @@ int main(int argc, char** argv) {
 
   if (schedule->parsed()) {
     try {
+      using stratum::config::PipelineSchedule;
       int p = 1, m = 1, v = 1;
-      std::string kind = "1f1b";
+      PipelineSchedule kind = PipelineSchedule::one_f_one_b;
       if (!schedule_config.empty()) {
         const stratum::Config c = stratum::Config::from_file(schedule_config);
         p = static_cast<int>(c.pipeline.stages);
         v = static_cast<int>(c.pipeline.virtual_stages);
-        kind = stratum::config::pipeline_schedule_name(c.pipeline.schedule);
+        kind = c.pipeline.schedule;
         m = static_cast<int>(c.batch.gradient_accumulation_steps.value_or(1));
       }
       if (stages) p = stages;
       if (micro_batches) m = micro_batches;
-      if (!kind_name.empty()) kind = kind_name;
+      for (PipelineSchedule k : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::interleaved})
+        if (kind_name == stratum::config::pipeline_schedule_name(k)) kind = k;
       if (virtual_stages) v = virtual_stages;
-      const auto k = kind == "gpipe"         ? stratum::pipeline::ScheduleKind::gpipe
-                     : kind == "interleaved" ? stratum::pipeline::ScheduleKind::interleaved
-                                             : stratum::pipeline::ScheduleKind::one_f_one_b;
-      const auto s = stratum::pipeline::make_schedule(k, p, m, v);
+      const auto s = stratum::pipeline::make_schedule(kind, p, m, v);
       const auto sim = stratum::pipeline::simulate(s, {1.0 / v, 2.0 / v});
-      std::cout << kind << ": " << p << " stages, " << m << " micro-batches, " << v << " chunk" << (v == 1 ? "" : "s")
+      std::cout << stratum::config::pipeline_schedule_name(kind) << ": " << p << " stages, " << m << " micro-batches, " << v << " chunk" << (v == 1 ? "" : "s")
                 << " per stage (forward " << 1.0 / v << ", backward " << 2.0 / v << " per chunk)\n"
                 << stratum::pipeline::schedule_table(s, sim, 1.0 / v) << "bubble " << sim.bubble() * 100.0
                 << "% of the compute; peak activations by stage:";

@@ -4,27 +4,15 @@
 // schedule's bound, and the bubble is the formula's, exactly, at unit costs.
 #include <gtest/gtest.h>
 
-#include <cmath>
+#include <algorithm>
 
-#include "stratum/core/error.h"
+#include "../common/error_of.h"
 #include "stratum/pipeline/schedule.h"
 #include "stratum/pipeline/simulate.h"
 
 using namespace stratum::pipeline;
 
-namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const stratum::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
-
-}  // namespace
+using stratum::test::error_of;
 
 TEST(PipelineSchedule, GPipeAnd1F1BHaveBubbleP1OverMAtAnyCosts) {
   for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b})
@@ -33,7 +21,7 @@ TEST(PipelineSchedule, GPipeAnd1F1BHaveBubbleP1OverMAtAnyCosts) {
         for (Costs costs : {Costs{1.0, 2.0}, Costs{1.0, 1.0}, Costs{0.7, 1.9}}) {
           const Simulation sim = simulate(make_schedule(kind, p, m), costs);
           ASSERT_NEAR(sim.bubble(), double(p - 1) / m, 1e-12)
-              << schedule_kind_name(kind) << " p=" << p << " m=" << m << " F=" << costs.forward;
+              << stratum::config::pipeline_schedule_name(kind) << " p=" << p << " m=" << m << " F=" << costs.forward;
           ASSERT_NEAR(sim.makespan, (m + p - 1) * (costs.forward + costs.backward), 1e-9);
         }
 }

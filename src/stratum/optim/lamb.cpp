@@ -4,6 +4,7 @@
 
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_foreach_addcmul.h>
+#include <ATen/ops/_foreach_copy.h>
 #include <ATen/ops/_foreach_div.h>
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_norm.h>
@@ -226,8 +227,8 @@ void lamb_update(at::Tensor& params, const AdamState& state, const LambRuns& run
       for (size_t k = 0; k < p.size(); ++k) commit(p[k], p_new[k], keep);
     }
     if (params16.defined()) {
-      const std::vector<at::Tensor> out = views(params16, runs, group);
-      for (size_t k = 0; k < p.size(); ++k) out[k].copy_(p[k]);
+      std::vector<at::Tensor> out = views(params16, runs, group);
+      at::_foreach_copy_(out, p);  // one multi-tensor pass, not a copy kernel per run
     }
   }
 }

@@ -73,15 +73,6 @@ std::vector<Action> lower(const Schedule& s, int rank, const std::vector<Compute
 
 }  // namespace
 
-const char* schedule_kind_name(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::gpipe: return "gpipe";
-    case ScheduleKind::one_f_one_b: return "1f1b";
-    case ScheduleKind::interleaved: return "interleaved";
-  }
-  return "?";
-}
-
 const char* op_name(Op op) {
   switch (op) {
     case Op::forward: return "F";
@@ -104,7 +95,7 @@ std::string to_string(const Action& a) {
 }
 
 Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int virtual_stages) {
-  const std::string what = std::string("pipeline schedule '") + schedule_kind_name(kind) + "'";
+  const std::string what = std::string("pipeline schedule '") + config::pipeline_schedule_name(kind) + "'";
   if (stages < 1 || micro_batches < 1 || virtual_stages < 1)
     throw Error(what + ": stages (" + std::to_string(stages) + "), micro-batches (" + std::to_string(micro_batches) +
                 ") and virtual stages (" + std::to_string(virtual_stages) + ") must each be at least 1");

@@ -12,10 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "stratum/config/sections.h"
+
 namespace stratum::pipeline {
 
-enum class ScheduleKind { gpipe, one_f_one_b, interleaved };
-const char* schedule_kind_name(ScheduleKind kind);
+// The config's pipeline.schedule ("gpipe", "1f1b", "interleaved").
+using ScheduleKind = config::PipelineSchedule;
 
 enum class Op {
   forward,    // F: the chunk's forward of micro-batch `micro`

@@ -18,7 +18,7 @@ struct Message {
 };
 
 std::string where(const Schedule& s, int rank, size_t index) {
-  return std::string("pipeline schedule '") + schedule_kind_name(s.kind) + "' (p=" + std::to_string(s.stages) +
+  return std::string("pipeline schedule '") + config::pipeline_schedule_name(s.kind) + "' (p=" + std::to_string(s.stages) +
          ", m=" + std::to_string(s.micro_batches) + ", v=" + std::to_string(s.virtual_stages) + "): rank " +
          std::to_string(rank) + ", action " + std::to_string(index) + " (" + to_string(s.ranks[rank][index]) + ")";
 }
@@ -106,14 +106,14 @@ Simulation simulate(const Schedule& s, const Costs& costs) {
     }
   for (const auto& [link, q] : links)
     if (!q.empty())
-      throw Error(std::string("pipeline schedule '") + schedule_kind_name(s.kind) + "': rank " +
+      throw Error(std::string("pipeline schedule '") + config::pipeline_schedule_name(s.kind) + "': rank " +
                   std::to_string(std::get<0>(link)) + " sent " + std::to_string(q.size()) + " message(s) to rank " +
                   std::to_string(std::get<1>(link)) + " that nothing receives");
   for (int r = 0; r < p; ++r)
     for (int c = 0; c < s.virtual_stages; ++c)
       for (int i = 0; i < s.micro_batches; ++i)
         if (state[{r, c, i}] != 2)
-          throw Error(std::string("pipeline schedule '") + schedule_kind_name(s.kind) + "': rank " + std::to_string(r) +
+          throw Error(std::string("pipeline schedule '") + config::pipeline_schedule_name(s.kind) + "': rank " + std::to_string(r) +
                       " never runs the " + (state[{r, c, i}] == 0 ? "forward" : "backward") + " of micro-batch " +
                       std::to_string(i) + " on chunk " + std::to_string(c));
   sim.makespan = *std::max_element(clock.begin(), clock.end());
