@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
       }
       if (stages) p = stages;
       if (micro_batches) m = micro_batches;
-      for (PipelineSchedule k : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::interleaved})
+      for (PipelineSchedule k : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::interleaved,
+                                  PipelineSchedule::zb_h1})
         if (kind_name == stratum::config::pipeline_schedule_name(k)) kind = k;
       if (virtual_stages) v = virtual_stages;
       const auto s = stratum::pipeline::make_schedule(kind, p, m, v);

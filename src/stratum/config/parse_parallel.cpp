@@ -26,9 +26,10 @@ void parse_pipeline(KeyReader& root, Config& config) {
                    did_you_mean(p.partition_method, {"parameters", "uniform"}));
   }
   p.activation_checkpoint_interval = pipe.get_int("activation_checkpoint_interval", 0, 0, kMax);
-  const std::string schedule = pipe.get_enum("schedule", "1f1b", {"1f1b", "gpipe", "interleaved"}, true);
+  const std::string schedule = pipe.get_enum("schedule", "1f1b", {"1f1b", "gpipe", "interleaved", "zb-h1"}, true);
   p.schedule = schedule == "gpipe"         ? PipelineSchedule::gpipe
                : schedule == "interleaved" ? PipelineSchedule::interleaved
+               : schedule == "zb-h1"       ? PipelineSchedule::zb_h1
                                            : PipelineSchedule::one_f_one_b;
   p.virtual_stages = pipe.get_int("virtual_stages", 1, 1, kMax);
   if (p.virtual_stages > 1 && p.schedule != PipelineSchedule::interleaved)

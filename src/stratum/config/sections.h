@@ -154,7 +154,9 @@ struct ActivationCheckpointingConfig {
 };
 
 // --- pipeline and tensor parallelism ---------------------------------------------------
-enum class PipelineSchedule { one_f_one_b, gpipe, interleaved };
+// zb_h1: zero bubble (Qi et al., ICLR 2024), the backward split into input (B)
+// and weight (W) gradients, W deferred into the bubble.
+enum class PipelineSchedule { one_f_one_b, gpipe, interleaved, zb_h1 };
 const char* pipeline_schedule_name(PipelineSchedule s);
 
 struct PipelineConfig {

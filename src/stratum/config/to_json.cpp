@@ -35,6 +35,7 @@ const char* pipeline_schedule_name(PipelineSchedule s) {
     case PipelineSchedule::one_f_one_b: return "1f1b";
     case PipelineSchedule::gpipe: return "gpipe";
     case PipelineSchedule::interleaved: return "interleaved";
+    case PipelineSchedule::zb_h1: return "zb-h1";
   }
   return "?";
 }

@@ -77,6 +77,8 @@ const char* op_name(Op op) {
   switch (op) {
     case Op::forward: return "F";
     case Op::backward: return "B";
+    case Op::backward_input: return "B";
+    case Op::backward_weight: return "W";
     case Op::send_act: return "send_act";
     case Op::recv_act: return "recv_act";
     case Op::send_grad: return "send_grad";
@@ -85,7 +87,9 @@ const char* op_name(Op op) {
   return "?";
 }
 
-bool is_compute(Op op) { return op == Op::forward || op == Op::backward; }
+bool is_compute(Op op) {
+  return op == Op::forward || op == Op::backward || op == Op::backward_input || op == Op::backward_weight;
+}
 
 std::string to_string(const Action& a) {
   std::string s = op_name(a.op) + std::string(is_compute(a.op) ? "" : " ") + std::to_string(a.micro);

@@ -16,12 +16,16 @@
 
 namespace stratum::pipeline {
 
-// The config's pipeline.schedule ("gpipe", "1f1b", "interleaved").
+// The config's pipeline.schedule ("gpipe", "1f1b", "interleaved", "zb-h1").
 using ScheduleKind = config::PipelineSchedule;
 
 enum class Op {
   forward,    // F: the chunk's forward of micro-batch `micro`
   backward,   // B: its backward (input and weight gradients)
+  // ZB-H1 splits the backward in two: the input gradient (sent on at once)
+  // and, later, the weight gradients it deferred.
+  backward_input,   // "B": the input gradient
+  backward_weight,  // "W": the deferred weight gradients of that micro-batch
   send_act,   // the forward's output to the next virtual stage
   recv_act,   // the previous virtual stage's output, before the forward
   send_grad,  // the backward's input gradient to the previous virtual stage
