@@ -59,11 +59,24 @@ zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype, c10:
 }
 
 // Checks that need no communication, so every rank fails the same way before any collective.
-void check_supported(const Config& c, const std::vector<at::Tensor>& params, bool layer_stack) {
+void check_supported(const Config& c, const std::vector<at::Tensor>& params, bool layer_stack, bool pipeline_stage) {
   if (!c.optimizer)
     throw ConfigError(c.source, {"optimizer: missing; the engine needs an \"optimizer\" section (Adam, AdamW or Lamb)"});
-  if (c.pipeline.stages > 1)
-    throw ConfigError(c.source, {"pipeline.stages: pipeline parallelism is not available in the engine yet"});
+  if (c.pipeline.stages > 1 && !pipeline_stage)
+    throw ConfigError(c.source, {"pipeline.stages: " + std::to_string(c.pipeline.stages) +
+                                 " stages need the pipeline engine (stratum::initialize_pipeline and "
+                                 "train_batch); stratum::initialize runs data parallelism only"});
+  if (pipeline_stage) {
+    if (c.zero_optimization.stage == 3)
+      throw ConfigError(c.source, {"zero_optimization.stage: 3 is not available under a pipeline (each stage would "
+                                   "gather its layers once per micro-batch and chunk); use stage 1 or 2, which "
+                                   "partition the optimizer states (and gradients) over each stage's data-parallel "
+                                   "ranks, with offload_optimizer for more room"});
+    if (c.wall_clock_breakdown || c.flops_profiler.enabled)
+      throw ConfigError(c.source, {std::string(c.wall_clock_breakdown ? "wall_clock_breakdown" : "flops_profiler") +
+                                   ": not available under a pipeline yet (its timers bracket engine.forward, which "
+                                   "train_batch does not call); the progress line reports the measured bubble"});
+  }
   if (c.tensor_parallel.size > 1)
     throw ConfigError(c.source, {"tensor_parallel: tensor parallelism is not available in the engine yet"});
   if (c.zero_optimization.stage == 3 && !layer_stack)
@@ -82,9 +95,9 @@ void check_supported(const Config& c, const std::vector<at::Tensor>& params, boo
 
 EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std::vector<std::string> names,
                        at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp, c10::Device device,
-                       std::optional<zero::LayerParams> layers)
-    : config_(config), model_dtype_(model_dtype), dp_(std::move(dp)), device_(device) {
-  check_supported(config_, params, layers.has_value());
+                       std::optional<zero::LayerParams> layers, std::optional<StageReduction> stage)
+    : config_(config), stage_(std::move(stage)), model_dtype_(model_dtype), dp_(std::move(dp)), device_(device) {
+  check_supported(config_, params, layers.has_value(), stage_.has_value());
   batch_ = config_.resolve_batch(dp_->size());
   zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
   // LayerStack models, for the layers that declare the fused GEMM's contract
@@ -188,6 +201,36 @@ void EngineCore::backward(const at::Tensor& loss) {
   if (timed) timers_->stop(Phase::bwd_allreduce);
 }
 
+void EngineCore::backward_pass(const at::Tensor& output, const at::Tensor& grad, bool boundary) {
+  heartbeat::beat();
+  strategy_->prepare_backward(boundary);
+  if (grad.defined()) {
+    torch::autograd::backward({output}, {grad});
+  } else {
+    if (!output.defined() || output.numel() != 1)
+      throw Error("pipeline backward: the last stage's loss must be a scalar, got " +
+                  std::to_string(output.defined() ? output.numel() : 0) + " elements");
+    const double factor = scaler_->scale() / static_cast<double>(batch_.gradient_accumulation_steps);
+    torch::autograd::backward({factor == 1.0 ? output : output * factor});
+  }
+  strategy_->finish_backward();
+}
+
+void EngineCore::finish_gradients() {
+  if (gradients_finished_) return;
+  heartbeat::start_watch();
+  heartbeat::beat();
+  micro_steps_ += batch_.gradient_accumulation_steps;
+  strategy_->wait_gradients();
+  gradients_finished_ = true;
+}
+
+bool EngineCore::pipeline_step() {
+  finish_gradients();
+  gradients_finished_ = false;
+  return optimizer_step();
+}
+
 bool EngineCore::step() {
   // Training has begun: from here a rank that stops making progress ends the
   // job under stratum-run (--heartbeat_timeout).
@@ -250,20 +293,31 @@ bool EngineCore::check_overflow() {
   for (auto& s : strategy_->segments()) grads.push_back(s.grad);
   at::Tensor flag = optim::local_overflow_flag(grads).to(strategy_->segments().front().grad.device());
   dp_->all_reduce(flag, distributed::ReduceOp::max)->wait();
+  if (stage_) stage_->stages->all_reduce(flag, distributed::ReduceOp::max)->wait();
   return flag.item<float>() > 0;
 }
 
 at::Tensor EngineCore::global_grad_norm(double loss_scale) {
   // Computed during backward as the reductions landed, where the strategy could.
-  at::Tensor sq = strategy_->reduced_grad_sq_norm();
+  // (Not under a pipeline: the tied gradients change after the reductions.)
+  at::Tensor sq = stage_ ? at::Tensor() : strategy_->reduced_grad_sq_norm();
   if (!sq.defined()) {
     std::vector<at::Tensor> grads;
     for (auto& s : strategy_->segments()) grads.push_back(s.grad);
     sq = optim::squared_norm(grads).to(strategy_->segments().front().grad.device());
   }
+  if (stage_ && !stage_->norm_excluded.empty()) {  // counted on another stage
+    std::vector<at::Tensor> excluded;
+    const std::vector<zero::FlatPiece> owned = strategy_->owned_pieces();
+    for (int p : stage_->norm_excluded)
+      for (const ParamPiece& piece : param_pieces(strategy_->layout(), owned, p))
+        excluded.push_back(strategy_->segments()[piece.segment].grad.narrow(0, piece.segment_offset, piece.numel));
+    if (!excluded.empty()) sq = sq - optim::squared_norm(excluded).to(sq.device());
+  }
   // Partitioned gradients: each rank holds a disjoint part of the sum.
   if (strategy_->partitioned()) dp_->all_reduce(sq, distributed::ReduceOp::sum)->wait();
-  return sq.sqrt() / loss_scale;
+  if (stage_) stage_->stages->all_reduce(sq, distributed::ReduceOp::sum)->wait();
+  return (stage_ ? sq.clamp_min(0) : sq).sqrt() / loss_scale;
 }
 
 double EngineCore::last_grad_norm() const { return last_grad_norm_.defined() ? last_grad_norm_.item<double>() : 0.0; }

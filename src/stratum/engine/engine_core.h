@@ -43,6 +43,17 @@ struct TrainingState {
   bool load_from_fp32_weights;        // zero_optimization.load_from_fp32_weights
 };
 
+// A pipeline stage's core (engine/pipeline_engine.h): what its step reduces
+// beyond the data-parallel group, so that every stage takes the same decision.
+struct StageReduction {
+  // This data-parallel index's stages (the pipeline group, on the gradients'
+  // device): the overflow flag (max) and the gradient norm's square (sum).
+  std::shared_ptr<distributed::Communicator> stages;
+  // Parameters (indices into the core's list) another stage already counts in
+  // the norm: the last stage's copy of a tied embedding.
+  std::vector<int> norm_excluded;
+};
+
 struct ModelStateBytes {
   int64_t params = 0, grads = 0, master = 0, optimizer = 0;
   int64_t total() const { return params + grads + master + optimizer; }
@@ -58,7 +69,7 @@ class EngineCore {
   // identically on every rank.
   EngineCore(const Config& config, std::vector<at::Tensor> params, std::vector<std::string> names,
              at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp, c10::Device device,
-             std::optional<zero::LayerParams> layers = std::nullopt);
+             std::optional<zero::LayerParams> layers = std::nullopt, std::optional<StageReduction> stage = std::nullopt);
   ~EngineCore();
 
   // loss.backward() with the loss scaled for fp16 and divided by the accumulation steps.
@@ -67,6 +78,18 @@ class EngineCore {
   // and updates. Returns true when the optimizer ran (false between boundaries
   // and on a skipped fp16 overflow step).
   bool step();
+  // Pipeline stages run a step's micro-batches themselves (pipeline/executor.h):
+  // one backward pass per micro-batch and chunk, from the loss (`grad`
+  // undefined: scaled as backward() scales it) or from `output` with the next
+  // stage's gradient (already scaled); `boundary`: the step's last pass.
+  void backward_pass(const at::Tensor& output, const at::Tensor& grad, bool boundary);
+  // After the step's last backward pass: the step's micro-batches counted and
+  // every reduction waited for, so the segments' gradients are final
+  // (averaged over data parallel) and may be adjusted (tied weights).
+  void finish_gradients();
+  // The optimizer step after finish_gradients() (which it calls if not yet).
+  // Returns false on a skipped fp16 overflow step.
+  bool pipeline_step();
   // The model's parameters are final on the current stream. Only needed with
   // zero_optimization.overlap_param_gather, where step() leaves the all-gathers
   // to the next forward, before reading parameters outside of it.
@@ -145,6 +168,8 @@ class EngineCore {
   void update_segment(size_t i, const at::Tensor& grad_scale, double host_grad_scale, const at::Tensor& trust_ratios);
 
   Config config_;
+  std::optional<StageReduction> stage_;
+  bool gradients_finished_ = false;
   config::BatchSizes batch_;
   at::ScalarType model_dtype_;
   std::shared_ptr<distributed::Communicator> dp_;

@@ -37,4 +37,17 @@ std::vector<std::vector<optim::ParamRun>> segment_param_runs(const zero::FlatLay
   return runs;
 }
 
+std::vector<ParamPiece> param_pieces(const zero::FlatLayout& layout, const std::vector<zero::FlatPiece>& pieces,
+                                     int param) {
+  const zero::ParamSlot& s = layout.params().at(param);
+  std::vector<ParamPiece> out;
+  for (const zero::FlatPiece& piece : pieces) {
+    const int64_t from = std::max(piece.flat_offset, s.offset);
+    const int64_t to = std::min(piece.flat_offset + piece.numel, s.offset + s.numel);
+    if (from >= to) continue;
+    out.push_back(ParamPiece{piece.segment, piece.segment_offset + (from - piece.flat_offset), from - s.offset, to - from});
+  }
+  return out;
+}
+
 }  // namespace stratum

@@ -19,4 +19,16 @@ std::vector<std::vector<optim::ParamRun>> segment_param_runs(const zero::FlatLay
                                                              const std::vector<zero::FlatPiece>& pieces,
                                                              size_t segments);
 
+// Where parameter `param`'s elements sit among this rank's segments: runs of
+// `numel` elements from `param_offset` in the parameter, at `segment_offset`
+// of segment `segment`. Empty when the rank holds none of them.
+struct ParamPiece {
+  int segment = 0;
+  int64_t segment_offset = 0;
+  int64_t param_offset = 0;
+  int64_t numel = 0;
+};
+std::vector<ParamPiece> param_pieces(const zero::FlatLayout& layout, const std::vector<zero::FlatPiece>& pieces,
+                                     int param);
+
 }  // namespace stratum

@@ -1,0 +1,303 @@
+#include "stratum/engine/pipeline_engine.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <set>
+
+#include "stratum/core/heartbeat.h"
+#include "stratum/core/log.h"
+#include "stratum/distributed/parallel_groups.h"
+#include "stratum/distributed/topology.h"
+#include "stratum/engine/engine.h"
+#include "stratum/engine/param_runs.h"
+#include "stratum/models/causal_lm.h"
+
+namespace stratum {
+namespace {
+
+using distributed::Axis;
+
+// Checks that need no communication, identical on every rank.
+void check_pipeline_config(const Config& c, int world_size) {
+  const int64_t p = c.pipeline.stages;
+  std::vector<std::string> problems;
+  if (world_size % p != 0)
+    problems.push_back("pipeline.stages: " + std::to_string(p) + " stages do not divide the " +
+                       std::to_string(world_size) + " ranks of the job; use a divisor of " + std::to_string(world_size));
+  if (c.pipeline.schedule == config::PipelineSchedule::zb_h1)
+    problems.push_back("pipeline.schedule: \"zb-h1\" needs the backward split into input and weight gradients, "
+                       "which the engine does not run yet; use \"1f1b\" or \"interleaved\" (stratum-config "
+                       "schedule prints zb-h1's timeline)");
+  if (c.pipeline.activation_checkpoint_interval > 0)
+    problems.push_back("pipeline.activation_checkpoint_interval: checkpointing groups of layers is not available "
+                       "yet; use the activation_checkpointing section, which recomputes each stage's blocks one by one");
+  if (!problems.empty()) throw ConfigError(c.source, problems);
+}
+
+// The groups of ranks holding stage 0 and stage p-1 (one per data-parallel
+// index, or all of them together when each stage's gradients are partitioned
+// over its data-parallel ranks), every other rank alone.
+std::vector<std::vector<int64_t>> tied_groups(const distributed::Topology& t, bool per_dp_index) {
+  std::vector<std::vector<int64_t>> groups;
+  std::vector<bool> placed(t.world_size(), false);
+  for (const auto& pp : t.groups(Axis::pp)) {  // one pipeline per (dp, tp) index
+    if (per_dp_index) {
+      groups.push_back({pp.front(), pp.back()});
+      placed[pp.front()] = placed[pp.back()] = true;
+    }
+  }
+  if (!per_dp_index) {
+    std::vector<int64_t> all;
+    for (const auto& pp : t.groups(Axis::pp)) {
+      all.push_back(pp.front());
+      all.push_back(pp.back());
+    }
+    std::sort(all.begin(), all.end());
+    for (int64_t r : all) placed[r] = true;
+    groups.push_back(all);
+  }
+  for (int64_t r = 0; r < t.world_size(); ++r)
+    if (!placed[r]) groups.push_back({r});
+  std::sort(groups.begin(), groups.end());
+  return groups;
+}
+
+}  // namespace
+
+PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerStackImpl> model, StageLoss loss,
+                               const distributed::DistContext& ctx)
+    : config_(config),
+      model_(std::move(model)),
+      loss_(std::move(loss)),
+      device_(ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
+                            : c10::Device(c10::kCPU)) {
+  if (!model_) throw Error("stratum::initialize_pipeline: no model");
+  check_pipeline_config(config_, ctx.world_size);
+  stages_ = static_cast<int>(config_.pipeline.stages);
+  chunks_ = static_cast<int>(config_.pipeline.virtual_stages);
+  const auto topology = distributed::Topology::from_model_parallel(ctx.world_size, stages_, 1);
+  stage_ = static_cast<int>(topology.coord_of(ctx.rank).pp);
+
+  // Partition the whole model's layers (every rank alike, before any collective).
+  std::vector<at::Tensor> all_params;
+  std::vector<std::string> all_names;
+  engine_detail::trainable_parameters(*model_, all_params, all_names);
+  const zero::LayerParams all_layers = layer_params(*model_, all_params);
+  std::vector<pipeline::LayerWeight> weights;
+  for (size_t l = 0; l < model_->size(); ++l) {
+    int64_t n = 0;
+    for (int i : all_layers.own[l]) n += all_params[i].numel();
+    weights.push_back({model_->layer(l).name(), n});
+  }
+  try {
+    partition_ = pipeline::partition_layers(weights, stages_ * chunks_, config_.pipeline.partition_method,
+                                            "pipeline.partition_method \"" + config_.pipeline.partition_method + "\"");
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ConfigError(config_.source, {e.what()});
+  }
+  pipeline::Schedule schedule;
+  try {
+    schedule = pipeline::make_schedule(config_.pipeline.schedule, stages_,
+                                       static_cast<int>(config_.resolve_batch(topology.dp()).gradient_accumulation_steps),
+                                       chunks_);
+  } catch (const Error& e) {
+    throw ConfigError(config_.source, {std::string("pipeline.schedule: ") + e.what()});
+  }
+
+  // This stage's parameters: those its layers own or borrow, in registration order.
+  std::vector<std::set<int>> holders(all_params.size());
+  for (size_t l = 0; l < model_->size(); ++l) {
+    const int s = partition_.part_of(l) % stages_;
+    for (int i : all_layers.own[l]) holders[i].insert(s);
+    for (int i : all_layers.borrowed[l]) holders[i].insert(s);
+  }
+  std::vector<at::Tensor> params;
+  std::vector<int> tied_all;
+  {
+    c10::AutoGradMode no_grad(false);
+    for (size_t i = 0; i < all_params.size(); ++i) {
+      if (holders[i].size() > 1) {
+        const bool first_last = holders[i].size() == 2 && *holders[i].begin() == 0 && *holders[i].rbegin() == stages_ - 1;
+        if (!first_last)
+          throw ConfigError(config_.source, {"pipeline: parameter '" + all_names[i] + "' is read by layers on " +
+                                             std::to_string(holders[i].size()) + " stages; a shared parameter may "
+                                             "span only the first and the last stage (a tied embedding and head)"});
+      }
+      if (holders[i].count(stage_)) {
+        if (holders[i].size() > 1) tied_.push_back(static_cast<int>(params.size()));
+        params.push_back(all_params[i]);
+        names_.push_back(all_names[i]);
+      } else {
+        all_params[i].set_data(at::empty({0}, all_params[i].options()));  // another stage's: freed
+      }
+    }
+  }
+  if (params.empty())
+    throw ConfigError(config_.source, {"pipeline: stage " + std::to_string(stage_) + " holds layers " +
+                                       pipeline::describe(partition_) + " but no trainable parameter"});
+
+  const at::ScalarType dtype = engine_detail::training_dtype(config_);
+  engine_detail::prepare_module(*model_, device_, dtype, /*keep_trainable_params=*/false);
+  const auto groups = distributed::make_parallel_groups(topology, ctx.device_world());
+  pp_ = groups.pp;
+  control_ = ctx.gpu_world ? ctx.cpu_world->split(topology.groups(Axis::pp), "pp_control") : pp_;
+  auto cpu_dp = ctx.gpu_world ? ctx.cpu_world->split(topology.groups(Axis::dp), "dp_control") : groups.dp;
+  dp_ = engine_detail::logged_data_parallel(config_, groups.dp, cpu_dp);
+
+  // Tied parameters: equal from the start (the first stage's values, before
+  // the core copies them into its masters); their gradients summed each step.
+  bool any_tied = false;
+  for (const auto& h : holders) any_tied = any_tied || h.size() > 1;
+  if (any_tied) {
+    // ZeRO-0 keeps whole gradients on every data-parallel rank: pair stage 0
+    // and stage p-1 of each pipeline. Stages 1-2 partition them, each stage
+    // differently: all ranks of both stages sum the pieces they hold.
+    const bool whole = config_.zero_optimization.stage == 0;
+    tied_group_ = ctx.device_world()->split(tied_groups(topology, whole), "tied");
+    c10::AutoGradMode no_grad(false);
+    for (int i : tied_) {  // the group's first rank is a stage-0 rank (pp is the slowest axis)
+      at::Tensor value = params[i].detach().clone();
+      tied_group_->broadcast(value, 0)->wait();
+      params[i].copy_(value);
+    }
+  }
+  StageReduction reduction;
+  reduction.stages = pp_;
+  if (stage_ == stages_ - 1 && stages_ > 1) reduction.norm_excluded = tied_;
+  zero::LayerParams layers = layer_params(*model_, params);
+  core_ = std::make_unique<EngineCore>(config_, params, names_, dtype, dp_, device_, std::move(layers), reduction);
+  if (any_tied && core_->strategy().partitioned() != (config_.zero_optimization.stage != 0))
+    throw Error("pipeline: the tied gradients' group assumed ZeRO stage " +
+                std::to_string(config_.zero_optimization.stage) + " to " +
+                (core_->strategy().partitioned() ? "keep whole gradients" : "partition them"));
+  runner_guard_ = engine_detail::install_layer_runner(model_.get(), *core_, config_);
+  executor_ = std::make_unique<pipeline::ScheduleExecutor>(std::move(schedule), pp_, control_);
+  if (ctx.rank == 0)
+    log::info("pipeline: " + std::to_string(stages_) + " stages x " + std::to_string(topology.dp()) +
+              " data-parallel, schedule " + config::pipeline_schedule_name(config_.pipeline.schedule) + ", " +
+              std::to_string(executor_->schedule().micro_batches) + " micro-batches a step; layers by stage " +
+              pipeline::describe(partition_));
+}
+
+PipelineEngine::~PipelineEngine() = default;
+
+double PipelineEngine::train_batch(const NextBatch& next_batch) {
+  heartbeat::beat();
+  const int m = executor_->schedule().micro_batches;
+  batches_.clear();
+  if (is_first_stage() || is_last_stage()) {
+    for (int i = 0; i < m; ++i) {
+      MicroBatch b = next_batch();
+      if (!b.inputs.defined() || (is_last_stage() && !b.labels.defined()))
+        throw Error("train_batch: micro-batch " + std::to_string(i) + " has no " +
+                    (b.inputs.defined() ? "labels" : "inputs"));
+      if (i > 0 && b.inputs.sizes() != batches_.front().inputs.sizes())
+        throw Error("train_batch: micro-batch " + std::to_string(i) + " has inputs " + c10::str(b.inputs.sizes()) +
+                    " but micro-batch 0 " + c10::str(batches_.front().inputs.sizes()) +
+                    "; a step's micro-batches share one shape");
+      b.inputs = engine_detail::cast_input(b.inputs.to(device_), core_->model_dtype());
+      if (b.labels.defined()) b.labels = b.labels.to(device_);
+      batches_.push_back(std::move(b));
+    }
+  }
+  // The first stage's input shape decides whether the links agree on shapes again.
+  at::Tensor shape = at::zeros({8}, at::kLong);
+  if (is_first_stage()) {
+    const auto sizes = batches_.front().inputs.sizes();
+    shape[0] = static_cast<int64_t>(sizes.size());
+    for (size_t d = 0; d < sizes.size() && d < 7; ++d) shape[d + 1] = sizes[d];
+  }
+  if (stages_ > 1) control_->broadcast(shape, 0)->wait();
+  std::vector<int64_t> input_shape(shape.data_ptr<int64_t>(), shape.data_ptr<int64_t>() + 8);
+  const bool changed = input_shape != last_input_shape_;
+  last_input_shape_ = input_shape;
+
+  loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  passes_ = 0;
+  try {
+    executor_->run(*this, changed);
+  } catch (...) {
+    inputs_.clear();
+    outputs_.clear();
+    throw;
+  }
+  // The loss: the last stage's mean over its micro-batches, averaged over data parallel, sent to every stage.
+  at::Tensor loss = loss_sum_ / static_cast<double>(m);
+  if (is_last_stage() && dp_->size() > 1) dp_->all_reduce(loss, distributed::ReduceOp::avg)->wait();
+  if (stages_ > 1) pp_->broadcast(loss, stages_ - 1)->wait();
+  return loss.item<double>();
+}
+
+at::Tensor PipelineEngine::forward(int micro, int chunk, const at::Tensor& input) {
+  const int vs = chunk * stages_ + stage_;
+  const bool first = vs == 0, last = vs == stages_ * chunks_ - 1;
+  at::Tensor x;
+  if (first) {
+    x = batches_.at(micro).inputs;
+  } else {
+    x = input.detach().requires_grad_(true);
+    inputs_[{micro, chunk}] = x;
+  }
+  at::Tensor out = model_->run(x, partition_.begin(vs), partition_.end(vs));
+  if (last) {
+    at::Tensor l = loss_(out, batches_.at(micro).labels);
+    loss_sum_ += l.detach().to(at::kFloat);
+    outputs_[{micro, chunk}] = l;
+    return at::Tensor();
+  }
+  outputs_[{micro, chunk}] = out;
+  return out;
+}
+
+at::Tensor PipelineEngine::backward(int micro, int chunk, const at::Tensor& output_grad, bool input_only) {
+  if (input_only) throw Error("pipeline: the split backward is not available");  // refused at construction
+  const int vs = chunk * stages_ + stage_;
+  auto out_it = outputs_.find({micro, chunk});
+  if (out_it == outputs_.end())
+    throw Error("pipeline stage " + std::to_string(stage_) + ": backward of micro-batch " + std::to_string(micro) +
+                " before its forward");
+  at::Tensor out = std::move(out_it->second);
+  outputs_.erase(out_it);
+  const int passes = executor_->schedule().micro_batches * chunks_;
+  core_->backward_pass(out, output_grad, ++passes_ == passes);
+  if (vs == 0) return at::Tensor();
+  auto in_it = inputs_.find({micro, chunk});
+  at::Tensor g = in_it->second.grad();
+  inputs_.erase(in_it);
+  return g;
+}
+
+void PipelineEngine::backward_weight(int, int) { throw Error("pipeline: the split backward is not available"); }
+
+void PipelineEngine::reduce_tied() {
+  core_->finish_gradients();
+  if (!tied_group_ || tied_.empty()) return;
+  zero::ZeroStrategy& strategy = core_->strategy();
+  const std::vector<zero::FlatPiece> owned = strategy.owned_pieces();
+  auto& segments = strategy.segments();
+  for (int p : tied_) {
+    const std::vector<ParamPiece> pieces = param_pieces(strategy.layout(), owned, p);
+    const int64_t numel = strategy.layout().params()[p].numel;
+    at::Tensor sum = at::zeros({numel}, segments.front().grad.options());
+    for (const ParamPiece& piece : pieces)
+      sum.narrow(0, piece.param_offset, piece.numel)
+          .copy_(segments[piece.segment].grad.narrow(0, piece.segment_offset, piece.numel));
+    tied_group_->all_reduce(sum, distributed::ReduceOp::sum)->wait();
+    for (const ParamPiece& piece : pieces)
+      segments[piece.segment].grad.narrow(0, piece.segment_offset, piece.numel)
+          .copy_(sum.narrow(0, piece.param_offset, piece.numel));
+  }
+}
+
+void PipelineEngine::optimizer_step() { core_->pipeline_step(); }
+
+std::unique_ptr<PipelineEngine> initialize_pipeline(const Config& config, std::shared_ptr<models::CausalLMImpl> model,
+                                                    const distributed::DistContext& ctx) {
+  return std::make_unique<PipelineEngine>(config, model, models::causal_lm_loss, ctx);
+}
+
+}  // namespace stratum
