@@ -74,11 +74,12 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
       device_(ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
                             : c10::Device(c10::kCPU)) {
   if (!model_) throw Error("stratum::initialize_pipeline: no model");
-  check_pipeline_config(config_, ctx.world_size);
+  const auto& world = ctx.device_world();
+  check_pipeline_config(config_, world->size());
   stages_ = static_cast<int>(config_.pipeline.stages);
   chunks_ = static_cast<int>(config_.pipeline.virtual_stages);
-  const auto topology = distributed::Topology::from_model_parallel(ctx.world_size, stages_, 1);
-  stage_ = static_cast<int>(topology.coord_of(ctx.rank).pp);
+  const auto topology = distributed::Topology::from_model_parallel(world->size(), stages_, 1);
+  stage_ = static_cast<int>(topology.coord_of(world->rank()).pp);
 
   // Partition the whole model's layers (every rank alike, before any collective).
   std::vector<at::Tensor> all_params;
@@ -142,7 +143,7 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
 
   const at::ScalarType dtype = engine_detail::training_dtype(config_);
   engine_detail::prepare_module(*model_, device_, dtype, /*keep_trainable_params=*/false);
-  const auto groups = distributed::make_parallel_groups(topology, ctx.device_world());
+  const auto groups = distributed::make_parallel_groups(topology, world);
   pp_ = groups.pp;
   control_ = ctx.gpu_world ? ctx.cpu_world->split(topology.groups(Axis::pp), "pp_control") : pp_;
   auto cpu_dp = ctx.gpu_world ? ctx.cpu_world->split(topology.groups(Axis::dp), "dp_control") : groups.dp;
@@ -157,7 +158,7 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
     // and stage p-1 of each pipeline. Stages 1-2 partition them, each stage
     // differently: all ranks of both stages sum the pieces they hold.
     const bool whole = config_.zero_optimization.stage == 0;
-    tied_group_ = ctx.device_world()->split(tied_groups(topology, whole), "tied");
+    tied_group_ = world->split(tied_groups(topology, whole), "tied");
     c10::AutoGradMode no_grad(false);
     for (int i : tied_) {  // the group's first rank is a stage-0 rank (pp is the slowest axis)
       at::Tensor value = params[i].detach().clone();
@@ -176,7 +177,7 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
                 (core_->strategy().partitioned() ? "keep whole gradients" : "partition them"));
   runner_guard_ = engine_detail::install_layer_runner(model_.get(), *core_, config_);
   executor_ = std::make_unique<pipeline::ScheduleExecutor>(std::move(schedule), pp_, control_);
-  if (ctx.rank == 0)
+  if (world->rank() == 0)
     log::info("pipeline: " + std::to_string(stages_) + " stages x " + std::to_string(topology.dp()) +
               " data-parallel, schedule " + config::pipeline_schedule_name(config_.pipeline.schedule) + ", " +
               std::to_string(executor_->schedule().micro_batches) + " micro-batches a step; layers by stage " +
