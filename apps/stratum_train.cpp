@@ -29,6 +29,7 @@
 #include "stratum/distributed/job.h"
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
+#include "stratum/engine/pipeline_engine.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/generate.h"
 #include "stratum/models/hf_config.h"
@@ -118,6 +119,72 @@ ResumePoint resume_point(const Options& o) {
   return resolve_resume(o.save_dir, o.resume_tag);
 }
 
+// pipeline.stages > 1: the model split over stages, one train_batch a step.
+// The progress line comes from the last stage's first data-parallel rank,
+// which has the loss first, with the share of the step it waited (the bubble).
+int train_pipelined(const Options& o, const distributed::DistContext& ctx, const Config& config,
+                    const models::ModelConfig& mcfg, std::shared_ptr<models::CausalLMImpl> model,
+                    const data::Tokenizer& tokenizer) {
+  std::vector<std::string> refused;
+  if (!o.save_dir.empty() || o.resume || !o.resume_tag.empty())
+    refused.push_back("--save-dir / --resume: checkpoints of a pipeline are not available yet");
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "checking the pipeline options", [&] {
+    if (!refused.empty()) throw Error("stratum-train with pipeline.stages " + std::to_string(config.pipeline.stages) +
+                                      ": " + refused.front());
+  });
+  std::unique_ptr<PipelineEngine> engine;
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the pipeline", [&] {
+    engine = initialize_pipeline(config, model, ctx);
+  });
+  const auto& batch = engine->core().batch();
+  const auto& dp = engine->core().dp();
+  const bool lead = engine->is_last_stage() && dp->rank() == 0;
+  const int64_t seq = mcfg.max_seq_len;
+  data::TokenFile file = open_dataset(o, ctx, tokenizer);
+  if (file.vocab_size() > mcfg.vocab_size)
+    throw Error(file.path() + ": token ids reach " + std::to_string(file.vocab_size()) + " but model " + o.model +
+                " has a vocabulary of " + std::to_string(mcfg.vocab_size));
+  file.require_sequence(seq);
+  const data::TrainEvalSplit split = data::split_train_eval(file.size(), seq, o.eval_fraction, file.path());
+  data::DistributedSampler sampler(split.train, seq, dp->rank(), dp->size(), o.seed);
+  const int64_t print_every = o.print_every > 0 ? o.print_every : config.steps_per_print.value_or(10);
+  monitor::ProgressReporter progress(print_every);
+  const double flops_per_token =
+      6.0 * models::parameter_count(mcfg) + 12.0 * mcfg.layers * mcfg.hidden * static_cast<double>(seq);
+  const int64_t tokens_per_step = batch.train_batch_size * seq;
+  if (lead)
+    log::info(models::describe(mcfg) + " | data " + file.path() + " | batch " + std::to_string(batch.train_batch_size) +
+              " = " + std::to_string(batch.micro_batch_per_gpu) + " x " +
+              std::to_string(batch.gradient_accumulation_steps) + " micro-batches x " + std::to_string(dp->size()) +
+              " data-parallel | " + std::to_string(engine->stages()) + " stages, " +
+              config::pipeline_schedule_name(config.pipeline.schedule) + " | ZeRO " +
+              std::to_string(config.zero_optimization.stage) + " | " + c10::toString(engine->core().model_dtype()));
+  if (lead && o.eval_every > 0) log::info("evaluation is not available under a pipeline yet; training only");
+  while (engine->global_steps() < o.steps) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double loss = engine->train_batch([&] {
+      data::Batch b = data::make_batch(file, sampler.next(batch.micro_batch_per_gpu), seq);
+      return MicroBatch{b.tokens, b.targets};
+    });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    monitor::StepMetrics m;
+    m.step = engine->global_steps();
+    m.total_steps = o.steps;
+    m.loss = loss;
+    m.lr = engine->lr();
+    m.loss_scale = engine->loss_scale();
+    m.tokens_per_second = tokens_per_step / seconds;
+    m.mfu = ctx.gpu_world ? m.tokens_per_second / ctx.world_size * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
+    m.memory_gib = memory_gib(ctx);
+    m.skipped = engine->last_step_skipped();
+    m.bubble = engine->last_timing().bubble();
+    if (lead) progress.update(m);
+  }
+  if (lead) progress.finish();
+  if (lead && o.sample_tokens > 0) log::info("no sample: the model is split over pipeline stages");
+  return 0;
+}
+
 int train(const Options& o, const distributed::DistContext& ctx) {
   const bool lead = ctx.rank == 0;
   // Every rank reads the config, model and resume point itself (their files may
@@ -153,6 +220,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
                                       : c10::Device(c10::kCPU);
   auto model = models::build_model(mcfg, init_device);
   at::set_default_dtype(c10::scalarTypeToTypeMeta(default_dtype));
+  if (config.pipeline.stages > 1) return train_pipelined(o, ctx, config, mcfg, std::move(model), tokenizer);
   auto engine = initialize(config, model, ctx);
 #ifdef STRATUM_WITH_CUDA
   // The memory column shows training; start-up (ZeRO-3 partitions a model first

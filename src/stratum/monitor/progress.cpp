@@ -26,17 +26,24 @@ std::string ProgressReporter::format_eta(double seconds) {
 }
 
 std::string ProgressReporter::format_line(const StepMetrics& m, double eta_seconds) {
-  char buf[320];
+  char buf[360];
   const double tps = m.tokens_per_second;
   const std::string tokens = tps >= 1e6 ? std::to_string(tps / 1e6).substr(0, 5) + "M"
                              : tps >= 1e3 ? std::to_string(tps / 1e3).substr(0, 5) + "k"
                                           : std::to_string(static_cast<int64_t>(tps));
   char mfu[16] = "-";  // unknown on CPUs
   if (m.mfu > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * m.mfu);
+  std::string bubble;
+  if (m.bubble) {
+    char b[32];
+    std::snprintf(b, sizeof b, " | bubble %.1f%%", 100.0 * *m.bubble);
+    bubble = b;
+  }
   std::snprintf(buf, sizeof buf,
-                "step %lld/%lld | loss %.4f | lr %.3e | scale %g | tok/s %s | MFU %s | mem %.2f GiB | ETA %s%s",
+                "step %lld/%lld | loss %.4f | lr %.3e | scale %g | tok/s %s | MFU %s | mem %.2f GiB%s | ETA %s%s",
                 (long long)m.step, (long long)m.total_steps, m.loss, m.lr, m.loss_scale, tokens.c_str(), mfu,
-                m.memory_gib, format_eta(eta_seconds).c_str(), m.skipped ? " | skipped (fp16 overflow)" : "");
+                m.memory_gib, bubble.c_str(), format_eta(eta_seconds).c_str(),
+                m.skipped ? " | skipped (fp16 overflow)" : "");
   return buf;
 }
 

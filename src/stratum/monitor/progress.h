@@ -20,6 +20,8 @@ struct StepMetrics {
   double mfu = 0.0;                // fraction of peak, per device (0 if unknown)
   double memory_gib = 0.0;         // peak device memory (GPU) or resident set (CPU)
   bool skipped = false;            // fp16 overflow
+  // Pipelines: the share of the step the reporting stage waited on others (measured).
+  std::optional<double> bubble;
   std::optional<double> eval_loss;
 };
 
