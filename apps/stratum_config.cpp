@@ -3,8 +3,11 @@
 // (keys accepted with what they mean here) go to stderr apart from the errors
 // and do not fail the check.
 // stratum-config schedule [FILE] [--stages P --micro-batches M --schedule S
-// --virtual-stages V]: the pipeline schedule as a time-by-stage table (unit
-// costs: forward 1, backward 2 per stage) with its bubble.
+// --virtual-stages V --forward F --backward-input B --backward-weight W]: the
+// pipeline schedule as a time-by-stage table (costs per stage, default 1 each;
+// a full backward costs B + W, zb-h1 runs them as separate B and W columns)
+// with its bubble, peak activations and idle time by stage.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -39,15 +42,22 @@ int main(int argc, char** argv) {
   auto* schedule = app.add_subcommand("schedule", "Print a pipeline schedule as a time-by-stage table");
   std::string schedule_config, kind_name;
   int stages = 0, micro_batches = 0, virtual_stages = 0;
+  stratum::pipeline::Costs stage_costs;  // per stage; a chunk runs 1/v of it
   schedule->add_option("file", schedule_config,
                        "a ds_config.json: pipeline.stages, pipeline.schedule, pipeline.virtual_stages and "
                        "gradient_accumulation_steps (micro-batches per step); the flags below override it");
   schedule->add_option("--stages,-p", stages, "pipeline stages")->check(CLI::Range(1, 64));
   schedule->add_option("--micro-batches,-m", micro_batches, "micro-batches per step")->check(CLI::Range(1, 4096));
-  schedule->add_option("--schedule,-s", kind_name, "gpipe, 1f1b or interleaved")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+  schedule->add_option("--schedule,-s", kind_name, "gpipe, 1f1b, interleaved or zb-h1")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
   schedule->add_option("--virtual-stages,-v", virtual_stages, "model chunks per stage (interleaved)")
       ->check(CLI::Range(1, 64));
+  schedule->add_option("--forward", stage_costs.forward, "a stage's forward time (any unit, e.g. measured ms)")
+      ->check(CLI::PositiveNumber);
+  schedule->add_option("--backward-input", stage_costs.backward_input, "a stage's input-gradient time (B)")
+      ->check(CLI::NonNegativeNumber);
+  schedule->add_option("--backward-weight", stage_costs.backward_weight, "a stage's weight-gradient time (W)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   if (schedule->parsed()) {
@@ -69,12 +79,23 @@ int main(int argc, char** argv) {
         if (kind_name == stratum::config::pipeline_schedule_name(k)) kind = k;
       if (virtual_stages) v = virtual_stages;
       const auto s = stratum::pipeline::make_schedule(kind, p, m, v);
-      const auto sim = stratum::pipeline::simulate(s, {1.0 / v, 2.0 / v});
-      std::cout << stratum::config::pipeline_schedule_name(kind) << ": " << p << " stages, " << m << " micro-batches, " << v << " chunk" << (v == 1 ? "" : "s")
-                << " per stage (forward " << 1.0 / v << ", backward " << 2.0 / v << " per chunk)\n"
-                << stratum::pipeline::schedule_table(s, sim, 1.0 / v) << "bubble " << sim.bubble() * 100.0
+      const stratum::pipeline::Costs chunk{stage_costs.forward / v, stage_costs.backward_input / v,
+                                           stage_costs.backward_weight / v};
+      const auto sim = stratum::pipeline::simulate(s, chunk);
+      // One column per the shortest compute, so unit costs draw the papers' figures.
+      double unit = chunk.forward;
+      for (double c : {chunk.backward_input, chunk.backward_weight})
+        if (c > 0) unit = std::min(unit, c);
+      std::cout << stratum::config::pipeline_schedule_name(kind) << ": " << p << " stages, " << m << " micro-batches, "
+                << v << " chunk" << (v == 1 ? "" : "s") << " per stage (per chunk: forward " << chunk.forward
+                << ", backward input " << chunk.backward_input << ", backward weight " << chunk.backward_weight
+                << (kind == PipelineSchedule::zb_h1 ? "" : ", run together as B") << "; one column per " << unit
+                << ")\n"
+                << stratum::pipeline::schedule_table(s, sim, unit) << "bubble " << sim.bubble() * 100.0
                 << "% of the compute; peak activations by stage:";
       for (int a : sim.peak_activations) std::cout << " " << a;
+      std::cout << "; idle by stage:";
+      for (double t : sim.idle) std::cout << " " << t;
       std::cout << "\n";
       return 0;
     } catch (const std::exception& e) {
