@@ -114,8 +114,6 @@ const char* op_name(Op op) {
     case Op::backward: return "B";
     case Op::backward_input: return "B";
     case Op::backward_weight: return "W";
-    case Op::reduce_tied: return "reduce_tied";
-    case Op::optimizer_step: return "step";
     case Op::send_act: return "send_act";
     case Op::recv_act: return "recv_act";
     case Op::send_grad: return "send_grad";

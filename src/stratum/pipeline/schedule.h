@@ -27,9 +27,6 @@ enum class Op {
   // and, later, the weight gradients it deferred.
   backward_input,   // "B": the input gradient
   backward_weight,  // "W": the deferred weight gradients of that micro-batch
-  // The step's end on every rank (micro and chunk unused):
-  reduce_tied,     // tied parameters' gradients summed over the stages holding them
-  optimizer_step,  // the optimizer step
   send_act,   // the forward's output to the next virtual stage
   recv_act,   // the previous virtual stage's output, before the forward
   send_grad,  // the backward's input gradient to the previous virtual stage
