@@ -98,7 +98,8 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
                        std::optional<zero::LayerParams> layers, std::optional<StageReduction> stage)
     : config_(config), stage_(std::move(stage)), model_dtype_(model_dtype), dp_(std::move(dp)), device_(device) {
   check_supported(config_, params, layers.has_value(), stage_.has_value());
-  batch_ = config_.resolve_batch(dp_->size());
+  // A pipeline stage's data-parallel group is world / (stages x tensor parallel).
+  batch_ = config_.resolve_batch(dp_->size() * (stage_ ? config_.model_parallel_size() : 1));
   zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
   // LayerStack models, for the layers that declare the fused GEMM's contract
   // (StackLayer::linear_weights_fusable).

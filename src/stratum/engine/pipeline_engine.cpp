@@ -103,8 +103,10 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
   pipeline::Schedule schedule;
   try {
     schedule = pipeline::make_schedule(config_.pipeline.schedule, stages_,
-                                       static_cast<int>(config_.resolve_batch(topology.dp()).gradient_accumulation_steps),
+                                       static_cast<int>(config_.resolve_batch(world->size()).gradient_accumulation_steps),
                                        chunks_);
+  } catch (const ConfigError&) {
+    throw;
   } catch (const Error& e) {
     throw ConfigError(config_.source, {std::string("pipeline.schedule: ") + e.what()});
   }
