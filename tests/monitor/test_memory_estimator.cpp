@@ -1,4 +1,5 @@
-// The estimator against the ZeRO paper's per-GPU model-state formulas, and the
+// The estimator against the ZeRO paper's per-GPU model-state formulas, per
+// pipeline stage against the schedules' in-flight micro-batches, and the
 // stratum-estimate program.
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "stratum/core/error.h"
 #include "stratum/monitor/memory_estimator.h"
 
 using namespace stratum::monitor;
@@ -270,5 +272,172 @@ TEST(MemoryEstimator, ProgramRefusesFlagsOutOfRange) {
     while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
     EXPECT_EQ(WEXITSTATUS(::pclose(p)), 2) << flags << ": " << out;
     EXPECT_NE(out.find("stratum-estimate: error: --"), std::string::npos) << flags << ": " << out;
+  }
+}
+
+namespace {
+// A preset on `gpus` GPUs of one node, cut into `stages` pipeline stages.
+EstimateInput pipelined(const std::string& preset, int64_t gpus, int64_t stages, int64_t micro_batches,
+                        stratum::pipeline::ScheduleKind schedule = stratum::pipeline::ScheduleKind::one_f_one_b,
+                        int64_t virtual_stages = 1) {
+  EstimateInput in;
+  set_model_shape(in, stratum::models::make_model_config(preset));
+  in.gpus_per_node = gpus;
+  in.pipeline_stages = stages;
+  in.micro_batches = micro_batches;
+  in.schedule = schedule;
+  in.virtual_stages = virtual_stages;
+  return in;
+}
+
+std::string error_of(const EstimateInput& in, int zero_stage = 1) {
+  try {
+    format_pipeline_estimate(in, zero_stage);
+  } catch (const stratum::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string run_program(const std::string& flags, int& status) {
+  FILE* p = ::popen((std::string(STRATUM_BIN_DIR) + "/stratum-estimate " + flags + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  status = WEXITSTATUS(::pclose(p));
+  return out;
+}
+}  // namespace
+
+// One stage holds the whole model: today's model states and activations, for
+// any number of micro-batches (a single stage runs each forward to its backward).
+TEST(PipelineEstimate, OneStageIsTheWholeModelEstimate) {
+  for (const std::string preset : {"gpt2-1.3b", "llama-8b"})
+    for (const bool checkpointing : {false, true})
+      for (const int64_t m : {1, 4}) {
+        EstimateInput in = pipelined(preset, 8, 1, m);
+        in.activation_checkpointing = checkpointing;
+        const auto stages = estimate_pipeline_stages(in);
+        ASSERT_EQ(stages.size(), 1u);
+        EXPECT_EQ(stages[0].params, in.params) << preset;
+        EXPECT_EQ(stages[0].in_flight, 1);
+        EXPECT_NEAR(stages[0].activation_bytes, estimate_activation_bytes(in), 1e-12 * estimate_activation_bytes(in))
+            << preset << (checkpointing ? " checkpointing" : "") << " m " << m;
+        const auto today = estimate_model_states(in);
+        ASSERT_EQ(stages[0].states.size(), 5u);  // ZeRO 0-2 rows only
+        for (size_t i = 0; i < stages[0].states.size(); ++i) {
+          EXPECT_EQ(stages[0].states[i].stage, today[i].stage);
+          EXPECT_DOUBLE_EQ(stages[0].states[i].gpu_bytes, today[i].gpu_bytes);
+          EXPECT_DOUBLE_EQ(stages[0].states[i].cpu_bytes_per_node, today[i].cpu_bytes_per_node);
+        }
+      }
+}
+
+// The stages' parameters add up to the model's; with tied embeddings the head's
+// stage holds a copy of the token embedding as well.
+TEST(PipelineEstimate, StageParametersSumToTheModel) {
+  using stratum::pipeline::ScheduleKind;
+  struct Case {
+    std::string preset;
+    int64_t stages, virtual_stages;
+    ScheduleKind schedule;
+  };
+  for (const Case& c : {Case{"gpt2-1.3b", 4, 1, ScheduleKind::one_f_one_b}, Case{"llama-8b", 4, 1, ScheduleKind::gpipe},
+                        Case{"llama-1b", 2, 1, ScheduleKind::zb_h1}, Case{"gpt2-350m", 4, 2, ScheduleKind::interleaved}}) {
+    const EstimateInput in = pipelined(c.preset, 8, c.stages, 8, c.schedule, c.virtual_stages);
+    const auto model = stratum::models::make_model_config(c.preset);
+    const auto stages = estimate_pipeline_stages(in);
+    ASSERT_EQ(stages.size(), size_t(c.stages));
+    int64_t sum = 0;
+    for (const auto& e : stages) sum += e.params;
+    EXPECT_EQ(sum, in.params + (model.tie_embeddings ? model.vocab_size * model.hidden : 0)) << c.preset;
+    EXPECT_EQ(stages.front().layers.rfind("embedding", 0), 0u) << stages.front().layers;
+    const std::string& last = stages.back().layers;
+    EXPECT_EQ(last.substr(last.size() - 4), "head") << last;
+  }
+}
+
+// 1F1B: stage s holds min(p - s, m) micro-batches, each with its blocks'
+// activations; the last stage also its logits (and, in backward, their gradient).
+TEST(PipelineEstimate, OneFOneBHoldsPMinusSMicroBatches) {
+  EstimateInput in = pipelined("gpt2-1.3b", 8, 4, 8);
+  const auto stages = estimate_pipeline_stages(in);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(stages[s].in_flight, 4 - s);
+  const double block = 32.0 * 1024 * 2048;  // 16h elements a token in bf16, micro-batch 1, seq 1024
+  const double logits = 1024.0 * 50257 * 2;
+  EXPECT_EQ(stages[1].layers, "blocks 4-10");
+  EXPECT_DOUBLE_EQ(stages[1].activation_bytes, 3 * 7 * block);
+  EXPECT_EQ(stages[3].layers, "blocks 18-23, norm, head");
+  EXPECT_DOUBLE_EQ(stages[3].activation_bytes, 6 * block + 2 * logits);
+  // ZeRO over the 2 data-parallel ranks of a stage (fp32 gradients on the wire).
+  const double psi = static_cast<double>(stages[1].params);
+  EXPECT_DOUBLE_EQ(find(stages[1].states, 1, false, false).gpu_bytes, 6 * psi + 12 * psi / 2);
+  EXPECT_DOUBLE_EQ(find(stages[1].states, 2, false, false).gpu_bytes, 2 * psi + 16 * psi / 2);
+  in.micro_batches = 2;  // fewer micro-batches than stages
+  const auto few = estimate_pipeline_stages(in);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(few[s].in_flight, std::min(4 - s, 2));
+}
+
+// GPipe holds every micro-batch on every stage until the backwards; ZB-H1 min(p, m).
+TEST(PipelineEstimate, GPipeHoldsEveryMicroBatchAndZbH1AtMostP) {
+  const auto gpipe = estimate_pipeline_stages(pipelined("gpt2-1.3b", 8, 4, 6, stratum::pipeline::ScheduleKind::gpipe));
+  for (const auto& e : gpipe) EXPECT_EQ(e.in_flight, 6);
+  const double block = 32.0 * 1024 * 2048, logits = 1024.0 * 50257 * 2;
+  EXPECT_DOUBLE_EQ(gpipe[3].activation_bytes, 6 * 6 * block + 7 * logits);  // 6 micro-batches' logits + one gradient
+  for (const int64_t m : {2, 8}) {
+    const auto zb = estimate_pipeline_stages(pipelined("gpt2-1.3b", 8, 4, m, stratum::pipeline::ScheduleKind::zb_h1));
+    for (const auto& e : zb) EXPECT_EQ(e.in_flight, std::min<int64_t>(4, m));
+  }
+}
+
+TEST(PipelineEstimate, ErrorsNameTheNumbers) {
+  using stratum::pipeline::ScheduleKind;
+  EXPECT_NE(error_of(pipelined("gpt2-124m", 8, 3, 3)).find("3 pipeline stages do not divide the 8 GPUs"),
+            std::string::npos);
+  EXPECT_NE(error_of(pipelined("gpt2-124m", 16, 16, 16)).find("16 pipeline stages, but the model has 15 layers"),
+            std::string::npos);
+  EXPECT_NE(error_of(pipelined("gpt2-124m", 8, 4, 8, ScheduleKind::interleaved, 4))
+                .find("4 pipeline stages x 4 virtual stages = 16 parts, but the model has 15 layers"),
+            std::string::npos);
+  EXPECT_NE(error_of(pipelined("gpt2-124m", 8, 4, 6, ScheduleKind::interleaved, 2))
+                .find("6 micro-batches (gradient_accumulation_steps) is not a multiple of the 4 stages"),
+            std::string::npos);
+  EXPECT_NE(error_of(pipelined("gpt2-124m", 8, 4, 4, ScheduleKind::one_f_one_b, 2)).find("2 virtual stages"),
+            std::string::npos);
+  EXPECT_NE(error_of(pipelined("gpt2-124m", 8, 4, 4), 3).find("ZeRO-3 is not available with pipeline parallelism"),
+            std::string::npos);
+  EstimateInput no_shape;
+  no_shape.params = 1'000'000;
+  no_shape.gpus_per_node = 2;
+  no_shape.pipeline_stages = 2;
+  EXPECT_NE(error_of(no_shape).find("needs the model's layers"), std::string::npos);
+}
+
+TEST(PipelineEstimate, ProgramPrintsEveryStage) {
+  int status = 0;
+  std::string out = run_program("--model gpt2-1.3b --num_gpus 8 --pp 4 --micro-batches 8", status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("pipeline: 4 stages x 2 data-parallel, schedule 1f1b, 8 micro-batches"), std::string::npos) << out;
+  EXPECT_NE(out.find("blocks 18-23, norm, head"), std::string::npos) << out;
+  EXPECT_NE(out.find("maximum: "), std::string::npos) << out;
+  EXPECT_NE(out.find("3  not available"), std::string::npos) << out;
+  // Without --pp: today's table.
+  out = run_program("--model gpt2-1.3b --num_gpus 8 --micro-batches 8", status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(out.find("pipeline"), std::string::npos) << out;
+  EXPECT_NE(out.find("activations:"), std::string::npos) << out;
+  for (const auto& [flags, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"--model gpt2-124m --num_gpus 8 --pp 3", "3 pipeline stages do not divide the 8 GPUs"},
+           {"--params 1e9 --num_gpus 8 --pp 4", "--pp 4 needs --model"},
+           {"--model gpt2-124m --num_gpus 8 --pp 4 --schedule interleaved --micro-batches 6", "6 micro-batches"},
+           {"--model gpt2-124m --num_gpus 8 --pp 4 --virtual-stages 2", "2 virtual stages"},
+           {"--model gpt2-124m --num_gpus 8 --pp 4 --zero 3", "ZeRO-3 is not available"},
+           {"--model gpt2-124m --num_gpus 8 --pp 4 --schedule pipedream", "--schedule"}}) {
+    out = run_program(flags, status);
+    EXPECT_EQ(status, 2) << flags << ": " << out;
+    EXPECT_NE(out.find("stratum-estimate: error: "), std::string::npos) << flags << ": " << out;
+    EXPECT_NE(out.find(message), std::string::npos) << flags << ": " << out;
   }
 }

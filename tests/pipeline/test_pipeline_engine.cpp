@@ -13,9 +13,15 @@
 
 #include <torch/torch.h>
 
+#include <cstring>
+#include <nlohmann/json.hpp>
+
 #include "../common/error_of.h"
 #include "../distributed/distributed_test_context.h"
 #include "../engine/dp_groups.h"
+#include "stratum/core/fs.h"
+#include "stratum/engine/checkpoint.h"
+#include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/engine/engine.h"
 #include "stratum/engine/pipeline_engine.h"
 #include "stratum/models/causal_lm.h"
@@ -72,8 +78,14 @@ at::Tensor step_tokens(int step, int global_batch) {
   return (start + stride * torch::arange(kSeq + 1, torch::kLong).unsqueeze(0)).remainder(256);
 }
 
+// Steps [first, first + steps) of a run, optionally resumed from and saved to a checkpoint.
+struct Span {
+  int first = 0, steps = kSteps;
+  std::string load_dir, save_dir;
+};
+
 // The single-process engine: micro-batch k is rows [k·M, (k+1)·M).
-TrainRun train_reference(const std::string& arch, Layout l) {
+TrainRun train_reference(const std::string& arch, Layout l, const Span& span = {}) {
   l.pp = 1;
   l.dp = 1;
   Config config = Config::from_string(config_json(l), "reference");
@@ -81,9 +93,10 @@ TrainRun train_reference(const std::string& arch, Layout l) {
   auto model = models::build_model(model_config(arch));
   auto self = groups_of(1);
   auto engine = initialize(config, model, self, c10::Device(c10::kCPU));
+  if (!span.load_dir.empty()) load_checkpoint(engine.core(), span.load_dir);
   const int64_t micro = l.global_batch / l.gas;
   TrainRun run;
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = span.first; s < span.first + span.steps; ++s) {
     at::Tensor t = step_tokens(s, l.global_batch);
     double loss = 0;
     for (int k = 0; k < l.gas; ++k) {
@@ -96,6 +109,7 @@ TrainRun train_reference(const std::string& arch, Layout l) {
     run.losses.push_back(loss);
     run.grad_norms.push_back(engine.core().last_grad_norm());
   }
+  if (!span.save_dir.empty()) save_checkpoint(engine.core(), span.save_dir, "step" + std::to_string(span.first + span.steps), {});
   for (auto& p : model->named_parameters()) run.weights[p.key()] = p.value().detach().to(torch::kFloat).clone();
   return run;
 }
@@ -113,15 +127,17 @@ distributed::DistContext sub_context(const std::shared_ptr<distributed::Communic
 
 // The pipeline engine on `world` (pp x dp ranks): DP rank r of n takes rows
 // [(k·n + r)·m, ...) of micro-batch k, m = global / (gas·n).
-TrainRun train_pipeline(const std::string& arch, const Layout& l, const std::shared_ptr<distributed::Communicator>& world) {
+TrainRun train_pipeline(const std::string& arch, const Layout& l, const std::shared_ptr<distributed::Communicator>& world,
+                        const Span& span = {}) {
   Config config = Config::from_string(config_json(l), "pipeline");
   torch::manual_seed(42);
   auto model = models::build_model(model_config(arch));
   auto engine = initialize_pipeline(config, model, sub_context(world));
+  if (!span.load_dir.empty()) engine->load_checkpoint(span.load_dir);
   const int n = l.dp, r = static_cast<int>(engine->core().dp()->rank());
   const int64_t m = l.global_batch / (l.gas * n);
   TrainRun run;
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = span.first; s < span.first + span.steps; ++s) {
     at::Tensor t = step_tokens(s, l.global_batch);
     int k = 0;
     const double loss = engine->train_batch([&] {
@@ -132,6 +148,7 @@ TrainRun train_pipeline(const std::string& arch, const Layout& l, const std::sha
     run.losses.push_back(loss);
     run.grad_norms.push_back(engine->core().last_grad_norm());
   }
+  if (!span.save_dir.empty()) engine->save_checkpoint(span.save_dir, "step" + std::to_string(span.first + span.steps), {});
   engine->core().sync_params();
   for (auto& p : model->named_parameters())
     if (p.value().numel() > 0) run.weights[p.key()] = p.value().detach().to(torch::kFloat).clone();
@@ -269,4 +286,71 @@ TEST(PipelineEngine, BadConfigsFailOnEveryRankWithTheNumbers) {
   EXPECT_NE(test::error_of([&] { initialize(config, model, groups_of(1), c10::Device(c10::kCPU)); })
                 .find("need the pipeline engine"),
             std::string::npos);
+}
+
+// A checkpoint saved at PP = 2 x DP = 2 (ZeRO-1, GPT-2 with its tied
+// embedding) resumes exactly at the same layout, and at PP = 4, PP = 2 x DP =
+// 1 and PP = 1 (the data-parallel engine) continues as the uninterrupted
+// single process does (the PP x DP tolerances above). A PP = 1 checkpoint
+// resumes at PP = 2 the same way.
+TEST(PipelineEngine, CheckpointsResumeAtAnyLayout) {
+  auto world = test::context().cpu_world;
+  if (world->size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  // One directory for the job: rank 0's, sent to every rank.
+  at::Tensor path = at::zeros({256}, at::kByte);
+  if (world->rank() == 0) {
+    const std::string dir = fs::make_temp_directory("stratum_pipeline_ckpt_");
+    std::memcpy(path.data_ptr(), dir.data(), dir.size());
+  }
+  world->broadcast(path, 0)->wait();
+  const std::string dir(static_cast<const char*>(path.data_ptr()));
+  constexpr int kHalf = 5;
+  Layout saved;
+  saved.pp = 2;
+  saved.dp = 2;
+  saved.zero = 1;
+  const TrainRun whole = train_reference("gpt2", saved, Span{0, 2 * kHalf, "", ""});
+  const TrainRun uninterrupted = train_pipeline("gpt2", saved, world, Span{0, 2 * kHalf, "", ""});
+  train_pipeline("gpt2", saved, world, Span{0, kHalf, "", dir + "/pp2dp2"});
+  TrainRun tail_ref;
+  tail_ref.losses.assign(whole.losses.begin() + kHalf, whole.losses.end());
+  tail_ref.grad_norms.assign(whole.grad_norms.begin() + kHalf, whole.grad_norms.end());
+  tail_ref.weights = whole.weights;
+
+  // The tools read it whole: every tensor checked, every parameter (the tied
+  // embedding once) assembled, the layer -> stage map in the manifest.
+  const std::string tag_dir = dir + "/pp2dp2/step" + std::to_string(kHalf);
+  EXPECT_EQ(verify_checkpoint(tag_dir).shards, 4);
+  const ConsolidatedCheckpoint whole_ckpt = read_consolidated_checkpoint(tag_dir);
+  EXPECT_EQ(whole_ckpt.tensors.size(), whole.weights.size());
+  EXPECT_EQ(whole_ckpt.manifest->pipeline_stages, 2);
+  EXPECT_EQ(whole_ckpt.manifest->layer_stages.size(), 9u);
+  EXPECT_EQ(whole_ckpt.manifest->layer_stages.front(), 0);
+  EXPECT_EQ(whole_ckpt.manifest->layer_stages.back(), 1);
+  const TrainRun same = train_pipeline("gpt2", saved, world, Span{kHalf, kHalf, dir + "/pp2dp2", ""});
+  for (int i = 0; i < kHalf; ++i) {
+    EXPECT_EQ(same.losses[i], uninterrupted.losses[kHalf + i]) << "exact resume, step " << kHalf + i;
+    EXPECT_EQ(same.grad_norms[i], uninterrupted.grad_norms[kHalf + i]) << "exact resume, step " << kHalf + i;
+  }
+  Layout four = saved;
+  four.pp = 4;
+  four.dp = 1;
+  four.zero = 2;
+  expect_same_training(train_pipeline("gpt2", four, world, Span{kHalf, kHalf, dir + "/pp2dp2", ""}), tail_ref, 1e-5,
+                       "resumed at pp 4", true, 1e-5, 5e-5);
+  Layout two = saved;
+  two.dp = 1;
+  two.zero = 0;
+  expect_same_training(train_pipeline("gpt2", two, groups_of(2), Span{kHalf, kHalf, dir + "/pp2dp2", ""}), tail_ref,
+                       1e-5, "resumed at pp 2 x dp 1", true, 1e-5, 5e-5);
+  expect_same_training(train_reference("gpt2", saved, Span{kHalf, kHalf, dir + "/pp2dp2", ""}), tail_ref, 1e-5,
+                       "resumed by the data-parallel engine", true, 1e-5, 5e-5);
+  // And back: the single process's checkpoint into a pipeline (each rank
+  // saves the same one, into a directory of its own, and reads that).
+  const std::string single = dir + "/pp1_rank" + std::to_string(world->rank());
+  train_reference("gpt2", saved, Span{0, kHalf, "", single});
+  expect_same_training(train_pipeline("gpt2", two, groups_of(2), Span{kHalf, kHalf, single, ""}), tail_ref,
+                       1e-5, "pp 1 checkpoint resumed at pp 2", true, 1e-5, 5e-5);
+  world->barrier()->wait();
+  if (world->rank() == 0) fs::remove_tree(dir);
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <future>
 #include <cstdio>
+#include <cstring>
 #include <set>
 
 #include "stratum/core/crc32c.h"
@@ -78,10 +79,21 @@ std::pair<int64_t, int64_t> write_window(const zero::FlatLayout& layout, int sta
   return {0, total};
 }
 
+// Drops the fragments of parameters another pipeline stage writes.
+std::vector<Fragment> without(std::vector<Fragment> fragments, const zero::FlatLayout& layout,
+                              const std::set<std::string>* elsewhere) {
+  if (!elsewhere || elsewhere->empty()) return fragments;
+  std::vector<Fragment> out;
+  for (const Fragment& f : fragments)
+    if (!elsewhere->count(layout.specs()[f.param].name)) out.push_back(f);
+  return out;
+}
+
 // The fragments rank r writes, in the order of its shard's tensors.
-std::vector<Fragment> written_fragments(const zero::FlatLayout& layout, int stage, int rank) {
+std::vector<Fragment> written_fragments(const zero::FlatLayout& layout, int stage, int rank,
+                                        const std::set<std::string>* elsewhere = nullptr) {
   const auto [lo, hi] = write_window(layout, stage, rank);
-  return fragments_of(layout, pieces_of_rank(layout, stage, rank), lo, hi);
+  return without(fragments_of(layout, pieces_of_rank(layout, stage, rank), lo, hi), layout, elsewhere);
 }
 
 uint32_t checksum_of(const at::Tensor& t) { return io::tensor_crc32c(t); }
@@ -90,8 +102,63 @@ uint32_t checksum_of(const at::Tensor& t) { return io::tensor_crc32c(t); }
 // the masters are on the host, the gradients are not).
 c10::Device comm_device(EngineCore& e) { return e.strategy().segments().front().grad.device(); }
 
-void agree(EngineCore& e, const std::string& step, const std::string& local_error) {
-  distributed::agree_on_error(*e.dp(), comm_device(e), step, local_error);
+void agree(EngineCore& e, const std::string& step, const std::string& local_error,
+           const PipelinePlace* place = nullptr) {
+  distributed::agree_on_error(place ? *place->world : *e.dp(), comm_device(e), step, local_error);
+}
+
+// A stage's part of the manifest, as its first rank sends it to rank 0.
+json manifest_part(const CheckpointManifest& m) {
+  json params = json::array(), shards = json::array();
+  for (const auto& p : m.params) params.push_back({p.name, p.shape, p.numel});
+  for (const auto& s : m.shards) {
+    json fragments = json::array(), sums = json::object();
+    for (const auto& f : s.fragments) fragments.push_back({f.param, f.start, f.numel});
+    for (const auto& [name, crc] : s.checksums) sums[name] = crc;
+    shards.push_back({{"file", s.file}, {"rank", s.rank}, {"fragments", fragments}, {"checksums", sums}});
+  }
+  return {{"params", params}, {"shards", shards}};
+}
+
+// Rank 0: every stage's part into `m` (parameters by name, fragments renumbered).
+void merge_manifest_parts(CheckpointManifest& m, const std::vector<json>& parts) {
+  m.params.clear();
+  m.shards.clear();
+  std::map<std::string, int64_t> index;
+  for (const json& part : parts) {
+    std::vector<int64_t> renumber;
+    for (const json& p : part.at("params")) {
+      const std::string name = p.at(0).get<std::string>();
+      auto [it, fresh] = index.emplace(name, static_cast<int64_t>(m.params.size()));
+      if (fresh) m.params.push_back({name, p.at(1).get<std::vector<int64_t>>(), p.at(2).get<int64_t>()});
+      renumber.push_back(it->second);
+    }
+    for (const json& s : part.at("shards")) {
+      ManifestShard shard{s.at("file").get<std::string>(), s.at("rank").get<int>(), {}, {}};
+      for (const json& f : s.at("fragments"))
+        shard.fragments.push_back({renumber.at(f.at(0).get<size_t>()), f.at(1).get<int64_t>(), f.at(2).get<int64_t>()});
+      for (auto it = s.at("checksums").begin(); it != s.at("checksums").end(); ++it)
+        shard.checksums[it.key()] = it.value().get<uint32_t>();
+      m.shards.push_back(std::move(shard));
+    }
+  }
+}
+
+// Gathers each leader's text at leaders rank 0 (lengths, then the padded bytes).
+std::vector<std::string> gather_texts(distributed::Communicator& leaders, const std::string& text) {
+  const int n = leaders.size();
+  at::Tensor len = at::full({1}, static_cast<int64_t>(text.size()), at::kLong);
+  at::Tensor lens = at::empty({n}, at::kLong);
+  leaders.all_gather(lens, len)->wait();
+  const int64_t most = lens.max().item<int64_t>();
+  at::Tensor mine = at::zeros({most}, at::kByte);
+  std::memcpy(mine.data_ptr(), text.data(), text.size());
+  at::Tensor all = at::empty({most * n}, at::kByte);
+  leaders.all_gather(all, mine)->wait();
+  std::vector<std::string> out;
+  const char* bytes = static_cast<const char*>(all.data_ptr());
+  for (int r = 0; r < n; ++r) out.emplace_back(bytes + r * most, static_cast<size_t>(lens[r].item<int64_t>()));
+  return out;
 }
 
 // Reads one stored tensor and checks it against the manifest: dtype, size,
@@ -122,7 +189,7 @@ at::Tensor read_checked(const std::string& file, const std::string& tensor, cons
 }  // namespace
 
 void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std::string& tag,
-                     const json& client_state, const CheckpointSaveOptions& options) {
+                     const json& client_state, const CheckpointSaveOptions& options, const PipelinePlace* place) {
   const std::string bad_tag = tag_name_problem(tag);
   if (!bad_tag.empty()) throw Error("save_checkpoint: tag '" + tag + "': " + bad_tag);
   const TrainingState state = engine.training_state();
@@ -130,10 +197,16 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
   auto& adam = state.adam;
   const auto& layout = strategy.layout();
   const int rank = engine.dp()->rank(), n = engine.dp()->size();
+  const int stage = place ? place->stage : 0;
+  const bool leader = rank == 0 && stage == 0;  // writes the manifest and publishes
+  const std::set<std::string>* elsewhere = place ? &place->written_elsewhere : nullptr;
+  if (place && state.gather_16bit_weights_on_save)
+    throw Error("save_checkpoint: zero_optimization.stage3_gather_16bit_weights_on_model_save under a pipeline is not "
+                "available (each stage holds part of the model); stratum-ckpt export writes the whole model");
   const std::string tmp_dir = save_dir + "/" + tag + ".tmp";
   std::string error;
   try {
-    if (rank == 0) {
+    if (leader) {
       fs::make_directories(save_dir);
       fs::remove_tree(tmp_dir);  // a save that was killed earlier
       fs::make_directories(tmp_dir);
@@ -141,14 +214,14 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
   } catch (const Error& e) {
     error = e.what();
   }
-  agree(engine, "saving checkpoint " + tag, error);
+  agree(engine, "saving checkpoint " + tag, error, place);
 
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   const auto [lo, hi] = write_window(layout, strategy.stage(), rank);
-  const std::vector<Fragment> mine = fragments_of(layout, strategy.owned_pieces(), lo, hi);
+  const std::vector<Fragment> mine = without(fragments_of(layout, strategy.owned_pieces(), lo, hi), layout, elsewhere);
   {
     // Rank 0 lists every shard's fragments (and orders the gathered checksums) from the layout alone.
-    const std::vector<Fragment> listed = written_fragments(layout, strategy.stage(), rank);
+    const std::vector<Fragment> listed = written_fragments(layout, strategy.stage(), rank, elsewhere);
     bool same = listed.size() == mine.size();
     for (size_t i = 0; same && i < mine.size(); ++i)
       same = listed[i].param == mine[i].param && listed[i].start == mine[i].start && listed[i].numel == mine[i].numel;
@@ -168,7 +241,8 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
   // rank knows how many tensors each shard holds (3 per fragment + the RNG).
   std::vector<size_t> shard_tensors(static_cast<size_t>(n));
   size_t most = 0;
-  for (int r = 0; r < n; ++r) most = std::max(most, shard_tensors[r] = 3 * written_fragments(layout, strategy.stage(), r).size() + 1);
+  for (int r = 0; r < n; ++r)
+    most = std::max(most, shard_tensors[r] = 3 * written_fragments(layout, strategy.stage(), r, elsewhere).size() + 1);
   at::Tensor sums = at::zeros({static_cast<int64_t>(most)}, at::kLong);
   // Checksummed on one thread while the shard is written: the write waits on
   // the disk, so the save costs about 10% more than the write alone (8 GiB
@@ -182,13 +256,13 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     }
   });
   try {
-    io::write_safetensors(tmp_dir + "/" + shard_file_name(rank), tensors,
-                          {{"format", kCheckpointFormat}, {"rank", std::to_string(rank)}});
+    io::write_safetensors(tmp_dir + "/" + shard_file_name(stage * n + rank), tensors,
+                          {{"format", kCheckpointFormat}, {"rank", std::to_string(stage * n + rank)}});
   } catch (const Error& e) {
     error = e.what();
   }
   checksums.get();
-  agree(engine, "saving checkpoint " + tag, error);
+  agree(engine, "saving checkpoint " + tag, error, place);
   at::Tensor all_sums = at::empty({static_cast<int64_t>(most) * n}, at::TensorOptions().dtype(at::kLong).device(comm_device(engine)));
   at::Tensor local_sums = sums.to(comm_device(engine));
   engine.dp()->all_gather(all_sums, local_sums)->wait();
@@ -211,8 +285,9 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
 
   if (options.before_publish) options.before_publish(tmp_dir);
 
+  std::optional<CheckpointManifest> manifest;
   if (rank == 0) {
-    CheckpointManifest m;
+    CheckpointManifest& m = manifest.emplace();
     m.tag = tag;
     m.global_steps = engine.global_steps();
     m.micro_steps = engine.micro_steps();
@@ -224,12 +299,12 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
       m.params.push_back({layout.specs()[i].name, layout.specs()[i].shape, layout.params()[i].numel});
     const int64_t* gathered = all_sums.data_ptr<int64_t>();
     for (int r = 0; r < n; ++r) {
-      ManifestShard shard{shard_file_name(r), r, {}, {}};
+      ManifestShard shard{shard_file_name(stage * n + r), stage * n + r, {}, {}};
       size_t t = 0;
       auto record = [&](const std::string& name) {
         shard.checksums[name] = static_cast<uint32_t>(gathered[static_cast<size_t>(r) * most + t++]);
       };
-      for (const Fragment& f : written_fragments(layout, strategy.stage(), r)) {
+      for (const Fragment& f : written_fragments(layout, strategy.stage(), r, elsewhere)) {
         shard.fragments.push_back({f.param, f.start, f.numel});
         for (const char* kind : kKinds) record(fragment_name(kind, layout.specs()[f.param].name, f.start));
       }
@@ -241,6 +316,25 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     const auto& sc = state.scaler.state();
     m.loss_scaler = {sc.cur_scale, sc.cur_iter, sc.last_overflow_iter, sc.cur_hysteresis, sc.overflows_at_min};
     m.client_state = client_state.is_null() ? json::object() : client_state;
+  }
+  // Pipelines: each stage's part to rank 0, which lists every stage's shards.
+  if (place && place->stages > 1 && rank == 0) {
+    try {
+      if (!place->leaders) throw Error("save_checkpoint: internal: a stage's first rank has no leaders group");
+      const std::vector<std::string> parts = gather_texts(*place->leaders, manifest_part(*manifest).dump());
+      if (leader) {
+        std::vector<json> parsed;
+        for (const auto& text : parts) parsed.push_back(json::parse(text));
+        merge_manifest_parts(*manifest, parsed);
+        manifest->pipeline_stages = place->stages;
+        manifest->layer_stages = place->layer_stages;
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (leader) {
+    const CheckpointManifest& m = *manifest;
     try {
       fs::write_file_atomically(tmp_dir + "/manifest.json", manifest_to_json_text(m), "the checkpoint manifest");
       const std::string final_dir = save_dir + "/" + tag;
@@ -253,8 +347,8 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
       error = e.what();
     }
   }
-  agree(engine, "saving checkpoint " + tag, error);
-  if (rank == 0) log::debug("saved checkpoint " + save_dir + "/" + tag);
+  agree(engine, "saving checkpoint " + tag, error, place);
+  if (leader) log::debug("saved checkpoint " + save_dir + "/" + tag);
 }
 
 namespace {
@@ -281,7 +375,9 @@ FragmentIndex index_shards(const std::string& tag_dir, const CheckpointManifest&
   return index;
 }
 
-void check_model_matches(const CheckpointManifest& manifest, const zero::FlatLayout& layout, const std::string& where) {
+// `model_params`: the whole model's names when the layout holds one pipeline stage's share.
+void check_model_matches(const CheckpointManifest& manifest, const zero::FlatLayout& layout, const std::string& where,
+                         const std::vector<std::string>* model_params = nullptr) {
   std::map<std::string, std::vector<int64_t>> saved;
   for (const auto& p : manifest.params) saved[p.name] = p.shape;
   std::vector<std::string> problems;
@@ -299,6 +395,8 @@ void check_model_matches(const CheckpointManifest& manifest, const zero::FlatLay
                          shape_str(spec.shape));
     seen[spec.name] = true;
   }
+  if (model_params)
+    for (const auto& name : *model_params) seen[name] = true;
   for (const auto& [name, shape] : saved)
     if (!seen.count(name)) problems.push_back("checkpoint parameter '" + name + "' is not in the model");
   if (!problems.empty()) {
@@ -342,7 +440,8 @@ void warn_unverified(const CheckpointManifest& m) {
 
 }  // namespace
 
-nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, const std::string& tag_in) {
+nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, const std::string& tag_in,
+                               const PipelinePlace* place) {
   const TrainingState state = engine.training_state();
   auto& strategy = state.strategy;
   auto& adam = state.adam;
@@ -361,8 +460,8 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
     }
     tag_dir = load_dir + "/" + tag;
     manifest = read_checkpoint_manifest(tag_dir);
-    if (engine.dp()->rank() == 0) warn_unverified(manifest);
-    check_model_matches(manifest, layout, tag_dir);
+    if (engine.dp()->rank() == 0 && (!place || place->stage == 0)) warn_unverified(manifest);
+    check_model_matches(manifest, layout, tag_dir, place ? &place->model_params : nullptr);
     const FragmentIndex index = index_shards(tag_dir, manifest);
     std::map<std::string, at::Tensor> cache;
     c10::AutoGradMode no_grad(false);
@@ -392,9 +491,10 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
     state.global_steps = manifest.global_steps;
     state.micro_steps = manifest.micro_steps;
     state.skipped_steps = manifest.skipped_steps;
-    // Same rank count: each rank gets its own random stream back; otherwise they start afresh.
-    const int own = engine.dp()->rank();
-    if (manifest.data_parallel_size == engine.dp()->size()) {
+    // Same layout: each rank gets its own random stream back; otherwise they start afresh.
+    const int stages = place ? place->stages : 1;
+    const int own = (place ? place->stage : 0) * engine.dp()->size() + engine.dp()->rank();
+    if (manifest.data_parallel_size == engine.dp()->size() && manifest.pipeline_stages == stages) {
       const std::string file = tag_dir + "/" + manifest.shards[static_cast<size_t>(own)].file;
       at::Tensor rng = read_checked(file, kRngTensor, &manifest.shards[static_cast<size_t>(own)], manifest, -1,
                                     /*finite=*/false);
@@ -408,14 +508,16 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
   } catch (const std::exception& e) {
     error = distributed::describe_exception(e);
   }
-  agree(engine, "loading checkpoint " + (tag_dir.empty() ? load_dir : tag_dir), error);
+  agree(engine, "loading checkpoint " + (tag_dir.empty() ? load_dir : tag_dir), error, place);
   strategy.publish_params();  // collective: the model takes the loaded masters
   strategy.wait_params();
   strategy.zero_gradients();
-  if (engine.dp()->rank() == 0)
+  if (engine.dp()->rank() == 0 && (!place || place->stage == 0))
     log::info("loaded checkpoint " + tag_dir + " (saved by " + std::to_string(manifest.data_parallel_size) +
-              " ranks at ZeRO stage " + std::to_string(manifest.zero_stage) + ", step " +
-              std::to_string(manifest.global_steps) + ")");
+              " data-parallel ranks" +
+              (manifest.pipeline_stages > 1 ? " x " + std::to_string(manifest.pipeline_stages) + " pipeline stages" : "") +
+              " at ZeRO stage " + std::to_string(manifest.zero_stage) + ", step " + std::to_string(manifest.global_steps) +
+              ")");
   return manifest.client_state;
 }
 

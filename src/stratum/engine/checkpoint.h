@@ -15,7 +15,9 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json_fwd.hpp>
@@ -27,6 +29,26 @@ namespace stratum {
 
 struct CheckpointManifest;
 
+// A checkpoint that the stages of a pipeline write together
+// (engine/pipeline_engine.h): every stage's data-parallel ranks write their
+// shards (shard index stage x dp + dp rank), the stages' first ranks send
+// their part of the manifest to rank 0, which writes it whole. Fragments stay
+// keyed by parameter name, so any layout (stages, data-parallel size, ZeRO
+// stage) reads what any other wrote.
+struct PipelinePlace {
+  int stage = 0, stages = 1;
+  // Every rank of the job: the save's and the load's agreement.
+  std::shared_ptr<distributed::Communicator> world;
+  // On each stage's data-parallel rank 0: those ranks, stage order, on the CPU
+  // (the manifest's parts travel over it). Null on the other ranks.
+  std::shared_ptr<distributed::Communicator> leaders;
+  // Parameters another stage writes (the last stage's copy of a tied embedding).
+  std::set<std::string> written_elsewhere;
+  // The whole model's parameter names: what the checkpoint must match.
+  std::vector<std::string> model_params;
+  std::vector<int> layer_stages;  // the stage of each layer, for the manifest
+};
+
 struct CheckpointSaveOptions {
   // Called on every rank with "<tag>.tmp" once its files are written, before
   // the manifest and the renames publish them: where a crash test stops a saver.
@@ -37,15 +59,18 @@ struct CheckpointSaveOptions {
 // With zero_optimization.stage3_gather_16bit_weights_on_model_save the tag also
 // gets model_16bit.safetensors: every parameter whole, in the training dtype.
 // `client_state` (data position, model config, ...) goes into the manifest.
+// `place`: this rank's stage of a pipeline (collective over its world then).
 void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std::string& tag,
-                     const nlohmann::json& client_state, const CheckpointSaveOptions& options = {});
+                     const nlohmann::json& client_state, const CheckpointSaveOptions& options = {},
+                     const PipelinePlace* place = nullptr);
 
 // Collective: loads `tag` (empty: the one `latest` names) whatever topology
 // wrote it. When the checkpoint is corrupt (checksum, NaN or Inf, truncated
 // shard, invalid manifest) or does not match the model on any rank, every rank
 // throws AgreedError: the failing ones with their error naming the file and
 // tensor. Returns the client state.
-nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, const std::string& tag = "");
+nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, const std::string& tag = "",
+                               const PipelinePlace* place = nullptr);
 
 // For tools (stratum-ckpt): the manifest, and each parameter's full fp32 value
 // assembled from every shard (optionally Adam's moments too, as "exp_avg|name").

@@ -182,9 +182,12 @@ void read_params(FieldReader& r, const json& m, CheckpointManifest& out) {
 void read_shards(FieldReader& r, const json& m, CheckpointManifest& out) {
   const json* shards = r.array(m, "shards", "");
   if (!shards) return;
-  if (static_cast<int64_t>(shards->size()) != out.data_parallel_size)
+  const int64_t ranks = int64_t{out.data_parallel_size} * out.pipeline_stages;
+  if (static_cast<int64_t>(shards->size()) != ranks)
     r.problem("shards: " + std::to_string(shards->size()) + " shards, but data_parallel_size is " +
-              std::to_string(out.data_parallel_size) + " (one per rank)");
+              std::to_string(out.data_parallel_size) +
+              (out.pipeline_stages > 1 ? " x " + std::to_string(out.pipeline_stages) + " pipeline stages" : "") +
+              " (one per rank)");
   for (size_t i = 0; i < shards->size() && i < static_cast<size_t>(kMaxDataParallel); ++i) {
     const std::string where = "shards[" + std::to_string(i) + "]";
     const json& s = (*shards)[i];
@@ -294,6 +297,19 @@ CheckpointManifest parse_checkpoint_manifest(const std::string& text, const std:
   if (r.string(m, "model_dtype", "", out.model_dtype) && out.model_dtype != "Float" && out.model_dtype != "BFloat16" &&
       out.model_dtype != "Half")
     r.problem("model_dtype: expected Float, BFloat16 or Half, got '" + FieldReader::shown(json(out.model_dtype)) + "'");
+  // Written by pipelines only: absent means one stage.
+  if (m.contains("pipeline")) {
+    if (const json* pipe = r.object(m, "pipeline", "")) {
+      if (r.integer(*pipe, "stages", "pipeline", 1, kMaxDataParallel, v)) out.pipeline_stages = static_cast<int>(v);
+      if (const json* layers = r.array(*pipe, "layer_stages", "pipeline"))
+        for (size_t i = 0; i < layers->size() && i < 1000000; ++i) {
+          int64_t stage = 0;
+          if (r.integer_value((*layers)[i], "pipeline.layer_stages[" + std::to_string(i) + "]", 0,
+                              out.pipeline_stages - 1, stage))
+            out.layer_stages.push_back(static_cast<int>(stage));
+        }
+    }
+  }
   read_params(r, m, out);
   read_shards(r, m, out);
   r.number(m, "adam_step", "", 0.0, 9.0e15, out.adam_step);
@@ -359,7 +375,8 @@ std::string manifest_to_json_text(const CheckpointManifest& c) {
   }
   m["shards"] = shards;
   m["checksum"] = "crc32c of each tensor's bytes, per shard";
-  m["topology"] = {{"data_parallel", c.data_parallel_size}, {"pipeline_parallel", 1}, {"tensor_parallel", 1}};
+  m["topology"] = {{"data_parallel", c.data_parallel_size}, {"pipeline_parallel", c.pipeline_stages}, {"tensor_parallel", 1}};
+  if (c.pipeline_stages > 1) m["pipeline"] = {{"stages", c.pipeline_stages}, {"layer_stages", c.layer_stages}};
   m["rng"] = "per rank, in each shard as tensor 'rng|cpu' (torch's CPU generator state)";
   m["adam_step"] = c.adam_step;
   m["lr_scheduler"] = {{"last_batch_iteration", c.lr_last_batch_iteration}};

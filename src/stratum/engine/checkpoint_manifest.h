@@ -51,9 +51,13 @@ struct CheckpointManifest {
   int64_t global_steps = 0, micro_steps = 0, skipped_steps = 0;
   int zero_stage = 0;
   int data_parallel_size = 1;
+  // Pipelines: the stages that wrote it (shards[r] is then stage r / dp's,
+  // data-parallel rank r % dp) and which stage held each layer of the model.
+  int pipeline_stages = 1;
+  std::vector<int> layer_stages;
   std::string model_dtype;  // torch's name: "Float", "BFloat16", "Half"
   std::vector<ManifestParam> params;
-  std::vector<ManifestShard> shards;  // shards[r] is rank r's
+  std::vector<ManifestShard> shards;  // shards[r] is rank r's (data_parallel_size x pipeline_stages of them)
   double adam_step = 0.0;
   int64_t lr_last_batch_iteration = -1;
   ManifestLossScaler loss_scaler;

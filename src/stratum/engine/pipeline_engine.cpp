@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <set>
@@ -178,6 +179,14 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
                 std::to_string(config_.zero_optimization.stage) + " to " +
                 (core_->strategy().partitioned() ? "keep whole gradients" : "partition them"));
   runner_guard_ = engine_detail::install_layer_runner(model_.get(), *core_, config_);
+  place_.stage = stage_;
+  place_.stages = stages_;
+  place_.world = world;
+  if (dp_->rank() == 0) place_.leaders = control_;  // the stages of data-parallel index 0
+  if (stage_ == stages_ - 1 && stages_ > 1)
+    for (int i : tied_) place_.written_elsewhere.insert(names_[i]);  // the first stage writes it
+  place_.model_params = all_names;
+  for (size_t l = 0; l < model_->size(); ++l) place_.layer_stages.push_back(partition_.part_of(l) % stages_);
   executor_ = std::make_unique<pipeline::ScheduleExecutor>(std::move(schedule), pp_, control_);
   if (world->rank() == 0)
     log::info("pipeline: " + std::to_string(stages_) + " stages x " + std::to_string(topology.dp()) +
@@ -297,6 +306,15 @@ void PipelineEngine::reduce_tied() {
 }
 
 void PipelineEngine::optimizer_step() { core_->pipeline_step(); }
+
+void PipelineEngine::save_checkpoint(const std::string& save_dir, const std::string& tag,
+                                     const nlohmann::json& client_state) {
+  stratum::save_checkpoint(*core_, save_dir, tag, client_state, {}, &place_);
+}
+
+nlohmann::json PipelineEngine::load_checkpoint(const std::string& load_dir, const std::string& tag) {
+  return stratum::load_checkpoint(*core_, load_dir, tag, &place_);
+}
 
 std::unique_ptr<PipelineEngine> initialize_pipeline(const Config& config, std::shared_ptr<models::CausalLMImpl> model,
                                                     const distributed::DistContext& ctx) {

@@ -23,6 +23,7 @@
 
 #include "stratum/config/config.h"
 #include "stratum/distributed/init.h"
+#include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine_core.h"
 #include "stratum/nn/layer_stack.h"
 #include "stratum/pipeline/executor.h"
@@ -76,6 +77,13 @@ class PipelineEngine : private pipeline::StageOps {
   // The names of the parameters this stage trains, in the core's order.
   const std::vector<std::string>& parameter_names() const { return names_; }
 
+  // Collective over the job: every stage writes its shards, rank 0 the
+  // manifest with the layer -> stage map; any layout (stages, data-parallel
+  // size, ZeRO stage, or the data-parallel engine) loads it.
+  void save_checkpoint(const std::string& save_dir, const std::string& tag, const nlohmann::json& client_state);
+  // Loads what any layout saved; returns the client state (engine/checkpoint.h).
+  nlohmann::json load_checkpoint(const std::string& load_dir, const std::string& tag = "");
+
  private:
   at::Tensor forward(int micro, int chunk, const at::Tensor& input) override;
   at::Tensor backward(int micro, int chunk, const at::Tensor& output_grad, bool input_only) override;
@@ -91,6 +99,7 @@ class PipelineEngine : private pipeline::StageOps {
   pipeline::Partition partition_;
   std::vector<std::string> names_;
   std::vector<int> tied_;  // indices into the core's parameters held by the first and last stage
+  PipelinePlace place_;    // this rank's place in a checkpoint
   std::unique_ptr<EngineCore> core_;
   std::shared_ptr<void> runner_guard_;
   std::shared_ptr<distributed::Communicator> dp_, pp_, control_, tied_group_;

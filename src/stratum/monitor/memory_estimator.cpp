@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cstdio>
 
-namespace stratum::monitor {
+#include "stratum/core/error.h"
+#include "stratum/pipeline/simulate.h"
 
-std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
-  const double psi = static_cast<double>(in.params);
-  const double n = static_cast<double>(in.nodes * in.gpus_per_node);
+namespace stratum::monitor {
+namespace {
+
+// Every stage x offload choice for `psi` parameters over `n` data-parallel ranks.
+std::vector<StateEstimate> model_states(const EstimateInput& in, double psi, double n) {
   const double w = static_cast<double>(in.param_bytes);  // bytes of a parameter as trained
   // Of a gradient at stages 0-2 (ZeRO-3's are in the model's dtype).
   const double g = in.grad_bytes > 0 ? static_cast<double>(in.grad_bytes) : n > 1 ? std::max(w, 4.0) : w;
@@ -35,6 +38,36 @@ std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
   return out;
 }
 
+// Activation bytes one block keeps for a micro-batch (no checkpointing).
+double block_activation_bytes(const EstimateInput& in) {
+  const double s = static_cast<double>(in.seq_len), b = static_cast<double>(in.micro_batch),
+               h = static_cast<double>(in.hidden), w = static_cast<double>(in.param_bytes);
+  // Kept per token and layer (flash attention: no s x s scores; no dropout
+  // masks): both norms' inputs and outputs (4h), q, k and v (h + 2 kv), the
+  // attention output (h), and the MLP's pre-activation (ffn; gated: gate and
+  // up, 2 ffn) and, unless recomputed in backward, the activation's output
+  // (ffn). GPT-2 (ffn 4h) keeping it: 16h elements, Korthikanti et al.'s 34
+  // sbh bytes less the 2 of dropout masks; recomputing it: 12h.
+  const double kv = in.heads > 0 && in.kv_heads > 0 ? h * static_cast<double>(in.kv_heads) / in.heads : h;
+  const double ffn = in.ffn > 0 ? static_cast<double>(in.ffn) : 4.0 * h;
+  const double mlp = (in.gated_mlp ? 2.0 : 1.0) + (in.mlp_activation_recomputed ? 0.0 : 1.0);
+  const double per_token = 4.0 * h + h + 2.0 * kv + h + mlp * ffn;
+  return w * s * b * per_token;
+}
+
+// Bytes a logit holds at the loss: the logits and their gradient in the
+// training dtype (the LM head reads the gradient in place, in the logits'
+// padded rows), unless measured otherwise.
+double loss_bytes_per_logit(const EstimateInput& in) {
+  return in.loss_bytes_per_logit > 0 ? in.loss_bytes_per_logit : 2.0 * static_cast<double>(in.param_bytes);
+}
+
+}  // namespace
+
+std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
+  return model_states(in, static_cast<double>(in.params), static_cast<double>(in.nodes * in.gpus_per_node));
+}
+
 void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
   in.params = models::parameter_count(c);
   in.layers = c.layers;
@@ -50,6 +83,21 @@ void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
   const int64_t one_block =
       models::parameter_count(block) - c.vocab_size * c.hidden * (c.tie_embeddings ? 1 : 2);
   in.largest_layer_params = std::max<int64_t>(one_block, c.vocab_size * c.hidden);
+  // The CausalLM's layer stack, as the pipeline engine weighs it: the parameters
+  // each layer owns (a tied head owns none; it borrows the token embedding).
+  const int64_t embedding = c.vocab_size * c.hidden + (c.arch == "gpt2" ? c.max_seq_len * c.hidden : 0);
+  const int64_t head = c.tie_embeddings ? 0 : c.vocab_size * c.hidden;
+  models::ModelConfig no_blocks = c;
+  no_blocks.layers = 0;
+  const int64_t final_norm = models::parameter_count(no_blocks) - embedding - head;
+  const int64_t block_params = c.layers > 0 ? (in.params - models::parameter_count(no_blocks)) / c.layers : 0;
+  const std::string arch = c.arch == "llama" ? "Llama" : "GPT2";
+  in.layer_weights = {{arch + "Embedding", embedding}};
+  for (int64_t i = 0; i < c.layers; ++i)
+    in.layer_weights.push_back({arch == "GPT2" ? "GPT2Block" : "LlamaDecoderLayer", block_params});
+  in.layer_weights.push_back({arch + "FinalNorm", final_norm});
+  in.layer_weights.push_back({"LMHead", head});
+  in.tied_embedding_params = c.tie_embeddings ? c.vocab_size * c.hidden : 0;
 }
 
 double estimate_activation_bytes(const EstimateInput& in) {
@@ -57,24 +105,10 @@ double estimate_activation_bytes(const EstimateInput& in) {
   const double s = static_cast<double>(in.seq_len), b = static_cast<double>(in.micro_batch),
                h = static_cast<double>(in.hidden), L = static_cast<double>(in.layers),
                v = static_cast<double>(in.vocab), w = static_cast<double>(in.param_bytes);
-  // Kept per token and layer (flash attention: no s x s scores; no dropout
-  // masks): both norms' inputs and outputs (4h), q, k and v (h + 2 kv), the
-  // attention output (h), and the MLP's pre-activation (ffn; gated: gate and
-  // up, 2 ffn) and, unless recomputed in backward, the activation's output
-  // (ffn). GPT-2 (ffn 4h) keeping it: 16h elements, Korthikanti et al.'s 34
-  // sbh bytes less the 2 of dropout masks; recomputing it: 12h.
-  const double kv = in.heads > 0 && in.kv_heads > 0 ? h * static_cast<double>(in.kv_heads) / in.heads : h;
-  const double ffn = in.ffn > 0 ? static_cast<double>(in.ffn) : 4.0 * h;
-  const double mlp = (in.gated_mlp ? 2.0 : 1.0) + (in.mlp_activation_recomputed ? 0.0 : 1.0);
-  const double per_token = 4.0 * h + h + 2.0 * kv + h + mlp * ffn;
-  const double per_layer = w * s * b * per_token;
+  const double per_layer = block_activation_bytes(in);
   const double layers = in.activation_checkpointing ? L * w * s * b * h + per_layer  // inputs + one recomputed layer
                                                     : L * per_layer;
-  // At the loss: the logits and their gradient in the training dtype (the LM
-  // head reads the gradient in place, in the logits' padded rows).
-  const double per_logit = in.loss_bytes_per_logit > 0 ? in.loss_bytes_per_logit : w * 2.0;
-  const double logits = s * b * v * per_logit;
-  return layers + logits;
+  return layers + s * b * v * loss_bytes_per_logit(in);
 }
 
 std::string format_estimate(const EstimateInput& in) {
@@ -100,6 +134,180 @@ std::string format_estimate(const EstimateInput& in) {
                   in.mlp_activation_recomputed ? ", MLP activation recomputed" : "");
     out += line;
   }
+  return out;
+}
+
+namespace {
+
+// "embedding, blocks 0-4" for layers [begin, end) of the stack: layer 0 the
+// embedding, 1..L the blocks, then the final norm and the head.
+std::string describe_layers(size_t begin, size_t end, int64_t blocks) {
+  std::vector<std::string> parts;
+  if (begin == 0) parts.push_back("embedding");
+  const int64_t first = std::max<int64_t>(static_cast<int64_t>(begin), 1) - 1,
+                last = std::min<int64_t>(static_cast<int64_t>(end), blocks + 1) - 2;
+  if (first == last) parts.push_back("block " + std::to_string(first));
+  if (first < last) parts.push_back("blocks " + std::to_string(first) + "-" + std::to_string(last));
+  if (begin <= size_t(blocks + 1) && end > size_t(blocks + 1)) parts.push_back("norm");
+  if (end > size_t(blocks + 2)) parts.push_back("head");
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+}  // namespace
+
+std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
+  const int64_t gpus = in.nodes * in.gpus_per_node, p = in.pipeline_stages, v = in.virtual_stages;
+  if (p < 1 || gpus % p != 0)
+    throw Error(std::to_string(p) + " pipeline stages do not divide the " + std::to_string(gpus) + " GPUs (" +
+                std::to_string(in.nodes) + " node(s) x " + std::to_string(in.gpus_per_node) + "); use a divisor of " +
+                std::to_string(gpus));
+  if (in.layer_weights.empty() || in.layers <= 0)
+    throw Error("a pipeline needs the model's layers to split: give a model shape (a preset)");
+  const int64_t parts = p * v, layer_count = static_cast<int64_t>(in.layer_weights.size());
+  if (parts > layer_count)
+    throw Error(std::to_string(p) + " pipeline stages" +
+                (v > 1 ? " x " + std::to_string(v) + " virtual stages = " + std::to_string(parts) + " parts" : "") +
+                ", but the model has " + std::to_string(layer_count) + " layers to split (the embedding, " +
+                std::to_string(in.layers) + " blocks, the final norm, the LM head); use at most " +
+                std::to_string(layer_count) + (v > 1 ? " parts" : " stages"));
+  const pipeline::Schedule schedule = pipeline::make_schedule(in.schedule, static_cast<int>(p),
+                                                              static_cast<int>(in.micro_batches), static_cast<int>(v));
+  const pipeline::Partition cut = pipeline::partition_layers(in.layer_weights, static_cast<int>(parts), "parameters");
+  const pipeline::Simulation sim = pipeline::simulate(schedule);
+
+  const double s = static_cast<double>(in.seq_len), b = static_cast<double>(in.micro_batch),
+               w = static_cast<double>(in.param_bytes);
+  const double block = block_activation_bytes(in);
+  // Checkpointing keeps each block's input and recomputes one block at a time in backward.
+  const double kept_per_block = in.activation_checkpointing ? w * s * b * static_cast<double>(in.hidden) : block;
+  // The last virtual stage keeps its logits from forward to its backward, which adds their gradient.
+  const double logits = s * b * static_cast<double>(in.vocab);
+  const double logits_kept = w * logits, loss_extra = (loss_bytes_per_logit(in) - w) * logits;
+  auto blocks_in = [&](int64_t part) {
+    const int64_t first = std::max<int64_t>(static_cast<int64_t>(cut.begin(part)), 1),
+                  end = std::min<int64_t>(static_cast<int64_t>(cut.end(part)), in.layers + 1);
+    return std::max<int64_t>(end - first, 0);
+  };
+
+  const double dp = static_cast<double>(gpus / p);
+  std::vector<StageEstimate> out;
+  for (int r = 0; r < p; ++r) {
+    StageEstimate e;
+    e.stage = r;
+    bool has_embedding = false, has_head = false;
+    for (int chunk = 0; chunk < v; ++chunk) {
+      const int part = chunk * static_cast<int>(p) + r;
+      for (size_t l = cut.begin(part); l < cut.end(part); ++l) e.params += in.layer_weights[l].parameters;
+      has_embedding = has_embedding || cut.begin(part) == 0;
+      has_head = has_head || part == parts - 1;
+      e.layers += (chunk ? " | " : "") + describe_layers(cut.begin(part), cut.end(part), in.layers);
+    }
+    if (has_head && !has_embedding) e.params += in.tied_embedding_params;
+    e.in_flight = sim.peak_activations[r];
+    // Walk the rank's computes in order: a forward keeps its chunk's activations
+    // until the end of its backward (for a split one, the W: it reads them);
+    // the logits only until the backward of the input gradient.
+    double held = 0;
+    for (const auto& slot : sim.timeline[r]) {
+      const pipeline::Action& a = slot.action;
+      const int64_t part = a.chunk * p + r;
+      const double chunk_bytes = static_cast<double>(blocks_in(part)) * kept_per_block;
+      const double chunk_logits = part == parts - 1 ? logits_kept : 0.0;
+      if (a.op == pipeline::Op::forward) {
+        held += chunk_bytes + chunk_logits;
+        e.activation_bytes = std::max(e.activation_bytes, held);
+      } else if (a.op == pipeline::Op::backward || a.op == pipeline::Op::backward_input) {
+        const double recomputed = in.activation_checkpointing && blocks_in(part) > 0 ? block : 0.0;
+        e.activation_bytes =
+            std::max(e.activation_bytes, held + recomputed + (part == parts - 1 ? loss_extra : 0.0));
+        held -= chunk_logits + (a.op == pipeline::Op::backward ? chunk_bytes : 0.0);
+      } else if (a.op == pipeline::Op::backward_weight) {
+        held -= chunk_bytes;
+      }
+    }
+    e.states = model_states(in, static_cast<double>(e.params), dp);
+    std::erase_if(e.states, [](const StateEstimate& x) { return x.stage == 3; });
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
+  if (zero_stage < 0 || zero_stage > 2)
+    throw Error("ZeRO-" + std::to_string(zero_stage) +
+                " is not available with pipeline parallelism (the engine refuses it); use ZeRO 0, 1 or 2");
+  const std::vector<StageEstimate> stages = estimate_pipeline_stages(in);
+  auto gib = [](double bytes) { return bytes / double(1ull << 30); };
+  auto states_of = [](const StageEstimate& e, int zero, bool offload) {
+    for (const auto& x : e.states)
+      if (x.stage == zero && x.offload_optimizer == offload) return x;
+    return StateEstimate{};
+  };
+  const int64_t gpus = in.nodes * in.gpus_per_node, dp = gpus / in.pipeline_stages;
+  const bool interleaved = in.schedule == pipeline::ScheduleKind::interleaved;
+  const std::string chunks = interleaved ? " x " + std::to_string(in.virtual_stages) + " chunks" : "";
+  char line[256];
+  std::string out;
+  std::snprintf(line, sizeof line,
+                "Estimated memory for %.3gB parameters on %lld node(s) x %lld GPU(s), %s training\n", in.params / 1e9, (long long)in.nodes, (long long)in.gpus_per_node,
+                in.param_bytes == 2 ? "16-bit" : "fp32");
+  out += line;
+  std::snprintf(line, sizeof line,
+                "  pipeline: %lld stages x %lld data-parallel, schedule %s%s, %lld micro-batches a step "
+                "(micro-batch %lld, seq %lld, %s%s)\n",
+                (long long)in.pipeline_stages, (long long)dp,
+                config::pipeline_schedule_name(in.schedule), chunks.c_str(),
+                (long long)in.micro_batches, (long long)in.micro_batch, (long long)in.seq_len,
+                in.activation_checkpointing ? "activation checkpointing" : "no checkpointing",
+                in.mlp_activation_recomputed ? ", MLP activation recomputed" : "");
+  out += line;
+  size_t width = 6;
+  for (const auto& e : stages) width = std::max(width, e.layers.size());
+  std::snprintf(line, sizeof line, "  per GPU at ZeRO-%d (GiB):\n  stage  ", zero_stage);
+  out += line + std::string("layers").append(width - 6, ' ');
+  out += "  parameters  model states  in flight  activations    total\n";
+  double peak = 0;
+  int peak_stage = 0;
+  for (const auto& e : stages) {
+    const double states = states_of(e, zero_stage, false).gpu_bytes, total = states + e.activation_bytes;
+    if (total > peak) peak = total, peak_stage = e.stage;
+    std::snprintf(line, sizeof line, "  %5d  ", e.stage);
+    out += line + e.layers + std::string(width - e.layers.size(), ' ');
+    std::snprintf(line, sizeof line, "  %9.1fM  %12.2f  %9d  %11.2f  %7.2f\n", e.params / 1e6, gib(states), e.in_flight,
+                  gib(e.activation_bytes), gib(total));
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "  maximum: %.2f GiB per GPU (stage %d)\n", gib(peak), peak_stage);
+  out += line;
+  if (interleaved)
+    out += "  (in flight counts micro-batch chunks: a micro-batch on each of a stage's chunks counts once per chunk)\n";
+  if (in.schedule == pipeline::ScheduleKind::zb_h1)
+    out += "  (zb-h1: the engine does not run it yet; stratum-config schedule prints its timeline)\n";
+  // Every ZeRO choice at its busiest stage (which can differ from the table's).
+  out += "  every ZeRO stage and offload choice, at its busiest stage (model states + activations):\n";
+  out += "  ZeRO  offload_optimizer  offload_param   busiest stage   per GPU (GiB)   per node CPU (GiB)\n";
+  for (const auto& row : stages.front().states) {
+    double gpu = 0, cpu = 0;
+    int busiest = 0;
+    for (const auto& e : stages) {
+      const StateEstimate x = states_of(e, row.stage, row.offload_optimizer);
+      if (x.gpu_bytes + e.activation_bytes > gpu) gpu = x.gpu_bytes + e.activation_bytes, busiest = e.stage;
+    }
+    // Ranks are stage-major (the pipeline the slowest axis): GPU g holds stage
+    // g / dp, and a node's host the offloaded states of its GPUs' stages.
+    for (int64_t node = 0; node < in.nodes; ++node) {
+      double host = 0;
+      for (int64_t g = node * in.gpus_per_node; g < (node + 1) * in.gpus_per_node; ++g)
+        host += states_of(stages[g / dp], row.stage, row.offload_optimizer).cpu_bytes_per_node / in.gpus_per_node;
+      cpu = std::max(cpu, host);
+    }
+    std::snprintf(line, sizeof line, "  %4d  %-17s  %-13s   %13d   %13.2f   %18.2f\n", row.stage,
+                  row.offload_optimizer ? "cpu" : "none", "none", busiest, gib(gpu), gib(cpu));
+    out += line;
+  }
+  out += "     3  not available: the engine refuses ZeRO-3 under a pipeline\n";
   return out;
 }
 

@@ -2,12 +2,17 @@
 // Memory per device before a run: model states for every ZeRO stage and
 // offload choice (the ZeRO paper's accounting, as Stratum's strategies hold
 // them), and activations for a micro-batch (which DeepSpeed's estimators leave
-// out). Pure arithmetic; `stratum-estimate` prints it.
+// out). With pipeline parallelism, per stage: the stage's share of the
+// layers (cut as the engine cuts them) and the micro-batches its schedule
+// keeps in flight (from the schedule simulator). Pure code; `stratum-estimate`
+// prints it.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "stratum/models/model_config.h"
+#include "stratum/pipeline/partition.h"
+#include "stratum/pipeline/schedule.h"
 
 namespace stratum::monitor {
 
@@ -34,12 +39,23 @@ struct EstimateInput {
   // (fp32, 4) over several GPUs and param_bytes on one. Runs measured before
   // kept them in the model's dtype: param_bytes.
   int64_t grad_bytes = 0;
+  // Pipeline parallelism: the GPUs form `pipeline_stages` stages of GPUs /
+  // stages data-parallel ranks each (1: no pipeline).
+  int64_t pipeline_stages = 1;
+  int64_t virtual_stages = 1;  // model chunks a stage holds (the interleaved schedule)
+  int64_t micro_batches = 1;   // a step's micro-batches (gradient_accumulation_steps)
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
+  // The layers the engine's pipeline cuts, with the parameters each owns
+  // (set_model_shape): the embedding, every block, the final norm, the LM head.
+  std::vector<pipeline::LayerWeight> layer_weights;
+  // A tied LM head borrows the embedding: the stage holding the head keeps a copy.
+  int64_t tied_embedding_params = 0;
 };
 
 // Sets the fields `model` determines (a preset with its overrides):
 // parameters, the largest layer (a transformer block or the embedding table)
-// and the shape the activations depend on. Batch, sequence, GPUs and
-// precision are left as they are.
+// the shape the activations depend on, and the layers a pipeline cuts. Batch,
+// sequence, GPUs, precision and pipeline settings are left as they are.
 void set_model_shape(EstimateInput& in, const models::ModelConfig& model);
 
 struct StateEstimate {
@@ -54,6 +70,27 @@ std::vector<StateEstimate> estimate_model_states(const EstimateInput& in);
 // Activation bytes per GPU for one micro-batch at peak (forward done, backward starting),
 // including the logits and what the loss keeps. 0 when the shape is unknown.
 double estimate_activation_bytes(const EstimateInput& in);
+// Today's table (pipeline_stages ignored: the whole model on every GPU).
 std::string format_estimate(const EstimateInput& in);
+
+struct StageEstimate {
+  int stage = 0;
+  std::string layers;   // "embedding, blocks 0-4"; an interleaved stage's chunks joined by " | "
+  int64_t params = 0;   // its layers' own, plus the tied embedding on the head's stage
+  int in_flight = 0;    // most micro-batch chunks held between a forward and the end of its backward
+  double activation_bytes = 0;        // per GPU at the stage's peak over the step
+  std::vector<StateEstimate> states;  // ZeRO 0-2 x offload over the data-parallel ranks (a pipeline refuses ZeRO-3)
+};
+
+// Every pipeline stage, the layers split by "parameters" as the engine does and
+// activations from the schedule's simulated order. Throws stratum::Error naming
+// the numbers: stages not dividing the GPUs, more stages x virtual stages than
+// layers (or no layers: no model shape), and the schedule's own conditions
+// (virtual stages outside interleaved, interleaved micro-batches not a
+// multiple of the stages).
+std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in);
+// The per-stage table at `zero_stage` (0-2), its maximum, and the busiest
+// stage for every ZeRO stage and offload choice.
+std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage);
 
 }  // namespace stratum::monitor
