@@ -124,14 +124,7 @@ ResumePoint resume_point(const Options& o) {
 // which has the loss first, with the share of the step it waited (the bubble).
 int train_pipelined(const Options& o, const distributed::DistContext& ctx, const Config& config,
                     const models::ModelConfig& mcfg, std::shared_ptr<models::CausalLMImpl> model,
-                    const data::Tokenizer& tokenizer) {
-  std::vector<std::string> refused;
-  if (!o.save_dir.empty() || o.resume || !o.resume_tag.empty())
-    refused.push_back("--save-dir / --resume: checkpoints of a pipeline are not available yet");
-  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "checking the pipeline options", [&] {
-    if (!refused.empty()) throw Error("stratum-train with pipeline.stages " + std::to_string(config.pipeline.stages) +
-                                      ": " + refused.front());
-  });
+                    const data::Tokenizer& tokenizer, const ResumePoint& resume) {
   std::unique_ptr<PipelineEngine> engine;
   distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the pipeline", [&] {
     engine = initialize_pipeline(config, model, ctx);
@@ -147,8 +140,30 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
   file.require_sequence(seq);
   const data::TrainEvalSplit split = data::split_train_eval(file.size(), seq, o.eval_fraction, file.path());
   data::DistributedSampler sampler(split.train, seq, dp->rank(), dp->size(), o.seed);
+  // Checkpoints: every layout loads them (the data position is the first stage's).
+  if (resume.kind == ResumePoint::Kind::resume) {
+    json client = engine->load_checkpoint(o.save_dir, resume.tag);
+    distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "resuming the data position", [&] {
+      if (!client.contains("data")) return;
+      try {
+        sampler.load_state(client.at("data").get<data::SamplerState>());
+      } catch (const std::exception& e) {
+        throw Error(o.save_dir + "/" + resume.tag + "/manifest.json: client_state.data: " + e.what());
+      }
+    });
+    if (lead) log::info("resumed at step " + std::to_string(engine->global_steps()) + ", data " + data::to_string(sampler.state()));
+  } else if ((o.resume || !o.resume_tag.empty()) && lead) {
+    log::info("--resume: " + resume.reason + "; starting fresh");
+  }
   const int64_t print_every = o.print_every > 0 ? o.print_every : config.steps_per_print.value_or(10);
   monitor::ProgressReporter progress(print_every);
+  auto save = [&]() {
+    json client = {{"data", sampler.state()}, {"model", models::hf_config_json(mcfg)}, {"model_preset", o.model},
+                   {"tokenizer", tokenizer.name()}};
+    const std::string tag = "global_step" + std::to_string(engine->global_steps());
+    engine->save_checkpoint(o.save_dir, tag, client);
+    if (lead) progress.note("saved checkpoint " + o.save_dir + "/" + tag);
+  };
   const double flops_per_token =
       6.0 * models::parameter_count(mcfg) + 12.0 * mcfg.layers * mcfg.hidden * static_cast<double>(seq);
   const int64_t tokens_per_step = batch.train_batch_size * seq;
@@ -179,7 +194,9 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
     m.skipped = engine->last_step_skipped();
     m.bubble = engine->last_timing().bubble();
     if (lead) progress.update(m);
+    if (!o.save_dir.empty() && o.save_every > 0 && m.step % o.save_every == 0 && m.step < o.steps) save();
   }
+  if (!o.save_dir.empty()) save();
   if (lead) progress.finish();
   if (lead && o.sample_tokens > 0) log::info("no sample: the model is split over pipeline stages");
   return 0;
@@ -220,7 +237,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
                                       : c10::Device(c10::kCPU);
   auto model = models::build_model(mcfg, init_device);
   at::set_default_dtype(c10::scalarTypeToTypeMeta(default_dtype));
-  if (config.pipeline.stages > 1) return train_pipelined(o, ctx, config, mcfg, std::move(model), tokenizer);
+  if (config.pipeline.stages > 1) return train_pipelined(o, ctx, config, mcfg, std::move(model), tokenizer, resume);
   auto engine = initialize(config, model, ctx);
 #ifdef STRATUM_WITH_CUDA
   // The memory column shows training; start-up (ZeRO-3 partitions a model first

@@ -1,8 +1,8 @@
 // stratum-train with pipeline.stages: the seed guide's first config (4 stages,
 // ZeRO-2 with the optimizer on the host, fp16; DeepSpeed refuses ZeRO-2 under
 // a pipeline) trains on 4 CPU ranks and the progress line, printed by the last
-// stage, reports the measured bubble; stages that do not divide the ranks, and
-// checkpoints (not yet available under a pipeline), are refused by name.
+// stage, reports the measured bubble; its checkpoints resume at another
+// layout and export; stages that do not divide the ranks are refused by name.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -52,10 +52,24 @@ TEST_F(TrainCli, PipelineStagesThatDoNotDivideTheRanksAreRefused) {
   EXPECT_LT(r.seconds, 60.0);
 }
 
-TEST_F(TrainCli, PipelineCheckpointsAreRefusedUntilAvailable) {
-  const std::string config = write_config(dir_, R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW"},
-    "pipeline": {"stages": 2}})");
-  Result r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, config) + " --save-dir " + dir_ + "/ckpt");
-  EXPECT_NE(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("checkpoints of a pipeline are not available yet"), std::string::npos) << r.output;
+// Saved at 2 stages, resumed at 2 stages and by the data-parallel path (one
+// stage over 2 ranks), and exported as a Hugging Face model.
+TEST_F(TrainCli, PipelineCheckpointResumesAtAnotherLayoutAndExports) {
+  const std::string pipe = write_config(dir_, R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+    "optimizer": {"type": "AdamW"}, "pipeline": {"stages": 2}})");
+  Result r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, pipe, 2) + " --save-dir " + dir_ + "/ckpt");
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, pipe, 3) + " --save-dir " + dir_ + "/ckpt --resume");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed at step 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("x 2 pipeline stages"), std::string::npos) << r.output;
+  const std::string flat = dir_ + "/flat.json";
+  std::ofstream(flat) << R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+    "optimizer": {"type": "AdamW"}})";
+  r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, flat, 4) + " --save-dir " + dir_ + "/ckpt --resume");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed at step 3"), std::string::npos) << r.output;
+  r = run(kBin + "/stratum-ckpt export " + dir_ + "/ckpt " + dir_ + "/hf --tag global_step3");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(stratum::fs::exists(dir_ + "/hf/model.safetensors")) << r.output;
 }
