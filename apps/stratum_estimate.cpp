@@ -1,12 +1,15 @@
 // stratum-estimate: memory per GPU (and per node on the CPU) for every ZeRO
 // stage and offload choice, plus activations, before a run. Like DeepSpeed's
-// estimate_zero{2,3}_model_states_mem_needs_all_live, with activations added.
+// estimate_zero{2,3}_model_states_mem_needs_all_live, with activations added;
+// with --pp, per pipeline stage.
 //
 //   stratum-estimate --params 7.5e9 --num_nodes 8 --num_gpus 8
 //   stratum-estimate --model llama-8b --num_gpus 2 --micro-batch 1 --seq 8192 --checkpointing
+//   stratum-estimate --model gpt2-1.3b --num_gpus 8 --pp 4 --micro-batches 8
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <map>
 
 #include "stratum/core/error.h"
 #include "stratum/models/model_config.h"
@@ -20,6 +23,13 @@ int main(int argc, char** argv) {
   double largest_layer = 0;
   stratum::monitor::EstimateInput in;
   bool fp32 = false;
+  int zero = 1;
+  std::string schedule = "1f1b";
+  const std::map<std::string, stratum::pipeline::ScheduleKind> schedules = {
+      {"gpipe", stratum::pipeline::ScheduleKind::gpipe},
+      {"1f1b", stratum::pipeline::ScheduleKind::one_f_one_b},
+      {"interleaved", stratum::pipeline::ScheduleKind::interleaved},
+      {"zb-h1", stratum::pipeline::ScheduleKind::zb_h1}};
   app.add_option("--params", params, "trainable parameters (e.g. 7.5e9), when not a --model preset")
       ->check(CLI::Range(1.0, 1e15));
   app.add_option("--model", model, "a built-in preset (its shape also gives activations)");
@@ -32,6 +42,18 @@ int main(int argc, char** argv) {
   app.add_option("--seq", in.seq_len, "sequence length (activations)")->check(CLI::Range(1, 1 << 24));
   app.add_flag("--checkpointing", in.activation_checkpointing, "activation checkpointing on");
   app.add_flag("--fp32", fp32, "fp32 training (default: bf16/fp16 with fp32 masters)");
+  app.add_option("--pp", in.pipeline_stages, "pipeline stages (dividing the GPUs; needs --model)")
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--schedule", schedule, "pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
+  auto* virtual_stages = app.add_option("--virtual-stages", in.virtual_stages,
+                                        "model chunks per stage (interleaved; default 2 there, else 1)")
+                             ->check(CLI::Range(1, 1 << 10));
+  auto* micro_batches = app.add_option("--micro-batches", in.micro_batches,
+                                       "micro-batches a step, gradient_accumulation_steps (default: --pp)")
+                            ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--zero", zero, "ZeRO stage of the per-stage table with --pp (0-2; default 1)")
+      ->check(CLI::Range(0, 3));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -55,6 +77,17 @@ int main(int argc, char** argv) {
       in.largest_layer_params = static_cast<int64_t>(largest_layer);
     }
     in.param_bytes = fp32 ? 4 : 2;
+    in.schedule = schedules.at(schedule);
+    const bool interleaved = in.schedule == stratum::pipeline::ScheduleKind::interleaved;
+    if (virtual_stages->count() == 0 && interleaved) in.virtual_stages = 2;
+    if (micro_batches->count() == 0) in.micro_batches = in.pipeline_stages;  // enough for every schedule
+    if (in.pipeline_stages > 1 || in.virtual_stages > 1 || interleaved) {
+      if (model.empty())
+        throw stratum::Error("--pp " + std::to_string(in.pipeline_stages) +
+                             " needs --model: a pipeline splits the model's layers");
+      std::cout << stratum::monitor::format_pipeline_estimate(in, zero);
+      return 0;
+    }
     std::cout << stratum::monitor::format_estimate(in);
     if (in.largest_layer_params == 0)
       std::cout << "  (ZeRO-3 working set not counted: give --largest-layer or --model)\n";

@@ -344,7 +344,8 @@ TEST(PipelineEstimate, StageParametersSumToTheModel) {
     ScheduleKind schedule;
   };
   for (const Case& c : {Case{"gpt2-1.3b", 4, 1, ScheduleKind::one_f_one_b}, Case{"llama-8b", 4, 1, ScheduleKind::gpipe},
-                        Case{"llama-1b", 2, 1, ScheduleKind::zb_h1}, Case{"gpt2-350m", 4, 2, ScheduleKind::interleaved}}) {
+                        Case{"llama-1b", 2, 1, ScheduleKind::zb_h1},
+                        Case{"gpt2-350m", 4, 2, ScheduleKind::interleaved}}) {
     const EstimateInput in = pipelined(c.preset, 8, c.stages, 8, c.schedule, c.virtual_stages);
     const auto model = stratum::models::make_model_config(c.preset);
     const auto stages = estimate_pipeline_stages(in);

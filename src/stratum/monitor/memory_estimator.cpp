@@ -251,8 +251,8 @@ std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
   char line[256];
   std::string out;
   std::snprintf(line, sizeof line,
-                "Estimated memory for %.3gB parameters on %lld node(s) x %lld GPU(s), %s training\n", in.params / 1e9, (long long)in.nodes, (long long)in.gpus_per_node,
-                in.param_bytes == 2 ? "16-bit" : "fp32");
+                "Estimated memory for %.3gB parameters on %lld node(s) x %lld GPU(s), %s training\n", in.params / 1e9,
+                (long long)in.nodes, (long long)in.gpus_per_node, in.param_bytes == 2 ? "16-bit" : "fp32");
   out += line;
   std::snprintf(line, sizeof line,
                 "  pipeline: %lld stages x %lld data-parallel, schedule %s%s, %lld micro-batches a step "
