@@ -23,6 +23,7 @@
 #include <torch/torch.h>
 
 #include "stratum/engine/engine.h"
+#include "stratum/nn/weight_grad_deferral.h"
 #include "stratum/models/causal_lm.h"
 #ifdef STRATUM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -119,6 +120,8 @@ struct Options {
   bool checkpointing = false;
   bool sparse_gradients = false;  // the embedding's gradient exchanged as rows (stages 0-2)
   bool overlap_param_gather = true;  // stages 1/2
+  // ZB-H1's split: the backward's weight-gradient GEMMs deferred and run after it (B then W).
+  bool split_backward = false;
   double peak_tflops = 989.0;
 };
 
@@ -142,6 +145,8 @@ void add_flags(CLI::App& app, Options& o, std::vector<std::string>& overrides) {
                  "stages 1/2: leave the parameter all-gathers to the next forward (0 or 1)")
       ->capture_default_str();
   app.add_flag("--checkpointing", o.checkpointing, "activation checkpointing");
+  app.add_flag("--split-backward", o.split_backward,
+               "zero-bubble split: the weight-gradient GEMMs deferred out of the backward, then run (B, then W)");
   app.add_flag("--sparse-gradients", o.sparse_gradients, "the embedding's gradient exchanged as rows (stages 0-2)");
 }
 
@@ -192,6 +197,8 @@ void run(const distributed::DistContext& ctx, const Options& o) {
 #ifdef STRATUM_WITH_NCCL
   distributed::set_exposed_comm_timing(ctx.gpu_world != nullptr);
 #endif
+  if (o.split_backward && o.gas != 1) throw Error("--split-backward: only with --gas 1");
+  int64_t deferred_gemms = 0;
   auto train_step = [&](PhaseTimeline& timeline) {
     at::Tensor loss;
     for (int64_t k = 0; k < o.gas; ++k) {
@@ -199,7 +206,18 @@ void run(const distributed::DistContext& ctx, const Options& o) {
       const size_t a = timeline.mark();
       loss = engine.forward(tokens.narrow(1, 0, o.seq), tokens.narrow(1, 1, o.seq));
       const size_t b = timeline.mark();
-      engine.backward(loss);
+      if (o.split_backward) {
+        nn::DeferredWeightGrads queue;
+        {
+          nn::DeferWeightGrads defer(queue);
+          engine.core().backward_pass(loss, at::Tensor(), /*boundary=*/false);
+        }
+        deferred_gemms = static_cast<int64_t>(queue.size());
+        queue.run();
+        engine.core().close_backward_window();
+      } else {
+        engine.backward(loss);
+      }
       const size_t c = timeline.mark();
       timeline.span(0, a, b);
       timeline.span(1, b, c);
@@ -252,6 +270,8 @@ void run(const distributed::DistContext& ctx, const Options& o) {
                         {"loss", loss_value},
                         {"forward_s", forward / o.steps},
                         {"backward_s", backward / o.steps},
+                        {"split_backward", o.split_backward},
+                        {"deferred_weight_gemms", deferred_gemms},
                         {"optimizer_s", optimizer / o.steps},
                         {"exposed_comm_s", exposed / o.steps},
                         {"overlap_param_gather", gather_overlapped},

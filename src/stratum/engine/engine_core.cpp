@@ -217,6 +217,11 @@ void EngineCore::backward_pass(const at::Tensor& output, const at::Tensor& grad,
   strategy_->finish_backward();
 }
 
+void EngineCore::close_backward_window() {
+  strategy_->prepare_backward(/*boundary=*/true);
+  strategy_->finish_backward();
+}
+
 void EngineCore::finish_gradients() {
   if (gradients_finished_) return;
   heartbeat::start_watch();

@@ -83,6 +83,9 @@ class EngineCore {
   // undefined: scaled as backward() scales it) or from `output` with the next
   // stage's gradient (already scaled); `boundary`: the step's last pass.
   void backward_pass(const at::Tensor& output, const at::Tensor& grad, bool boundary);
+  // Split backwards (ZB-H1): every pass ran with `boundary` false and the
+  // deferred weight gradients are in place; the window's reductions start.
+  void close_backward_window();
   // After the step's last backward pass: the step's micro-batches counted and
   // every reduction waited for, so the segments' gradients are final
   // (averaged over data parallel) and may be adjusted (tied weights).

@@ -27,10 +27,10 @@ void check_pipeline_config(const Config& c, int world_size) {
   if (world_size % p != 0)
     problems.push_back("pipeline.stages: " + std::to_string(p) + " stages do not divide the " +
                        std::to_string(world_size) + " ranks of the job; use a divisor of " + std::to_string(world_size));
-  if (c.pipeline.schedule == config::PipelineSchedule::zb_h1)
-    problems.push_back("pipeline.schedule: \"zb-h1\" needs the backward split into input and weight gradients, "
-                       "which the engine does not run yet; use \"1f1b\" or \"interleaved\" (stratum-config "
-                       "schedule prints zb-h1's timeline)");
+  if (c.pipeline.schedule == config::PipelineSchedule::zb_h1 && c.zero_optimization.stage == 2)
+    problems.push_back("pipeline.schedule: \"zb-h1\" defers weight gradients past their micro-batch's backward, "
+                       "and ZeRO-2 reduce-scatters each micro-batch's gradients at its end; use zero_optimization."
+                       "stage 0 or 1 with zb-h1, or \"1f1b\" with stage 2");
   if (c.pipeline.activation_checkpoint_interval > 0)
     problems.push_back("pipeline.activation_checkpoint_interval: checkpointing groups of layers is not available "
                        "yet; use the activation_checkpointing section, which recomputes each stage's blocks one by one");
@@ -229,14 +229,17 @@ double PipelineEngine::train_batch(const NextBatch& next_batch) {
   last_input_shape_ = input_shape;
 
   loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
-  passes_ = 0;
+  passes_ = weight_passes_ = 0;
+  deferred_gemms_ = 0;
   try {
     executor_->run(*this, changed);
   } catch (...) {
     inputs_.clear();
     outputs_.clear();
+    deferred_.clear();
     throw;
   }
+  deferred_last_step_ = deferred_gemms_;
   // The loss: the last stage's mean over its micro-batches, averaged over data parallel, sent to every stage.
   at::Tensor loss = loss_sum_ / static_cast<double>(m);
   if (is_last_stage() && dp_->size() > 1) dp_->all_reduce(loss, distributed::ReduceOp::avg)->wait();
@@ -266,7 +269,6 @@ at::Tensor PipelineEngine::forward(int micro, int chunk, const at::Tensor& input
 }
 
 at::Tensor PipelineEngine::backward(int micro, int chunk, const at::Tensor& output_grad, bool input_only) {
-  if (input_only) throw Error("pipeline: the split backward is not available");  // refused at construction
   const int vs = chunk * stages_ + stage_;
   auto out_it = outputs_.find({micro, chunk});
   if (out_it == outputs_.end())
@@ -275,7 +277,16 @@ at::Tensor PipelineEngine::backward(int micro, int chunk, const at::Tensor& outp
   at::Tensor out = std::move(out_it->second);
   outputs_.erase(out_it);
   const int passes = executor_->schedule().micro_batches * chunks_;
-  core_->backward_pass(out, output_grad, ++passes_ == passes);
+  ++passes_;
+  if (input_only) {
+    // B: the weight GEMMs queue for W; the window closes after the last W.
+    nn::DeferredWeightGrads& queue = deferred_[{micro, chunk}];
+    nn::DeferWeightGrads defer(queue);
+    core_->backward_pass(out, output_grad, /*boundary=*/false);
+    deferred_gemms_ += static_cast<int64_t>(queue.size());
+  } else {
+    core_->backward_pass(out, output_grad, passes_ == passes);
+  }
   if (vs == 0) return at::Tensor();
   auto in_it = inputs_.find({micro, chunk});
   at::Tensor g = in_it->second.grad();
@@ -283,7 +294,15 @@ at::Tensor PipelineEngine::backward(int micro, int chunk, const at::Tensor& outp
   return g;
 }
 
-void PipelineEngine::backward_weight(int, int) { throw Error("pipeline: the split backward is not available"); }
+void PipelineEngine::backward_weight(int micro, int chunk) {
+  auto it = deferred_.find({micro, chunk});
+  if (it == deferred_.end())
+    throw Error("pipeline stage " + std::to_string(stage_) + ": W of micro-batch " + std::to_string(micro) +
+                " before its B");
+  it->second.run();
+  deferred_.erase(it);
+  if (++weight_passes_ == executor_->schedule().micro_batches * chunks_) core_->close_backward_window();
+}
 
 void PipelineEngine::reduce_tied() {
   core_->finish_gradients();

@@ -26,6 +26,7 @@
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine_core.h"
 #include "stratum/nn/layer_stack.h"
+#include "stratum/nn/weight_grad_deferral.h"
 #include "stratum/pipeline/executor.h"
 #include "stratum/pipeline/partition.h"
 
@@ -74,6 +75,8 @@ class PipelineEngine : private pipeline::StageOps {
   double lr() const { return core_->lr(); }
   double loss_scale() const { return core_->loss_scale(); }
   bool last_step_skipped() const { return core_->last_step_skipped(); }
+  // ZB-H1: the weight-gradient GEMMs this rank deferred from B to W in the last step.
+  int64_t deferred_weight_gemms() const { return deferred_last_step_; }
   // The names of the parameters this stage trains, in the core's order.
   const std::vector<std::string>& parameter_names() const { return names_; }
 
@@ -107,6 +110,9 @@ class PipelineEngine : private pipeline::StageOps {
   // The step in progress.
   std::vector<MicroBatch> batches_;
   std::map<std::pair<int, int>, at::Tensor> inputs_, outputs_;  // by (micro, chunk)
+  std::map<std::pair<int, int>, nn::DeferredWeightGrads> deferred_;  // ZB-H1: B's weight GEMMs awaiting W
+  int weight_passes_ = 0;
+  int64_t deferred_gemms_ = 0, deferred_last_step_ = 0;
   at::Tensor loss_sum_;
   int passes_ = 0;
   std::vector<int64_t> last_input_shape_;

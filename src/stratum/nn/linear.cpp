@@ -8,6 +8,7 @@
 
 #include "stratum/core/error.h"
 #include "stratum/nn/param_registry.h"
+#include "stratum/nn/weight_grad_deferral.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include "stratum/nn/kernel_launch.h"
 #endif
@@ -33,6 +34,8 @@ const std::optional<c10::OperatorHandle>& addmm_dtype_out() {
       c10::Dispatcher::singleton().findSchema({"aten::addmm", "dtype_out"});
   return op;
 }
+
+std::atomic<DeferredWeightGrads*> g_deferral{nullptr};
 
 // dest = a b (+ dest when `accumulate`) in dest's dtype; false where ATen
 // cannot write this product into dest's dtype.
@@ -89,7 +92,21 @@ std::vector<at::Tensor> write_weight_grads(const std::vector<at::Tensor>& weight
     rows += d.size(0);
   }
   const at::Tensor block = first.as_strided({rows, first.size(1)}, {first.size(1), 1}, first.storage_offset());
-  if (!product_into(block, g2.t(), x2, accumulate)) return {};
+  if (DeferredWeightGrads* queue = g_deferral.load()) {
+    // W later: the same product into the same block, from the tensors as they
+    // are now; where ATen cannot write it in the block's dtype, the product
+    // in the operands' dtype is widened into it.
+    queue->add(
+        [block, g2, x2, accumulate]() mutable {
+          if (product_into(block, g2.t(), x2, accumulate)) return;
+          const at::Tensor product = g2.t().mm(x2);
+          if (accumulate) block.add_(product);
+          else block.copy_(product);
+        },
+        2 * g2.size(0) * g2.size(1) * x2.size(1));
+  } else if (!product_into(block, g2.t(), x2, accumulate)) {
+    return {};
+  }
   std::vector<at::Tensor> stand_ins;
   for (const auto& w : weights) {
     sink->weight_grad_written(w);
@@ -99,6 +116,28 @@ std::vector<at::Tensor> write_weight_grads(const std::vector<at::Tensor>& weight
 }
 
 }  // namespace
+
+void DeferredWeightGrads::add(std::function<void()> gemm, int64_t flops) {
+  gemms_.push_back(std::move(gemm));
+  flops_ += flops;
+}
+
+void DeferredWeightGrads::run() {
+  std::vector<std::function<void()>> gemms = std::move(gemms_);
+  gemms_.clear();
+  flops_ = 0;
+  for (auto& g : gemms) g();
+}
+
+DeferWeightGrads::DeferWeightGrads(DeferredWeightGrads& queue) {
+  DeferredWeightGrads* expected = nullptr;
+  if (!g_deferral.compare_exchange_strong(expected, &queue))
+    throw Error("nn::DeferWeightGrads: a deferral scope is already open; they do not nest");
+}
+
+DeferWeightGrads::~DeferWeightGrads() { g_deferral.store(nullptr); }
+
+DeferredWeightGrads* active_weight_grad_deferral() { return g_deferral.load(); }
 
 at::Tensor weight_grad(const at::Tensor& weight, const at::Tensor& g2, const at::Tensor& x2) {
   const std::vector<at::Tensor> written = write_weight_grads({weight}, g2, x2);

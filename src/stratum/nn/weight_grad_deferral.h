@@ -1,0 +1,55 @@
+#pragma once
+// The split backward of zero-bubble pipeline schedules (ZB-H1, Qi et al.,
+// ICLR 2024): B, the input gradient, runs now, on the critical path; W, the
+// weight gradients, later, in the pipeline's bubble.
+//
+// While a DeferWeightGrads scope is open, every weight-gradient GEMM that
+// nn::linear, linear_stacked and the fused MLPs would write into a
+// WeightGradSink (nn/linear.h: ZeRO's flat gradients, under
+// zero_optimization.gradient_accumulation_fusion) is queued with the tensors
+// it reads instead of run. The sink is told at once, so autograd's hooks and
+// ZeRO's bookkeeping see a complete backward; run() later does the GEMMs, in
+// order, into the same destinations. Weights without a sink keep autograd's
+// path and get their gradient in B. The queued tensors (a layer's saved
+// input, the output gradient) stay alive until W: ZB-H1's memory cost.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace stratum::nn {
+
+class DeferredWeightGrads {
+ public:
+  DeferredWeightGrads() = default;
+  DeferredWeightGrads(const DeferredWeightGrads&) = delete;
+  DeferredWeightGrads& operator=(const DeferredWeightGrads&) = delete;
+  DeferredWeightGrads(DeferredWeightGrads&&) = default;
+  DeferredWeightGrads& operator=(DeferredWeightGrads&&) = default;
+  // Runs the queued GEMMs in the order queued and empties the queue.
+  void run();
+  size_t size() const { return gemms_.size(); }
+  bool empty() const { return gemms_.empty(); }
+  // Multiply-adds queued so far (for the W costs a benchmark reports).
+  int64_t flops() const { return flops_; }
+  void add(std::function<void()> gemm, int64_t flops);
+
+ private:
+  std::vector<std::function<void()>> gemms_;
+  int64_t flops_ = 0;
+};
+
+// While alive, weight-gradient GEMMs into sinks go to `queue` (one scope at a
+// time in a process; the backward may run on autograd's device thread).
+class DeferWeightGrads {
+ public:
+  explicit DeferWeightGrads(DeferredWeightGrads& queue);
+  ~DeferWeightGrads();
+  DeferWeightGrads(const DeferWeightGrads&) = delete;
+  DeferWeightGrads& operator=(const DeferWeightGrads&) = delete;
+};
+
+// The queue of the open scope, or null (linear.cpp asks).
+DeferredWeightGrads* active_weight_grad_deferral();
+
+}  // namespace stratum::nn
