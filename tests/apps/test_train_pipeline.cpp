@@ -42,6 +42,38 @@ TEST_F(TrainCli, SeedGuideConfigTrainsOnFourPipelineStages) {
   EXPECT_NE(r.output.find("| bubble "), std::string::npos) << r.output;
 }
 
+// The comms logger's summary on each stage lists its transfers to the next
+// and previous stage beside the data-parallel and cross-stage reductions.
+TEST_F(TrainCli, CommsLoggerListsTheStageTransfers) {
+  const std::string config = write_config(dir_, R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+    "optimizer": {"type": "AdamW"}, "pipeline": {"stages": 2}, "comms_logger": {"enabled": true}})");
+  Result r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, config, 2));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("communication summary at step 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("send"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("recv"), std::string::npos) << r.output;
+}
+
+// A stage killed mid-schedule: its peer waits in a receive; the launcher
+// ends the job within seconds naming the dead rank, and nothing hangs.
+TEST_F(TrainCli, RankKilledMidScheduleEndsTheJobNamingIt) {
+  const std::string config = write_config(dir_, R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+    "optimizer": {"type": "AdamW"}, "pipeline": {"stages": 2}})");
+  const std::string log = dir_ + "/train.log", script = dir_ + "/kill_rank1.sh";
+  // Rank 1 (the last stage), found by its RANK in /proc/<pid>/environ, is killed once step 2 is printed.
+  std::ofstream(script) << "(" << kBin << "/stratum-run --num_procs 2 " << train_args(dir_, config, 100000) << " > "
+                        << log << " 2>&1; echo \"exit $?\" >> " << log << ") &\n"
+                        << "for i in $(seq 600); do grep -q 'step 2/' " << log << " && break; sleep 0.1; done\n"
+                        << "for p in $(pgrep -f 'stratum-train --config " << config << "'); do\n"
+                        << "  tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1 && kill -9 $p\n"
+                        << "done\nwait\ncat " << log << "\n";
+  Result r = run("bash " + script);
+  EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("killed by signal 9 (SIGKILL)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("exit 0"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 120.0) << r.output;
+}
+
 TEST_F(TrainCli, PipelineStagesThatDoNotDivideTheRanksAreRefused) {
   const std::string config = write_config(dir_, R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW"},
     "pipeline": {"stages": 3}})");

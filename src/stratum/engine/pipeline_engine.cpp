@@ -9,6 +9,7 @@
 
 #include "stratum/core/heartbeat.h"
 #include "stratum/core/log.h"
+#include "stratum/distributed/logged_communicator.h"
 #include "stratum/distributed/parallel_groups.h"
 #include "stratum/distributed/topology.h"
 #include "stratum/engine/engine.h"
@@ -151,6 +152,11 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
   control_ = ctx.gpu_world ? ctx.cpu_world->split(topology.groups(Axis::pp), "pp_control") : pp_;
   auto cpu_dp = ctx.gpu_world ? ctx.cpu_world->split(topology.groups(Axis::dp), "dp_control") : groups.dp;
   dp_ = engine_detail::logged_data_parallel(config_, groups.dp, cpu_dp);
+  // comms_logger: the stage transfers (send/recv rows) and the step's
+  // reductions over the stages go into the same log as the data-parallel ones.
+  if (auto* logged = dynamic_cast<distributed::LoggedCommunicator*>(dp_.get()))
+    pp_ = std::make_shared<distributed::LoggedCommunicator>(
+        pp_, ctx.cpu_world->split(topology.groups(Axis::pp), "pp_log"), config_.comms_logger, logged->comms_log());
 
   // Tied parameters: equal from the start (the first stage's values, before
   // the core copies them into its masters); their gradients summed each step.
