@@ -1,6 +1,7 @@
 #include "stratum/nn/linear.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -126,6 +127,9 @@ void DeferredWeightGrads::run() {
   std::vector<std::function<void()>> gemms = std::move(gemms_);
   gemms_.clear();
   flops_ = 0;
+  // Outside autograd's backward: the saved inputs still require grad, and a
+  // gradient written into ZeRO's buffer is no graph node.
+  c10::AutoGradMode no_grad(false);
   for (auto& g : gemms) g();
 }
 
