@@ -88,6 +88,37 @@ data::TokenFile open_dataset(const Options& o, const distributed::DistContext& c
   return std::move(*file);
 }
 
+// The data file, checked against the model: its token ids fit the vocabulary, a sequence fits in it.
+data::TokenFile open_training_data(const Options& o, const distributed::DistContext& ctx, const data::Tokenizer& tokenizer,
+                                   const models::ModelConfig& mcfg) {
+  data::TokenFile file = open_dataset(o, ctx, tokenizer);
+  if (file.vocab_size() > mcfg.vocab_size)
+    throw Error(file.path() + ": token ids reach " + std::to_string(file.vocab_size()) + " but model " + o.model +
+                " has a vocabulary of " + std::to_string(mcfg.vocab_size));
+  file.require_sequence(mcfg.max_seq_len);
+  return file;
+}
+
+// What a checkpoint keeps beside the training state: the data position, the model, the tokenizer.
+json client_state(const data::DistributedSampler& sampler, const models::ModelConfig& mcfg, const Options& o,
+                  const data::Tokenizer& tokenizer) {
+  return {{"data", sampler.state()}, {"model", models::hf_config_json(mcfg)}, {"model_preset", o.model},
+          {"tokenizer", tokenizer.name()}};
+}
+
+// The loaded checkpoint's data position into `sampler`, every rank agreeing.
+void restore_data_position(const json& client, data::DistributedSampler& sampler, const Options& o,
+                           const ResumePoint& resume, const distributed::DistContext& ctx) {
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "resuming the data position", [&] {
+    if (!client.contains("data")) return;
+    try {
+      sampler.load_state(client.at("data").get<data::SamplerState>());
+    } catch (const std::exception& e) {
+      throw Error(o.save_dir + "/" + resume.tag + "/manifest.json: client_state.data: " + e.what());
+    }
+  });
+}
+
 struct Evaluator {
   std::vector<int64_t> offsets;  // this rank's eval windows
   int64_t seq_len;
@@ -133,24 +164,12 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
   const auto& dp = engine->core().dp();
   const bool lead = engine->is_last_stage() && dp->rank() == 0;
   const int64_t seq = mcfg.max_seq_len;
-  data::TokenFile file = open_dataset(o, ctx, tokenizer);
-  if (file.vocab_size() > mcfg.vocab_size)
-    throw Error(file.path() + ": token ids reach " + std::to_string(file.vocab_size()) + " but model " + o.model +
-                " has a vocabulary of " + std::to_string(mcfg.vocab_size));
-  file.require_sequence(seq);
+  data::TokenFile file = open_training_data(o, ctx, tokenizer, mcfg);
   const data::TrainEvalSplit split = data::split_train_eval(file.size(), seq, o.eval_fraction, file.path());
   data::DistributedSampler sampler(split.train, seq, dp->rank(), dp->size(), o.seed);
   // Checkpoints: every layout loads them (the data position is the first stage's).
   if (resume.kind == ResumePoint::Kind::resume) {
-    json client = engine->load_checkpoint(o.save_dir, resume.tag);
-    distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "resuming the data position", [&] {
-      if (!client.contains("data")) return;
-      try {
-        sampler.load_state(client.at("data").get<data::SamplerState>());
-      } catch (const std::exception& e) {
-        throw Error(o.save_dir + "/" + resume.tag + "/manifest.json: client_state.data: " + e.what());
-      }
-    });
+    restore_data_position(engine->load_checkpoint(o.save_dir, resume.tag), sampler, o, resume, ctx);
     if (lead) log::info("resumed at step " + std::to_string(engine->global_steps()) + ", data " + data::to_string(sampler.state()));
   } else if ((o.resume || !o.resume_tag.empty()) && lead) {
     log::info("--resume: " + resume.reason + "; starting fresh");
@@ -158,8 +177,7 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
   const int64_t print_every = o.print_every > 0 ? o.print_every : config.steps_per_print.value_or(10);
   monitor::ProgressReporter progress(print_every);
   auto save = [&]() {
-    json client = {{"data", sampler.state()}, {"model", models::hf_config_json(mcfg)}, {"model_preset", o.model},
-                   {"tokenizer", tokenizer.name()}};
+    const json client = client_state(sampler, mcfg, o, tokenizer);
     const std::string tag = "global_step" + std::to_string(engine->global_steps());
     engine->save_checkpoint(o.save_dir, tag, client);
     if (lead) progress.note("saved checkpoint " + o.save_dir + "/" + tag);
@@ -253,11 +271,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
                                            : c10::Device(c10::kCPU);
   const int64_t seq = mcfg.max_seq_len;
 
-  data::TokenFile file = open_dataset(o, ctx, tokenizer);
-  if (file.vocab_size() > mcfg.vocab_size)
-    throw Error(file.path() + ": token ids reach " + std::to_string(file.vocab_size()) + " but model " + o.model +
-                " has a vocabulary of " + std::to_string(mcfg.vocab_size));
-  file.require_sequence(seq);
+  data::TokenFile file = open_training_data(o, ctx, tokenizer, mcfg);
   const data::TrainEvalSplit split = data::split_train_eval(file.size(), seq, o.eval_fraction, file.path());
   data::DistributedSampler sampler(split.train, seq, dp->rank(), dp->size(), o.seed);
   Evaluator eval{{}, seq};
@@ -265,15 +279,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   for (int64_t w = dp->rank(); w < eval_windows; w += dp->size()) eval.offsets.push_back(split.eval.begin + w * seq);
 
   if (resume.kind == ResumePoint::Kind::resume) {
-    json client = load_checkpoint(engine.core(), o.save_dir, resume.tag);
-    distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "resuming the data position", [&] {
-      if (!client.contains("data")) return;
-      try {
-        sampler.load_state(client.at("data").get<data::SamplerState>());
-      } catch (const std::exception& e) {
-        throw Error(o.save_dir + "/" + resume.tag + "/manifest.json: client_state.data: " + e.what());
-      }
-    });
+    restore_data_position(load_checkpoint(engine.core(), o.save_dir, resume.tag), sampler, o, resume, ctx);
     if (lead) log::info("resumed at step " + std::to_string(engine.global_steps()) + ", data " + data::to_string(sampler.state()));
   } else if ((o.resume || !o.resume_tag.empty()) && lead) {
     log::info("--resume: " + resume.reason + "; starting fresh");
@@ -303,8 +309,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
               " | " + c10::toString(engine.core().model_dtype()));
 
   auto save = [&]() {
-    json client = {{"data", sampler.state()}, {"model", models::hf_config_json(mcfg)}, {"model_preset", o.model},
-                   {"tokenizer", tokenizer.name()}};
+    const json client = client_state(sampler, mcfg, o, tokenizer);
     const std::string tag = "global_step" + std::to_string(engine.global_steps());
     save_checkpoint(engine.core(), o.save_dir, tag, client);
     if (lead) progress.note("saved checkpoint " + o.save_dir + "/" + tag);

@@ -25,15 +25,16 @@ namespace {
 struct Options {
   int layers = 8, micro_batches = 8, micro = 4, seq = 64, steps = 5, warmup = 2;
   std::string model = "gpt2-tiny-bytes";
+  bool json = false;  // one JSON line per schedule (bench/run_matrix.sh) instead of the table
 };
 
 int run(const Options& o, distributed::DistContext& ctx) {
   const int p = ctx.world_size;
-  if (ctx.rank == 0)
+  if (ctx.rank == 0 && !o.json) {
     std::printf("%s, %d layers, %d ranks (one stage each), %d micro-batches of %d x %d tokens, %d steps timed\n",
                 o.model.c_str(), o.layers, p, o.micro_batches, o.micro, o.seq, o.steps);
-  if (ctx.rank == 0)
     std::printf("%-12s %9s %9s %9s %12s %12s\n", "schedule", "F (ms)", "B (ms)", "W (ms)", "simulated", "measured");
+  }
   for (const std::string schedule : {"gpipe", "1f1b", "interleaved", "zb-h1"}) {
     const int v = schedule == "interleaved" ? 2 : 1;
     const std::string json = R"({"train_micro_batch_size_per_gpu": )" + std::to_string(o.micro) +
@@ -74,8 +75,19 @@ int run(const Options& o, distributed::DistContext& ctx) {
       w += costs[r].backward_weight / p;
     }
     const double simulated = pipeline::simulate(engine->schedule(), costs).bubble();
+    const double measured = (slowest - busiest) / busiest;
+    if (o.json) {
+      std::printf("{\"system\": \"stratum-pipeline\", \"schedule\": \"%s\", \"virtual_stages\": %d, \"stages\": %d, "
+                  "\"micro_batches\": %d, \"model\": \"%s\", \"layers\": %d, \"forward_ms\": %.4f, "
+                  "\"backward_input_ms\": %.4f, \"backward_weight_ms\": %.4f, \"simulated_bubble\": %.5f, "
+                  "\"measured_bubble\": %.5f, \"theory_bubble\": %.5f}\n",
+                  schedule.c_str(), v, p, o.micro_batches, o.model.c_str(), o.layers, 1e3 * f, 1e3 * b, 1e3 * w,
+                  simulated, measured, pipeline::simulate(engine->schedule()).bubble());
+      std::fflush(stdout);
+      continue;
+    }
     std::printf("%-12s %9.2f %9.2f %9.2f %11.1f%% %11.1f%%\n", (schedule + (v > 1 ? " v2" : "")).c_str(), 1e3 * f,
-                1e3 * b, 1e3 * w, 100 * simulated, 100 * (slowest - busiest) / busiest);
+                1e3 * b, 1e3 * w, 100 * simulated, 100 * measured);
   }
   return 0;
 }
@@ -91,6 +103,7 @@ int main(int argc, char** argv) {
   app.add_option("--micro", o.micro, "sequences a micro-batch");
   app.add_option("--seq", o.seq, "tokens a sequence");
   app.add_option("--steps", o.steps, "timed steps");
+  app.add_flag("--json", o.json, "one JSON line per schedule");
   CLI11_PARSE(app, argc, argv);
   return distributed::run_distributed_job("bench_pipeline_bubble", [&](distributed::DistContext& ctx) { return run(o, ctx); });
 }

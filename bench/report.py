@@ -23,6 +23,7 @@ GROUPS = [  # (heading, which scenarios)
     ("Training throughput on two GPUs", lambda s: s["kind"] == "matrix" and sc.gpus_needed(s) >= 2),
     ("Collectives", lambda s: s["kind"] == "collectives"),
     ("Kernels", lambda s: s["kind"] in ("attention", "adam-bandwidth", "cpu-adam")),
+    ("Pipeline parallelism", lambda s: s["kind"] == "pipeline-bubble"),
     ("The training app (stratum-train)", lambda s: s["kind"] == "train"),
 ]
 
@@ -69,7 +70,7 @@ def environment_line(meta, spec):
     parts = []
     if e.get("gpu"):
         parts.append(f"{e.get('gpu_count', 1)} x {e['gpu']}" + (f" (driver {e['driver']})" if e.get("driver") else ""))
-    if spec["kind"] == "cpu-adam" or not e.get("gpu"):
+    if spec["kind"] in ("cpu-adam", "pipeline-bubble") or not e.get("gpu"):
         parts.append(f"{e.get('cpu', 'unknown CPU')}, {e.get('cpu_cores', '?')} logical cores")
     for key, name in (("cuda", "CUDA"), ("torch", "torch"), ("cudnn", "cuDNN"), ("compiler", "compiler")):
         if e.get(key) and (key != "cudnn" or spec["kind"] == "attention"):
@@ -303,7 +304,22 @@ def train_section(name, spec, result):
     return "\n".join(out) + "\n"
 
 
-SECTIONS = {"matrix": matrix_section, "collectives": collectives_section, "attention": attention_section,
+def pipeline_bubble_section(name, spec, result):
+    rows = [r for r in result["rows"] if "error" not in r and r.get("system") == "stratum-pipeline"]
+    lines = [[r["schedule"] + (f" (v {r['virtual_stages']})" if r.get("virtual_stages", 1) > 1 else ""),
+              str(r["stages"]), str(r["micro_batches"]), f"{r['forward_ms']:.2f}", f"{r['backward_input_ms']:.2f}",
+              f"{r['backward_weight_ms']:.2f}", f"{100 * r['theory_bubble']:.1f}%", f"{100 * r['simulated_bubble']:.1f}%",
+              f"{100 * r['measured_bubble']:.1f}%"] for r in rows]
+    out = table(["schedule", "stages", "micro-batches", "F ms", "B ms", "W ms", "unit costs", "simulated",
+                 "measured"], lines)
+    failed = [r for r in result["rows"] if "error" in r]
+    return out + "\n\nPer rank and chunk, the mean time of a forward (F), of a backward or its input half (B) " \
+        "and of its weight half (W, zb-h1); the bubble at unit costs (the formulas), the simulator's from these " \
+        "measured costs, and the measured one: (the slowest rank's schedule time - the busiest rank's compute) / " \
+        "the busiest rank's compute." + "".join(f"\n\nFailed: {r['error']}" for r in failed) + "\n"
+
+
+SECTIONS = {"matrix": matrix_section, "pipeline-bubble": pipeline_bubble_section, "collectives": collectives_section, "attention": attention_section,
             "adam-bandwidth": adam_bandwidth_section, "cpu-adam": cpu_adam_section, "train": train_section}
 
 

@@ -3,7 +3,7 @@
 A scenario is one run on one machine. Its keys (a key given in an entry of
 "runs" overrides the scenario's for that run; without "runs" the scenario is
 one run):
-  kind       matrix | collectives | attention | adam-bandwidth | cpu-adam | train
+  kind       matrix | collectives | attention | adam-bandwidth | cpu-adam | pipeline-bubble | train
   about      what it compares, one line (bash bench/run_matrix.sh --list prints it)
   gpus       GPUs it needs (0: none)
   minutes    about how long it runs once built; note: what else a user must know
@@ -20,6 +20,7 @@ kind collectives: rounds, max_bytes, dtype
 kind attention: iters
 kind adam-bandwidth: elements
 kind cpu-adam: sizes, steps
+kind pipeline-bubble (CPU ranks, one stage each): ranks, layers, micro_batches, steps
 kind train (stratum-train through stratum-run, stratum-estimate beside it):
   model, seq, gpus, set (more --set overrides), steps, eval_every, eval_batches, print_every,
   config (the DeepSpeed config; a run's stage and offload_optimizer go into zero_optimization,
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS_FILE = os.path.join(HERE, "scenarios.json")
-KINDS = ("matrix", "collectives", "attention", "adam-bandwidth", "cpu-adam", "train")
+KINDS = ("matrix", "collectives", "attention", "adam-bandwidth", "cpu-adam", "pipeline-bubble", "train")
 PEERS = ("single", "single-compile", "ddp", "ddp-compile", "fsdp2", "fsdp2-compile",
          "deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3")
 # NVLink multicast off: a program using it can take the host's shared GPUs out of service.
@@ -116,6 +117,7 @@ def build_targets(spec):
     kind = spec["kind"]
     names = {"matrix": ["bench_engine"], "collectives": ["bench_collectives"], "attention": [],
              "adam-bandwidth": ["bench_adam_bandwidth"], "cpu-adam": ["bench_cpu_adam"],
+             "pipeline-bubble": ["bench_pipeline_bubble"],
              "train": ["stratum-run", "stratum-train", "stratum-estimate"]}[kind]
     if any(r.get("export_check") for r in runs(spec)):
         names += ["stratum-ckpt", "dump_logits"]
@@ -141,7 +143,8 @@ def plan(name, spec, build, work, gpus_available):
     steps = []
     for i, run in enumerate(runs(spec)):
         planner = {"matrix": plan_matrix, "collectives": plan_collectives, "attention": plan_attention,
-                   "adam-bandwidth": plan_adam_bandwidth, "cpu-adam": plan_cpu_adam, "train": plan_train}[kind]
+                   "adam-bandwidth": plan_adam_bandwidth, "cpu-adam": plan_cpu_adam,
+                   "pipeline-bubble": plan_pipeline_bubble, "train": plan_train}[kind]
         for s in planner(run, build, os.path.join(work, f"run{i}"), gpus_available):
             s.phase += 1000 * i  # runs one after the other
             s.timeout = run.get("step_timeout_s", s.timeout)
@@ -204,6 +207,13 @@ def plan_cpu_adam(run, build, work, gpus_available):
     sizes = ",".join(str(n) for n in run.get("sizes", [10000000, 100000000]))
     return [Step("cpu-adam", [f"{build}/bin/bench_cpu_adam", "--json", "--sizes", sizes,
                               "--steps", str(run.get("steps", 5))])]
+
+
+def plan_pipeline_bubble(run, build, work, gpus_available):
+    return [Step("pipeline-bubble", mpirun(run.get("ranks", 2), ["STRATUM_DISABLE_NCCL"]) + [
+        f"{build}/bin/bench_pipeline_bubble", "--json", "--layers", str(run.get("layers", 8)),
+        "--micro-batches", str(run.get("micro_batches", 8)), "--steps", str(run.get("steps", 5))],
+        env={"STRATUM_DISABLE_NCCL": "1"})]
 
 
 def train_config(run):
