@@ -24,12 +24,6 @@ READ_IN_CONFIG = {
     "notes": "printed by stratum-config and stratum-train",
     "bf16": "Config::precision() (config.cpp) picks the training dtype from it",
     "tensorboard": "refused by name when enabled (parse_diagnostics.cpp): event files are not written yet",
-    # The engine refuses pipeline.stages > 1 until pipeline parallelism lands;
-    # with one stage these change nothing, and validate.cpp notes a schedule given.
-    "partition_method": "validated only until pipeline parallelism lands",
-    "activation_checkpoint_interval": "validated only until pipeline parallelism lands",
-    "schedule": "validated only until pipeline parallelism lands",
-    "virtual_stages": "validated only until pipeline parallelism lands",
 }
 
 STRUCT = re.compile(r"^struct (\w+) \{$")

@@ -44,11 +44,14 @@ struct Layout {
   std::string precision = "fp32";
   int gas = 4;
   int global_batch = 8;
+  int checkpoint_interval = 0;  // pipeline.activation_checkpoint_interval
 };
 
 std::string config_json(const Layout& l) {
   std::string prec = l.precision == "bf16" ? R"("bf16": {"enabled": true},)" : "";
   std::string pipe = R"("pipeline": {"stages": )" + std::to_string(l.pp) + R"(, "schedule": ")" + l.schedule + "\"" +
+                     (l.checkpoint_interval ? R"(, "activation_checkpoint_interval": )" +
+                                                  std::to_string(l.checkpoint_interval) : "") +
                      (l.virtual_stages > 1 ? R"(, "virtual_stages": )" + std::to_string(l.virtual_stages) : "") + "},";
   std::string offload = l.offload ? R"(, "offload_optimizer": {"device": "cpu", "pin_memory": false})" : "";
   return R"({"train_batch_size": )" + std::to_string(l.global_batch) + R"(, "gradient_accumulation_steps": )" +
@@ -242,6 +245,21 @@ TEST(PipelineEngine, PipelineTimesDataParallel_ZeRO12Offload_MatchSingleProcess)
     }
 }
 
+// DeepSpeed's activation_checkpoint_interval: groups of 1 and 3 layers
+// recomputed in backward train as the single process without checkpointing.
+TEST(PipelineEngine, ActivationCheckpointIntervalMatchesSingleProcess) {
+  for (int interval : {1, 3}) {
+    Layout l;
+    l.pp = 2;
+    l.checkpoint_interval = interval;
+    Layout plain = l;
+    plain.checkpoint_interval = 0;
+    const TrainRun ref = train_reference("gpt2", plain);
+    expect_same_training(train_pipeline("gpt2", l, groups_of(2)), ref, 1e-5,
+                         describe("gpt2", l) + " checkpoint interval " + std::to_string(interval));
+  }
+}
+
 TEST(PipelineEngine, Bf16MatchesSingleProcessWithinTwoPercent) {
   for (const std::string arch : {"gpt2", "llama"}) {
     Layout l;
@@ -284,6 +302,16 @@ TEST(PipelineEngine, BadConfigsFailOnEveryRankWithTheNumbers) {
   zero3.pp = 2;
   zero3.zero = 3;
   EXPECT_NE(error(zero3).find("3 is not available under a pipeline"), std::string::npos) << error(zero3);
+  Layout interval;
+  interval.pp = 1;
+  interval.checkpoint_interval = 2;
+  {
+    Config config = Config::from_string(config_json(interval), "interval.json");
+    auto model = models::build_model(model_config("gpt2"));
+    EXPECT_NE(test::error_of([&] { initialize(config, model, groups_of(1), c10::Device(c10::kCPU)); })
+                  .find("applies to a pipeline's stages (pipeline.stages > 1)"),
+              std::string::npos);
+  }
   Layout data_parallel_only;
   data_parallel_only.pp = 2;
   Config config = Config::from_string(config_json(data_parallel_only), "dp.json");

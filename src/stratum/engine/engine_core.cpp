@@ -66,6 +66,11 @@ void check_supported(const Config& c, const std::vector<at::Tensor>& params, boo
     throw ConfigError(c.source, {"pipeline.stages: " + std::to_string(c.pipeline.stages) +
                                  " stages need the pipeline engine (stratum::initialize_pipeline and "
                                  "train_batch); stratum::initialize runs data parallelism only"});
+  if (!pipeline_stage && c.pipeline.activation_checkpoint_interval > 0)
+    throw ConfigError(c.source, {"pipeline.activation_checkpoint_interval: " +
+                                 std::to_string(c.pipeline.activation_checkpoint_interval) +
+                                 " applies to a pipeline's stages (pipeline.stages > 1); with one stage use the "
+                                 "activation_checkpointing section"});
   if (pipeline_stage) {
     if (c.zero_optimization.stage == 3)
       throw ConfigError(c.source, {"zero_optimization.stage: 3 is not available under a pipeline (each stage would "

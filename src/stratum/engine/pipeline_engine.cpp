@@ -15,6 +15,7 @@
 #include "stratum/engine/engine.h"
 #include "stratum/engine/param_runs.h"
 #include "stratum/models/causal_lm.h"
+#include "stratum/nn/checkpoint.h"
 
 namespace stratum {
 namespace {
@@ -32,9 +33,11 @@ void check_pipeline_config(const Config& c, int world_size) {
     problems.push_back("pipeline.schedule: \"zb-h1\" defers weight gradients past their micro-batch's backward, "
                        "and ZeRO-2 reduce-scatters each micro-batch's gradients at its end; use zero_optimization."
                        "stage 0 or 1 with zb-h1, or \"1f1b\" with stage 2");
-  if (c.pipeline.activation_checkpoint_interval > 0)
-    problems.push_back("pipeline.activation_checkpoint_interval: checkpointing groups of layers is not available "
-                       "yet; use the activation_checkpointing section, which recomputes each stage's blocks one by one");
+  if (c.pipeline.activation_checkpoint_interval > 0 && c.activation_checkpointing.enabled)
+    problems.push_back("pipeline.activation_checkpoint_interval: " +
+                       std::to_string(c.pipeline.activation_checkpoint_interval) +
+                       " checkpoints groups of layers, and the activation_checkpointing section checkpoints "
+                       "blocks one by one: choose one (they would recompute twice)");
   if (!problems.empty()) throw ConfigError(c.source, problems);
 }
 
@@ -263,7 +266,7 @@ at::Tensor PipelineEngine::forward(int micro, int chunk, const at::Tensor& input
     x = input.detach().requires_grad_(true);
     inputs_[{micro, chunk}] = x;
   }
-  at::Tensor out = model_->run(x, partition_.begin(vs), partition_.end(vs));
+  at::Tensor out = run_chunk(x, partition_.begin(vs), partition_.end(vs));
   if (last) {
     at::Tensor l = loss_(out, batches_.at(micro).labels);
     loss_sum_ += l.detach().to(at::kFloat);
@@ -272,6 +275,27 @@ at::Tensor PipelineEngine::forward(int micro, int chunk, const at::Tensor& input
   }
   outputs_[{micro, chunk}] = out;
   return out;
+}
+
+at::Tensor PipelineEngine::run_chunk(const at::Tensor& input, size_t begin, size_t end) {
+  const size_t interval = static_cast<size_t>(config_.pipeline.activation_checkpoint_interval);
+  if (interval == 0) return model_->run(input, begin, end);
+  // DeepSpeed's activation_checkpoint_interval: the chunk's layers in groups of
+  // `interval`, each recomputed in backward. A layer whose input needs no
+  // gradient (the embedding, reading token ids) runs plainly: nothing to recompute from.
+  at::Tensor x = input;
+  for (size_t i = begin; i < end;) {
+    if (!x.requires_grad()) {
+      x = model_->run(x, i, i + 1);
+      ++i;
+      continue;
+    }
+    const size_t j = std::min(end, i + interval);
+    x = nn::checkpoint([this, i, j](const at::Tensor& in) { return model_->run(in, i, j); }, x,
+                       config_.activation_checkpointing.cpu_checkpointing);
+    i = j;
+  }
+  return x;
 }
 
 at::Tensor PipelineEngine::backward(int micro, int chunk, const at::Tensor& output_grad, bool input_only) {

@@ -93,6 +93,8 @@ class PipelineEngine : private pipeline::StageOps {
   void backward_weight(int micro, int chunk) override;
   void reduce_tied() override;
   void optimizer_step() override;
+  // Layers [begin, end), in groups of pipeline.activation_checkpoint_interval recomputed in backward.
+  at::Tensor run_chunk(const at::Tensor& input, size_t begin, size_t end);
 
   Config config_;
   std::shared_ptr<nn::LayerStackImpl> model_;
