@@ -124,7 +124,6 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
     for (int i : all_layers.borrowed[l]) holders[i].insert(s);
   }
   std::vector<at::Tensor> params;
-  std::vector<int> tied_all;
   {
     c10::AutoGradMode no_grad(false);
     for (size_t i = 0; i < all_params.size(); ++i) {
