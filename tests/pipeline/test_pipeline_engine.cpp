@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "../common/error_of.h"
@@ -258,6 +259,36 @@ TEST(PipelineEngine, ActivationCheckpointIntervalMatchesSingleProcess) {
     expect_same_training(train_pipeline("gpt2", l, groups_of(2)), ref, 1e-5,
                          describe("gpt2", l) + " checkpoint interval " + std::to_string(interval));
   }
+}
+
+// fp16: an overflow on the last stage only (its loss made infinite at one
+// step) skips the step on every stage, and every stage halves its loss scale.
+TEST(PipelineEngine, Fp16OverflowOnOneStageSkipsTheStepOnEvery) {
+  Layout l;
+  l.pp = 2;
+  std::string json = config_json(l);
+  json.replace(json.find('{'), 1, R"({"fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1},)");
+  Config config = Config::from_string(json, "fp16.json");
+  torch::manual_seed(42);
+  auto model = models::build_model(model_config("gpt2"));
+  int step = 0;
+  constexpr int kOverflowStep = 3;
+  PipelineEngine engine(config, model, [&](const at::Tensor& out, const at::Tensor& labels) {
+    at::Tensor loss = models::causal_lm_loss(out, labels);
+    return step == kOverflowStep ? loss * std::numeric_limits<float>::infinity() : loss;
+  }, sub_context(groups_of(2)));
+  for (step = 0; step < 6; ++step) {
+    const double before = engine.loss_scale();
+    at::Tensor t = step_tokens(step, l.global_batch);
+    int k = 0;
+    engine.train_batch([&] {
+      at::Tensor b = t.narrow(0, 2 * k++, 2);
+      return MicroBatch{b.narrow(1, 0, kSeq), b.narrow(1, 1, kSeq)};
+    });
+    EXPECT_EQ(engine.last_step_skipped(), step == kOverflowStep) << "stage " << engine.stage() << " step " << step;
+    if (step == kOverflowStep) EXPECT_EQ(engine.loss_scale(), before / 2) << "stage " << engine.stage();
+  }
+  EXPECT_EQ(engine.core().skipped_steps(), 1);
 }
 
 TEST(PipelineEngine, Bf16MatchesSingleProcessWithinTwoPercent) {
