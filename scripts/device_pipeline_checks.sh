@@ -20,7 +20,7 @@ micro=${MICRO:-32}
 echo "=== pipeline tests ==="
 "$bin/test_pipeline" 2>&1 | grep -E "^\[  (PASSED|FAILED) |FAILED" | head -10
 mpirun --oversubscribe --bind-to none -np 2 -x STRATUM_DISABLE_NCCL=1 "$bin/test_pipeline_engine" 2>&1 |
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure" | head -10
+  sed 's/\x1b\[[0-9;]*m//g' | grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure" | head -10
 
 echo "=== split backward (B then W) against the fused backward: gpt2-1.3b, seq 1024, micro $micro, bf16 ==="
 for round in 1 2; do
