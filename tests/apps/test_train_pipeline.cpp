@@ -54,6 +54,16 @@ TEST_F(TrainCli, CommsLoggerListsTheStageTransfers) {
   EXPECT_NE(r.output.find("recv"), std::string::npos) << r.output;
 }
 
+// The desync detector checks every collective of the stages' groups (the
+// cross-stage norm and overflow reductions too) and lets a sound run finish.
+TEST_F(TrainCli, DesyncDetectorRunsUnderAPipeline) {
+  const std::string config = write_config(dir_, R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+    "optimizer": {"type": "AdamW"}, "pipeline": {"stages": 2}, "comms_logger": {"debug": true}})");
+  Result r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, config, 2));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("step 2/2 | loss"), std::string::npos) << r.output;
+}
+
 // A stage killed mid-schedule: its peer waits in a receive; the launcher
 // ends the job within seconds naming the dead rank, and nothing hangs.
 TEST_F(TrainCli, RankKilledMidScheduleEndsTheJobNamingIt) {
