@@ -69,6 +69,49 @@ std::vector<std::vector<int64_t>> tied_groups(const distributed::Topology& t, bo
   return groups;
 }
 
+// One stage's share of the model's trainable parameters.
+struct StageParameters {
+  std::vector<at::Tensor> params;  // those its layers own or borrow, in registration order
+  std::vector<std::string> names;
+  std::vector<int> tied;           // indices into params of those another stage holds too
+  bool any_tied = false;           // some parameter spans two stages (on any rank)
+};
+
+// This stage's parameters; the other stages' are freed (their storage set
+// empty). Throws ConfigError when a parameter spans stages other than the
+// first and the last (the tied embedding and head is the one sharing allowed).
+StageParameters take_stage_parameters(nn::LayerStackImpl& model, std::vector<at::Tensor>& all_params,
+                                      const std::vector<std::string>& all_names, const zero::LayerParams& layers,
+                                      const pipeline::Partition& partition, int stage, int stages,
+                                      const std::string& source) {
+  std::vector<std::set<int>> holders(all_params.size());  // the stages whose layers read each parameter
+  for (size_t l = 0; l < model.size(); ++l) {
+    const int s = partition.part_of(l) % stages;
+    for (int i : layers.own[l]) holders[i].insert(s);
+    for (int i : layers.borrowed[l]) holders[i].insert(s);
+  }
+  StageParameters out;
+  c10::AutoGradMode no_grad(false);
+  for (size_t i = 0; i < all_params.size(); ++i) {
+    const std::set<int>& h = holders[i];
+    if (h.size() > 1) {
+      out.any_tied = true;
+      if (h.size() != 2 || *h.begin() != 0 || *h.rbegin() != stages - 1)
+        throw ConfigError(source, {"pipeline: parameter '" + all_names[i] + "' is read by layers on " +
+                                   std::to_string(h.size()) + " stages; a shared parameter may span only the "
+                                   "first and the last stage (a tied embedding and head)"});
+    }
+    if (h.count(stage)) {
+      if (h.size() > 1) out.tied.push_back(static_cast<int>(out.params.size()));
+      out.params.push_back(all_params[i]);
+      out.names.push_back(all_names[i]);
+    } else {
+      all_params[i].set_data(at::empty({0}, all_params[i].options()));  // another stage's: freed
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerStackImpl> model, StageLoss loss,
@@ -116,33 +159,12 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
     throw ConfigError(config_.source, {std::string("pipeline.schedule: ") + e.what()});
   }
 
-  // This stage's parameters: those its layers own or borrow, in registration order.
-  std::vector<std::set<int>> holders(all_params.size());
-  for (size_t l = 0; l < model_->size(); ++l) {
-    const int s = partition_.part_of(l) % stages_;
-    for (int i : all_layers.own[l]) holders[i].insert(s);
-    for (int i : all_layers.borrowed[l]) holders[i].insert(s);
-  }
-  std::vector<at::Tensor> params;
-  {
-    c10::AutoGradMode no_grad(false);
-    for (size_t i = 0; i < all_params.size(); ++i) {
-      if (holders[i].size() > 1) {
-        const bool first_last = holders[i].size() == 2 && *holders[i].begin() == 0 && *holders[i].rbegin() == stages_ - 1;
-        if (!first_last)
-          throw ConfigError(config_.source, {"pipeline: parameter '" + all_names[i] + "' is read by layers on " +
-                                             std::to_string(holders[i].size()) + " stages; a shared parameter may "
-                                             "span only the first and the last stage (a tied embedding and head)"});
-      }
-      if (holders[i].count(stage_)) {
-        if (holders[i].size() > 1) tied_.push_back(static_cast<int>(params.size()));
-        params.push_back(all_params[i]);
-        names_.push_back(all_names[i]);
-      } else {
-        all_params[i].set_data(at::empty({0}, all_params[i].options()));  // another stage's: freed
-      }
-    }
-  }
+  StageParameters mine = take_stage_parameters(*model_, all_params, all_names, all_layers, partition_, stage_, stages_,
+                                               config_.source);
+  std::vector<at::Tensor>& params = mine.params;
+  names_ = std::move(mine.names);
+  tied_ = std::move(mine.tied);
+  const bool any_tied = mine.any_tied;
   if (params.empty())
     throw ConfigError(config_.source, {"pipeline: stage " + std::to_string(stage_) + " holds layers " +
                                        pipeline::describe(partition_) + " but no trainable parameter"});
@@ -162,8 +184,6 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
 
   // Tied parameters: equal from the start (the first stage's values, before
   // the core copies them into its masters); their gradients summed each step.
-  bool any_tied = false;
-  for (const auto& h : holders) any_tied = any_tied || h.size() > 1;
   if (any_tied) {
     // ZeRO-0 keeps whole gradients on every data-parallel rank: pair stage 0
     // and stage p-1 of each pipeline. Stages 1-2 partition them, each stage
