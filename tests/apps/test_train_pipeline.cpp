@@ -84,6 +84,26 @@ TEST_F(TrainCli, RankKilledMidScheduleEndsTheJobNamingIt) {
   EXPECT_LT(r.seconds, 120.0) << r.output;
 }
 
+// A stage that stops answering (SIGSTOP on the last stage at step 2): its peer
+// ends the job at the collective timeout, naming its stage and what it waited for.
+TEST_F(TrainCli, StalledStageEndsTheJobNamingWhatItsPeerWaitedFor) {
+  const std::string config = write_config(dir_, R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+    "optimizer": {"type": "AdamW"}, "pipeline": {"stages": 2}})");
+  const std::string log = dir_ + "/train.log", script = dir_ + "/stop_rank1.sh";
+  std::ofstream(script) << "(STRATUM_COMM_TIMEOUT=3 " << kBin << "/stratum-run --num_procs 2 "
+                        << train_args(dir_, config, 100000) << " > " << log << " 2>&1; echo \"exit $?\" >> " << log
+                        << ") &\n"
+                        << "for i in $(seq 600); do grep -q 'step 2/' " << log << " && break; sleep 0.1; done\n"
+                        << "for p in $(pgrep -f 'stratum-train --config " << config << "'); do\n"
+                        << "  tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1 && kill -STOP $p\n"
+                        << "done\nwait\ncat " << log << "\n";
+  Result r = run("bash " + script);
+  EXPECT_NE(r.output.find("[rank 0] error: pipeline stage 0: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("timed out after 3.000 s"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("exit 0"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 60.0) << r.output;
+}
+
 TEST_F(TrainCli, PipelineStagesThatDoNotDivideTheRanksAreRefused) {
   const std::string config = write_config(dir_, R"({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW"},
     "pipeline": {"stages": 3}})");

@@ -1,4 +1,5 @@
 #include "stratum/distributed/mpi_communicator.h"
+#include "stratum/distributed/wait_context.h"
 
 #include <ATen/ops/empty_like.h>
 #include <c10/core/ScalarType.h>
@@ -101,7 +102,7 @@ class MpiWork : public Work {
 
   [[noreturn]] void timed_out() {
     const double seconds = std::chrono::duration<double>(options_.timeout).count();
-    const std::string msg = description_ + " timed out after " + std::to_string(seconds).substr(0, 5) +
+    const std::string msg = WaitContext::prefix() + description_ + " timed out after " + std::to_string(seconds).substr(0, 5) +
                             " s: a peer never joined it (it crashed, hangs, or issued a different collective)";
     if (options_.abort_on_timeout) abort_job(msg, kExitCommTimeout);
     throw CommTimeout(msg);

@@ -12,6 +12,7 @@
 #include "stratum/distributed/logged_communicator.h"
 #include "stratum/distributed/parallel_groups.h"
 #include "stratum/distributed/topology.h"
+#include "stratum/distributed/wait_context.h"
 #include "stratum/engine/engine.h"
 #include "stratum/engine/param_runs.h"
 #include "stratum/models/causal_lm.h"
@@ -215,7 +216,7 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
     for (int i : tied_) place_.written_elsewhere.insert(names_[i]);  // the first stage writes it
   place_.model_params = all_names;
   for (size_t l = 0; l < model_->size(); ++l) place_.layer_stages.push_back(partition_.part_of(l) % stages_);
-  executor_ = std::make_unique<pipeline::ScheduleExecutor>(std::move(schedule), pp_, control_);
+  executor_ = std::make_unique<pipeline::ScheduleExecutor>(std::move(schedule), pp_, control_, device_);
   if (world->rank() == 0)
     log::info("pipeline: " + std::to_string(stages_) + " stages x " + std::to_string(topology.dp()) +
               " data-parallel, schedule " + config::pipeline_schedule_name(config_.pipeline.schedule) + ", " +
@@ -251,14 +252,17 @@ double PipelineEngine::train_batch(const NextBatch& next_batch) {
     shape[0] = static_cast<int64_t>(sizes.size());
     for (size_t d = 0; d < sizes.size() && d < 7; ++d) shape[d + 1] = sizes[d];
   }
-  if (stages_ > 1) control_->broadcast(shape, 0)->wait();
+  if (stages_ > 1) {
+    distributed::WaitContext context(where() + "the step's input shape from stage 0");
+    control_->broadcast(shape, 0)->wait();
+  }
   std::vector<int64_t> input_shape(shape.data_ptr<int64_t>(), shape.data_ptr<int64_t>() + 8);
   const bool changed = input_shape != last_input_shape_;
   last_input_shape_ = input_shape;
 
   loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
   passes_ = weight_passes_ = 0;
-  deferred_gemms_ = 0;
+  deferred_gemms_ = 0;  // read after the step: its count
   try {
     executor_->run(*this, changed);
   } catch (...) {
@@ -267,9 +271,9 @@ double PipelineEngine::train_batch(const NextBatch& next_batch) {
     deferred_.clear();
     throw;
   }
-  deferred_last_step_ = deferred_gemms_;
   // The loss: the last stage's mean over its micro-batches, averaged over data parallel, sent to every stage.
   at::Tensor loss = loss_sum_ / static_cast<double>(m);
+  distributed::WaitContext context(where() + "the step's loss from the last stage");
   if (is_last_stage() && dp_->size() > 1) dp_->all_reduce(loss, distributed::ReduceOp::avg)->wait();
   if (stages_ > 1) pp_->broadcast(loss, stages_ - 1)->wait();
   return loss.item<double>();
@@ -310,8 +314,7 @@ at::Tensor PipelineEngine::run_chunk(const at::Tensor& input, size_t begin, size
       continue;
     }
     const size_t j = std::min(end, i + interval);
-    x = nn::checkpoint([this, i, j](const at::Tensor& in) { return model_->run(in, i, j); }, x,
-                       config_.activation_checkpointing.cpu_checkpointing);
+    x = nn::checkpoint([this, i, j](const at::Tensor& in) { return model_->run(in, i, j); }, x);
     i = j;
   }
   return x;
@@ -354,6 +357,7 @@ void PipelineEngine::backward_weight(int micro, int chunk) {
 }
 
 void PipelineEngine::reduce_tied() {
+  distributed::WaitContext context(where() + "the data-parallel reductions and the tied gradients");
   core_->finish_gradients();
   if (!tied_group_ || tied_.empty()) return;
   zero::ZeroStrategy& strategy = core_->strategy();
@@ -373,7 +377,12 @@ void PipelineEngine::reduce_tied() {
   }
 }
 
-void PipelineEngine::optimizer_step() { core_->pipeline_step(); }
+void PipelineEngine::optimizer_step() {
+  distributed::WaitContext context(where() + "the optimizer step (overflow and norm over every stage)");
+  core_->pipeline_step();
+}
+
+std::string PipelineEngine::where() const { return "pipeline stage " + std::to_string(stage_) + ": "; }
 
 void PipelineEngine::save_checkpoint(const std::string& save_dir, const std::string& tag,
                                      const nlohmann::json& client_state) {

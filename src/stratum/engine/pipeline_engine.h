@@ -76,7 +76,7 @@ class PipelineEngine : private pipeline::StageOps {
   double loss_scale() const { return core_->loss_scale(); }
   bool last_step_skipped() const { return core_->last_step_skipped(); }
   // ZB-H1: the weight-gradient GEMMs this rank deferred from B to W in the last step.
-  int64_t deferred_weight_gemms() const { return deferred_last_step_; }
+  int64_t deferred_weight_gemms() const { return deferred_gemms_; }
   // The names of the parameters this stage trains, in the core's order.
   const std::vector<std::string>& parameter_names() const { return names_; }
 
@@ -93,6 +93,8 @@ class PipelineEngine : private pipeline::StageOps {
   void backward_weight(int micro, int chunk) override;
   void reduce_tied() override;
   void optimizer_step() override;
+  // "pipeline stage 2: ", ahead of what a timed-out wait of this stage waited for.
+  std::string where() const;
   // Layers [begin, end), in groups of pipeline.activation_checkpoint_interval recomputed in backward.
   at::Tensor run_chunk(const at::Tensor& input, size_t begin, size_t end);
 
@@ -114,7 +116,7 @@ class PipelineEngine : private pipeline::StageOps {
   std::map<std::pair<int, int>, at::Tensor> inputs_, outputs_;  // by (micro, chunk)
   std::map<std::pair<int, int>, nn::DeferredWeightGrads> deferred_;  // ZB-H1: B's weight GEMMs awaiting W
   int weight_passes_ = 0;
-  int64_t deferred_gemms_ = 0, deferred_last_step_ = 0;
+  int64_t deferred_gemms_ = 0;
   at::Tensor loss_sum_;
   int passes_ = 0;
   std::vector<int64_t> last_input_shape_;

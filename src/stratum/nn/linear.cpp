@@ -97,14 +97,12 @@ std::vector<at::Tensor> write_weight_grads(const std::vector<at::Tensor>& weight
     // W later: the same product into the same block, from the tensors as they
     // are now; where ATen cannot write it in the block's dtype, the product
     // in the operands' dtype is widened into it.
-    queue->add(
-        [block, g2, x2, accumulate]() mutable {
-          if (product_into(block, g2.t(), x2, accumulate)) return;
-          const at::Tensor product = g2.t().mm(x2);
-          if (accumulate) block.add_(product);
-          else block.copy_(product);
-        },
-        2 * g2.size(0) * g2.size(1) * x2.size(1));
+    queue->add([block, g2, x2, accumulate]() mutable {
+      if (product_into(block, g2.t(), x2, accumulate)) return;
+      const at::Tensor product = g2.t().mm(x2);
+      if (accumulate) block.add_(product);
+      else block.copy_(product);
+    });
   } else if (!product_into(block, g2.t(), x2, accumulate)) {
     return {};
   }
@@ -118,15 +116,9 @@ std::vector<at::Tensor> write_weight_grads(const std::vector<at::Tensor>& weight
 
 }  // namespace
 
-void DeferredWeightGrads::add(std::function<void()> gemm, int64_t flops) {
-  gemms_.push_back(std::move(gemm));
-  flops_ += flops;
-}
-
 void DeferredWeightGrads::run() {
   std::vector<std::function<void()>> gemms = std::move(gemms_);
   gemms_.clear();
-  flops_ = 0;
   // Outside autograd's backward: the saved inputs still require grad, and a
   // gradient written into ZeRO's buffer is no graph node.
   c10::AutoGradMode no_grad(false);
@@ -140,8 +132,6 @@ DeferWeightGrads::DeferWeightGrads(DeferredWeightGrads& queue) {
 }
 
 DeferWeightGrads::~DeferWeightGrads() { g_deferral.store(nullptr); }
-
-DeferredWeightGrads* active_weight_grad_deferral() { return g_deferral.load(); }
 
 at::Tensor weight_grad(const at::Tensor& weight, const at::Tensor& g2, const at::Tensor& x2) {
   const std::vector<at::Tensor> written = write_weight_grads({weight}, g2, x2);

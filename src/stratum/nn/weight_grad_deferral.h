@@ -13,7 +13,6 @@
 // path and get their gradient in B. The queued tensors (a layer's saved
 // input, the output gradient) stay alive until W: ZB-H1's memory cost.
 #include <cstddef>
-#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -30,13 +29,10 @@ class DeferredWeightGrads {
   void run();
   size_t size() const { return gemms_.size(); }
   bool empty() const { return gemms_.empty(); }
-  // Multiply-adds queued so far (for the W costs a benchmark reports).
-  int64_t flops() const { return flops_; }
-  void add(std::function<void()> gemm, int64_t flops);
+  void add(std::function<void()> gemm) { gemms_.push_back(std::move(gemm)); }
 
  private:
   std::vector<std::function<void()>> gemms_;
-  int64_t flops_ = 0;
 };
 
 // While alive, weight-gradient GEMMs into sinks go to `queue` (one scope at a
@@ -48,8 +44,5 @@ class DeferWeightGrads {
   DeferWeightGrads(const DeferWeightGrads&) = delete;
   DeferWeightGrads& operator=(const DeferWeightGrads&) = delete;
 };
-
-// The queue of the open scope, or null (linear.cpp asks).
-DeferredWeightGrads* active_weight_grad_deferral();
 
 }  // namespace stratum::nn

@@ -4,11 +4,9 @@
 
 #include <chrono>
 #include <map>
-#include <thread>
 
 #include "stratum/core/error.h"
-#include "stratum/core/heartbeat.h"
-#include "stratum/distributed/init.h"
+#include "stratum/distributed/wait_context.h"
 
 namespace stratum::pipeline {
 namespace {
@@ -31,8 +29,8 @@ at::Tensor take(std::map<Key, at::Tensor>& m, const Action& a) {
 }  // namespace
 
 ScheduleExecutor::ScheduleExecutor(Schedule schedule, std::shared_ptr<distributed::Communicator> pp,
-                                   std::shared_ptr<distributed::Communicator> control)
-    : schedule_(std::move(schedule)), pp_(std::move(pp)), control_(std::move(control)) {
+                                   std::shared_ptr<distributed::Communicator> control, c10::Device device)
+    : schedule_(std::move(schedule)), pp_(std::move(pp)), control_(std::move(control)), device_(device) {
   if (!pp_ || !control_) throw Error("pipeline executor: needs the pipeline group and its CPU control group");
   if (pp_->size() != schedule_.stages || control_->size() != schedule_.stages)
     throw Error("pipeline executor: the schedule has " + std::to_string(schedule_.stages) +
@@ -55,25 +53,9 @@ std::string ScheduleExecutor::describe(const Action& a) const {
   return s;
 }
 
-void ScheduleExecutor::wait(distributed::Work& work, const Action& a, const char* what) {
-  if (std::string(pp_->backend()) != "mpi") {  // stream-ordered; the NCCL watchdog bounds it
-    work.wait();
-    return;
-  }
-  const auto start = Clock::now();
-  int spins = 0;
-  while (!work.completed()) {
-    heartbeat::beat();
-    if (Clock::now() - start > pp_->options().timeout) {
-      const double s = std::chrono::duration<double>(pp_->options().timeout).count();
-      distributed::abort_job(describe(a) + ": the " + what + " did not complete within " + std::to_string(s).substr(0, 5) +
-                                 " s (STRATUM_COMM_TIMEOUT): the peer stage died, hangs, or runs another schedule",
-                             distributed::kExitCommTimeout);
-    }
-    if (++spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    else std::this_thread::yield();
-  }
-  work.wait();  // completes the operation's bookkeeping
+void ScheduleExecutor::wait(distributed::Work& work, const Action& a) {
+  distributed::WaitContext context(describe(a));
+  work.wait();
 }
 
 void ScheduleExecutor::send_shape(const at::Tensor& t, int peer, const Action& a) {
@@ -86,13 +68,13 @@ void ScheduleExecutor::send_shape(const at::Tensor& t, int peer, const Action& a
   h[1] = static_cast<int64_t>(t.scalar_type());
   for (int64_t d = 0; d < t.dim(); ++d) h[2 + d] = t.size(d);
   auto w = control_->send(header, peer);
-  wait(*w, a, "shape message");
+  wait(*w, a);
 }
 
 ScheduleExecutor::Shape ScheduleExecutor::recv_shape(int peer, const Action& a) {
   at::Tensor header = at::zeros({kMaxDims + 2}, at::kLong);
   auto w = control_->recv(header, peer);
-  wait(*w, a, "shape message");
+  wait(*w, a);
   const int64_t* h = header.data_ptr<int64_t>();
   if (h[0] < 0 || h[0] > kMaxDims) throw Error(describe(a) + ": a malformed shape message from the peer stage");
   Shape s;
@@ -113,10 +95,9 @@ void ScheduleExecutor::run(StageOps& ops, bool shapes_changed) {
   std::map<Key, at::Tensor> received_act, received_grad, act_out, grad_out;
   std::vector<std::pair<distributed::WorkPtr, Action>> sends;
   auto finish_sends = [&] {
-    for (auto& [w, a] : sends) wait(*w, a, "send");
+    for (auto& [w, a] : sends) wait(*w, a);
     sends.clear();
   };
-  const c10::Device device = pp_->backend() == std::string("mpi") ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA);
   for (const Action& a : schedule_.ranks.at(rank_)) {
     const int vs = schedule_.virtual_stage(rank_, a.chunk);
     const auto t = Clock::now();
@@ -124,9 +105,9 @@ void ScheduleExecutor::run(StageOps& ops, bool shapes_changed) {
       case Op::recv_act: {
         Shape& shape = recv_shapes_.at(a.chunk);
         if (!shape.known) shape = recv_shape(a.peer, a);
-        at::Tensor buf = at::empty(shape.sizes, at::TensorOptions().dtype(shape.dtype).device(device));
+        at::Tensor buf = at::empty(shape.sizes, at::TensorOptions().dtype(shape.dtype).device(device_));
         auto w = pp_->recv(buf, a.peer);
-        wait(*w, a, "receive");
+        wait(*w, a);
         received_act[{a.micro, a.chunk}] = buf;
         break;
       }
@@ -154,9 +135,9 @@ void ScheduleExecutor::run(StageOps& ops, bool shapes_changed) {
       case Op::recv_grad: {
         const Shape& shape = sent_shapes_.at(a.chunk);
         if (!shape.known) throw Error(describe(a) + ": a gradient for an activation this stage never sent");
-        at::Tensor buf = at::empty(shape.sizes, at::TensorOptions().dtype(shape.dtype).device(device));
+        at::Tensor buf = at::empty(shape.sizes, at::TensorOptions().dtype(shape.dtype).device(device_));
         auto w = pp_->recv(buf, a.peer);
-        wait(*w, a, "receive");
+        wait(*w, a);
         received_grad[{a.micro, a.chunk}] = buf;
         break;
       }

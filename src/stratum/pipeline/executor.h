@@ -14,8 +14,9 @@
 // answer.
 //
 // A wait that outlives the communicator's timeout ends the job naming the
-// action, its micro-batch and chunk, the peer stage and the operation: a peer
-// that died or took another path never leaves this rank hanging.
+// action, its micro-batch and chunk, the peer stage and the operation
+// (distributed/wait_context.h): a peer that died or took another path never
+// leaves this rank hanging.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -61,10 +62,11 @@ struct StepTiming {
 
 class ScheduleExecutor {
  public:
-  // `pp`: the pipeline group, rank r = pipeline stage r, on the device of the
-  // activations; `control`: the same ranks on the CPU (MPI), for shape messages.
+  // `pp`: the pipeline group, rank r = pipeline stage r, for tensors on
+  // `device` (the activations'); `control`: the same ranks on the CPU (MPI),
+  // for shape messages.
   ScheduleExecutor(Schedule schedule, std::shared_ptr<distributed::Communicator> pp,
-                   std::shared_ptr<distributed::Communicator> control);
+                   std::shared_ptr<distributed::Communicator> control, c10::Device device);
 
   // One step: this rank's actions in order. `shapes_changed`: the step's
   // inputs differ in shape from the last step's (always true for the first).
@@ -83,13 +85,13 @@ class ScheduleExecutor {
   };
   void send_shape(const at::Tensor& t, int peer, const Action& a);
   Shape recv_shape(int peer, const Action& a);
-  // Waits for `work` (the transfer of action `a`), ending the job with `a`
-  // named when the communicator's timeout passes.
-  void wait(distributed::Work& work, const Action& a, const char* what);
+  // Waits for `work` (the transfer of action `a`); a timeout names `a`.
+  void wait(distributed::Work& work, const Action& a);
   std::string describe(const Action& a) const;
 
   Schedule schedule_;
   std::shared_ptr<distributed::Communicator> pp_, control_;
+  c10::Device device_;
   int rank_;
   // By chunk: the shape of the activation received from the previous virtual
   // stage, and of the one sent to the next (that of the gradient coming back).
