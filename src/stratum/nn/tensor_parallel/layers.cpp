@@ -1,0 +1,145 @@
+#include "stratum/nn/tensor_parallel/layers.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <limits>
+#include <string>
+
+#include "stratum/core/error.h"
+#include "stratum/nn/embedding.h"
+#include "stratum/nn/linear.h"
+
+namespace stratum::nn::tp {
+
+at::Tensor column_parallel_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                  const TensorParallel& tp) {
+  const at::Tensor in = tp.sequence_parallel ? gather_from_sequence(x, tp) : copy_to_region(x, tp);
+  return nn::linear(in, weight, bias);
+}
+
+at::Tensor row_parallel_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                               const TensorParallel& tp) {
+  const at::Tensor partial = nn::linear(x, weight);
+  const at::Tensor y = tp.sequence_parallel ? reduce_scatter_to_sequence(partial, tp) : reduce_from_region(partial, tp);
+  return bias.defined() ? y + bias : y;
+}
+
+int64_t padded_vocab_size(int64_t vocab, int64_t size) {
+  if (vocab < 1 || size < 1)
+    throw Error("tensor parallel: a vocabulary of " + std::to_string(vocab) + " over " + std::to_string(size) +
+                " ranks");
+  if (size == 1) return vocab;
+  const int64_t multiple = 64 * size;
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+VocabShard vocab_shard(int64_t vocab, int64_t size, int64_t rank) {
+  VocabShard s;
+  s.vocab = vocab;
+  s.rows = padded_vocab_size(vocab, size) / size;
+  s.start = rank * s.rows;
+  s.valid = std::clamp<int64_t>(vocab - s.start, 0, s.rows);
+  return s;
+}
+
+at::Tensor vocab_parallel_embedding(const at::Tensor& ids, const at::Tensor& weight, const VocabShard& shard,
+                                    const TensorParallel& tp) {
+  if (!tp.enabled()) return nn::embedding_lookup(weight, ids);
+  if (weight.size(0) != shard.rows)
+    throw Error("vocab_parallel_embedding: the weight has " + std::to_string(weight.size(0)) +
+                " rows but this rank's vocabulary shard has " + std::to_string(shard.rows));
+  const at::Tensor held = ids.ge(shard.start).logical_and(ids.lt(shard.start + shard.valid));
+  const at::Tensor local = (ids - shard.start).masked_fill(held.logical_not(), 0);
+  const at::Tensor rows = nn::embedding_lookup(weight, local) * held.unsqueeze(-1).to(weight.scalar_type());
+  return tp.sequence_parallel ? reduce_scatter_to_sequence(rows, tp) : reduce_from_region(rows, tp);
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Rows [r, r + len) of the local logits in fp32, padded columns at -inf.
+at::Tensor block_fp32(const at::Tensor& logits, int64_t r, int64_t len, int64_t valid) {
+  at::Tensor x = logits.narrow(0, r, len).to(at::kFloat);
+  if (valid < x.size(1)) x.narrow(1, valid, x.size(1) - valid).fill_(-std::numeric_limits<float>::infinity());
+  return x;
+}
+
+struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
+  // logits [N, Vl], targets [N] int64. Saves the logits, each row's
+  // log-sum-exp and its local target column (-1: another rank's or ignored).
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets,
+                            int64_t group_address, int64_t start, int64_t valid, int64_t ignore_index,
+                            int64_t block_rows) {
+    auto& group = *reinterpret_cast<distributed::Communicator*>(static_cast<intptr_t>(group_address));
+    const int64_t n = logits.size(0);
+    const auto f32 = logits.options().dtype(at::kFloat);
+    const at::Tensor live = targets.ne(ignore_index);
+    const at::Tensor local_target = targets - start;
+    const at::Tensor mine = live.logical_and(local_target.ge(0)).logical_and(local_target.lt(valid));
+    const at::Tensor column = local_target.masked_fill(mine.logical_not(), -1);
+    at::Tensor row_max = at::empty({n}, f32);
+    for (int64_t r = 0; r < n; r += block_rows) {
+      const int64_t len = std::min(block_rows, n - r);
+      row_max.narrow(0, r, len).copy_(std::get<0>(block_fp32(logits, r, len, valid).max(1)));
+    }
+    group.all_reduce(row_max, distributed::ReduceOp::max)->wait();
+    at::Tensor sums = at::zeros({2, n}, f32);  // [sum of exp(x - max), target logit]
+    for (int64_t r = 0; r < n; r += block_rows) {
+      const int64_t len = std::min(block_rows, n - r);
+      const at::Tensor x = block_fp32(logits, r, len, valid);
+      sums[0].narrow(0, r, len).copy_((x - row_max.narrow(0, r, len).unsqueeze(1)).exp().sum(1));
+      const at::Tensor col = column.narrow(0, r, len);
+      const at::Tensor picked = x.gather(1, col.clamp_min(0).unsqueeze(1)).squeeze(1);
+      sums[1].narrow(0, r, len).copy_(picked.masked_fill(col.lt(0), 0.0f));
+    }
+    group.all_reduce(sums, distributed::ReduceOp::sum)->wait();
+    const at::Tensor lse = sums[0].log() + row_max;
+    const at::Tensor count = live.sum().to(at::kFloat);
+    ctx->save_for_backward({logits, column, live, lse, count});
+    ctx->saved_data["valid"] = valid;
+    ctx->saved_data["block_rows"] = block_rows;
+    return ((lse - sums[1]) * live).sum() / count;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &logits = saved[0], &column = saved[1], &live = saved[2], &lse = saved[3], &count = saved[4];
+    const int64_t valid = ctx->saved_data["valid"].toInt(), block_rows = ctx->saved_data["block_rows"].toInt();
+    const int64_t n = logits.size(0);
+    const at::Tensor row_scale = live.to(at::kFloat) * (grads[0].to(at::kFloat) / count);
+    at::Tensor grad = at::empty(logits.sizes(), logits.options());
+    for (int64_t r = 0; r < n; r += block_rows) {
+      const int64_t len = std::min(block_rows, n - r);
+      at::Tensor p = (block_fp32(logits, r, len, valid) - lse.narrow(0, r, len).unsqueeze(1)).exp();
+      const at::Tensor col = column.narrow(0, r, len);
+      p.scatter_add_(1, col.clamp_min(0).unsqueeze(1), -col.ge(0).to(at::kFloat).unsqueeze(1));
+      at::Tensor out = grad.narrow(0, r, len);
+      at::mul_out(out, p, row_scale.narrow(0, r, len).unsqueeze(1));  // rounded to the logits' dtype on store
+    }
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, const VocabShard& shard,
+                                        const TensorParallel& tp, int64_t ignore_index, int64_t block_rows) {
+  if (!logits.defined() || !at::isFloatingType(logits.scalar_type()) || logits.dim() < 1)
+    throw Error("vocab_parallel_cross_entropy: logits must be a floating tensor [..., V / size]");
+  if (logits.sizes().slice(0, logits.dim() - 1) != targets.sizes())
+    throw Error("vocab_parallel_cross_entropy: targets " + c10::str(targets.sizes()) + " do not match logits " +
+                c10::str(logits.sizes()));
+  if (logits.size(-1) != shard.rows)
+    throw Error("vocab_parallel_cross_entropy: logits have " + std::to_string(logits.size(-1)) +
+                " columns but this rank's vocabulary shard has " + std::to_string(shard.rows));
+  if (block_rows < 1) throw Error("vocab_parallel_cross_entropy: block_rows must be >= 1");
+  if (!tp.group) throw Error("vocab_parallel_cross_entropy: no tensor-parallel group");
+  return VocabParallelCrossEntropy::apply(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}).to(at::kLong),
+                                          static_cast<int64_t>(reinterpret_cast<intptr_t>(tp.group.get())),
+                                          shard.start, shard.valid, ignore_index, block_rows);
+}
+
+}  // namespace stratum::nn::tp
