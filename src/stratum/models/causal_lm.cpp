@@ -10,17 +10,30 @@
 
 namespace stratum::models {
 
-CausalLMImpl::CausalLMImpl(ModelConfig config)
-    : nn::LayerStackImpl(config.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel"), config_(std::move(config)) {}
+CausalLMImpl::CausalLMImpl(ModelConfig config, nn::tp::TensorParallel tp)
+    : nn::LayerStackImpl(config.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel"),
+      config_(std::move(config)),
+      tp_(std::move(tp)),
+      vocab_(nn::tp::vocab_shard(config_.vocab_size, tp_.size(), tp_.rank())) {}
+
+namespace {
+void check_tokens(const ModelConfig& c, const at::Tensor& tokens) {
+  if (tokens.dim() != 2) throw Error("model '" + c.name + "': tokens must be [batch, seq], got " +
+                                     std::to_string(tokens.dim()) + " dimensions");
+}
+}  // namespace
 
 at::Tensor CausalLMImpl::logits(const at::Tensor& tokens) {
-  if (tokens.dim() != 2) throw Error("model '" + config_.name + "': tokens must be [batch, seq], got " +
-                                     std::to_string(tokens.dim()) + " dimensions");
-  return nn::LayerStackImpl::forward(tokens);
+  check_tokens(config_, tokens);
+  const at::Tensor out = nn::LayerStackImpl::forward(tokens);
+  if (!tp_.enabled()) return out;
+  return nn::tp::gather_from_last(out, tp_).narrow(-1, 0, config_.vocab_size);
 }
 
 at::Tensor CausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
-  return causal_lm_loss(logits(tokens), targets);
+  if (!tp_.enabled()) return causal_lm_loss(logits(tokens), targets);
+  check_tokens(config_, tokens);
+  return nn::tp::vocab_parallel_cross_entropy(nn::LayerStackImpl::forward(tokens), targets, vocab_, tp_);
 }
 
 at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
@@ -34,6 +47,13 @@ at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
 std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config, c10::Device init_device) {
   if (config.arch == "gpt2") return build_gpt2(config, init_device);
   if (config.arch == "llama") return build_llama(config, init_device);
+  throw Error("model '" + config.name + "': unknown arch '" + config.arch + "' (gpt2, llama)");
+}
+
+std::shared_ptr<CausalLMImpl> construct_model(const ModelConfig& config, const nn::tp::TensorParallel& tp) {
+  validate(config);
+  if (config.arch == "gpt2") return construct_gpt2(config, tp);
+  if (config.arch == "llama") return construct_llama(config, tp);
   throw Error("model '" + config.name + "': unknown arch '" + config.arch + "' (gpt2, llama)");
 }
 

@@ -15,23 +15,33 @@
 
 #include "stratum/models/model_config.h"
 #include "stratum/nn/layer_stack.h"
+#include "stratum/nn/tensor_parallel/layers.h"
 
 namespace stratum::models {
 
 class CausalLMImpl : public nn::LayerStackImpl {
  public:
-  explicit CausalLMImpl(ModelConfig config);
+  // `tp`: the layers are tensor-parallel shards over it (models/tensor_parallel_plan.h).
+  explicit CausalLMImpl(ModelConfig config, nn::tp::TensorParallel tp = {});
 
   // Mean next-token cross-entropy of logits(tokens) against targets (fp32).
-  // tokens, targets: int64 [B, T]; targets equal to -100 are ignored.
+  // tokens, targets: int64 [B, T]; targets equal to -100 are ignored. Under
+  // tensor parallelism the vocabulary-parallel loss of the stack's logit
+  // shards, the same on every rank of the group.
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& targets);
-  // [B, T, vocab] in the model's dtype. T may not exceed max_seq_len.
+  // [B, T, vocab] in the model's dtype (gathered over the tensor-parallel
+  // group, padding dropped). T may not exceed max_seq_len.
   at::Tensor logits(const at::Tensor& tokens);
 
   const ModelConfig& config() const { return config_; }
+  const nn::tp::TensorParallel& tensor_parallel() const { return tp_; }
+  // The rows of the vocabulary this rank's embedding and head hold.
+  const nn::tp::VocabShard& vocab_shard() const { return vocab_; }
 
  private:
   ModelConfig config_;
+  nn::tp::TensorParallel tp_;
+  nn::tp::VocabShard vocab_;
 };
 
 // GPT-2 or LLaMA after config.arch; validates the config and initializes the
@@ -41,6 +51,12 @@ class CausalLMImpl : public nn::LayerStackImpl {
 std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config, c10::Device init_device = c10::kCPU);
 std::shared_ptr<CausalLMImpl> build_gpt2(const ModelConfig& config, c10::Device init_device = c10::kCPU);
 std::shared_ptr<CausalLMImpl> build_llama(const ModelConfig& config, c10::Device init_device = c10::kCPU);
+// The layers alone, each with torch's own initialization, sharded over `tp`:
+// for build_model (which then runs init_weights) and the sharded build
+// (models/tensor_parallel_plan.h).
+std::shared_ptr<CausalLMImpl> construct_model(const ModelConfig& config, const nn::tp::TensorParallel& tp = {});
+std::shared_ptr<CausalLMImpl> construct_gpt2(const ModelConfig& config, const nn::tp::TensorParallel& tp);
+std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& config, const nn::tp::TensorParallel& tp);
 
 // GPT-2's initialization for either architecture, by parameter name: weights
 // normal(0, init_std), the residual projections (attn.c_proj, mlp.c_proj,

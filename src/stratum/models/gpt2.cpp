@@ -24,8 +24,10 @@ torch::nn::LayerNorm layer_norm(const ModelConfig& c) {
 // tokens [B, T] -> wte(tokens) + wpe(0..T-1)
 class GPT2Embedding : public nn::StackLayer {
  public:
-  explicit GPT2Embedding(const ModelConfig& c) : StackLayer("GPT2Embedding"), dropout_(c.dropout) {
-    wte = register_module("wte", torch::nn::Embedding(c.vocab_size, c.hidden));
+  GPT2Embedding(const ModelConfig& c, nn::tp::TensorParallel tp)
+      : StackLayer("GPT2Embedding"), dropout_(c.dropout), tp_(std::move(tp)),
+        vocab_(nn::tp::vocab_shard(c.vocab_size, tp_.size(), tp_.rank())) {
+    wte = register_module("wte", torch::nn::Embedding(vocab_.rows, c.hidden));
     wpe = register_module("wpe", torch::nn::Embedding(c.max_seq_len, c.hidden));
   }
   at::Tensor forward(const at::Tensor& tokens) override {
@@ -33,7 +35,12 @@ class GPT2Embedding : public nn::StackLayer {
     if (T > wpe->weight.size(0))
       throw Error("GPT-2: sequence of " + std::to_string(T) + " tokens is longer than max_seq_len " +
                   std::to_string(wpe->weight.size(0)));
-    const at::Tensor x = nn::embedding_lookup(wte->weight, tokens) + wpe(at::arange(T, tokens.options().dtype(at::kLong)));
+    // Under sequence parallelism this rank's slice of the positions (the token rows come reduce-scattered).
+    const int64_t local = tp_.sequence_parallel ? T / tp_.size() : T;
+    const int64_t first = tp_.sequence_parallel ? tp_.rank() * local : 0;
+    const at::Tensor rows = tp_.enabled() ? nn::tp::vocab_parallel_embedding(tokens, wte->weight, vocab_, tp_)
+                                          : nn::embedding_lookup(wte->weight, tokens);
+    const at::Tensor x = rows + wpe(at::arange(first, first + local, tokens.options().dtype(at::kLong)));
     return is_training() && dropout_ > 0 ? at::dropout(x, dropout_, true) : x;
   }
   // The token embedding's lookup gradient (tied or not: a tied head adds a dense part).
@@ -42,17 +49,19 @@ class GPT2Embedding : public nn::StackLayer {
 
  private:
   double dropout_;
+  nn::tp::TensorParallel tp_;
+  nn::tp::VocabShard vocab_;
 };
 
 // x + attn(ln_1(x)), then + mlp(ln_2(.)): HF's GPT2Block.
 class GPT2Block : public nn::StackLayer {
  public:
-  explicit GPT2Block(const ModelConfig& c) : StackLayer("GPT2Block") {
+  GPT2Block(const ModelConfig& c, const nn::tp::TensorParallel& tp) : StackLayer("GPT2Block") {
     ln_1 = register_module("ln_1", layer_norm(c));
-    attn = register_module("attn", std::make_shared<nn::FusedQKVAttentionImpl>(c.hidden, c.heads, c.dropout));
+    attn = register_module("attn", std::make_shared<nn::FusedQKVAttentionImpl>(c.hidden, c.heads, c.dropout, tp));
     ln_2 = register_module("ln_2", layer_norm(c));
     mlp = register_module("mlp", std::make_shared<nn::GeluMLPImpl>(c.hidden, c.ffn_hidden, c.dropout,
-                                                                    c.recompute_mlp_activation));
+                                                                    c.recompute_mlp_activation, tp));
   }
   at::Tensor forward(const at::Tensor& x) override {
     // The attention's residual add and ln_2 as one function (one backward pass for both).
@@ -79,16 +88,22 @@ class GPT2FinalNorm : public nn::StackLayer {
 
 }  // namespace
 
-std::shared_ptr<CausalLMImpl> build_gpt2(const ModelConfig& c, c10::Device init_device) {
+std::shared_ptr<CausalLMImpl> construct_gpt2(const ModelConfig& c, const nn::tp::TensorParallel& tp) {
   validate(c);
   if (c.arch != "gpt2") throw Error("build_gpt2: model '" + c.name + "' is arch '" + c.arch + "'");
-  auto model = std::make_shared<CausalLMImpl>(c);
-  auto embedding = std::make_shared<GPT2Embedding>(c);
+  auto model = std::make_shared<CausalLMImpl>(c, tp);
+  auto embedding = std::make_shared<GPT2Embedding>(c, tp);
   model->append(embedding, "transformer");
-  for (int64_t i = 0; i < c.layers; ++i) model->append(std::make_shared<GPT2Block>(c), "transformer.h." + std::to_string(i));
+  for (int64_t i = 0; i < c.layers; ++i)
+    model->append(std::make_shared<GPT2Block>(c, tp), "transformer.h." + std::to_string(i));
   model->append(std::make_shared<GPT2FinalNorm>(c), "transformer");
-  if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->wte.ptr()), "");
-  else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, c.vocab_size), "");
+  if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->wte.ptr(), tp), "");
+  else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp), "");
+  return model;
+}
+
+std::shared_ptr<CausalLMImpl> build_gpt2(const ModelConfig& c, c10::Device init_device) {
+  auto model = construct_gpt2(c, {});
   init_weights(*model, init_device);
   return model;
 }

@@ -18,14 +18,17 @@ namespace {
 
 class LlamaEmbedding : public nn::StackLayer {
  public:
-  explicit LlamaEmbedding(const ModelConfig& c) : StackLayer("LlamaEmbedding"), max_seq_len_(c.max_seq_len) {
-    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden));
+  LlamaEmbedding(const ModelConfig& c, nn::tp::TensorParallel tp)
+      : StackLayer("LlamaEmbedding"), max_seq_len_(c.max_seq_len), tp_(std::move(tp)),
+        vocab_(nn::tp::vocab_shard(c.vocab_size, tp_.size(), tp_.rank())) {
+    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(vocab_.rows, c.hidden));
   }
   at::Tensor forward(const at::Tensor& tokens) override {
     if (tokens.size(-1) > max_seq_len_)
       throw Error("LLaMA: sequence of " + std::to_string(tokens.size(-1)) + " tokens is longer than max_seq_len " +
                   std::to_string(max_seq_len_));
-    return nn::embedding_lookup(embed_tokens->weight, tokens);
+    return tp_.enabled() ? nn::tp::vocab_parallel_embedding(tokens, embed_tokens->weight, vocab_, tp_)
+                         : nn::embedding_lookup(embed_tokens->weight, tokens);
   }
   // The token embedding's lookup gradient (tied or not: a tied head adds a dense part).
   std::vector<at::Tensor> row_gradient_parameters() const override { return {embed_tokens->weight}; }
@@ -33,20 +36,22 @@ class LlamaEmbedding : public nn::StackLayer {
 
  private:
   int64_t max_seq_len_;
+  nn::tp::TensorParallel tp_;
+  nn::tp::VocabShard vocab_;
 };
 
 // x + self_attn(input_layernorm(x)), then + mlp(post_attention_layernorm(.)).
 class LlamaDecoderLayer : public nn::StackLayer {
  public:
-  LlamaDecoderLayer(const ModelConfig& c, std::shared_ptr<nn::RotaryEmbedding> rope)
+  LlamaDecoderLayer(const ModelConfig& c, std::shared_ptr<nn::RotaryEmbedding> rope, const nn::tp::TensorParallel& tp)
       : StackLayer("LlamaDecoderLayer") {
     input_layernorm = register_module("input_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps));
     self_attn = register_module("self_attn", std::make_shared<nn::GroupedQueryAttentionImpl>(
-                                                 c.hidden, c.heads, c.kv_heads, std::move(rope), c.dropout));
+                                                 c.hidden, c.heads, c.kv_heads, std::move(rope), c.dropout, tp));
     post_attention_layernorm =
         register_module("post_attention_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps));
     mlp = register_module("mlp", std::make_shared<nn::SwiGLUMLPImpl>(c.hidden, c.ffn_hidden,
-                                                                      c.recompute_mlp_activation));
+                                                                      c.recompute_mlp_activation, tp));
   }
   at::Tensor forward(const at::Tensor& x) override {
     const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x));
@@ -70,10 +75,16 @@ class LlamaFinalNorm : public nn::StackLayer {
 }  // namespace
 
 std::shared_ptr<CausalLMImpl> build_llama(const ModelConfig& c, c10::Device init_device) {
+  auto model = construct_llama(c, {});
+  init_weights(*model, init_device);
+  return model;
+}
+
+std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& c, const nn::tp::TensorParallel& tp) {
   validate(c);
   if (c.arch != "llama") throw Error("build_llama: model '" + c.name + "' is arch '" + c.arch + "'");
-  auto model = std::make_shared<CausalLMImpl>(c);
-  auto embedding = std::make_shared<LlamaEmbedding>(c);
+  auto model = std::make_shared<CausalLMImpl>(c, tp);
+  auto embedding = std::make_shared<LlamaEmbedding>(c, tp);
   model->append(embedding, "model");
   nn::RopeScaling scaling;
   scaling.factor = c.rope_scaling_factor;
@@ -82,11 +93,10 @@ std::shared_ptr<CausalLMImpl> build_llama(const ModelConfig& c, c10::Device init
   scaling.original_max_seq_len = c.rope_original_max_seq_len;
   auto rope = std::make_shared<nn::RotaryEmbedding>(c.head_dim(), c.rope_theta, scaling);
   for (int64_t i = 0; i < c.layers; ++i)
-    model->append(std::make_shared<LlamaDecoderLayer>(c, rope), "model.layers." + std::to_string(i));
+    model->append(std::make_shared<LlamaDecoderLayer>(c, rope, tp), "model.layers." + std::to_string(i));
   model->append(std::make_shared<LlamaFinalNorm>(c), "model");
-  if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->embed_tokens.ptr()), "");
-  else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, c.vocab_size), "");
-  init_weights(*model, init_device);
+  if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->embed_tokens.ptr(), tp), "");
+  else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp), "");
   return model;
 }
 

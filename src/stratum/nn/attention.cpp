@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "stratum/nn/linear.h"
+#include "stratum/nn/tensor_parallel/layers.h"
 
 namespace stratum::nn {
 
@@ -25,47 +26,61 @@ at::Tensor merge_heads(const at::Tensor& x) {
 }
 }  // namespace
 
-FusedQKVAttentionImpl::FusedQKVAttentionImpl(int64_t hidden, int64_t heads, double dropout)
-    : torch::nn::Module("FusedQKVAttention"), heads(heads), dropout(dropout) {
-  c_attn = register_module("c_attn", torch::nn::Linear(hidden, 3 * hidden));
-  c_proj = register_module("c_proj", torch::nn::Linear(hidden, hidden));
+FusedQKVAttentionImpl::FusedQKVAttentionImpl(int64_t hidden, int64_t heads, double dropout, tp::TensorParallel tp)
+    : torch::nn::Module("FusedQKVAttention"), heads(heads / tp.size()), dropout(dropout), tp(std::move(tp)) {
+  const int64_t local = hidden / this->tp.size();
+  c_attn = register_module("c_attn", torch::nn::Linear(hidden, 3 * local));
+  c_proj = register_module("c_proj", torch::nn::Linear(local, hidden));
 }
 
 at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
-  const int64_t hidden = x.size(-1);
-  const auto qkv = nn::linear(x, c_attn->weight, c_attn->bias).split(hidden, -1);  // HF packs q, k, v along the output dimension
   const double p = is_training() ? dropout : 0.0;
-  at::Tensor y = merge_heads(causal_attention(split_heads(qkv[0], heads), split_heads(qkv[1], heads),
-                                              split_heads(qkv[2], heads), p));
-  y = nn::linear(y, c_proj->weight, c_proj->bias);
-  return p > 0 ? at::dropout(y, p, /*train=*/true) : y;
+  if (!tp.enabled()) {
+    const int64_t hidden = x.size(-1);
+    const auto qkv = nn::linear(x, c_attn->weight, c_attn->bias).split(hidden, -1);  // HF packs q, k, v along the output dimension
+    at::Tensor y = merge_heads(causal_attention(split_heads(qkv[0], heads), split_heads(qkv[1], heads),
+                                                split_heads(qkv[2], heads), p));
+    y = nn::linear(y, c_proj->weight, c_proj->bias);
+    return p > 0 ? at::dropout(y, p, /*train=*/true) : y;
+  }
+  // This rank's heads: its rows of each of q, k and v (models/tensor_parallel_plan.h).
+  const auto qkv = tp::column_parallel_linear(x, c_attn->weight, c_attn->bias, tp).chunk(3, -1);
+  const at::Tensor y = merge_heads(causal_attention(split_heads(qkv[0], heads), split_heads(qkv[1], heads),
+                                                    split_heads(qkv[2], heads), p));
+  return tp::row_parallel_linear(y, c_proj->weight, c_proj->bias, tp);
 }
 
 GroupedQueryAttentionImpl::GroupedQueryAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads,
-                                                     std::shared_ptr<RotaryEmbedding> rope, double dropout)
+                                                     std::shared_ptr<RotaryEmbedding> rope, double dropout,
+                                                     tp::TensorParallel tp)
     : torch::nn::Module("GroupedQueryAttention"),
-      heads(heads),
-      kv_heads(kv_heads),
+      heads(heads / tp.size()),
+      // Fewer key/value heads than ranks: each rank holds the one its query heads read.
+      kv_heads(kv_heads % tp.size() == 0 ? kv_heads / tp.size() : 1),
       head_dim(hidden / heads),
       dropout(dropout),
+      tp(std::move(tp)),
       rope(std::move(rope)) {
   auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
-  q_proj = register_module("q_proj", linear(hidden, heads * head_dim));
-  k_proj = register_module("k_proj", linear(hidden, kv_heads * head_dim));
-  v_proj = register_module("v_proj", linear(hidden, kv_heads * head_dim));
-  o_proj = register_module("o_proj", linear(heads * head_dim, hidden));
+  q_proj = register_module("q_proj", linear(hidden, this->heads * head_dim));
+  k_proj = register_module("k_proj", linear(hidden, this->kv_heads * head_dim));
+  v_proj = register_module("v_proj", linear(hidden, this->kv_heads * head_dim));
+  o_proj = register_module("o_proj", linear(this->heads * head_dim, hidden));
 }
 
 at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
-  const auto [cos, sin] = rope->cos_sin(x.size(1), x.device(), x.scalar_type());
+  // Under tensor parallelism the input enters the heads' region (gathered along the sequence under sequence parallelism).
+  const at::Tensor in = !tp.enabled() ? x : tp.sequence_parallel ? tp::gather_from_sequence(x, tp) : tp::copy_to_region(x, tp);
+  const auto [cos, sin] = rope->cos_sin(in.size(1), in.device(), in.scalar_type());
   // One GEMM for the three projections (HF keeps them as three weights).
-  const auto qkv = nn::linear_stacked(x, {q_proj->weight, k_proj->weight, v_proj->weight})
+  const auto qkv = nn::linear_stacked(in, {q_proj->weight, k_proj->weight, v_proj->weight})
                        .split_with_sizes({heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
   const at::Tensor q = apply_rotary(split_heads(qkv[0], heads), cos, sin);
   const at::Tensor k = apply_rotary(split_heads(qkv[1], kv_heads), cos, sin);
   const at::Tensor v = split_heads(qkv[2], kv_heads);
   const double p = is_training() ? dropout : 0.0;
-  return nn::linear(merge_heads(causal_attention(q, k, v, p)), o_proj->weight);
+  const at::Tensor y = merge_heads(causal_attention(q, k, v, p));
+  return tp.enabled() ? tp::row_parallel_linear(y, o_proj->weight, at::Tensor(), tp) : nn::linear(y, o_proj->weight);
 }
 
 }  // namespace stratum::nn

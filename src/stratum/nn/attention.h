@@ -7,12 +7,17 @@
 //                                 `kv_heads` k/v heads shared by heads / kv_heads query heads each.
 // Linear weights are stored [out, in] (torch); HF GPT-2's Conv1D stores [in, out]:
 // models/hf_state_dict.h transposes.
+// Under tensor parallelism (`tp`) each rank holds heads / size query heads
+// (column-parallel projections split by head; the output projection row
+// parallel); LLaMA's key/value heads split when the group divides them, else
+// each rank holds the one its query heads read.
 #include <memory>
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/modules/linear.h>
 
 #include "stratum/nn/rope.h"
+#include "stratum/nn/tensor_parallel/mappings.h"
 
 namespace stratum::nn {
 
@@ -23,23 +28,25 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 class FusedQKVAttentionImpl : public torch::nn::Module {
  public:
-  FusedQKVAttentionImpl(int64_t hidden, int64_t heads, double dropout);
+  FusedQKVAttentionImpl(int64_t hidden, int64_t heads, double dropout, tp::TensorParallel tp = {});
   at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
 
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
-  int64_t heads;
+  int64_t heads;  // this rank's
   double dropout;
+  tp::TensorParallel tp;
 };
 
 class GroupedQueryAttentionImpl : public torch::nn::Module {
  public:
   GroupedQueryAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, std::shared_ptr<RotaryEmbedding> rope,
-                            double dropout);
+                            double dropout, tp::TensorParallel tp = {});
   at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  int64_t heads, kv_heads, head_dim;
+  int64_t heads, kv_heads, head_dim;  // this rank's heads
   double dropout;
+  tp::TensorParallel tp;
   std::shared_ptr<RotaryEmbedding> rope;  // shared by all layers; not a module (no state to save)
 };
 

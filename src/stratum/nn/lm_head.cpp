@@ -3,18 +3,22 @@
 #include <ATen/ATen.h>
 
 #include "stratum/nn/linear.h"
+#include "stratum/nn/tensor_parallel/layers.h"
 
 namespace stratum::nn {
 
-LMHeadLayer::LMHeadLayer(std::shared_ptr<torch::nn::EmbeddingImpl> embedding)
-    : StackLayer("LMHead"), embedding_(std::move(embedding)) {}
+LMHeadLayer::LMHeadLayer(std::shared_ptr<torch::nn::EmbeddingImpl> embedding, tp::TensorParallel tp)
+    : StackLayer("LMHead"), embedding_(std::move(embedding)), tp_(std::move(tp)) {}
 
-LMHeadLayer::LMHeadLayer(int64_t hidden, int64_t vocab_size) : StackLayer("LMHead") {
-  lm_head_ = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(hidden, vocab_size).bias(false)));
+LMHeadLayer::LMHeadLayer(int64_t hidden, int64_t vocab_rows, tp::TensorParallel tp)
+    : StackLayer("LMHead"), tp_(std::move(tp)) {
+  lm_head_ = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(hidden, vocab_rows).bias(false)));
 }
 
 at::Tensor LMHeadLayer::forward(const at::Tensor& x) {
-  return nn::linear_padded_rows(x, embedding_ ? embedding_->weight : lm_head_->weight);
+  const at::Tensor& w = embedding_ ? embedding_->weight : lm_head_->weight;
+  // A shard's rows are a multiple of 64 already (nn::tp::padded_vocab_size).
+  return tp_.enabled() ? tp::column_parallel_linear(x, w, at::Tensor(), tp_) : nn::linear_padded_rows(x, w);
 }
 
 std::vector<at::Tensor> LMHeadLayer::borrowed_parameters() const {

@@ -3,22 +3,25 @@
 // Untied: its own `lm_head` Linear without bias ([V, C]). Tied: it borrows the
 // token embedding's weight (read at every call, so a moved or re-cast
 // embedding is seen) and owns no parameter, so the shared tensor is counted,
-// reduced and updated once.
+// reduced and updated once. Under tensor parallelism (`tp`) the weight is
+// this rank's rows of the padded vocabulary and the logits its columns
+// (column parallel; nn/tensor_parallel/layers.h).
 #include <memory>
 
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 
 #include "stratum/nn/layer_stack.h"
+#include "stratum/nn/tensor_parallel/mappings.h"
 
 namespace stratum::nn {
 
 class LMHeadLayer : public StackLayer {
  public:
   // Tied to `embedding`.
-  explicit LMHeadLayer(std::shared_ptr<torch::nn::EmbeddingImpl> embedding);
-  // Untied.
-  LMHeadLayer(int64_t hidden, int64_t vocab_size);
+  explicit LMHeadLayer(std::shared_ptr<torch::nn::EmbeddingImpl> embedding, tp::TensorParallel tp = {});
+  // Untied: `vocab_rows` rows (this rank's under tensor parallelism).
+  LMHeadLayer(int64_t hidden, int64_t vocab_rows, tp::TensorParallel tp = {});
 
   at::Tensor forward(const at::Tensor& x) override;
   std::vector<at::Tensor> borrowed_parameters() const override;
@@ -30,6 +33,7 @@ class LMHeadLayer : public StackLayer {
  private:
   std::shared_ptr<torch::nn::EmbeddingImpl> embedding_;  // tied: not registered here
   torch::nn::Linear lm_head_{nullptr};                    // untied
+  tp::TensorParallel tp_;
 };
 
 }  // namespace stratum::nn

@@ -9,6 +9,7 @@
 
 #include "stratum/core/error.h"
 #include "stratum/nn/linear.h"
+#include "stratum/nn/tensor_parallel/layers.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include "stratum/nn/gemm_epilogue_cuda.h"
 #include "stratum/nn/kernel_launch.h"
@@ -206,11 +207,13 @@ struct LinearBiasGelu : torch::autograd::Function<LinearBiasGelu> {
 struct GeluMLP : torch::autograd::Function<GeluMLP> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
                             const at::Tensor& w2, const at::Tensor& b2, bool keep_activation) {
+    // An empty b2 stands for none (autograd functions take no undefined tensors).
+    ctx->saved_data["b2"] = b2.numel() > 0;
     auto [h, act] = linear_bias_gelu_values(x, w1, b1);
     // The weight parameters themselves (see nn/linear.h).
     if (keep_activation) ctx->save_for_backward({x, w1, h, w2, act});
     else ctx->save_for_backward({x, w1, h, w2});
-    return at::linear(act, w2, b2);
+    return at::linear(act, w2, b2.numel() > 0 ? b2 : at::Tensor());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -225,7 +228,7 @@ struct GeluMLP : torch::autograd::Function<GeluMLP> {
     if (kept) act = saved[4].reshape({rows, f});
     variable_list out(6);
     if (ctx->needs_input_grad(3)) out[3] = weight_grad(w2, dy2, act);
-    if (ctx->needs_input_grad(4)) out[4] = bias_grad(dy2);
+    if (ctx->needs_input_grad(4) && ctx->saved_data["b2"].toBool()) out[4] = bias_grad(dy2);
     act.reset();  // a recomputed one freed before the products below allocate theirs
     if (ctx->needs_input_grad(0)) out[0] = dh.mm(w1).view(x.sizes());
     if (ctx->needs_input_grad(1)) out[1] = weight_grad(w1, dh, x.reshape({rows, x.size(-1)}));
@@ -260,39 +263,54 @@ at::Tensor linear_bias_gelu(const at::Tensor& x, const at::Tensor& weight, const
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2,
                     const at::Tensor& b2, bool keep_activation) {
   const auto shape = [](const at::Tensor& t) { return t.defined() ? c10::str(t.sizes()) : std::string("undefined"); };
-  if (!x.defined() || !w1.defined() || !b1.defined() || !w2.defined() || !b2.defined() || x.dim() < 1 ||
+  if (!x.defined() || !w1.defined() || !b1.defined() || !w2.defined() || x.dim() < 1 ||
       w1.dim() != 2 || w2.dim() != 2 || w1.size(1) != x.size(-1) || b1.dim() != 1 || b1.size(0) != w1.size(0) ||
-      w2.size(1) != w1.size(0) || b2.dim() != 1 || b2.size(0) != w2.size(0))
+      w2.size(1) != w1.size(0) || (b2.defined() && (b2.dim() != 1 || b2.size(0) != w2.size(0))))
     throw Error("gelu_mlp: need x [..., C], w1 [F, C], b1 [F], w2 [C', F], b2 [C']; got x " + shape(x) + ", w1 " +
                 shape(w1) + ", b1 " + shape(b1) + ", w2 " + shape(w2) + ", b2 " + shape(b2));
-  return GeluMLP::apply(x, w1, b1, w2, b2, keep_activation);
+  return GeluMLP::apply(x, w1, b1, w2, b2.defined() ? b2 : at::empty({0}, w2.options()), keep_activation);
 }
 
-GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, bool recompute_activation)
-    : torch::nn::Module("GeluMLP"), dropout(dropout), recompute_activation(recompute_activation) {
-  c_fc = register_module("c_fc", torch::nn::Linear(hidden, ffn_hidden));
-  c_proj = register_module("c_proj", torch::nn::Linear(ffn_hidden, hidden));
+GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, bool recompute_activation,
+                         tp::TensorParallel tp)
+    : torch::nn::Module("GeluMLP"), dropout(dropout), recompute_activation(recompute_activation), tp(std::move(tp)) {
+  c_fc = register_module("c_fc", torch::nn::Linear(hidden, ffn_hidden / this->tp.size()));
+  c_proj = register_module("c_proj", torch::nn::Linear(ffn_hidden / this->tp.size(), hidden));
 }
 
 at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
-  at::Tensor y = nn::gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias,
-                              /*keep_activation=*/!recompute_activation);
+  at::Tensor y;
+  if (!tp.enabled()) {
+    y = nn::gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias,
+                     /*keep_activation=*/!recompute_activation);
+  } else {
+    // Both GEMMs on this rank's columns of the inner width, as one function; the group's sum, then c_proj's bias.
+    const at::Tensor in = tp.sequence_parallel ? tp::gather_from_sequence(x, tp) : tp::copy_to_region(x, tp);
+    const at::Tensor partial = nn::gelu_mlp(in, c_fc->weight, c_fc->bias, c_proj->weight, at::Tensor(),
+                                            /*keep_activation=*/!recompute_activation);
+    y = (tp.sequence_parallel ? tp::reduce_scatter_to_sequence(partial, tp) : tp::reduce_from_region(partial, tp)) +
+        c_proj->bias;
+  }
   return is_training() && dropout > 0 ? at::dropout(y, dropout, /*train=*/true) : y;
 }
 
-SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_activation)
-    : torch::nn::Module("SwiGLUMLP"), recompute_activation(recompute_activation) {
+SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_activation, tp::TensorParallel tp)
+    : torch::nn::Module("SwiGLUMLP"), recompute_activation(recompute_activation), tp(std::move(tp)) {
   auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
-  gate_proj = register_module("gate_proj", linear(hidden, ffn_hidden));
-  up_proj = register_module("up_proj", linear(hidden, ffn_hidden));
-  down_proj = register_module("down_proj", linear(ffn_hidden, hidden));
+  const int64_t local = ffn_hidden / this->tp.size();
+  gate_proj = register_module("gate_proj", linear(hidden, local));
+  up_proj = register_module("up_proj", linear(hidden, local));
+  down_proj = register_module("down_proj", linear(local, hidden));
 }
 
 at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
+  const at::Tensor in = !tp.enabled() ? x : tp.sequence_parallel ? tp::gather_from_sequence(x, tp) : tp::copy_to_region(x, tp);
   // Gate and up projections as one GEMM over the stacked weights.
-  const at::Tensor gate_up = nn::linear_stacked(x, {gate_proj->weight, up_proj->weight});
-  return recompute_activation ? nn::swiglu_linear(gate_up, down_proj->weight)
-                              : nn::linear(nn::swiglu(gate_up), down_proj->weight);
+  const at::Tensor gate_up = nn::linear_stacked(in, {gate_proj->weight, up_proj->weight});
+  const at::Tensor y = recompute_activation ? nn::swiglu_linear(gate_up, down_proj->weight)
+                                            : nn::linear(nn::swiglu(gate_up), down_proj->weight);
+  if (!tp.enabled()) return y;
+  return tp.sequence_parallel ? tp::reduce_scatter_to_sequence(y, tp) : tp::reduce_from_region(y, tp);
 }
 
 }  // namespace stratum::nn

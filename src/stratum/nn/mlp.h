@@ -13,6 +13,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/modules/linear.h>
 
+#include "stratum/nn/tensor_parallel/mappings.h"
+
 namespace stratum::nn {
 
 // silu(gate) * up for gate_up = [..., 2F] (gate first, as linear_stacked
@@ -37,27 +39,34 @@ at::Tensor linear_bias_gelu(const at::Tensor& x, const at::Tensor& weight, const
 // pre-activation, as linear_bias_gelu's. It saves x and the pre-activation, and
 // gelu(h) with `keep_activation`; without it (ffn elements a token and layer
 // less, half the MLP's saved activations) the backward recomputes gelu(h).
-// Same values as the separate ops.
+// Same values as the separate ops. b2 may be undefined (a row-parallel MLP
+// adds it after the group's sum).
 at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2,
                     const at::Tensor& b2, bool keep_activation = false);
 
 class GeluMLPImpl : public torch::nn::Module {
  public:
-  GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, bool recompute_activation = false);
+  // Under tensor parallelism c_fc is column parallel, c_proj row parallel
+  // (this rank's ffn_hidden / size of the inner width).
+  GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, bool recompute_activation = false,
+              tp::TensorParallel tp = {});
   at::Tensor forward(const at::Tensor& x);
 
   torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
   double dropout;
   bool recompute_activation;
+  tp::TensorParallel tp;
 };
 
 class SwiGLUMLPImpl : public torch::nn::Module {
  public:
-  SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_activation = false);
+  // Under tensor parallelism gate and up are column parallel, down row parallel.
+  SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_activation = false, tp::TensorParallel tp = {});
   at::Tensor forward(const at::Tensor& x);
 
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   bool recompute_activation;
+  tp::TensorParallel tp;
 };
 
 }  // namespace stratum::nn

@@ -1,0 +1,89 @@
+#include "stratum/models/tensor_parallel_plan.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+
+#include <vector>
+
+#include "stratum/core/error.h"
+#include "stratum/nn/tensor_parallel/layers.h"
+
+namespace stratum::models {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+void validate_tensor_parallel(const ModelConfig& c, int64_t t) {
+  if (t <= 1) return;
+  std::vector<std::string> problems;
+  const std::string ranks = " is not divisible by the tensor-parallel size " + std::to_string(t);
+  if (c.heads % t != 0) problems.push_back("heads " + std::to_string(c.heads) + ranks);
+  if (c.ffn_hidden % t != 0) problems.push_back("ffn_hidden " + std::to_string(c.ffn_hidden) + ranks);
+  if (c.arch == "llama" && c.kv_heads % t != 0 && t % c.kv_heads != 0)
+    problems.push_back("kv_heads " + std::to_string(c.kv_heads) + " and the tensor-parallel size " +
+                       std::to_string(t) + " do not divide one another (split key/value heads need kv_heads % size "
+                       "== 0; shared ones size % kv_heads == 0)");
+  if (c.dropout > 0)
+    problems.push_back("dropout " + c10::str(c.dropout) +
+                       " is not available under tensor parallelism yet (split regions need their own random "
+                       "streams); set dropout=0");
+  if (!problems.empty()) {
+    std::string m = "model '" + c.name + "' at tensor-parallel size " + std::to_string(t) + ":";
+    for (const auto& p : problems) m += "\n  " + p;
+    throw Error(m);
+  }
+}
+
+std::optional<nn::tp::ShardSpec> shard_spec(const ModelConfig& c, const std::string& name, int64_t t, int64_t r) {
+  if (t <= 1) return std::nullopt;
+  using nn::tp::ShardSpec;
+  const auto rows = [&](int64_t blocks = 1) { return ShardSpec{0, blocks, t, r, 0}; };
+  const ShardSpec columns{1, 1, t, r, 0};
+  if (ends_with(name, "wte.weight") || ends_with(name, "embed_tokens.weight") || ends_with(name, "lm_head.weight"))
+    return ShardSpec{0, 1, t, r, nn::tp::padded_vocab_size(c.vocab_size, t)};
+  if (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_attn.bias")) return rows(3);
+  if (ends_with(name, "attn.c_proj.weight") || ends_with(name, "mlp.c_proj.weight")) return columns;
+  if (ends_with(name, "mlp.c_fc.weight") || ends_with(name, "mlp.c_fc.bias")) return rows();
+  if (ends_with(name, "self_attn.q_proj.weight") || ends_with(name, "mlp.gate_proj.weight") ||
+      ends_with(name, "mlp.up_proj.weight"))
+    return rows();
+  if (ends_with(name, "self_attn.k_proj.weight") || ends_with(name, "self_attn.v_proj.weight")) {
+    if (c.kv_heads % t == 0) return rows();
+    // t / kv_heads consecutive ranks share key/value head r / (t / kv_heads).
+    return ShardSpec{0, 1, c.kv_heads, r / (t / c.kv_heads), 0};
+  }
+  if (ends_with(name, "self_attn.o_proj.weight") || ends_with(name, "mlp.down_proj.weight")) return columns;
+  return std::nullopt;
+}
+
+std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config, c10::Device init_device,
+                                          const nn::tp::TensorParallel& tp) {
+  if (!tp.enabled()) return build_model(config, init_device);
+  validate(config);
+  validate_tensor_parallel(config, tp.size());
+  const std::shared_ptr<CausalLMImpl> whole = build_model(config, init_device);
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();
+  const at::Tensor state = cpu.get_state();
+  const std::shared_ptr<CausalLMImpl> model = construct_model(config, tp);  // its layers' own init draws
+  cpu.set_state(state);
+  const auto whole_params = whole->named_parameters(/*recurse=*/true);
+  c10::AutoGradMode no_grad(false);
+  for (auto& item : model->named_parameters(/*recurse=*/true)) {
+    const at::Tensor* w = whole_params.find(item.key());
+    if (!w) throw Error("tensor parallel: the sharded model has a parameter '" + item.key() + "' the whole one lacks");
+    const auto spec = shard_spec(config, item.key(), tp.size(), tp.rank());
+    const at::Tensor piece = spec ? nn::tp::take_shard(*w, *spec) : w->clone();
+    if (piece.sizes() != item.value().sizes())
+      throw Error("tensor parallel: '" + item.key() + "' is " + c10::str(item.value().sizes()) +
+                  " on this rank but its shard of " + c10::str(w->sizes()) + " is " + c10::str(piece.sizes()));
+    item.value().set_data(piece);
+  }
+  return model;
+}
+
+}  // namespace stratum::models

@@ -1,0 +1,38 @@
+#include "stratum/nn/tensor_parallel/shard_spec.h"
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "stratum/core/error.h"
+
+namespace stratum::nn::tp {
+
+std::vector<int64_t> shard_shape(std::vector<int64_t> whole_shape, const ShardSpec& s) {
+  if (s.dim < 0 || s.dim >= static_cast<int64_t>(whole_shape.size()))
+    throw Error("tensor parallel: no dimension " + std::to_string(s.dim) + " to split");
+  const int64_t n = s.padded > 0 ? s.padded : whole_shape[s.dim];
+  if (n % (s.blocks * s.parts) != 0)
+    throw Error("tensor parallel: dimension " + std::to_string(s.dim) + " of size " + std::to_string(n) +
+                " does not split into " + std::to_string(s.blocks) + " blocks of " + std::to_string(s.parts) +
+                " pieces");
+  whole_shape[s.dim] = n / s.parts;
+  return whole_shape;
+}
+
+at::Tensor take_shard(const at::Tensor& whole, const ShardSpec& s) {
+  at::Tensor w = whole;
+  if (s.padded > whole.size(s.dim)) {
+    std::vector<int64_t> shape = whole.sizes().vec();
+    shape[s.dim] = s.padded;
+    w = at::zeros(shape, whole.options());
+    w.narrow(s.dim, 0, whole.size(s.dim)).copy_(whole);
+  }
+  const std::vector<int64_t> out_shape = shard_shape(whole.sizes().vec(), s);
+  const int64_t block = w.size(s.dim) / s.blocks, piece = block / s.parts;
+  std::vector<at::Tensor> pieces;
+  for (int64_t b = 0; b < s.blocks; ++b) pieces.push_back(w.narrow(s.dim, b * block + s.index * piece, piece));
+  return at::cat(pieces, s.dim).contiguous().view(out_shape);
+}
+
+}  // namespace stratum::nn::tp
