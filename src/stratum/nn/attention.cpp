@@ -34,20 +34,14 @@ FusedQKVAttentionImpl::FusedQKVAttentionImpl(int64_t hidden, int64_t heads, doub
 }
 
 at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
-  const double p = is_training() ? dropout : 0.0;
-  if (!tp.enabled()) {
-    const int64_t hidden = x.size(-1);
-    const auto qkv = nn::linear(x, c_attn->weight, c_attn->bias).split(hidden, -1);  // HF packs q, k, v along the output dimension
-    at::Tensor y = merge_heads(causal_attention(split_heads(qkv[0], heads), split_heads(qkv[1], heads),
-                                                split_heads(qkv[2], heads), p));
-    y = nn::linear(y, c_proj->weight, c_proj->bias);
-    return p > 0 ? at::dropout(y, p, /*train=*/true) : y;
-  }
-  // This rank's heads: its rows of each of q, k and v (models/tensor_parallel_plan.h).
+  // HF packs q, k, v along the output dimension; under tensor parallelism
+  // this rank's rows of each (its heads: models/tensor_parallel_plan.h).
   const auto qkv = tp::column_parallel_linear(x, c_attn->weight, c_attn->bias, tp).chunk(3, -1);
-  const at::Tensor y = merge_heads(causal_attention(split_heads(qkv[0], heads), split_heads(qkv[1], heads),
-                                                    split_heads(qkv[2], heads), p));
-  return tp::row_parallel_linear(y, c_proj->weight, c_proj->bias, tp);
+  const double p = is_training() ? dropout : 0.0;
+  at::Tensor y = merge_heads(causal_attention(split_heads(qkv[0], heads), split_heads(qkv[1], heads),
+                                              split_heads(qkv[2], heads), p));
+  y = tp::row_parallel_linear(y, c_proj->weight, c_proj->bias, tp);
+  return p > 0 ? at::dropout(y, p, /*train=*/true) : y;
 }
 
 GroupedQueryAttentionImpl::GroupedQueryAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads,
@@ -70,7 +64,7 @@ GroupedQueryAttentionImpl::GroupedQueryAttentionImpl(int64_t hidden, int64_t hea
 
 at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   // Under tensor parallelism the input enters the heads' region (gathered along the sequence under sequence parallelism).
-  const at::Tensor in = !tp.enabled() ? x : tp.sequence_parallel ? tp::gather_from_sequence(x, tp) : tp::copy_to_region(x, tp);
+  const at::Tensor in = tp::enter_region(x, tp);
   const auto [cos, sin] = rope->cos_sin(in.size(1), in.device(), in.scalar_type());
   // One GEMM for the three projections (HF keeps them as three weights).
   const auto qkv = nn::linear_stacked(in, {q_proj->weight, k_proj->weight, v_proj->weight})
@@ -79,8 +73,7 @@ at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   const at::Tensor k = apply_rotary(split_heads(qkv[1], kv_heads), cos, sin);
   const at::Tensor v = split_heads(qkv[2], kv_heads);
   const double p = is_training() ? dropout : 0.0;
-  const at::Tensor y = merge_heads(causal_attention(q, k, v, p));
-  return tp.enabled() ? tp::row_parallel_linear(y, o_proj->weight, at::Tensor(), tp) : nn::linear(y, o_proj->weight);
+  return tp::row_parallel_linear(merge_heads(causal_attention(q, k, v, p)), o_proj->weight, at::Tensor(), tp);
 }
 
 }  // namespace stratum::nn

@@ -279,18 +279,12 @@ GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, boo
 }
 
 at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
-  at::Tensor y;
-  if (!tp.enabled()) {
-    y = nn::gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias,
-                     /*keep_activation=*/!recompute_activation);
-  } else {
-    // Both GEMMs on this rank's columns of the inner width, as one function; the group's sum, then c_proj's bias.
-    const at::Tensor in = tp.sequence_parallel ? tp::gather_from_sequence(x, tp) : tp::copy_to_region(x, tp);
-    const at::Tensor partial = nn::gelu_mlp(in, c_fc->weight, c_fc->bias, c_proj->weight, at::Tensor(),
-                                            /*keep_activation=*/!recompute_activation);
-    y = (tp.sequence_parallel ? tp::reduce_scatter_to_sequence(partial, tp) : tp::reduce_from_region(partial, tp)) +
-        c_proj->bias;
-  }
+  // Under tensor parallelism both GEMMs run on this rank's columns of the
+  // inner width, as one function; c_proj's bias comes after the group's sum.
+  const at::Tensor partial = nn::gelu_mlp(tp::enter_region(x, tp), c_fc->weight, c_fc->bias, c_proj->weight,
+                                          tp.enabled() ? at::Tensor() : c_proj->bias,
+                                          /*keep_activation=*/!recompute_activation);
+  const at::Tensor y = tp.enabled() ? tp::leave_region(partial, tp) + c_proj->bias : partial;
   return is_training() && dropout > 0 ? at::dropout(y, dropout, /*train=*/true) : y;
 }
 
@@ -304,13 +298,11 @@ SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_
 }
 
 at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
-  const at::Tensor in = !tp.enabled() ? x : tp.sequence_parallel ? tp::gather_from_sequence(x, tp) : tp::copy_to_region(x, tp);
   // Gate and up projections as one GEMM over the stacked weights.
-  const at::Tensor gate_up = nn::linear_stacked(in, {gate_proj->weight, up_proj->weight});
-  const at::Tensor y = recompute_activation ? nn::swiglu_linear(gate_up, down_proj->weight)
-                                            : nn::linear(nn::swiglu(gate_up), down_proj->weight);
-  if (!tp.enabled()) return y;
-  return tp.sequence_parallel ? tp::reduce_scatter_to_sequence(y, tp) : tp::reduce_from_region(y, tp);
+  const at::Tensor gate_up = nn::linear_stacked(tp::enter_region(x, tp), {gate_proj->weight, up_proj->weight});
+  return tp::leave_region(recompute_activation ? nn::swiglu_linear(gate_up, down_proj->weight)
+                                               : nn::linear(nn::swiglu(gate_up), down_proj->weight),
+                          tp);
 }
 
 }  // namespace stratum::nn

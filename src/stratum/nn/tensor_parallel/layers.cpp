@@ -14,14 +14,13 @@ namespace stratum::nn::tp {
 
 at::Tensor column_parallel_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                   const TensorParallel& tp) {
-  const at::Tensor in = tp.sequence_parallel ? gather_from_sequence(x, tp) : copy_to_region(x, tp);
-  return nn::linear(in, weight, bias);
+  return nn::linear(enter_region(x, tp), weight, bias);
 }
 
 at::Tensor row_parallel_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                const TensorParallel& tp) {
-  const at::Tensor partial = nn::linear(x, weight);
-  const at::Tensor y = tp.sequence_parallel ? reduce_scatter_to_sequence(partial, tp) : reduce_from_region(partial, tp);
+  if (!tp.enabled()) return nn::linear(x, weight, bias);  // the bias in the GEMM
+  const at::Tensor y = leave_region(nn::linear(x, weight), tp);
   return bias.defined() ? y + bias : y;
 }
 
@@ -52,7 +51,7 @@ at::Tensor vocab_parallel_embedding(const at::Tensor& ids, const at::Tensor& wei
   const at::Tensor held = ids.ge(shard.start).logical_and(ids.lt(shard.start + shard.valid));
   const at::Tensor local = (ids - shard.start).masked_fill(held.logical_not(), 0);
   const at::Tensor rows = nn::embedding_lookup(weight, local) * held.unsqueeze(-1).to(weight.scalar_type());
-  return tp.sequence_parallel ? reduce_scatter_to_sequence(rows, tp) : reduce_from_region(rows, tp);
+  return leave_region(rows, tp);
 }
 
 namespace {
@@ -60,16 +59,16 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Rows [r, r + len) of the local logits in fp32, padded columns at -inf.
+// Rows [r, r + len) of the local logits' real columns (the first `valid`) in fp32.
 at::Tensor block_fp32(const at::Tensor& logits, int64_t r, int64_t len, int64_t valid) {
-  at::Tensor x = logits.narrow(0, r, len).to(at::kFloat);
-  if (valid < x.size(1)) x.narrow(1, valid, x.size(1) - valid).fill_(-std::numeric_limits<float>::infinity());
-  return x;
+  return logits.narrow(0, r, len).narrow(1, 0, valid).to(at::kFloat);
 }
 
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
-  // logits [N, Vl], targets [N] int64. Saves the logits, each row's
-  // log-sum-exp and its local target column (-1: another rank's or ignored).
+  // logits [N, Vl], targets [N] int64. One pass over the logits: each row's
+  // local max and sum of exp(x - local max), rescaled to the group's max
+  // once that is known. Saves the logits, each row's log-sum-exp and its
+  // local target column (-1: another rank's or ignored).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets,
                             int64_t group_address, int64_t start, int64_t valid, int64_t ignore_index,
                             int64_t block_rows) {
@@ -80,23 +79,24 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     const at::Tensor local_target = targets - start;
     const at::Tensor mine = live.logical_and(local_target.ge(0)).logical_and(local_target.lt(valid));
     const at::Tensor column = local_target.masked_fill(mine.logical_not(), -1);
-    at::Tensor row_max = at::empty({n}, f32);
-    for (int64_t r = 0; r < n; r += block_rows) {
-      const int64_t len = std::min(block_rows, n - r);
-      row_max.narrow(0, r, len).copy_(std::get<0>(block_fp32(logits, r, len, valid).max(1)));
-    }
-    group.all_reduce(row_max, distributed::ReduceOp::max)->wait();
+    // A shard of padding only: max at the lowest float, sums 0.
+    at::Tensor row_max = at::full({n}, std::numeric_limits<float>::lowest(), f32);
     at::Tensor sums = at::zeros({2, n}, f32);  // [sum of exp(x - max), target logit]
-    for (int64_t r = 0; r < n; r += block_rows) {
+    for (int64_t r = 0; valid > 0 && r < n; r += block_rows) {
       const int64_t len = std::min(block_rows, n - r);
       const at::Tensor x = block_fp32(logits, r, len, valid);
-      sums[0].narrow(0, r, len).copy_((x - row_max.narrow(0, r, len).unsqueeze(1)).exp().sum(1));
+      const at::Tensor m = std::get<0>(x.max(1));
+      row_max.narrow(0, r, len).copy_(m);
+      sums[0].narrow(0, r, len).copy_((x - m.unsqueeze(1)).exp().sum(1));
       const at::Tensor col = column.narrow(0, r, len);
       const at::Tensor picked = x.gather(1, col.clamp_min(0).unsqueeze(1)).squeeze(1);
       sums[1].narrow(0, r, len).copy_(picked.masked_fill(col.lt(0), 0.0f));
     }
+    at::Tensor group_max = row_max.clone();
+    group.all_reduce(group_max, distributed::ReduceOp::max)->wait();
+    sums[0].mul_((row_max - group_max).exp());
     group.all_reduce(sums, distributed::ReduceOp::sum)->wait();
-    const at::Tensor lse = sums[0].log() + row_max;
+    const at::Tensor lse = sums[0].log() + group_max;
     const at::Tensor count = live.sum().to(at::kFloat);
     ctx->save_for_backward({logits, column, live, lse, count});
     ctx->saved_data["valid"] = valid;
@@ -111,12 +111,13 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     const int64_t n = logits.size(0);
     const at::Tensor row_scale = live.to(at::kFloat) * (grads[0].to(at::kFloat) / count);
     at::Tensor grad = at::empty(logits.sizes(), logits.options());
-    for (int64_t r = 0; r < n; r += block_rows) {
+    if (valid < logits.size(1)) grad.narrow(1, valid, logits.size(1) - valid).zero_();  // padding
+    for (int64_t r = 0; valid > 0 && r < n; r += block_rows) {
       const int64_t len = std::min(block_rows, n - r);
       at::Tensor p = (block_fp32(logits, r, len, valid) - lse.narrow(0, r, len).unsqueeze(1)).exp();
       const at::Tensor col = column.narrow(0, r, len);
       p.scatter_add_(1, col.clamp_min(0).unsqueeze(1), -col.ge(0).to(at::kFloat).unsqueeze(1));
-      at::Tensor out = grad.narrow(0, r, len);
+      at::Tensor out = grad.narrow(0, r, len).narrow(1, 0, valid);
       at::mul_out(out, p, row_scale.narrow(0, r, len).unsqueeze(1));  // rounded to the logits' dtype on store
     }
     return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};

@@ -26,6 +26,7 @@ at::Tensor column_parallel_linear(const at::Tensor& x, const at::Tensor& weight,
                                   const TensorParallel& tp);
 // x: [..., in / size], weight: [out, in / size], bias: [out] or undefined ->
 // [..., out] (replicated; [B, T / size, out] under sequence parallelism).
+// Without a group of two or more: nn::linear itself, both of them.
 at::Tensor row_parallel_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                const TensorParallel& tp);
 
@@ -53,7 +54,7 @@ at::Tensor vocab_parallel_embedding(const at::Tensor& ids, const at::Tensor& wei
 // this rank's columns) against targets [...], never gathering the
 // full-vocabulary logits: each row's max, target logit and sum of
 // exponentials are reduced across the group (one all-reduce of the maxima,
-// one of the two sums). fp32 a block of rows at a time, as
+// one of the two sums), from one pass over the logits. fp32 a block of rows at a time, as
 // nn::chunked_cross_entropy; the backward writes each rank's
 // (softmax - onehot) * scale in the logits' dtype, zero in the padded columns.
 // Returns the same 0-dim fp32 loss on every rank of the group.

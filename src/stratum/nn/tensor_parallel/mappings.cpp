@@ -147,4 +147,11 @@ at::Tensor reduce_scatter_to_sequence(const at::Tensor& x, const TensorParallel&
   return paired<Map::reduce_scatter, Map::all_gather>(x, tp, kSequenceDim);
 }
 
+at::Tensor enter_region(const at::Tensor& x, const TensorParallel& tp) {
+  return tp.sequence_parallel ? gather_from_sequence(x, tp) : copy_to_region(x, tp);
+}
+at::Tensor leave_region(const at::Tensor& partial, const TensorParallel& tp) {
+  return tp.sequence_parallel ? reduce_scatter_to_sequence(partial, tp) : reduce_from_region(partial, tp);
+}
+
 }  // namespace stratum::nn::tp

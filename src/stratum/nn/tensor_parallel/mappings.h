@@ -47,6 +47,12 @@ at::Tensor scatter_to_sequence(const at::Tensor& x, const TensorParallel& tp);
 at::Tensor gather_from_sequence(const at::Tensor& x, const TensorParallel& tp);
 at::Tensor reduce_scatter_to_sequence(const at::Tensor& x, const TensorParallel& tp);
 
+// Into a split region: copy_to_region, or gather_from_sequence under
+// sequence parallelism. Out of it: reduce_from_region, or
+// reduce_scatter_to_sequence. What every sharded layer opens and closes with.
+at::Tensor enter_region(const at::Tensor& x, const TensorParallel& tp);
+at::Tensor leave_region(const at::Tensor& partial, const TensorParallel& tp);
+
 // The collectives themselves, without autograd (for the functions above and
 // for tests): all-gather of `x` along `dim` (chunk r from rank r), the
 // reduce-scatter (sum) along `dim`, and rank r's chunk along `dim`. A `dim`
