@@ -42,7 +42,11 @@ int info(const std::string& dir, const std::string& tag, bool verify) {
             << "tag           " << m.tag << "\n"
             << "steps         " << m.global_steps << " optimizer steps (" << m.skipped_steps << " skipped), "
             << m.micro_steps << " micro-steps\n"
-            << "saved by      " << m.data_parallel_size << " data-parallel ranks at ZeRO stage " << m.zero_stage
+            << "saved by      " << m.data_parallel_size << " data-parallel ranks"
+            << (m.pipeline_stages > 1 ? " x " + std::to_string(m.pipeline_stages) + " pipeline stages" : "")
+            << (m.tensor_parallel_size > 1 ? " x " + std::to_string(m.tensor_parallel_size) + " tensor-parallel ranks"
+                                           : "")
+            << " at ZeRO stage " << m.zero_stage
             << ", model dtype " << m.model_dtype << "\n"
             << "parameters    " << m.params.size() << " tensors, " << m.total_numel()
             << " elements (fp32 masters + Adam m, v)\n"

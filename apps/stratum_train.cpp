@@ -30,10 +30,12 @@
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
 #include "stratum/engine/pipeline_engine.h"
+#include "stratum/engine/tensor_parallel_setup.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/generate.h"
 #include "stratum/models/hf_config.h"
 #include "stratum/models/model_config.h"
+#include "stratum/models/tensor_parallel_plan.h"
 #include "stratum/monitor/metrics_log.h"
 #include "stratum/monitor/progress.h"
 #ifdef STRATUM_WITH_CUDA
@@ -237,6 +239,11 @@ int train(const Options& o, const distributed::DistContext& ctx) {
       throw Error("--model " + o.model + ": vocabulary " + std::to_string(mcfg.vocab_size) + " is smaller than the " +
                   tokenizer.name() + " tokenizer's " + std::to_string(tokenizer.vocab_size()));
     resume = resume_point(o);
+    if (config_read->pipeline.stages > 1 && config_read->tensor_parallel.size > 1)
+      throw ConfigError(config_read->source,
+                        {"tensor_parallel.autotp_size: " + std::to_string(config_read->tensor_parallel.size) +
+                         " with pipeline.stages " + std::to_string(config_read->pipeline.stages) +
+                         ": tensor parallelism inside pipeline stages is not available yet; use one of them"});
   });
   Config& config = *config_read;
   for (const auto& note : config.notes)
@@ -253,7 +260,14 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   const c10::Device init_device = stage3 && ctx.gpu_world
                                       ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
                                       : c10::Device(c10::kCPU);
-  auto model = models::build_model(mcfg, init_device);
+  // tensor_parallel.autotp_size: each rank builds its shards (the whole model
+  // is drawn on every rank first, so TP = t starts from TP = 1's weights).
+  nn::tp::TensorParallel tp;
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the model", [&] {
+    tp = tensor_parallel_group(config, ctx);
+    models::validate_tensor_parallel(mcfg, tp.size());
+  });
+  auto model = models::build_model(mcfg, init_device, tp);
   at::set_default_dtype(c10::scalarTypeToTypeMeta(default_dtype));
   if (config.pipeline.stages > 1) return train_pipelined(o, ctx, config, mcfg, std::move(model), tokenizer, resume);
   auto engine = initialize(config, model, ctx);
@@ -305,7 +319,11 @@ int train(const Options& o, const distributed::DistContext& ctx) {
               std::to_string(split.train.num_windows(seq)) + " train / " + std::to_string(eval_windows) +
               " eval sequences) | batch " + std::to_string(batch.train_batch_size) + " = " +
               std::to_string(batch.micro_batch_per_gpu) + " x " + std::to_string(batch.gradient_accumulation_steps) +
-              " x " + std::to_string(dp->size()) + " ranks | ZeRO " + std::to_string(config.zero_optimization.stage) +
+              " x " + std::to_string(dp->size()) + " ranks" +
+              (tp.enabled() ? " | tensor parallel " + std::to_string(tp.size()) +
+                                  (tp.sequence_parallel ? " with sequence parallelism" : "")
+                            : "") +
+              " | ZeRO " + std::to_string(config.zero_optimization.stage) +
               " | " + c10::toString(engine.core().model_dtype()));
 
   auto save = [&]() {
@@ -336,7 +354,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     m.lr = engine.lr();
     m.loss_scale = engine.loss_scale();
     m.tokens_per_second = tokens_per_step / seconds;
-    m.mfu = ctx.gpu_world ? m.tokens_per_second / dp->size() * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
+    m.mfu = ctx.gpu_world ? m.tokens_per_second / ctx.world_size * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
     m.memory_gib = memory_gib(ctx);
     m.skipped = engine.last_step_skipped();
     const bool do_eval = o.eval_every > 0 && (m.step % o.eval_every == 0 || m.step == o.steps) && !eval.offsets.empty();

@@ -97,7 +97,45 @@ TEST(CheckpointManifest, SizesAndFragmentsMustFitTheirParameters) {
   m["shards"][1]["fragments"][0] = {0, int64_t{9223372036854775807}, 2};
   EXPECT_NE(problems_of(m).find("go past parameter 'w'"), std::string::npos);  // no signed overflow
   m["shards"][1]["fragments"][0] = {0, 4};
-  EXPECT_NE(problems_of(m).find("expected [parameter index, first element, elements]"), std::string::npos);
+  EXPECT_NE(problems_of(m).find("expected [parameter index, first element, elements(, piece)]"), std::string::npos);
+}
+
+// Two tensor-parallel ranks, each holding one row of a 2x3 parameter (piece
+// 0 and 1 of 2): the pieces round-trip and must fit the split.
+json tensor_parallel_valid() {
+  CheckpointManifest m = parse_checkpoint_manifest(valid().dump(), "m.json");
+  m.data_parallel_size = 1;
+  m.tensor_parallel_size = 2;
+  m.params[0].split = ManifestSplit{0, 1, 2, 0};
+  m.shards[0].fragments = {{0, 0, 3, 0}};
+  m.shards[1].fragments = {{0, 0, 3, 1}};
+  return json::parse(manifest_to_json_text(m));
+}
+
+TEST(CheckpointManifest, TensorParallelPiecesRoundTripAndMustFitTheirSplit) {
+  const CheckpointManifest m = parse_checkpoint_manifest(tensor_parallel_valid().dump(), "m.json");
+  EXPECT_EQ(m.tensor_parallel_size, 2);
+  EXPECT_EQ(m.params[0].split.parts, 2);
+  EXPECT_EQ(m.params[0].piece_numel(), 3);
+  EXPECT_EQ(m.shards[1].fragments[0].piece, 1);
+  json j = tensor_parallel_valid();
+  j["shards"][1]["fragments"][0] = {0, 1, 3, 1};
+  EXPECT_NE(problems_of(j).find("shards[1].fragments[0]: elements 1 + 3 go past parameter 'w' piece 1 (3 elements)"),
+            std::string::npos) << problems_of(j);
+  j["shards"][1]["fragments"][0] = {0, 0, 3, 2};
+  EXPECT_NE(problems_of(j).find("shards[1].fragments[0][3]: expected 0..1, got 2"), std::string::npos) << problems_of(j);
+  j = tensor_parallel_valid();
+  j["params"][0]["split"]["parts"] = 4;
+  EXPECT_NE(problems_of(j).find("params[0].split.parts: 4 pieces do not divide the 2 tensor-parallel ranks"),
+            std::string::npos) << problems_of(j);
+  j = tensor_parallel_valid();
+  j["params"][0]["split"]["dim"] = 1;  // 3 columns do not split in 2
+  EXPECT_NE(problems_of(j).find("params[0].split: 3 does not split into 1 blocks of 2 pieces"), std::string::npos)
+      << problems_of(j);
+  j = tensor_parallel_valid();
+  j["shards"].erase(1);
+  EXPECT_NE(problems_of(j).find("shards: 1 shards, but data_parallel_size is 1 x 2 tensor-parallel ranks"),
+            std::string::npos) << problems_of(j);
 }
 
 TEST(CheckpointManifest, ShardsAreTheRanksOwnFiles) {

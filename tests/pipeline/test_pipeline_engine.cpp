@@ -30,6 +30,7 @@
 using namespace stratum;
 using stratum::test::groups_of;
 using stratum::test::rel_diff;
+using stratum::test::sub_context;
 
 namespace {
 
@@ -117,17 +118,6 @@ TrainRun train_reference(const std::string& arch, Layout l, const Span& span = {
   if (!span.save_dir.empty()) save_checkpoint(engine.core(), span.save_dir, "step" + std::to_string(span.first + span.steps), {});
   for (auto& p : model->named_parameters()) run.weights[p.key()] = p.value().detach().to(torch::kFloat).clone();
   return run;
-}
-
-// A DistContext over `world` (a group of the job's ranks), on the CPU.
-distributed::DistContext sub_context(const std::shared_ptr<distributed::Communicator>& world) {
-  distributed::DistContext ctx = test::context();
-  ctx.cpu_world = world;
-  ctx.gpu_world = nullptr;
-  ctx.rank = world->rank();
-  ctx.world_size = world->size();
-  ctx.cuda_device = -1;
-  return ctx;
 }
 
 // The pipeline engine on `world` (pp x dp ranks): DP rank r of n takes rows

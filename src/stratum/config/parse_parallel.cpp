@@ -55,6 +55,11 @@ void parse_tensor_parallel(KeyReader& root, Config& config) {
     diag.error(tp.path_of("autotp_size"), "is " + std::to_string(*autotp) + " but tp.tp_size is " +
                                               std::to_string(*tp_size) + "; give one of them");
   config.tensor_parallel.size = std::max<int64_t>(1, autotp.value_or(tp_size.value_or(1)));
+  config.tensor_parallel.sequence_parallel = tp.get_bool("sequence_parallel", false);
+  if (config.tensor_parallel.sequence_parallel && config.tensor_parallel.size == 1)
+    diag.error(tp.path_of("sequence_parallel"), "is true but the tensor-parallel size is 1; sequence parallelism "
+                                                "splits the sequence over tensor-parallel ranks: set autotp_size > 1 "
+                                                "or sequence_parallel false");
   tp.unsupported("tp_overlap_comm", false);
   tp.unsupported("partition_config", Json(nullptr), "Stratum's tensor parallelism is Megatron-style on its own layers");
   tp.unsupported("injection_policy_tuple", Json(nullptr));

@@ -170,6 +170,9 @@ struct PipelineConfig {
 
 struct TensorParallelConfig {
   int64_t size = 1;  // DeepSpeed "autotp_size" (or "tp": {"tp_size"}); 0 and 1 mean off
+  // "sequence_parallel" (Megatron's name): norms and the activations between
+  // the split regions on 1/size of the sequence (needs size > 1).
+  bool sequence_parallel = false;
 };
 
 // --- diagnostics ------------------------------------------------------------------------

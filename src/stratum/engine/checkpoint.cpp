@@ -19,6 +19,7 @@
 #include "stratum/distributed/job.h"
 #include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/io/safetensors.h"
+#include "stratum/nn/tensor_parallel/shard_spec.h"
 #include "stratum/io/tensor_checksum.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/loss_scaler.h"
@@ -79,7 +80,8 @@ std::pair<int64_t, int64_t> write_window(const zero::FlatLayout& layout, int sta
   return {0, total};
 }
 
-// Drops the fragments of parameters another pipeline stage writes.
+// Drops the fragments of parameters another rank writes (another pipeline
+// stage, a lower tensor-parallel rank).
 std::vector<Fragment> without(std::vector<Fragment> fragments, const zero::FlatLayout& layout,
                               const std::set<std::string>* elsewhere) {
   if (!elsewhere || elsewhere->empty()) return fragments;
@@ -102,25 +104,90 @@ uint32_t checksum_of(const at::Tensor& t) { return io::tensor_crc32c(t); }
 // the masters are on the host, the gradients are not).
 c10::Device comm_device(EngineCore& e) { return e.strategy().segments().front().grad.device(); }
 
-void agree(EngineCore& e, const std::string& step, const std::string& local_error,
-           const PipelinePlace* place = nullptr) {
-  distributed::agree_on_error(place ? *place->world : *e.dp(), comm_device(e), step, local_error);
+// Where this rank's shard sits among the job's (pipeline stage, tensor-parallel
+// index, data-parallel rank): from a pipeline's place, or the core's tensor
+// parallelism, or neither (the data-parallel group is the job).
+struct ShardPlace {
+  int stage = 0, stages = 1, tp_rank = 0, tp = 1, dp_rank = 0, dp = 1;
+  distributed::Communicator* world = nullptr;    // the job's ranks; null: the data-parallel group
+  distributed::Communicator* leaders = nullptr;  // on data-parallel rank 0 of several parts
+  std::set<std::string> elsewhere;               // parameters another rank writes
+  const std::vector<std::string>* model_params = nullptr;  // the whole model's (one stage holds some)
+  std::vector<int> layer_stages;
+  const std::vector<std::optional<nn::tp::ShardSpec>>* specs = nullptr;  // per layout parameter
+
+  int shard(int dp_rank_of) const { return (stage * tp + tp_rank) * dp + dp_rank_of; }
+  bool several_parts() const { return stages * tp > 1; }
+  bool leader() const { return dp_rank == 0 && stage == 0 && tp_rank == 0; }  // writes the manifest, publishes
+  std::optional<nn::tp::ShardSpec> spec(size_t param) const {
+    return specs && param < specs->size() ? (*specs)[param] : std::nullopt;
+  }
+};
+
+ShardPlace shard_place(EngineCore& e, const PipelinePlace* place) {
+  ShardPlace sp;
+  sp.dp_rank = e.dp()->rank();
+  sp.dp = e.dp()->size();
+  if (place) {
+    sp.stage = place->stage;
+    sp.stages = place->stages;
+    sp.world = place->world.get();
+    sp.leaders = place->leaders.get();
+    sp.elsewhere = place->written_elsewhere;
+    sp.model_params = &place->model_params;
+    sp.layer_stages = place->layer_stages;
+  }
+  const auto& mp = e.model_parallel();
+  if (mp && mp->tensor_parallel) {
+    if (place) throw Error("checkpoint: tensor parallelism inside pipeline stages is not available");
+    sp.tp = static_cast<int>(mp->tensor_parallel->size());
+    sp.tp_rank = static_cast<int>(mp->tp_rank);
+    sp.world = mp->world.get();
+    sp.leaders = mp->tp_leaders.get();
+    sp.specs = &mp->tp_specs;
+    // A replicated parameter (or a piece several ranks share) is written by its first holder.
+    for (int p : mp->tp_duplicates) sp.elsewhere.insert(e.strategy().layout().specs()[static_cast<size_t>(p)].name);
+  }
+  return sp;
 }
 
-// A stage's part of the manifest, as its first rank sends it to rank 0.
+void agree(EngineCore& e, const std::string& step, const std::string& local_error, const ShardPlace& sp) {
+  distributed::agree_on_error(sp.world ? *sp.world : *e.dp(), comm_device(e), step, local_error);
+}
+
+// The whole tensor's shape and how tensor parallelism cuts parameter i of the layout.
+ManifestParam manifest_param(const zero::FlatLayout& layout, size_t i, const ShardPlace& sp) {
+  const auto& spec = layout.specs()[i];
+  ManifestParam p{spec.name, spec.shape, layout.params()[i].numel, {}};
+  if (const auto cut = sp.spec(i)) {
+    p.shape = nn::tp::whole_shape(spec.shape, *cut);
+    p.numel = 1;
+    for (int64_t d : p.shape) p.numel *= d;
+    if (cut->parts > 1) p.split = ManifestSplit{cut->dim, cut->blocks, cut->parts, cut->padded};
+  }
+  return p;
+}
+
+int64_t piece_of(const ShardPlace& sp, size_t param) {
+  const auto cut = sp.spec(param);
+  return cut && cut->parts > 1 ? cut->index : 0;
+}
+
+// A part's manifest (a pipeline stage's, a tensor-parallel index's), as its first rank sends it to rank 0.
 json manifest_part(const CheckpointManifest& m) {
   json params = json::array(), shards = json::array();
-  for (const auto& p : m.params) params.push_back({p.name, p.shape, p.numel});
+  for (const auto& p : m.params)
+    params.push_back({p.name, p.shape, p.numel, p.split.dim, p.split.blocks, p.split.parts, p.split.padded});
   for (const auto& s : m.shards) {
     json fragments = json::array(), sums = json::object();
-    for (const auto& f : s.fragments) fragments.push_back({f.param, f.start, f.numel});
+    for (const auto& f : s.fragments) fragments.push_back({f.param, f.start, f.numel, f.piece});
     for (const auto& [name, crc] : s.checksums) sums[name] = crc;
     shards.push_back({{"file", s.file}, {"rank", s.rank}, {"fragments", fragments}, {"checksums", sums}});
   }
   return {{"params", params}, {"shards", shards}};
 }
 
-// Rank 0: every stage's part into `m` (parameters by name, fragments renumbered).
+// Rank 0: every part into `m` (parameters by name, fragments renumbered).
 void merge_manifest_parts(CheckpointManifest& m, const std::vector<json>& parts) {
   m.params.clear();
   m.shards.clear();
@@ -130,13 +197,17 @@ void merge_manifest_parts(CheckpointManifest& m, const std::vector<json>& parts)
     for (const json& p : part.at("params")) {
       const std::string name = p.at(0).get<std::string>();
       auto [it, fresh] = index.emplace(name, static_cast<int64_t>(m.params.size()));
-      if (fresh) m.params.push_back({name, p.at(1).get<std::vector<int64_t>>(), p.at(2).get<int64_t>()});
+      if (fresh)
+        m.params.push_back({name, p.at(1).get<std::vector<int64_t>>(), p.at(2).get<int64_t>(),
+                            ManifestSplit{p.at(3).get<int64_t>(), p.at(4).get<int64_t>(), p.at(5).get<int64_t>(),
+                                          p.at(6).get<int64_t>()}});
       renumber.push_back(it->second);
     }
     for (const json& s : part.at("shards")) {
       ManifestShard shard{s.at("file").get<std::string>(), s.at("rank").get<int>(), {}, {}};
       for (const json& f : s.at("fragments"))
-        shard.fragments.push_back({renumber.at(f.at(0).get<size_t>()), f.at(1).get<int64_t>(), f.at(2).get<int64_t>()});
+        shard.fragments.push_back({renumber.at(f.at(0).get<size_t>()), f.at(1).get<int64_t>(), f.at(2).get<int64_t>(),
+                                   f.at(3).get<int64_t>()});
       for (auto it = s.at("checksums").begin(); it != s.at("checksums").end(); ++it)
         shard.checksums[it.key()] = it.value().get<uint32_t>();
       m.shards.push_back(std::move(shard));
@@ -197,12 +268,13 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
   auto& adam = state.adam;
   const auto& layout = strategy.layout();
   const int rank = engine.dp()->rank(), n = engine.dp()->size();
-  const int stage = place ? place->stage : 0;
-  const bool leader = rank == 0 && stage == 0;  // writes the manifest and publishes
-  const std::set<std::string>* elsewhere = place ? &place->written_elsewhere : nullptr;
-  if (place && state.gather_16bit_weights_on_save)
-    throw Error("save_checkpoint: zero_optimization.stage3_gather_16bit_weights_on_model_save under a pipeline is not "
-                "available (each stage holds part of the model); stratum-ckpt export writes the whole model");
+  const ShardPlace sp = shard_place(engine, place);
+  const bool leader = sp.leader();
+  const std::set<std::string>* elsewhere = &sp.elsewhere;
+  if (sp.several_parts() && state.gather_16bit_weights_on_save)
+    throw Error("save_checkpoint: zero_optimization.stage3_gather_16bit_weights_on_model_save under a pipeline or "
+                "tensor parallelism is not available (each rank holds part of the model); stratum-ckpt export "
+                "writes the whole model");
   const std::string tmp_dir = save_dir + "/" + tag + ".tmp";
   std::string error;
   try {
@@ -214,7 +286,7 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
   } catch (const Error& e) {
     error = e.what();
   }
-  agree(engine, "saving checkpoint " + tag, error, place);
+  agree(engine, "saving checkpoint " + tag, error, sp);
 
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   const auto [lo, hi] = write_window(layout, strategy.stage(), rank);
@@ -256,13 +328,13 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     }
   });
   try {
-    io::write_safetensors(tmp_dir + "/" + shard_file_name(stage * n + rank), tensors,
-                          {{"format", kCheckpointFormat}, {"rank", std::to_string(stage * n + rank)}});
+    io::write_safetensors(tmp_dir + "/" + shard_file_name(sp.shard(rank)), tensors,
+                          {{"format", kCheckpointFormat}, {"rank", std::to_string(sp.shard(rank))}});
   } catch (const Error& e) {
     error = e.what();
   }
   checksums.get();
-  agree(engine, "saving checkpoint " + tag, error, place);
+  agree(engine, "saving checkpoint " + tag, error, sp);
   at::Tensor all_sums = at::empty({static_cast<int64_t>(most) * n}, at::TensorOptions().dtype(at::kLong).device(comm_device(engine)));
   at::Tensor local_sums = sums.to(comm_device(engine));
   engine.dp()->all_gather(all_sums, local_sums)->wait();
@@ -280,7 +352,7 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     } catch (const Error& e) {
       error = e.what();
     }
-    agree(engine, "saving checkpoint " + tag, error);
+    agree(engine, "saving checkpoint " + tag, error, sp);
   }
 
   if (options.before_publish) options.before_publish(tmp_dir);
@@ -294,18 +366,18 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     m.skipped_steps = engine.skipped_steps();
     m.zero_stage = strategy.stage();
     m.data_parallel_size = n;
+    m.tensor_parallel_size = sp.tp;
     m.model_dtype = c10::toString(engine.model_dtype());
-    for (size_t i = 0; i < layout.params().size(); ++i)
-      m.params.push_back({layout.specs()[i].name, layout.specs()[i].shape, layout.params()[i].numel});
+    for (size_t i = 0; i < layout.params().size(); ++i) m.params.push_back(manifest_param(layout, i, sp));
     const int64_t* gathered = all_sums.data_ptr<int64_t>();
     for (int r = 0; r < n; ++r) {
-      ManifestShard shard{shard_file_name(stage * n + r), stage * n + r, {}, {}};
+      ManifestShard shard{shard_file_name(sp.shard(r)), sp.shard(r), {}, {}};
       size_t t = 0;
       auto record = [&](const std::string& name) {
         shard.checksums[name] = static_cast<uint32_t>(gathered[static_cast<size_t>(r) * most + t++]);
       };
       for (const Fragment& f : written_fragments(layout, strategy.stage(), r, elsewhere)) {
-        shard.fragments.push_back({f.param, f.start, f.numel});
+        shard.fragments.push_back({f.param, f.start, f.numel, piece_of(sp, static_cast<size_t>(f.param))});
         for (const char* kind : kKinds) record(fragment_name(kind, layout.specs()[f.param].name, f.start));
       }
       record(kRngTensor);
@@ -317,17 +389,17 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     m.loss_scaler = {sc.cur_scale, sc.cur_iter, sc.last_overflow_iter, sc.cur_hysteresis, sc.overflows_at_min};
     m.client_state = client_state.is_null() ? json::object() : client_state;
   }
-  // Pipelines: each stage's part to rank 0, which lists every stage's shards.
-  if (place && place->stages > 1 && rank == 0) {
+  // Pipelines and tensor parallelism: each part's manifest to rank 0, which lists every part's shards.
+  if (sp.several_parts() && rank == 0) {
     try {
-      if (!place->leaders) throw Error("save_checkpoint: internal: a stage's first rank has no leaders group");
-      const std::vector<std::string> parts = gather_texts(*place->leaders, manifest_part(*manifest).dump());
+      if (!sp.leaders) throw Error("save_checkpoint: internal: a part's first rank has no leaders group");
+      const std::vector<std::string> parts = gather_texts(*sp.leaders, manifest_part(*manifest).dump());
       if (leader) {
         std::vector<json> parsed;
         for (const auto& text : parts) parsed.push_back(json::parse(text));
         merge_manifest_parts(*manifest, parsed);
-        manifest->pipeline_stages = place->stages;
-        manifest->layer_stages = place->layer_stages;
+        manifest->pipeline_stages = sp.stages;
+        manifest->layer_stages = sp.layer_stages;
       }
     } catch (const std::exception& e) {
       error = e.what();
@@ -347,7 +419,7 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
       error = e.what();
     }
   }
-  agree(engine, "saving checkpoint " + tag, error, place);
+  agree(engine, "saving checkpoint " + tag, error, sp);
   if (leader) log::debug("saved checkpoint " + save_dir + "/" + tag);
 }
 
@@ -356,7 +428,7 @@ namespace {
 // Where the saved fragments of one parameter are, from the manifest.
 struct SavedFragment {
   std::string file, tensor;
-  int64_t start, numel;
+  int64_t start, numel, piece;
   const ManifestShard* shard;
 };
 using FragmentIndex = std::map<std::string, std::map<std::string, std::vector<SavedFragment>>>;  // kind -> param -> list
@@ -369,15 +441,18 @@ FragmentIndex index_shards(const std::string& tag_dir, const CheckpointManifest&
     for (const auto& f : shard.fragments) {
       const std::string& param = m.params[static_cast<size_t>(f.param)].name;
       for (const char* kind : kKinds)
-        index[kind][param].push_back(SavedFragment{file, fragment_name(kind, param, f.start), f.start, f.numel, &shard});
+        index[kind][param].push_back(
+            SavedFragment{file, fragment_name(kind, param, f.start), f.start, f.numel, f.piece, &shard});
     }
   }
   return index;
 }
 
-// `model_params`: the whole model's names when the layout holds one pipeline stage's share.
-void check_model_matches(const CheckpointManifest& manifest, const zero::FlatLayout& layout, const std::string& where,
-                         const std::vector<std::string>* model_params = nullptr) {
+// `model`: the layout's parameters as whole tensors (tensor parallelism saves
+// and loads them whole); `model_params`: the whole model's names when the
+// layout holds one pipeline stage's share.
+void check_model_matches(const CheckpointManifest& manifest, const std::vector<ManifestParam>& model,
+                         const std::string& where, const std::vector<std::string>* model_params = nullptr) {
   std::map<std::string, std::vector<int64_t>> saved;
   for (const auto& p : manifest.params) saved[p.name] = p.shape;
   std::vector<std::string> problems;
@@ -387,7 +462,7 @@ void check_model_matches(const CheckpointManifest& manifest, const zero::FlatLay
     for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
     return out + "]";
   };
-  for (const auto& spec : layout.specs()) {
+  for (const auto& spec : model) {
     auto it = saved.find(spec.name);
     if (it == saved.end()) problems.push_back("parameter '" + spec.name + "' of the model is not in the checkpoint");
     else if (it->second != spec.shape)
@@ -409,7 +484,7 @@ void check_model_matches(const CheckpointManifest& manifest, const zero::FlatLay
 
 // Copies the saved elements [start, start + numel) of `param` (kind) into `dest`.
 void fill_range(const FragmentIndex& index, const CheckpointManifest& m, const std::string& kind,
-                const std::string& param, int64_t start, int64_t numel, at::Tensor dest,
+                const std::string& param, int64_t piece, int64_t start, int64_t numel, at::Tensor dest,
                 std::map<std::string, at::Tensor>& cache) {
   int64_t covered = 0;
   auto kit = index.find(kind);
@@ -417,6 +492,7 @@ void fill_range(const FragmentIndex& index, const CheckpointManifest& m, const s
     auto pit = kit->second.find(param);
     if (pit != kit->second.end())
       for (const SavedFragment& f : pit->second) {
+        if (f.piece != piece) continue;
         const int64_t a = std::max(start, f.start), b = std::min(start + numel, f.start + f.numel);
         if (a >= b) continue;
         const std::string key = f.file + "\n" + f.tensor;
@@ -429,8 +505,42 @@ void fill_range(const FragmentIndex& index, const CheckpointManifest& m, const s
   }
   if (covered != numel)
     throw Error("checkpoint lacks elements " + std::to_string(start) + ".." + std::to_string(start + numel) + " of " +
-                kind + " of parameter '" + param + "' (found " + std::to_string(covered) + " of " +
+                kind + " of parameter '" + param + "'" + (piece ? " piece " + std::to_string(piece) : std::string()) +
+                " (found " + std::to_string(covered) + " of " +
                 std::to_string(numel) + "); a shard is missing or truncated");
+}
+
+// Parameter `p`'s whole value (kind) from its saved pieces, [shape] in fp32.
+at::Tensor saved_whole(const FragmentIndex& index, const CheckpointManifest& m, const std::string& kind,
+                       const ManifestParam& p, std::map<std::string, at::Tensor>& cache) {
+  at::Tensor whole = at::empty(p.shape, at::kFloat);
+  const ManifestSplit& cut = p.split;
+  if (cut.parts <= 1) {
+    fill_range(index, m, kind, p.name, 0, 0, p.numel, whole.view(-1), cache);
+    return whole;
+  }
+  for (int64_t q = 0; q < cut.parts; ++q) {
+    at::Tensor piece = at::empty({p.piece_numel()}, at::kFloat);
+    fill_range(index, m, kind, p.name, q, 0, p.piece_numel(), piece, cache);
+    nn::tp::place_shard(whole, piece,
+                        nn::tp::ShardSpec{cut.dim, cut.blocks, cut.parts, q, cut.padded, p.shape[cut.dim]});
+  }
+  return whole;
+}
+
+// The saved value of `p` cut as this rank holds it (`mine`: nullopt, whole).
+at::Tensor saved_local(const FragmentIndex& index, const CheckpointManifest& m, const std::string& kind,
+                       const ManifestParam& p, const std::optional<nn::tp::ShardSpec>& mine,
+                       std::map<std::string, at::Tensor>& cache) {
+  const at::Tensor whole = saved_whole(index, m, kind, p, cache);
+  return (mine ? nn::tp::take_shard(whole, *mine) : whole).reshape(-1);
+}
+
+// Whether this rank's piece of a parameter is one the checkpoint stored as it is.
+bool same_cut(const ManifestSplit& saved, const std::optional<nn::tp::ShardSpec>& mine) {
+  const int64_t parts = mine ? mine->parts : 1;
+  if (saved.parts != parts) return false;
+  return parts == 1 || (saved.dim == mine->dim && saved.blocks == mine->blocks && saved.padded == mine->padded);
 }
 
 void warn_unverified(const CheckpointManifest& m) {
@@ -449,7 +559,14 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
   std::string error;
   CheckpointManifest manifest;
   std::string tag_dir;
+  ShardPlace sp;
   try {
+    sp = shard_place(engine, place);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  try {
+    if (!error.empty()) throw Error(error);
     std::string tag = tag_in;
     if (tag.empty()) {
       auto latest = latest_checkpoint_tag(load_dir);
@@ -460,18 +577,43 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
     }
     tag_dir = load_dir + "/" + tag;
     manifest = read_checkpoint_manifest(tag_dir);
-    if (engine.dp()->rank() == 0 && (!place || place->stage == 0)) warn_unverified(manifest);
-    check_model_matches(manifest, layout, tag_dir, place ? &place->model_params : nullptr);
+    if (sp.leader()) warn_unverified(manifest);
+    std::vector<ManifestParam> model;
+    for (size_t i = 0; i < layout.params().size(); ++i) model.push_back(manifest_param(layout, i, sp));
+    check_model_matches(manifest, model, tag_dir, sp.model_params);
+    std::map<std::string, const ManifestParam*> saved;
+    for (const auto& p : manifest.params) saved[p.name] = &p;
     const FragmentIndex index = index_shards(tag_dir, manifest);
     std::map<std::string, at::Tensor> cache;
+    // A piece cut otherwise than this rank's (another tensor-parallel size):
+    // the whole tensor from every saved piece, then this rank's piece of it,
+    // one parameter at a time.
+    std::map<std::string, at::Tensor> resharded;
+    int resharded_param = -1;
     c10::AutoGradMode no_grad(false);
     for (const Fragment& f : fragments_of(layout, strategy.owned_pieces(), 0, layout.total_numel())) {
       const auto& seg = strategy.segments()[f.segment];
       const std::string& name = layout.specs()[f.param].name;
+      const ManifestParam& stored = *saved.at(name);
+      const std::optional<nn::tp::ShardSpec> mine = sp.spec(static_cast<size_t>(f.param));
+      const bool direct = same_cut(stored.split, mine);
+      if (!direct && resharded_param != f.param) {
+        resharded.clear();
+        cache.clear();
+        resharded_param = f.param;
+      }
       at::Tensor dests[] = {seg.master, adam[f.segment].exp_avg, adam[f.segment].exp_avg_sq};
       for (int k = 0; k < 3; ++k) {
         at::Tensor staging = at::empty({f.numel}, at::kFloat);
-        fill_range(index, manifest, kKinds[k], name, f.start, f.numel, staging, cache);
+        if (direct) {
+          fill_range(index, manifest, kKinds[k], name, piece_of(sp, static_cast<size_t>(f.param)), f.start, f.numel,
+                     staging, cache);
+        } else {
+          auto it = resharded.find(kKinds[k]);
+          if (it == resharded.end())
+            it = resharded.emplace(kKinds[k], saved_local(index, manifest, kKinds[k], stored, mine, cache)).first;
+          staging.copy_(it->second.narrow(0, f.start, f.numel));
+        }
         dests[k].narrow(0, f.segment_offset, f.numel).copy_(staging);
       }
     }
@@ -492,9 +634,9 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
     state.micro_steps = manifest.micro_steps;
     state.skipped_steps = manifest.skipped_steps;
     // Same layout: each rank gets its own random stream back; otherwise they start afresh.
-    const int stages = place ? place->stages : 1;
-    const int own = (place ? place->stage : 0) * engine.dp()->size() + engine.dp()->rank();
-    if (manifest.data_parallel_size == engine.dp()->size() && manifest.pipeline_stages == stages) {
+    const int own = sp.shard(sp.dp_rank);
+    if (manifest.data_parallel_size == sp.dp && manifest.pipeline_stages == sp.stages &&
+        manifest.tensor_parallel_size == sp.tp) {
       const std::string file = tag_dir + "/" + manifest.shards[static_cast<size_t>(own)].file;
       at::Tensor rng = read_checked(file, kRngTensor, &manifest.shards[static_cast<size_t>(own)], manifest, -1,
                                     /*finite=*/false);
@@ -508,14 +650,17 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
   } catch (const std::exception& e) {
     error = distributed::describe_exception(e);
   }
-  agree(engine, "loading checkpoint " + (tag_dir.empty() ? load_dir : tag_dir), error, place);
+  agree(engine, "loading checkpoint " + (tag_dir.empty() ? load_dir : tag_dir), error, sp);
   strategy.publish_params();  // collective: the model takes the loaded masters
   strategy.wait_params();
   strategy.zero_gradients();
-  if (engine.dp()->rank() == 0 && (!place || place->stage == 0))
+  if (sp.leader())
     log::info("loaded checkpoint " + tag_dir + " (saved by " + std::to_string(manifest.data_parallel_size) +
               " data-parallel ranks" +
               (manifest.pipeline_stages > 1 ? " x " + std::to_string(manifest.pipeline_stages) + " pipeline stages" : "") +
+              (manifest.tensor_parallel_size > 1
+                   ? " x " + std::to_string(manifest.tensor_parallel_size) + " tensor-parallel ranks"
+                   : "") +
               " at ZeRO stage " + std::to_string(manifest.zero_stage) + ", step " + std::to_string(manifest.global_steps) +
               ")");
   return manifest.client_state;
@@ -530,11 +675,9 @@ ConsolidatedCheckpoint read_consolidated_checkpoint(const std::string& tag_dir, 
   const FragmentIndex index = index_shards(tag_dir, *manifest);
   std::map<std::string, at::Tensor> cache;
   for (const auto& p : manifest->params) {
-    for (int k = 0; k < (with_optimizer_states ? 3 : 1); ++k) {
-      at::Tensor t = at::empty({p.numel}, at::kFloat);
-      fill_range(index, *manifest, kKinds[k], p.name, 0, p.numel, t, cache);
-      out.tensors[k == 0 ? p.name : std::string(kKinds[k]) + "|" + p.name] = t.view(p.shape);
-    }
+    for (int k = 0; k < (with_optimizer_states ? 3 : 1); ++k)
+      out.tensors[k == 0 ? p.name : std::string(kKinds[k]) + "|" + p.name] =
+          saved_whole(index, *manifest, kKinds[k], p, cache);
     cache.clear();  // bounded memory: one parameter's fragments at a time
   }
   return out;
@@ -545,23 +688,28 @@ CheckpointVerification verify_checkpoint(const std::string& tag_dir) {
   const CheckpointManifest m = read_checkpoint_manifest(tag_dir);
   CheckpointVerification v;
   v.checksums = m.has_checksums();
-  // Each parameter's elements, once per kind: the fragments tile it exactly.
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges(m.params.size());
+  // Each piece of each parameter (the whole of it when saved whole), once per
+  // kind: the fragments tile it exactly.
+  std::map<std::pair<size_t, int64_t>, std::vector<std::pair<int64_t, int64_t>>> ranges;
+  for (size_t i = 0; i < m.params.size(); ++i)
+    for (int64_t q = 0; q < m.params[i].split.parts; ++q) ranges[{i, q}];
   for (const auto& shard : m.shards)
-    for (const auto& f : shard.fragments) ranges[static_cast<size_t>(f.param)].push_back({f.start, f.numel});
-  for (size_t i = 0; i < m.params.size(); ++i) {
-    auto& r = ranges[i];
+    for (const auto& f : shard.fragments) ranges[{static_cast<size_t>(f.param), f.piece}].push_back({f.start, f.numel});
+  for (auto& [key, r] : ranges) {
+    const ManifestParam& p = m.params[key.first];
+    const std::string what = "parameter '" + p.name + "'" +
+                             (p.split.parts > 1 ? " piece " + std::to_string(key.second) : std::string());
     std::sort(r.begin(), r.end());
     int64_t next = 0;
     for (const auto& [start, numel] : r) {
       if (start != next)
-        throw Error(m.path + ": parameter '" + m.params[i].name + "': elements " + std::to_string(std::min(start, next)) +
-                    ".. are " + (start > next ? "in no shard" : "in two shards"));
+        throw Error(m.path + ": " + what + ": elements " + std::to_string(std::min(start, next)) + ".. are " +
+                    (start > next ? "in no shard" : "in two shards"));
       next = start + numel;
     }
-    if (next != m.params[i].numel)
-      throw Error(m.path + ": parameter '" + m.params[i].name + "': elements " + std::to_string(next) + ".." +
-                  std::to_string(m.params[i].numel) + " are in no shard");
+    if (next != p.piece_numel())
+      throw Error(m.path + ": " + what + ": elements " + std::to_string(next) + ".." +
+                  std::to_string(p.piece_numel()) + " are in no shard");
   }
   for (const auto& shard : m.shards) {
     const std::string file = tag_dir + "/" + shard.file;

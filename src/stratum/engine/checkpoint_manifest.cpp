@@ -171,6 +171,32 @@ void read_params(FieldReader& r, const json& m, CheckpointManifest& out) {
     if (r.integer(p, "numel", where, 0, std::numeric_limits<int64_t>::max(), param.numel) && shape && ok &&
         param.numel != product)
       r.problem(where + ".numel: " + std::to_string(param.numel) + ", but its shape holds " + std::to_string(product));
+    if (p.is_object() && p.contains("split") && ok) {
+      const std::string sw = where + ".split";
+      if (const json* split = r.object(p, "split", where)) {
+        ManifestSplit& sp = param.split;
+        const int64_t dims = static_cast<int64_t>(param.shape.size());
+        bool good = r.integer(*split, "dim", sw, 0, std::max<int64_t>(dims - 1, 0), sp.dim) && dims > 0;
+        good = r.integer(*split, "blocks", sw, 1, kMaxDataParallel, sp.blocks) && good;
+        good = r.integer(*split, "parts", sw, 1, kMaxDataParallel, sp.parts) && good;
+        good = r.integer(*split, "padded", sw, 0, std::numeric_limits<int64_t>::max(), sp.padded) && good;
+        if (good) {
+          const int64_t size = param.shape[static_cast<size_t>(sp.dim)];
+          const int64_t n = sp.padded > 0 ? sp.padded : size;
+          if (out.tensor_parallel_size % sp.parts != 0)
+            r.problem(sw + ".parts: " + std::to_string(sp.parts) + " pieces do not divide the " +
+                      std::to_string(out.tensor_parallel_size) + " tensor-parallel ranks that saved it");
+          else if (sp.padded > 0 && sp.padded < size)
+            r.problem(sw + ".padded: " + std::to_string(sp.padded) + " is less than dimension " +
+                      std::to_string(sp.dim) + "'s " + std::to_string(size));
+          else if (n % (sp.blocks * sp.parts) != 0)
+            r.problem(sw + ": " + std::to_string(n) + " does not split into " + std::to_string(sp.blocks) +
+                      " blocks of " + std::to_string(sp.parts) + " pieces");
+        } else {
+          sp = ManifestSplit{};
+        }
+      }
+    }
     if (__builtin_add_overflow(total, param.numel, &total)) {
       r.problem(where + ".numel: " + std::to_string(param.numel) + " takes the parameters' total past 64 bits");
       total = 0;
@@ -182,11 +208,13 @@ void read_params(FieldReader& r, const json& m, CheckpointManifest& out) {
 void read_shards(FieldReader& r, const json& m, CheckpointManifest& out) {
   const json* shards = r.array(m, "shards", "");
   if (!shards) return;
-  const int64_t ranks = int64_t{out.data_parallel_size} * out.pipeline_stages;
+  const int64_t ranks = int64_t{out.data_parallel_size} * out.pipeline_stages * out.tensor_parallel_size;
   if (static_cast<int64_t>(shards->size()) != ranks)
     r.problem("shards: " + std::to_string(shards->size()) + " shards, but data_parallel_size is " +
               std::to_string(out.data_parallel_size) +
               (out.pipeline_stages > 1 ? " x " + std::to_string(out.pipeline_stages) + " pipeline stages" : "") +
+              (out.tensor_parallel_size > 1 ? " x " + std::to_string(out.tensor_parallel_size) + " tensor-parallel ranks"
+                                            : "") +
               " (one per rank)");
   for (size_t i = 0; i < shards->size() && i < static_cast<size_t>(kMaxDataParallel); ++i) {
     const std::string where = "shards[" + std::to_string(i) + "]";
@@ -205,8 +233,8 @@ void read_shards(FieldReader& r, const json& m, CheckpointManifest& out) {
       for (size_t k = 0; k < frags->size(); ++k) {
         const std::string fw = where + ".fragments[" + std::to_string(k) + "]";
         const json& f = (*frags)[k];
-        if (!f.is_array() || f.size() != 3) {
-          r.problem(fw + ": expected [parameter index, first element, elements], got " + FieldReader::shown(f));
+        if (!f.is_array() || (f.size() != 3 && f.size() != 4)) {
+          r.problem(fw + ": expected [parameter index, first element, elements(, piece)], got " + FieldReader::shown(f));
           continue;
         }
         ManifestFragment frag;
@@ -216,11 +244,14 @@ void read_shards(FieldReader& r, const json& m, CheckpointManifest& out) {
             !r.integer_value(f[2], fw + "[2]", 1, std::numeric_limits<int64_t>::max(), frag.numel))
           continue;
         if (frag.param >= np) continue;  // reported as out of range above (or params is broken)
-        const int64_t param_numel = out.params[static_cast<size_t>(frag.param)].numel;
+        const ManifestParam& param = out.params[static_cast<size_t>(frag.param)];
+        if (f.size() == 4 && !r.integer_value(f[3], fw + "[3]", 0, param.split.parts - 1, frag.piece)) continue;
+        const int64_t param_numel = param.piece_numel();
         int64_t end = 0;
         if (__builtin_add_overflow(frag.start, frag.numel, &end) || end > param_numel) {
           r.problem(fw + ": elements " + std::to_string(frag.start) + " + " + std::to_string(frag.numel) +
-                    " go past parameter '" + out.params[static_cast<size_t>(frag.param)].name + "' (" +
+                    " go past parameter '" + param.name + "'" +
+                    (param.split.parts > 1 ? " piece " + std::to_string(frag.piece) : std::string()) + " (" +
                     std::to_string(param_numel) + " elements)");
           continue;
         }
@@ -245,6 +276,13 @@ void read_shards(FieldReader& r, const json& m, CheckpointManifest& out) {
 }
 
 }  // namespace
+
+int64_t ManifestParam::piece_numel() const {
+  if (split.parts <= 1 || split.dim >= static_cast<int64_t>(shape.size())) return numel;
+  const int64_t size = shape[static_cast<size_t>(split.dim)];
+  if (size == 0) return 0;
+  return numel / size * ((split.padded > 0 ? split.padded : size) / split.parts);
+}
 
 int64_t CheckpointManifest::total_numel() const {
   int64_t n = 0;
@@ -310,6 +348,10 @@ CheckpointManifest parse_checkpoint_manifest(const std::string& text, const std:
         }
     }
   }
+  // Written by tensor-parallel jobs only: absent means one rank.
+  if (m.contains("tensor_parallel"))
+    if (const json* tp = r.object(m, "tensor_parallel", ""))
+      if (r.integer(*tp, "size", "tensor_parallel", 1, kMaxDataParallel, v)) out.tensor_parallel_size = static_cast<int>(v);
   read_params(r, m, out);
   read_shards(r, m, out);
   r.number(m, "adam_step", "", 0.0, 9.0e15, out.adam_step);
@@ -359,12 +401,20 @@ std::string manifest_to_json_text(const CheckpointManifest& c) {
   m["data_parallel_size"] = c.data_parallel_size;
   m["model_dtype"] = c.model_dtype;
   json params = json::array();
-  for (const auto& p : c.params) params.push_back({{"name", p.name}, {"shape", p.shape}, {"numel", p.numel}});
+  for (const auto& p : c.params) {
+    json param = {{"name", p.name}, {"shape", p.shape}, {"numel", p.numel}};
+    if (p.split.parts > 1)
+      param["split"] = {{"dim", p.split.dim}, {"blocks", p.split.blocks}, {"parts", p.split.parts}, {"padded", p.split.padded}};
+    params.push_back(param);
+  }
   m["params"] = params;
   json shards = json::array();
   for (const auto& s : c.shards) {
     json fragments = json::array();
-    for (const auto& f : s.fragments) fragments.push_back({f.param, f.start, f.numel});
+    for (const auto& f : s.fragments) {
+      if (c.params[static_cast<size_t>(f.param)].split.parts > 1) fragments.push_back({f.param, f.start, f.numel, f.piece});
+      else fragments.push_back({f.param, f.start, f.numel});
+    }
     json shard = {{"file", s.file}, {"rank", s.rank}, {"fragments", fragments}};
     if (c.has_checksums()) {
       json sums = json::object();
@@ -375,8 +425,11 @@ std::string manifest_to_json_text(const CheckpointManifest& c) {
   }
   m["shards"] = shards;
   m["checksum"] = "crc32c of each tensor's bytes, per shard";
-  m["topology"] = {{"data_parallel", c.data_parallel_size}, {"pipeline_parallel", c.pipeline_stages}, {"tensor_parallel", 1}};
+  m["topology"] = {{"data_parallel", c.data_parallel_size},
+                   {"pipeline_parallel", c.pipeline_stages},
+                   {"tensor_parallel", c.tensor_parallel_size}};
   if (c.pipeline_stages > 1) m["pipeline"] = {{"stages", c.pipeline_stages}, {"layer_stages", c.layer_stages}};
+  if (c.tensor_parallel_size > 1) m["tensor_parallel"] = {{"size", c.tensor_parallel_size}};
   m["rng"] = "per rank, in each shard as tensor 'rng|cpu' (torch's CPU generator state)";
   m["adam_step"] = c.adam_step;
   m["lr_scheduler"] = {{"last_batch_iteration", c.lr_last_batch_iteration}};

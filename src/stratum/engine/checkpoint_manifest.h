@@ -21,15 +21,26 @@ inline constexpr int kCheckpointVersion = 2;
 // A manifest larger than this is not one (thousands of ranks and parameters stay far below).
 inline constexpr size_t kMaxManifestBytes = 1ull << 30;
 
-struct ManifestParam {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t numel = 0;
+// How tensor parallelism cut a parameter when it was saved (nn::tp::ShardSpec
+// without the rank's index): along `dim`, padded to `padded` (0: none), in
+// `blocks` blocks of `parts` pieces each. parts 1: saved whole.
+struct ManifestSplit {
+  int64_t dim = 0, blocks = 1, parts = 1, padded = 0;
 };
 
-// Elements [start, start + numel) of parameter `param` (an index into params).
+struct ManifestParam {
+  std::string name;
+  std::vector<int64_t> shape;  // the whole tensor's
+  int64_t numel = 0;
+  ManifestSplit split;
+  // Elements of one piece (numel when saved whole).
+  int64_t piece_numel() const;
+};
+
+// Elements [start, start + numel) of piece `piece` of parameter `param` (an
+// index into params), counted within the piece (the whole tensor when parts is 1).
 struct ManifestFragment {
-  int64_t param = 0, start = 0, numel = 0;
+  int64_t param = 0, start = 0, numel = 0, piece = 0;
 };
 
 struct ManifestShard {
@@ -55,9 +66,11 @@ struct CheckpointManifest {
   // data-parallel rank r % dp) and which stage held each layer of the model.
   int pipeline_stages = 1;
   std::vector<int> layer_stages;
+  // Tensor parallelism: shards[((stage x tp) + tp rank) x dp + dp rank].
+  int tensor_parallel_size = 1;
   std::string model_dtype;  // torch's name: "Float", "BFloat16", "Half"
   std::vector<ManifestParam> params;
-  std::vector<ManifestShard> shards;  // shards[r] is rank r's (data_parallel_size x pipeline_stages of them)
+  std::vector<ManifestShard> shards;  // one per rank: data_parallel_size x pipeline_stages x tensor_parallel_size
   double adam_step = 0.0;
   int64_t lr_last_batch_iteration = -1;
   ManifestLossScaler loss_scaler;

@@ -25,6 +25,7 @@
 #include "stratum/engine/engine_core.h"
 #include "stratum/engine/flops_profiler.h"
 #include "stratum/engine/layer_runner.h"
+#include "stratum/engine/tensor_parallel_setup.h"
 
 namespace stratum {
 
@@ -99,6 +100,35 @@ class Engine {
   std::shared_ptr<void> runner_guard_;  // declared last: the runner goes before the core it points into
 };
 
+namespace engine_detail {
+template <class Model>
+Engine<Model> initialize_core(const Config& config, std::shared_ptr<Model> model,
+                              std::shared_ptr<distributed::Communicator> dp, c10::Device device,
+                              std::optional<ModelParallelPlace> model_parallel) {
+  if (!model_parallel && tensor_parallel_size(*model) > 1)
+    throw ConfigError(config.source, {"tensor_parallel.autotp_size: " + std::to_string(config.tensor_parallel.size) +
+                                      " but the model is sharded over " + std::to_string(tensor_parallel_size(*model)) +
+                                      " ranks; set autotp_size to match and pass the DistContext to stratum::initialize"});
+  const at::ScalarType dtype = training_dtype(config);
+  nn::LayerStackImpl* stack = as_layer_stack(*model);
+  const bool stage3 = stack && config.zero_optimization.stage == 3;
+  prepare_module(*model, device, dtype, /*keep_trainable_params=*/stage3);
+  std::vector<at::Tensor> params;
+  std::vector<std::string> names;
+  trainable_parameters(*model, params, names);
+  std::optional<zero::LayerParams> layers;
+  if (stack) layers = layer_params(*stack, params);
+  // The profiler's parameter counts, before ZeRO-3 partitions the parameters.
+  std::optional<ModelOutline> outline;
+  if (config.flops_profiler.enabled) outline = model_outline(*model, stack);
+  auto core = std::make_unique<EngineCore>(config, std::move(params), std::move(names), dtype, std::move(dp), device,
+                                           std::move(layers), std::move(model_parallel));
+  if (outline) core->attach_flops_profiler(std::move(*outline));
+  auto guard = install_layer_runner(stack, *core, config);
+  return Engine<Model>(std::move(model), std::move(core), std::move(guard));
+}
+}  // namespace engine_detail
+
 // Data parallel over `dp` with the model on `device`. With the comms_logger
 // section on, `dp` is logged (unless it already is); its debug mode then needs
 // a CPU `dp` (MPI) to exchange fingerprints over, or the DistContext overload.
@@ -106,31 +136,24 @@ template <class Model>
 Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, std::shared_ptr<distributed::Communicator> dp,
                          c10::Device device) {
   dp = engine_detail::logged_data_parallel(config, std::move(dp), nullptr);
-  const at::ScalarType dtype = engine_detail::training_dtype(config);
-  nn::LayerStackImpl* stack = engine_detail::as_layer_stack(*model);
-  const bool stage3 = stack && config.zero_optimization.stage == 3;
-  engine_detail::prepare_module(*model, device, dtype, /*keep_trainable_params=*/stage3);
-  std::vector<at::Tensor> params;
-  std::vector<std::string> names;
-  engine_detail::trainable_parameters(*model, params, names);
-  std::optional<zero::LayerParams> layers;
-  if (stack) layers = layer_params(*stack, params);
-  // The profiler's parameter counts, before ZeRO-3 partitions the parameters.
-  std::optional<ModelOutline> outline;
-  if (config.flops_profiler.enabled) outline = model_outline(*model, stack);
-  auto core = std::make_unique<EngineCore>(config, std::move(params), std::move(names), dtype, std::move(dp), device,
-                                           std::move(layers));
-  if (outline) core->attach_flops_profiler(std::move(*outline));
-  auto guard = engine_detail::install_layer_runner(stack, *core, config);
-  return Engine<Model>(std::move(model), std::move(core), std::move(guard));
+  return engine_detail::initialize_core(config, std::move(model), std::move(dp), device, std::nullopt);
 }
 
-// Data parallel over the whole job: the NCCL world and this rank's GPU when
-// there is one, else the MPI world on the CPU.
+// Over the whole job: the NCCL world and this rank's GPU when there is one,
+// else the MPI world on the CPU. Data parallel over every rank; with
+// tensor_parallel.autotp_size t > 1 the model must be sharded over
+// tensor_parallel_group(config, ctx) (engine/tensor_parallel_setup.h) and the
+// data-parallel group is the world / t ranks of this rank's TP index.
 template <class Model>
 Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, const distributed::DistContext& ctx) {
   const c10::Device device = ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
                                            : c10::Device(c10::kCPU);
+  if (config.tensor_parallel.size > 1 || engine_detail::tensor_parallel_size(*model) > 1) {
+    engine_detail::TensorParallelEngineGroups g = engine_detail::tensor_parallel_engine_groups(config, *model, ctx);
+    return engine_detail::initialize_core(config, std::move(model),
+                                          engine_detail::logged_data_parallel(config, g.dp, g.dp_control), device,
+                                          std::move(g.place));
+  }
   return initialize(config, std::move(model), engine_detail::logged_data_parallel(config, ctx.device_world(), ctx.cpu_world),
                     device);
 }

@@ -59,7 +59,8 @@ zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype, c10:
 }
 
 // Checks that need no communication, so every rank fails the same way before any collective.
-void check_supported(const Config& c, const std::vector<at::Tensor>& params, bool layer_stack, bool pipeline_stage) {
+void check_supported(const Config& c, const std::vector<at::Tensor>& params, bool layer_stack, bool pipeline_stage,
+                     int64_t tensor_parallel_size) {
   if (!c.optimizer)
     throw ConfigError(c.source, {"optimizer: missing; the engine needs an \"optimizer\" section (Adam, AdamW or Lamb)"});
   if (c.pipeline.stages > 1 && !pipeline_stage)
@@ -82,8 +83,17 @@ void check_supported(const Config& c, const std::vector<at::Tensor>& params, boo
                                    ": not available under a pipeline yet (its timers bracket engine.forward, which "
                                    "train_batch does not call); the progress line reports the measured bubble"});
   }
-  if (c.tensor_parallel.size > 1)
-    throw ConfigError(c.source, {"tensor_parallel: tensor parallelism is not available in the engine yet"});
+  if (c.tensor_parallel.size > 1 && pipeline_stage)
+    throw ConfigError(c.source, {"tensor_parallel.autotp_size: " + std::to_string(c.tensor_parallel.size) +
+                                 " with pipeline.stages " + std::to_string(c.pipeline.stages) +
+                                 ": tensor parallelism inside pipeline stages is not available yet; use one of them"});
+  if (c.tensor_parallel.size != tensor_parallel_size)
+    throw ConfigError(c.source, {"tensor_parallel.autotp_size: " + std::to_string(c.tensor_parallel.size) +
+                                 " but the model is sharded over " + std::to_string(tensor_parallel_size) +
+                                 " rank" + (tensor_parallel_size == 1 ? "" : "s") +
+                                 "; build it over stratum::tensor_parallel_group(config, context) "
+                                 "(models::build_model(model_config, device, group)) and pass the DistContext "
+                                 "to stratum::initialize"});
   if (c.zero_optimization.stage == 3 && !layer_stack)
     throw ConfigError(c.source, {"zero_optimization.stage: 3 needs a model built as a stratum::nn::LayerStack (ZeRO-3 "
                                  "gathers each layer's parameters around the layer, so the engine must run the layers "
@@ -100,11 +110,12 @@ void check_supported(const Config& c, const std::vector<at::Tensor>& params, boo
 
 EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std::vector<std::string> names,
                        at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp, c10::Device device,
-                       std::optional<zero::LayerParams> layers, std::optional<StageReduction> stage)
-    : config_(config), stage_(std::move(stage)), model_dtype_(model_dtype), dp_(std::move(dp)), device_(device) {
-  check_supported(config_, params, layers.has_value(), stage_.has_value());
-  // A pipeline stage's data-parallel group is world / (stages x tensor parallel).
-  batch_ = config_.resolve_batch(dp_->size() * (stage_ ? config_.model_parallel_size() : 1));
+                       std::optional<zero::LayerParams> layers, std::optional<ModelParallelPlace> model_parallel)
+    : config_(config), mp_(std::move(model_parallel)), model_dtype_(model_dtype), dp_(std::move(dp)), device_(device) {
+  check_supported(config_, params, layers.has_value(), pipeline_stage(),
+                  mp_ && mp_->tensor_parallel ? mp_->tensor_parallel->size() : 1);
+  // Under model parallelism the data-parallel group is world / (stages x tensor parallel).
+  batch_ = config_.resolve_batch(dp_->size() * (mp_ ? config_.model_parallel_size() : 1));
   zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
   // LayerStack models, for the layers that declare the fused GEMM's contract
   // (StackLayer::linear_weights_fusable).
@@ -127,6 +138,7 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   else
     strategy_ = zero::make_zero_strategy(options, std::move(params), std::move(names), model_dtype_, dp_,
                                          layers ? &*layers : nullptr);
+  check_partial_gradients();
   for (auto& seg : strategy_->segments()) adam_.push_back(optim::make_adam_state(seg.master));
   if (config_.optimizer->type == config::OptimizerType::Lamb) {
     // Lamb's trust ratio is per parameter: which parameters' elements each segment holds.
@@ -233,6 +245,7 @@ void EngineCore::finish_gradients() {
   heartbeat::beat();
   micro_steps_ += batch_.gradient_accumulation_steps;
   strategy_->wait_gradients();
+  reduce_partial_gradients();
   gradients_finished_ = true;
 }
 
@@ -256,6 +269,7 @@ bool EngineCore::step() {
     // Waiting for the window's reductions is backward's time (phase_timers.h).
     if (timed) timers_->start(Phase::bwd_allreduce);
     strategy_->wait_gradients();
+    reduce_partial_gradients();
     if (timed) {
       timers_->stop(Phase::bwd_allreduce);
       timers_->start(Phase::step);
@@ -304,31 +318,77 @@ bool EngineCore::check_overflow() {
   for (auto& s : strategy_->segments()) grads.push_back(s.grad);
   at::Tensor flag = optim::local_overflow_flag(grads).to(strategy_->segments().front().grad.device());
   dp_->all_reduce(flag, distributed::ReduceOp::max)->wait();
-  if (stage_) stage_->stages->all_reduce(flag, distributed::ReduceOp::max)->wait();
+  if (mp_ && mp_->tensor_parallel) mp_->tensor_parallel->all_reduce(flag, distributed::ReduceOp::max)->wait();
+  if (mp_ && mp_->stages) mp_->stages->all_reduce(flag, distributed::ReduceOp::max)->wait();
   return flag.item<float>() > 0;
+}
+
+void EngineCore::check_partial_gradients() {
+  if (!mp_) return;
+  const std::vector<zero::FlatPiece> owned = strategy_->owned_pieces();
+  for (const auto& partial : mp_->partial) {
+    int64_t n = 0;
+    for (int p : partial.params)
+      for (const ParamPiece& piece : param_pieces(strategy_->layout(), owned, p)) n += piece.numel;
+    at::Tensor counts = at::tensor({n, -n}, at::kLong).to(strategy_->segments().front().grad.device());
+    partial.group->all_reduce(counts, distributed::ReduceOp::max)->wait();
+    const int64_t most = counts[0].item<int64_t>(), least = -counts[1].item<int64_t>();
+    if (most != least)
+      throw Error("tensor parallel: the ranks that sum partial gradients hold " + std::to_string(least) + " to " +
+                  std::to_string(most) + " of their elements (this rank " + std::to_string(n) +
+                  "); their parameters must have the same shapes and ZeRO layout on every rank of the group");
+  }
+}
+
+void EngineCore::reduce_partial_gradients() {
+  if (!mp_) return;
+  const std::vector<zero::FlatPiece> owned = strategy_->owned_pieces();
+  auto& segments = strategy_->segments();
+  for (const auto& partial : mp_->partial) {
+    // This rank's pieces of them (its data-parallel part), one all-reduce for all.
+    std::vector<at::Tensor> views;
+    for (int p : partial.params)
+      for (const ParamPiece& piece : param_pieces(strategy_->layout(), owned, p))
+        views.push_back(segments[piece.segment].grad.narrow(0, piece.segment_offset, piece.numel));
+    at::Tensor flat = views.empty() ? at::empty({0}, segments.front().grad.options()) : at::cat(views);
+    partial.group->all_reduce(flat, distributed::ReduceOp::sum)->wait();
+    int64_t at_elem = 0;
+    for (at::Tensor& v : views) {
+      v.copy_(flat.narrow(0, at_elem, v.numel()));
+      at_elem += v.numel();
+    }
+  }
 }
 
 at::Tensor EngineCore::global_grad_norm(double loss_scale) {
   // Computed during backward as the reductions landed, where the strategy could.
-  // (Not under a pipeline: the tied gradients change after the reductions.)
-  at::Tensor sq = stage_ ? at::Tensor() : strategy_->reduced_grad_sq_norm();
+  // (Not under a pipeline, whose tied gradients change after the reductions,
+  // nor where partial gradients are summed after them.)
+  const bool reduced = !pipeline_stage() && (!mp_ || mp_->partial.empty());
+  at::Tensor sq = reduced ? strategy_->reduced_grad_sq_norm() : at::Tensor();
   if (!sq.defined()) {
     std::vector<at::Tensor> grads;
     for (auto& s : strategy_->segments()) grads.push_back(s.grad);
     sq = optim::squared_norm(grads).to(strategy_->segments().front().grad.device());
   }
-  if (stage_ && !stage_->norm_excluded.empty()) {  // counted on another stage
+  bool subtracted = false;
+  if (mp_ && (!mp_->stage_duplicates.empty() || !mp_->tp_duplicates.empty())) {  // counted on another rank
     std::vector<at::Tensor> excluded;
     const std::vector<zero::FlatPiece> owned = strategy_->owned_pieces();
-    for (int p : stage_->norm_excluded)
-      for (const ParamPiece& piece : param_pieces(strategy_->layout(), owned, p))
-        excluded.push_back(strategy_->segments()[piece.segment].grad.narrow(0, piece.segment_offset, piece.numel));
-    if (!excluded.empty()) sq = sq - optim::squared_norm(excluded).to(sq.device());
+    for (const std::vector<int>* list : {&mp_->stage_duplicates, &mp_->tp_duplicates})
+      for (int p : *list)
+        for (const ParamPiece& piece : param_pieces(strategy_->layout(), owned, p))
+          excluded.push_back(strategy_->segments()[piece.segment].grad.narrow(0, piece.segment_offset, piece.numel));
+    if (!excluded.empty()) {
+      sq = sq - optim::squared_norm(excluded).to(sq.device());
+      subtracted = true;
+    }
   }
   // Partitioned gradients: each rank holds a disjoint part of the sum.
   if (strategy_->partitioned()) dp_->all_reduce(sq, distributed::ReduceOp::sum)->wait();
-  if (stage_) stage_->stages->all_reduce(sq, distributed::ReduceOp::sum)->wait();
-  return (stage_ ? sq.clamp_min(0) : sq).sqrt() / loss_scale;
+  if (mp_ && mp_->tensor_parallel) mp_->tensor_parallel->all_reduce(sq, distributed::ReduceOp::sum)->wait();
+  if (mp_ && mp_->stages) mp_->stages->all_reduce(sq, distributed::ReduceOp::sum)->wait();
+  return (subtracted ? sq.clamp_min(0) : sq).sqrt() / loss_scale;
 }
 
 double EngineCore::last_grad_norm() const { return last_grad_norm_.defined() ? last_grad_norm_.item<double>() : 0.0; }
@@ -364,9 +424,16 @@ at::Tensor EngineCore::lamb_trust_ratios(const at::Tensor& grad_scale, double ho
   }
   // Each rank holds a disjoint part of every parameter: one all-reduce of the
   // 2 x parameters partial norms (on the gradients' device: the DP communicator's).
-  if (strategy_->partitioned()) {
+  const bool tensor_parallel = mp_ && mp_->tensor_parallel;
+  if (strategy_->partitioned() || tensor_parallel) {
     at::Tensor wire = sq.to(segments.front().grad.device());
-    dp_->all_reduce(wire, distributed::ReduceOp::sum)->wait();
+    if (strategy_->partitioned()) dp_->all_reduce(wire, distributed::ReduceOp::sum)->wait();
+    if (tensor_parallel) {
+      // A split parameter's norms are the sum of its shards'; a replicated
+      // one's are its first holder's (every holder has the same values).
+      for (int p : mp_->tp_duplicates) wire.select(1, p).zero_();
+      mp_->tensor_parallel->all_reduce(wire, distributed::ReduceOp::sum)->wait();
+    }
     sq = wire.to(sq.device());
   }
   return optim::lamb_trust_ratios(sq, *config_.optimizer);

@@ -13,6 +13,7 @@
 
 #include "stratum/config/config.h"
 #include "stratum/distributed/communicator.h"
+#include "stratum/nn/tensor_parallel/shard_spec.h"
 #include "stratum/zero/strategy.h"
 
 namespace stratum {
@@ -43,15 +44,37 @@ struct TrainingState {
   bool load_from_fp32_weights;        // zero_optimization.load_from_fp32_weights
 };
 
-// A pipeline stage's core (engine/pipeline_engine.h): what its step reduces
-// beyond the data-parallel group, so that every stage takes the same decision.
-struct StageReduction {
-  // This data-parallel index's stages (the pipeline group, on the gradients'
-  // device): the overflow flag (max) and the gradient norm's square (sum).
-  std::shared_ptr<distributed::Communicator> stages;
-  // Parameters (indices into the core's list) another stage already counts in
-  // the norm: the last stage's copy of a tied embedding.
-  std::vector<int> norm_excluded;
+// Where the core's parameters sit when the model is split over other ranks
+// too (pipeline stages, tensor-parallel shards): what a step reduces beyond
+// the data-parallel group, so that every rank takes the same decision and the
+// norm counts each element once, and what a checkpoint needs to write shards
+// that load at any layout.
+struct ModelParallelPlace {
+  // This rank's tensor-parallel group (null: none) and pipeline group (null:
+  // not a pipeline stage), on the gradients' device: the overflow flag (max)
+  // and the gradient norm's square (sum) are reduced over each.
+  std::shared_ptr<distributed::Communicator> tensor_parallel, stages;
+  // Parameters (indices into the core's list) another rank already counts in
+  // the norm: the last stage's copy of a tied embedding (`stage_duplicates`);
+  // a replicated parameter on every tensor-parallel rank but its first holder
+  // (`tp_duplicates`).
+  std::vector<int> stage_duplicates, tp_duplicates;
+  // Gradients each rank of `group` computes a part of (sequence-parallel
+  // norms, a key/value head several ranks share): summed over it after the
+  // data-parallel reduction, before anything reads them.
+  struct PartialGradients {
+    std::shared_ptr<distributed::Communicator> group;
+    std::vector<int> params;
+  };
+  std::vector<PartialGradients> partial;
+  // Tensor parallelism, for checkpoints: this rank's index in its group and
+  // how each parameter is cut from the whole tensor (nullopt: replicated);
+  // the job's ranks (a save's and a load's agreement); on data-parallel rank
+  // 0 of each tensor-parallel index, those ranks in group order on the CPU
+  // (the manifest's parts travel over it), null on the others.
+  int64_t tp_rank = 0;
+  std::vector<std::optional<nn::tp::ShardSpec>> tp_specs;
+  std::shared_ptr<distributed::Communicator> world, tp_leaders;
 };
 
 struct ModelStateBytes {
@@ -69,7 +92,8 @@ class EngineCore {
   // identically on every rank.
   EngineCore(const Config& config, std::vector<at::Tensor> params, std::vector<std::string> names,
              at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp, c10::Device device,
-             std::optional<zero::LayerParams> layers = std::nullopt, std::optional<StageReduction> stage = std::nullopt);
+             std::optional<zero::LayerParams> layers = std::nullopt,
+             std::optional<ModelParallelPlace> model_parallel = std::nullopt);
   ~EngineCore();
 
   // loss.backward() with the loss scaled for fp16 and divided by the accumulation steps.
@@ -117,6 +141,9 @@ class EngineCore {
   const config::BatchSizes& batch() const { return batch_; }
   at::ScalarType model_dtype() const { return model_dtype_; }
   const std::shared_ptr<distributed::Communicator>& dp() const { return dp_; }
+  const std::optional<ModelParallelPlace>& model_parallel() const { return mp_; }
+  // The model's tensor-parallel group's size (1: none).
+  int64_t tensor_parallel_size() const { return mp_ && mp_->tensor_parallel ? mp_->tensor_parallel->size() : 1; }
   const zero::ZeroStrategy& strategy() const { return *strategy_; }
   zero::ZeroStrategy& strategy() { return *strategy_; }
   // Bytes of this rank's persistent model states (parameters, gradients, fp32
@@ -156,6 +183,12 @@ class EngineCore {
   // step() from the wait for the gradients on, at the boundary.
   bool optimizer_step();
   bool check_overflow();
+  // The ranks of each ModelParallelPlace::partial group hold as many of
+  // its elements (the sums line up): collective, at construction.
+  void check_partial_gradients();
+  // ModelParallelPlace::partial, after the data-parallel reduction.
+  void reduce_partial_gradients();
+  bool pipeline_stage() const { return mp_ && mp_->stages; }
   // zero_optimization.ignore_unused_parameters false: every trainable parameter got a gradient this window.
   void check_every_parameter_reached() const;
   // 0-dim fp32 on the gradients' device: no host sync.
@@ -171,7 +204,7 @@ class EngineCore {
   void update_segment(size_t i, const at::Tensor& grad_scale, double host_grad_scale, const at::Tensor& trust_ratios);
 
   Config config_;
-  std::optional<StageReduction> stage_;
+  std::optional<ModelParallelPlace> mp_;
   bool gradients_finished_ = false;
   config::BatchSizes batch_;
   at::ScalarType model_dtype_;

@@ -198,9 +198,9 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
       params[i].copy_(value);
     }
   }
-  StageReduction reduction;
+  ModelParallelPlace reduction;
   reduction.stages = pp_;
-  if (stage_ == stages_ - 1 && stages_ > 1) reduction.norm_excluded = tied_;
+  if (stage_ == stages_ - 1 && stages_ > 1) reduction.stage_duplicates = tied_;
   zero::LayerParams layers = layer_params(*model_, params);
   core_ = std::make_unique<EngineCore>(config_, params, names_, dtype, dp_, device_, std::move(layers), reduction);
   if (any_tied && core_->strategy().partitioned() != (config_.zero_optimization.stage != 0))

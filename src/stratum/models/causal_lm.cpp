@@ -23,16 +23,32 @@ void check_tokens(const ModelConfig& c, const at::Tensor& tokens) {
 }
 }  // namespace
 
+namespace {
+// Sequence parallelism splits the sequence over the group. A length it does
+// not divide (generation's growing prompt, a short evaluation) is padded on
+// the right, which a causal model's earlier positions never see; the padding
+// is then dropped (logits) or ignored (the loss).
+int64_t sequence_padding(const nn::tp::TensorParallel& tp, int64_t length) {
+  return tp.sequence_parallel ? (tp.size() - length % tp.size()) % tp.size() : 0;
+}
+}  // namespace
+
 at::Tensor CausalLMImpl::logits(const at::Tensor& tokens) {
   check_tokens(config_, tokens);
-  const at::Tensor out = nn::LayerStackImpl::forward(tokens);
+  const int64_t pad = sequence_padding(tp_, tokens.size(1));
+  const at::Tensor out = nn::LayerStackImpl::forward(pad ? at::constant_pad_nd(tokens, {0, pad}, 0) : tokens);
   if (!tp_.enabled()) return out;
-  return nn::tp::gather_from_last(out, tp_).narrow(-1, 0, config_.vocab_size);
+  const at::Tensor whole = nn::tp::gather_from_last(out, tp_).narrow(-1, 0, config_.vocab_size);
+  return pad ? whole.narrow(1, 0, tokens.size(1)) : whole;
 }
 
 at::Tensor CausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
   if (!tp_.enabled()) return causal_lm_loss(logits(tokens), targets);
   check_tokens(config_, tokens);
+  if (const int64_t pad = sequence_padding(tp_, tokens.size(1)))
+    return nn::tp::vocab_parallel_cross_entropy(
+        nn::LayerStackImpl::forward(at::constant_pad_nd(tokens, {0, pad}, 0)),
+        at::constant_pad_nd(targets, {0, pad}, -100), vocab_, tp_);
   return nn::tp::vocab_parallel_cross_entropy(nn::LayerStackImpl::forward(tokens), targets, vocab_, tp_);
 }
 

@@ -16,10 +16,11 @@
 #include "stratum/models/model_config.h"
 #include "stratum/nn/layer_stack.h"
 #include "stratum/nn/tensor_parallel/layers.h"
+#include "stratum/nn/tensor_parallel/shard_spec.h"
 
 namespace stratum::models {
 
-class CausalLMImpl : public nn::LayerStackImpl {
+class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule {
  public:
   // `tp`: the layers are tensor-parallel shards over it (models/tensor_parallel_plan.h).
   explicit CausalLMImpl(ModelConfig config, nn::tp::TensorParallel tp = {});
@@ -27,14 +28,18 @@ class CausalLMImpl : public nn::LayerStackImpl {
   // Mean next-token cross-entropy of logits(tokens) against targets (fp32).
   // tokens, targets: int64 [B, T]; targets equal to -100 are ignored. Under
   // tensor parallelism the vocabulary-parallel loss of the stack's logit
-  // shards, the same on every rank of the group.
+  // shards, the same on every rank of the group. Under sequence parallelism a
+  // length the group does not divide is padded on the right and the padding
+  // ignored (logits: dropped).
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& targets);
   // [B, T, vocab] in the model's dtype (gathered over the tensor-parallel
   // group, padding dropped). T may not exceed max_seq_len.
   at::Tensor logits(const at::Tensor& tokens);
 
   const ModelConfig& config() const { return config_; }
-  const nn::tp::TensorParallel& tensor_parallel() const { return tp_; }
+  const nn::tp::TensorParallel& tensor_parallel() const override { return tp_; }
+  // Megatron's layout (models/tensor_parallel_plan.h).
+  std::optional<nn::tp::ShardSpec> shard_spec(const std::string& name, int64_t rank) const override;
   // The rows of the vocabulary this rank's embedding and head hold.
   const nn::tp::VocabShard& vocab_shard() const { return vocab_; }
 

@@ -45,7 +45,7 @@ std::optional<nn::tp::ShardSpec> shard_spec(const ModelConfig& c, const std::str
   const auto rows = [&](int64_t blocks = 1) { return ShardSpec{0, blocks, t, r, 0}; };
   const ShardSpec columns{1, 1, t, r, 0};
   if (ends_with(name, "wte.weight") || ends_with(name, "embed_tokens.weight") || ends_with(name, "lm_head.weight"))
-    return ShardSpec{0, 1, t, r, nn::tp::padded_vocab_size(c.vocab_size, t)};
+    return ShardSpec{0, 1, t, r, nn::tp::padded_vocab_size(c.vocab_size, t), c.vocab_size};
   if (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_attn.bias")) return rows(3);
   if (ends_with(name, "attn.c_proj.weight") || ends_with(name, "mlp.c_proj.weight")) return columns;
   if (ends_with(name, "mlp.c_fc.weight") || ends_with(name, "mlp.c_fc.bias")) return rows();
@@ -59,6 +59,10 @@ std::optional<nn::tp::ShardSpec> shard_spec(const ModelConfig& c, const std::str
   }
   if (ends_with(name, "self_attn.o_proj.weight") || ends_with(name, "mlp.down_proj.weight")) return columns;
   return std::nullopt;
+}
+
+std::optional<nn::tp::ShardSpec> CausalLMImpl::shard_spec(const std::string& name, int64_t rank) const {
+  return models::shard_spec(config_, name, tp_.size(), rank);
 }
 
 std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config, c10::Device init_device,

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <string>
 
 #include "stratum/core/error.h"
@@ -33,6 +34,24 @@ at::Tensor take_shard(const at::Tensor& whole, const ShardSpec& s) {
   std::vector<at::Tensor> pieces;
   for (int64_t b = 0; b < s.blocks; ++b) pieces.push_back(w.narrow(s.dim, b * block + s.index * piece, piece));
   return at::cat(pieces, s.dim).contiguous().view(out_shape);
+}
+
+std::vector<int64_t> whole_shape(std::vector<int64_t> piece_shape, const ShardSpec& s) {
+  if (s.dim < 0 || s.dim >= static_cast<int64_t>(piece_shape.size()))
+    throw Error("tensor parallel: no dimension " + std::to_string(s.dim) + " to join");
+  piece_shape[s.dim] = s.padded > 0 ? s.unpadded : piece_shape[s.dim] * s.parts;
+  return piece_shape;
+}
+
+void place_shard(at::Tensor& whole, const at::Tensor& piece, const ShardSpec& s) {
+  const int64_t n = s.padded > 0 ? s.padded : whole.size(s.dim);
+  const int64_t block = n / s.blocks, width = block / s.parts;
+  const at::Tensor p = piece.view(shard_shape(whole.sizes().vec(), s));
+  for (int64_t b = 0; b < s.blocks; ++b) {
+    const int64_t first = b * block + s.index * width;  // in the padded whole
+    const int64_t kept = std::min(width, whole.size(s.dim) - first);
+    if (kept > 0) whole.narrow(s.dim, first, kept).copy_(p.narrow(s.dim, b * width, kept));
+  }
 }
 
 }  // namespace stratum::nn::tp

@@ -1,0 +1,122 @@
+#include "stratum/engine/tensor_parallel_setup.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <map>
+
+#include "stratum/core/error.h"
+#include "stratum/distributed/topology.h"
+#include "stratum/engine/engine.h"
+
+namespace stratum {
+
+using distributed::Axis;
+
+nn::tp::TensorParallel tensor_parallel_group(const Config& config, const distributed::DistContext& ctx) {
+  const auto& world = ctx.device_world();
+  if (config.tensor_parallel.size <= 1) return {};
+  const auto topology = distributed::Topology::from_model_parallel(world->size(), 1, config.tensor_parallel.size);
+  return {world->split(topology.groups(Axis::tp), "tp"), config.tensor_parallel.sequence_parallel};
+}
+
+TensorParallelGradPlan plan_tensor_parallel_grads(const nn::tp::ShardedModule& model,
+                                                  const std::vector<std::string>& names, int64_t size, int64_t rank,
+                                                  bool sequence_parallel) {
+  TensorParallelGradPlan plan;
+  std::map<std::vector<std::vector<int64_t>>, size_t> partial_of;  // groups -> index into plan.partial
+  auto add_partial = [&](const std::vector<std::vector<int64_t>>& groups, int param) {
+    auto [it, fresh] = partial_of.emplace(groups, plan.partial.size());
+    if (fresh) plan.partial.push_back({groups, {}});
+    plan.partial[it->second].params.push_back(param);
+  };
+  std::vector<int64_t> all(size);
+  for (int64_t r = 0; r < size; ++r) all[r] = r;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const int p = static_cast<int>(i);
+    const auto spec = model.shard_spec(names[i], rank);
+    if (!spec) {  // replicated: the same gradient everywhere, or (sequence parallel) a part on each rank
+      if (sequence_parallel) add_partial({all}, p);
+      if (rank != 0) plan.duplicates.push_back(p);
+      continue;
+    }
+    if (spec->parts <= 0 || size % spec->parts != 0)
+      throw Error("tensor parallel: parameter '" + names[i] + "' is cut into " + std::to_string(spec->parts) +
+                  " pieces, which does not divide the group of " + std::to_string(size));
+    if (spec->parts == size) continue;  // split: each rank's piece is its own
+    // A piece several ranks hold: those holding the same index sum their parts.
+    std::map<int64_t, std::vector<int64_t>> holders;
+    for (int64_t r = 0; r < size; ++r) {
+      const auto other = model.shard_spec(names[i], r);
+      if (!other || other->parts != spec->parts)
+        throw Error("tensor parallel: parameter '" + names[i] + "' is cut differently on ranks " +
+                    std::to_string(rank) + " and " + std::to_string(r) + " of its group");
+      holders[other->index].push_back(r);
+    }
+    std::vector<std::vector<int64_t>> groups;
+    for (auto& [index, ranks] : holders) groups.push_back(std::move(ranks));
+    std::sort(groups.begin(), groups.end());
+    add_partial(groups, p);
+    for (const auto& g : groups)
+      if (std::find(g.begin(), g.end(), rank) != g.end() && g.front() != rank) plan.duplicates.push_back(p);
+  }
+  std::sort(plan.duplicates.begin(), plan.duplicates.end());
+  return plan;
+}
+
+namespace engine_detail {
+
+int64_t tensor_parallel_size(torch::nn::Module& module) {
+  const auto* sharded = dynamic_cast<const nn::tp::ShardedModule*>(&module);
+  return sharded ? sharded->tensor_parallel().size() : 1;
+}
+
+TensorParallelEngineGroups tensor_parallel_engine_groups(const Config& config, torch::nn::Module& module,
+                                                         const distributed::DistContext& ctx) {
+  const auto* sharded = dynamic_cast<const nn::tp::ShardedModule*>(&module);
+  const int64_t t = config.tensor_parallel.size;
+  const int64_t model_size = sharded ? sharded->tensor_parallel().size() : 1;
+  if (model_size != t)
+    throw ConfigError(config.source, {"tensor_parallel.autotp_size: " + std::to_string(t) +
+                                      " but the model is " + (model_size > 1 ? "sharded over " + std::to_string(model_size) +
+                                                                                 " ranks" : "not tensor-parallel") +
+                                      "; build it over stratum::tensor_parallel_group(config, context) "
+                                      "(models::build_model(model_config, device, group))"});
+  if (sharded->tensor_parallel().sequence_parallel != config.tensor_parallel.sequence_parallel)
+    throw ConfigError(config.source, {std::string("tensor_parallel.sequence_parallel: ") +
+                                      (config.tensor_parallel.sequence_parallel ? "true" : "false") +
+                                      " but the model was built with it " +
+                                      (sharded->tensor_parallel().sequence_parallel ? "on" : "off")});
+  const auto& world = ctx.device_world();
+  const auto topology = distributed::Topology::from_model_parallel(world->size(), 1, t);
+  const distributed::Coord me = topology.coord_of(world->rank());
+  const nn::tp::TensorParallel& tp = sharded->tensor_parallel();
+  if (tp.rank() != me.tp)
+    throw Error("tensor parallel: rank " + std::to_string(world->rank()) + " is tensor-parallel rank " +
+                std::to_string(me.tp) + " of the grid but rank " + std::to_string(tp.rank()) +
+                " of the model's group; build the model over stratum::tensor_parallel_group(config, context)");
+
+  TensorParallelEngineGroups out;
+  out.dp = world->split(topology.groups(Axis::dp), "dp");
+  if (ctx.gpu_world && config.comms_logger.debug) out.dp_control = ctx.cpu_world->split(topology.groups(Axis::dp), "dp_control");
+
+  std::vector<at::Tensor> params;
+  std::vector<std::string> names;
+  trainable_parameters(module, params, names);
+  const TensorParallelGradPlan plan = plan_tensor_parallel_grads(*sharded, names, t, me.tp, tp.sequence_parallel);
+  out.place.tensor_parallel = tp.group;
+  out.place.tp_duplicates = plan.duplicates;
+  for (const auto& partial : plan.partial)  // the same list on every rank of the group: the splits match
+    out.place.partial.push_back(
+        {partial.groups.size() == 1 ? tp.group : tp.group->split(partial.groups, "tp_shared"), partial.params});
+  out.place.tp_rank = me.tp;
+  for (const std::string& name : names) out.place.tp_specs.push_back(sharded->shard_spec(name, me.tp));
+  out.place.world = world;
+  auto leaders = ctx.cpu_world->split(topology.groups(Axis::tp), "tp_leaders");
+  if (me.dp == 0) out.place.tp_leaders = std::move(leaders);
+  return out;
+}
+
+}  // namespace engine_detail
+}  // namespace stratum

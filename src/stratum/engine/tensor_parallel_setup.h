@@ -1,0 +1,68 @@
+#pragma once
+// What the engine needs to train a tensor-parallel model (nn::tp::ShardedModule)
+// over TP x DP ranks: the groups of Topology's grid, and which gradients the
+// step must treat apart (counted once in the norm, or summed over the ranks
+// that each computed part of them).
+//
+//   auto tp = stratum::tensor_parallel_group(config, ctx);
+//   auto model = models::build_model(model_config, device, tp);
+//   auto engine = stratum::initialize(config, model, ctx);  // data parallel over world / tp
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stratum/config/config.h"
+#include "stratum/distributed/init.h"
+#include "stratum/engine/engine_core.h"
+#include "stratum/nn/tensor_parallel/shard_spec.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace stratum {
+
+// This rank's tensor-parallel group for `config` (tensor_parallel.autotp_size
+// consecutive ranks, Topology's order; sequence_parallel as configured), on
+// the training device's communicator. Collective over the job. A size of 1:
+// no group (the model is built whole).
+nn::tp::TensorParallel tensor_parallel_group(const Config& config, const distributed::DistContext& ctx);
+
+// Pure: how the step treats each of `names` (a ShardedModule's trainable
+// parameters, the engine's order) at `rank` of `size`.
+struct TensorParallelGradPlan {
+  // Replicated parameters (or pieces several ranks share) that a lower rank
+  // counts in the gradient norm.
+  std::vector<int> duplicates;
+  // Parameters whose gradient each holder computes a part of, by the groups
+  // of ranks that sum them (a partition of 0 .. size-1).
+  struct Partial {
+    std::vector<std::vector<int64_t>> groups;
+    std::vector<int> params;
+  };
+  std::vector<Partial> partial;
+};
+TensorParallelGradPlan plan_tensor_parallel_grads(const nn::tp::ShardedModule& model,
+                                                  const std::vector<std::string>& names, int64_t size, int64_t rank,
+                                                  bool sequence_parallel);
+
+namespace engine_detail {
+
+// The module's ShardedModule group size (1: not sharded).
+int64_t tensor_parallel_size(torch::nn::Module& module);
+
+// initialize()'s groups for a tensor-parallel model: the data-parallel group
+// (and its CPU twin for comms_logger.debug), and the core's place in the
+// model's group. Throws ConfigError (identically on every rank, before any
+// collective) when `module` is not sharded as the config says.
+
+struct TensorParallelEngineGroups {
+  std::shared_ptr<distributed::Communicator> dp, dp_control;
+  ModelParallelPlace place;
+};
+TensorParallelEngineGroups tensor_parallel_engine_groups(const Config& config, torch::nn::Module& module,
+                                                         const distributed::DistContext& ctx);
+
+}  // namespace engine_detail
+}  // namespace stratum
