@@ -6,6 +6,7 @@
 //   stratum-estimate --params 7.5e9 --num_nodes 8 --num_gpus 8
 //   stratum-estimate --model llama-8b --num_gpus 2 --micro-batch 1 --seq 8192 --checkpointing
 //   stratum-estimate --model gpt2-1.3b --num_gpus 8 --pp 4 --micro-batches 8
+//   stratum-estimate --model llama-8b --num_gpus 8 --tp 4 --sequence-parallel --seq 8192
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -13,6 +14,7 @@
 
 #include "stratum/core/error.h"
 #include "stratum/models/model_config.h"
+#include "stratum/models/tensor_parallel_plan.h"
 #include "stratum/monitor/memory_estimator.h"
 
 int main(int argc, char** argv) {
@@ -52,6 +54,9 @@ int main(int argc, char** argv) {
   auto* micro_batches = app.add_option("--micro-batches", in.micro_batches,
                                        "micro-batches a step, gradient_accumulation_steps (default: --pp)")
                             ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--tp", in.tensor_parallel, "tensor-parallel size (dividing the GPUs of a node; needs --model)")
+      ->check(CLI::Range(1, 1 << 10));
+  app.add_flag("--sequence-parallel", in.sequence_parallel, "sequence parallelism with --tp");
   app.add_option("--zero", zero, "ZeRO stage of the per-stage table with --pp (0-2; default 1)")
       ->check(CLI::Range(0, 3));
   try {
@@ -68,10 +73,24 @@ int main(int argc, char** argv) {
   }
   try {
     if (model.empty() == (params <= 0)) throw stratum::Error("give exactly one of --params and --model");
+    if (in.tensor_parallel > 1) {
+      if (model.empty())
+        throw stratum::Error("--tp " + std::to_string(in.tensor_parallel) +
+                             " needs --model: tensor parallelism splits the model's heads and widths");
+      if (in.gpus_per_node % in.tensor_parallel != 0)
+        throw stratum::Error("--tp " + std::to_string(in.tensor_parallel) + " does not divide the " +
+                             std::to_string(in.gpus_per_node) + " GPUs of a node (--num_gpus)");
+      if (in.pipeline_stages > 1)
+        throw stratum::Error("--tp with --pp: tensor parallelism inside pipeline stages is not available yet");
+    }
+    if (in.sequence_parallel && in.tensor_parallel <= 1)
+      throw stratum::Error("--sequence-parallel needs --tp > 1: it splits the sequence over tensor-parallel ranks");
     if (!model.empty()) {
       std::vector<std::pair<std::string, std::string>> kv;
       for (const auto& s : overrides) kv.push_back(stratum::models::parse_override(s));
-      stratum::monitor::set_model_shape(in, stratum::models::make_model_config(model, kv));
+      const stratum::models::ModelConfig mc = stratum::models::make_model_config(model, kv);
+      stratum::models::validate_tensor_parallel(mc, in.tensor_parallel);
+      stratum::monitor::set_model_shape(in, mc);
     } else {
       in.params = static_cast<int64_t>(params);
       in.largest_layer_params = static_cast<int64_t>(largest_layer);

@@ -51,6 +51,9 @@ void check_against_whole(const Case& k) {
     at::NoGradGuard no_grad;
     EXPECT_LE(rel_err(sharded->logits(tokens), whole->logits(tokens)), 1e-5) << what << ": logits";
   }
+  int64_t held = 0;
+  for (const auto& p : sharded->parameters()) held += p.numel();
+  EXPECT_EQ(held, tensor_parallel_param_count(config, t)) << what << ": parameters a rank holds";
   const auto whole_params = whole->named_parameters();
   // Ranks sharing a key/value head (fewer of them than ranks): their gradients are parts of one sum.
   std::shared_ptr<distributed::Communicator> kv_group;
@@ -97,5 +100,28 @@ TEST(TensorParallelModels, ShapesTheGroupCannotSplitNameTheirNumbers) {
     for (const char* part : {"heads 6 is not divisible by the tensor-parallel size 4", "ffn_hidden 99",
                              "kv_heads 3 and the tensor-parallel size 4", "dropout 0.1"})
       EXPECT_NE(m.find(part), std::string::npos) << part << "\n" << m;
+  }
+}
+
+// Sequence parallelism at a length the group does not divide (generation's
+// growing prompt): padded on the right and the padding ignored, so the loss
+// and logits are the whole model's.
+TEST(TensorParallelModels, SequenceParallelTakesALengthTheGroupDoesNotDivide) {
+  const auto& world = test::context().cpu_world;
+  nn::tp::TensorParallel tp{world, true};
+  const int64_t t = tp.size();
+  if (t < 2) GTEST_SKIP() << "needs 2 ranks or more";
+  for (const std::string preset : {"tiny-gpt2", "tiny-llama"}) {
+    const ModelConfig config = make_model_config(preset);
+    at::manual_seed(0);
+    auto whole = build_model(config, c10::kCPU);
+    at::manual_seed(0);
+    auto sharded = build_model(config, c10::kCPU, tp);
+    at::manual_seed(1);
+    const at::Tensor tokens = at::randint(config.vocab_size, {2, 2 * t + 1}, at::TensorOptions().dtype(at::kLong));
+    const at::Tensor targets = at::randint(config.vocab_size, {2, 2 * t + 1}, at::TensorOptions().dtype(at::kLong));
+    at::NoGradGuard no_grad;
+    EXPECT_LE(rel_err(sharded->forward(tokens, targets), whole->forward(tokens, targets)), 1e-5) << preset;
+    EXPECT_LE(rel_err(sharded->logits(tokens), whole->logits(tokens)), 1e-5) << preset;
   }
 }

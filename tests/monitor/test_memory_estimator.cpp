@@ -74,6 +74,49 @@ TEST(MemoryEstimator, Fp32TrainingAndTheZero3WorkingSet) {
   EXPECT_DOUBLE_EQ(find(e, 3, false, false).gpu_bytes, 20e6 / 4 + 3 * 4 * 1000);
 }
 
+// Korthikanti et al. (2022), per layer without the attention scores (flash
+// attention keeps none): sbh(10 + 24/t) bytes under tensor parallelism and
+// sbh(34/t) with sequence parallelism, dropout masks (2 sbh, or 2 sbh/t)
+// included. Stratum keeps no dropout masks: 2 sbh less without sequence
+// parallelism; with it the column-parallel linears keep the gathered input
+// (2 x sbh x 2 bytes) where the paper re-gathers it in backward.
+TEST(MemoryEstimator, TensorParallelActivationsAgainstKorthikanti) {
+  EstimateInput in;
+  in.layers = 1;
+  in.hidden = 1024;
+  in.heads = 16;
+  in.vocab = 64;  // the loss aside (subtracted below)
+  in.micro_batch = 2;
+  in.seq_len = 512;
+  const double sbh = 512.0 * 2 * 1024;
+  for (int64_t t : {1, 2, 4, 8}) {
+    in.tensor_parallel = t;
+    in.sequence_parallel = false;
+    const double loss = 512.0 * 2 * 64 * 4;  // 64 columns a rank (the padding to 64 t), bf16 logits + gradient
+    EXPECT_DOUBLE_EQ(estimate_activation_bytes(in) - loss, sbh * (10.0 + 24.0 / t) - 2 * sbh) << "t " << t;
+    if (t == 1) continue;
+    in.sequence_parallel = true;
+    EXPECT_DOUBLE_EQ(estimate_activation_bytes(in) - loss, sbh * (34.0 / t) - 2 * sbh / t + 4 * sbh - 4 * sbh / t)
+        << "t " << t << " with sequence parallelism";
+  }
+}
+
+// A tensor-parallel rank's model states are those of its shard, over the
+// data-parallel ranks left (GPUs / t).
+TEST(MemoryEstimator, TensorParallelModelStatesAreTheShardsOverTheDataParallelRanks) {
+  const auto config = stratum::models::make_model_config("llama-8b");
+  EstimateInput in;
+  in.gpus_per_node = 8;
+  in.tensor_parallel = 4;
+  set_model_shape(in, config);
+  EXPECT_EQ(in.tp_params, stratum::models::tensor_parallel_param_count(config, 4));
+  EXPECT_LT(in.tp_params, in.params / 3);  // the embedding, heads and MLP split; norms replicated
+  const double psi = static_cast<double>(in.tp_params);
+  auto e = estimate_model_states(in);
+  EXPECT_DOUBLE_EQ(find(e, 0, false, false).gpu_bytes, (2 + 4 + 12) * psi);
+  EXPECT_DOUBLE_EQ(find(e, 2, false, false).gpu_bytes, 2 * psi + 16 * psi / 2);
+}
+
 TEST(MemoryEstimator, ActivationsShrinkWithCheckpointingAndGrowWithTheBatch) {
   EstimateInput in;
   in.params = 124'439'808;

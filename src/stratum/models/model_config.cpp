@@ -259,6 +259,30 @@ int64_t parameter_count(const ModelConfig& c) {
   return V * C + L * block + C + head;
 }
 
+int64_t tensor_parallel_param_count(const ModelConfig& c, int64_t t) {
+  if (t <= 1) return parameter_count(c);
+  const int64_t C = c.hidden, F = c.ffn_hidden, L = c.layers;
+  // This rank's vocabulary rows, padded to a multiple of 64 t (nn::tp::padded_vocab_size).
+  const int64_t V = (c.vocab_size + 64 * t - 1) / (64 * t) * 64;
+  const int64_t head = c.tie_embeddings ? 0 : V * C;
+  if (c.arch == "gpt2") {
+    const int64_t block = 2 * C                   // ln_1
+                          + (3 * C * C + 3 * C) / t  // c_attn
+                          + C * C / t + C            // attn.c_proj (its bias replicated)
+                          + 2 * C                    // ln_2
+                          + (C * F + F) / t          // c_fc
+                          + F * C / t + C;           // mlp.c_proj
+    return V * C + c.max_seq_len * C + L * block + 2 * C + head;
+  }
+  // Key/value heads split, or (fewer than ranks) one shared head each.
+  const int64_t kv = (c.kv_heads % t == 0 ? c.kv_heads / t : 1) * c.head_dim();
+  const int64_t block = C                              // input_layernorm
+                        + C * C / t + 2 * C * kv + C * C / t  // q, k, v, o
+                        + C                               // post_attention_layernorm
+                        + 3 * C * F / t;                  // gate, up, down
+  return V * C + L * block + C + head;
+}
+
 std::string describe(const ModelConfig& c) {
   std::string s = c.name + " (" + c.arch + "): " + std::to_string(c.layers) + " layers, " + std::to_string(c.hidden) +
                   " hidden, " + std::to_string(c.heads) + " heads";

@@ -81,6 +81,9 @@ void validate(const ModelConfig& config);
 
 // Trainable parameters, counted from the architecture (tied embeddings once).
 int64_t parameter_count(const ModelConfig& config);
+// What one rank of a tensor-parallel group of `size` holds (its shards, the
+// replicated rest, its rows of the padded vocabulary; models/tensor_parallel_plan.h).
+int64_t tensor_parallel_param_count(const ModelConfig& config, int64_t size);
 // One line: "gpt2-124m (gpt2): 12 layers, 768 hidden, 12 heads, ... 124,439,808 parameters".
 std::string describe(const ModelConfig& config);
 

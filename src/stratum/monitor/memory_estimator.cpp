@@ -1,6 +1,7 @@
 #include "stratum/monitor/memory_estimator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "stratum/core/error.h"
@@ -38,20 +39,30 @@ std::vector<StateEstimate> model_states(const EstimateInput& in, double psi, dou
   return out;
 }
 
-// Activation bytes one block keeps for a micro-batch (no checkpointing).
+// Activation bytes one block keeps for a micro-batch (no checkpointing), on
+// one rank of a tensor-parallel group of t.
 double block_activation_bytes(const EstimateInput& in) {
   const double s = static_cast<double>(in.seq_len), b = static_cast<double>(in.micro_batch),
                h = static_cast<double>(in.hidden), w = static_cast<double>(in.param_bytes);
+  const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
   // Kept per token and layer (flash attention: no s x s scores; no dropout
   // masks): both norms' inputs and outputs (4h), q, k and v (h + 2 kv), the
   // attention output (h), and the MLP's pre-activation (ffn; gated: gate and
   // up, 2 ffn) and, unless recomputed in backward, the activation's output
   // (ffn). GPT-2 (ffn 4h) keeping it: 16h elements, Korthikanti et al.'s 34
   // sbh bytes less the 2 of dropout masks; recomputing it: 12h.
-  const double kv = in.heads > 0 && in.kv_heads > 0 ? h * static_cast<double>(in.kv_heads) / in.heads : h;
+  // Under tensor parallelism the split regions keep 1/t of q, the attention
+  // output and the MLP (key/value heads: 1/t of them, or the one a rank
+  // shares); the norms keep the whole sequence, or under sequence parallelism
+  // their input's 1/t while the column-parallel linears keep the gathered
+  // input they read (Korthikanti et al. re-gather it in backward instead).
+  const int64_t kv_heads = in.kv_heads > 0 ? in.kv_heads : in.heads;
+  const double head_dim = in.heads > 0 ? h / static_cast<double>(in.heads) : h;
+  const double kv = in.heads > 0 ? head_dim * static_cast<double>(kv_heads % t == 0 ? kv_heads / t : 1) : h / t;
   const double ffn = in.ffn > 0 ? static_cast<double>(in.ffn) : 4.0 * h;
   const double mlp = (in.gated_mlp ? 2.0 : 1.0) + (in.mlp_activation_recomputed ? 0.0 : 1.0);
-  const double per_token = 4.0 * h + h + 2.0 * kv + h + mlp * ffn;
+  const double norms = in.sequence_parallel ? 2.0 * h / t + 2.0 * h : 4.0 * h;
+  const double per_token = norms + h / t + 2.0 * kv + h / t + mlp * ffn / t;
   return w * s * b * per_token;
 }
 
@@ -65,7 +76,12 @@ double loss_bytes_per_logit(const EstimateInput& in) {
 }  // namespace
 
 std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
-  return model_states(in, static_cast<double>(in.params), static_cast<double>(in.nodes * in.gpus_per_node));
+  const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
+  if (t == 1) return model_states(in, static_cast<double>(in.params), static_cast<double>(in.nodes * in.gpus_per_node));
+  EstimateInput shard = in;
+  shard.largest_layer_params = in.largest_layer_params / t;
+  return model_states(shard, static_cast<double>(in.tp_params > 0 ? in.tp_params : in.params / t),
+                      static_cast<double>(in.nodes * in.gpus_per_node / t));
 }
 
 void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
@@ -98,6 +114,7 @@ void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
   in.layer_weights.push_back({arch + "FinalNorm", final_norm});
   in.layer_weights.push_back({"LMHead", head});
   in.tied_embedding_params = c.tie_embeddings ? c.vocab_size * c.hidden : 0;
+  in.tp_params = models::tensor_parallel_param_count(c, in.tensor_parallel);
 }
 
 double estimate_activation_bytes(const EstimateInput& in) {
@@ -105,10 +122,14 @@ double estimate_activation_bytes(const EstimateInput& in) {
   const double s = static_cast<double>(in.seq_len), b = static_cast<double>(in.micro_batch),
                h = static_cast<double>(in.hidden), L = static_cast<double>(in.layers),
                v = static_cast<double>(in.vocab), w = static_cast<double>(in.param_bytes);
+  const double t = static_cast<double>(std::max<int64_t>(1, in.tensor_parallel));
   const double per_layer = block_activation_bytes(in);
-  const double layers = in.activation_checkpointing ? L * w * s * b * h + per_layer  // inputs + one recomputed layer
-                                                    : L * per_layer;
-  return layers + s * b * v * loss_bytes_per_logit(in);
+  // Checkpointed: each block's input (a 1/t slice under sequence parallelism) and one recomputed block.
+  const double inputs = L * w * s * b * h / (in.sequence_parallel ? t : 1.0);
+  const double layers = in.activation_checkpointing ? inputs + per_layer : L * per_layer;
+  // The loss: this rank's columns of the (padded) vocabulary.
+  const double vocab = t > 1 ? std::ceil(v / (64.0 * t)) * 64.0 : v;
+  return layers + s * b * vocab * loss_bytes_per_logit(in);
 }
 
 std::string format_estimate(const EstimateInput& in) {
@@ -120,6 +141,13 @@ std::string format_estimate(const EstimateInput& in) {
                 in.params / 1e9, in.largest_layer_params / 1e6, (long long)in.nodes, (long long)in.gpus_per_node,
                 in.param_bytes == 2 ? "16-bit" : "fp32");
   out += line;
+  if (in.tensor_parallel > 1) {
+    std::snprintf(line, sizeof line,
+                  "  tensor parallel %lld%s: %.3gB parameters a GPU, ZeRO over %lld data-parallel ranks\n",
+                  (long long)in.tensor_parallel, in.sequence_parallel ? " with sequence parallelism" : "",
+                  in.tp_params / 1e9, (long long)(in.nodes * in.gpus_per_node / in.tensor_parallel));
+    out += line;
+  }
   out += "  ZeRO  offload_optimizer  offload_param   per GPU (GiB)   per node CPU (GiB)\n";
   for (const auto& e : estimate_model_states(in)) {
     std::snprintf(line, sizeof line, "  %4d  %-17s  %-13s   %13.2f   %18.2f\n", e.stage, e.offload_optimizer ? "cpu" : "none",

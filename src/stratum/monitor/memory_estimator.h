@@ -50,12 +50,20 @@ struct EstimateInput {
   std::vector<pipeline::LayerWeight> layer_weights;
   // A tied LM head borrows the embedding: the stage holding the head keeps a copy.
   int64_t tied_embedding_params = 0;
+  // Tensor parallelism: groups of `tensor_parallel` GPUs hold one copy of the
+  // model in shards (GPUs / tensor_parallel data-parallel ranks);
+  // `tp_params`: what one rank holds (set_model_shape, from the preset);
+  // `sequence_parallel`: norms on 1/tensor_parallel of the sequence.
+  int64_t tensor_parallel = 1;
+  int64_t tp_params = 0;
+  bool sequence_parallel = false;
 };
 
 // Sets the fields `model` determines (a preset with its overrides):
 // parameters, the largest layer (a transformer block or the embedding table)
 // the shape the activations depend on, and the layers a pipeline cuts. Batch,
-// sequence, GPUs, precision and pipeline settings are left as they are.
+// sequence, GPUs, precision and pipeline settings are left as they are; the
+// parameters a tensor-parallel rank holds follow in.tensor_parallel.
 void set_model_shape(EstimateInput& in, const models::ModelConfig& model);
 
 struct StateEstimate {
