@@ -55,6 +55,8 @@ struct Layout {
   std::string optimizer = "AdamW";
   int gas = 2;
   int global_batch = 8;
+  double dropout = 0, attention_dropout = 0;
+  bool checkpointing = false;  // the activation_checkpointing section
 };
 
 std::string config_json(const Layout& l) {
@@ -63,8 +65,9 @@ std::string config_json(const Layout& l) {
                                   (l.sequence_parallel ? R"(, "sequence_parallel": true)" : "") + "},"
                             : "";
   std::string offload = l.offload ? R"(, "offload_optimizer": {"device": "cpu", "pin_memory": false})" : "";
+  std::string checkpointing = l.checkpointing ? R"("activation_checkpointing": {},)" : "";
   return R"({"train_batch_size": )" + std::to_string(l.global_batch) + R"(, "gradient_accumulation_steps": )" +
-         std::to_string(l.gas) + "," + prec + tp + R"(
+         std::to_string(l.gas) + "," + prec + tp + checkpointing + R"(
     "optimizer": {"type": ")" + l.optimizer + R"(", "params": {"lr": 0.003, "weight_decay": 0.01}},
     "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0003, "warmup_max_lr": 0.003, "warmup_num_steps": 5}},
     "gradient_clipping": 0.3,
@@ -72,14 +75,21 @@ std::string config_json(const Layout& l) {
 }
 
 // A vocabulary of 300: padded to 384 rows at TP = 2 and 512 at TP = 4.
-models::ModelConfig model_config(const std::string& arch) {
+models::ModelConfig model_config(const std::string& arch, const Layout& l = {}) {
   return models::make_model_config(arch == "gpt2" ? "tiny-gpt2" : "tiny-llama",
-                                   {{"layers", "3"}, {"max_seq_len", std::to_string(kSeq)}, {"vocab_size", "300"}});
+                                   {{"layers", "3"},
+                                    {"max_seq_len", std::to_string(kSeq)},
+                                    {"vocab_size", "300"},
+                                    {"dropout", c10::str(l.dropout)},
+                                    {"attention_dropout", c10::str(l.attention_dropout)}});
 }
 
 std::string describe(const std::string& arch, const Layout& l) {
   return arch + " tp " + std::to_string(l.tp) + (l.sequence_parallel ? " sp" : "") + " x dp " + std::to_string(l.dp) +
-         " zero " + std::to_string(l.zero) + (l.offload ? " offload" : "") + " " + l.precision + " " + l.optimizer;
+         " zero " + std::to_string(l.zero) + (l.offload ? " offload" : "") + " " + l.precision + " " + l.optimizer +
+         (l.dropout > 0 ? " dropout " + c10::str(l.dropout) : "") +
+         (l.attention_dropout > 0 ? " attention dropout " + c10::str(l.attention_dropout) : "") +
+         (l.checkpointing ? " checkpointed" : "");
 }
 
 struct TrainRun {
@@ -111,7 +121,7 @@ TrainRun train(const std::string& arch, const Layout& l, const std::shared_ptr<d
   Config config = Config::from_string(config_json(l), describe(arch, l));
   const distributed::DistContext ctx = sub_context(world);
   at::manual_seed(42);
-  auto model = models::build_model(model_config(arch), c10::kCPU, tensor_parallel_group(config, ctx));
+  auto model = models::build_model(model_config(arch, l), c10::kCPU, tensor_parallel_group(config, ctx));
   auto engine = initialize(config, model, ctx);
   if (!span.load_dir.empty()) load_checkpoint(engine.core(), span.load_dir);
   const auto& dp = engine.core().dp();
@@ -197,6 +207,47 @@ TEST(TensorParallelEngine, TensorParallel_MatchesSingleProcess_Fp32) {
         expect_same_training(arch, l, train(arch, l, group), ref, 1e-5, 1e-5, kWeightTol, tp_rank_in(group, tp));
       }
     }
+  }
+}
+
+// Dropout between the split regions (GPT-2's embedding and residual dropout)
+// draws the whole model's masks on every rank (under sequence parallelism its
+// slice of them): TP = t trains as TP = 1 with dropout on.
+TEST(TensorParallelEngine, ResidualDropoutMatchesSingleProcess) {
+  const int world = test::context().cpu_world->size();
+  Layout l;
+  l.dropout = 0.1;
+  const TrainRun ref = train_reference("gpt2", l);
+  EXPECT_NE(ref.losses.back(), train_reference("gpt2", Layout{}).losses.back()) << "the dropout must act";
+  for (int tp = 2; tp <= world; tp *= 2) {
+    auto group = groups_of(tp);
+    for (bool sp : {false, true}) {
+      l.tp = tp;
+      l.sequence_parallel = sp;
+      expect_same_training("gpt2", l, train("gpt2", l, group), ref, 1e-5, 1e-5, kWeightTol, tp_rank_in(group, tp));
+    }
+  }
+}
+
+// Attention dropout draws per rank (its heads' masks are its own, so TP = t
+// cannot repeat TP = 1's); activation checkpointing replays it: checkpointed
+// blocks train exactly as kept ones.
+TEST(TensorParallelEngine, AttentionDropoutReplaysUnderActivationCheckpointing) {
+  for (const std::string arch : {"gpt2", "llama"}) {
+    Layout l;
+    l.tp = 2;
+    l.sequence_parallel = true;
+    l.attention_dropout = 0.1;
+    auto group = groups_of(2);
+    const TrainRun kept = train(arch, l, group);
+    l.checkpointing = true;
+    const TrainRun checkpointed = train(arch, l, group);
+    expect_same_training(arch, l, checkpointed, kept, 1e-6, 1e-6, /*weights: not compared*/ 0, tp_rank_in(group, 2));
+    EXPECT_LT(kept.losses.back(), kept.losses.front()) << arch << ": it must learn";
+    l.attention_dropout = 0;
+    l.checkpointing = false;
+    const TrainRun without = train(arch, l, group);
+    EXPECT_NE(without.losses.back(), kept.losses.back()) << arch << ": the dropout must act";
   }
 }
 

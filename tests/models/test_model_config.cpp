@@ -122,7 +122,7 @@ TEST(ModelConfig, OverridesEveryDimension) {
   const ModelConfig c = make_model_config(
       "tiny-llama", {{"layers", "3"}, {"hidden", "96"}, {"heads", "6"}, {"kv_heads", "3"}, {"ffn_hidden", "200"},
                      {"vocab_size", "300"}, {"max_seq_len", "32"}, {"rope_theta", "500000"}, {"norm_eps", "1e-6"},
-                     {"init_std", "0.01"}, {"dropout", "0.1"}, {"tie_embeddings", "false"},
+                     {"init_std", "0.01"}, {"dropout", "0.1"}, {"attention_dropout", "0.2"}, {"tie_embeddings", "false"},
                      {"rope_scaling_factor", "8"}, {"rope_low_freq_factor", "2"}, {"rope_high_freq_factor", "3"},
                      {"rope_original_max_seq_len", "16"}, {"recompute_mlp_activation", "true"}});
   EXPECT_EQ(c.layers, 3);
@@ -136,13 +136,14 @@ TEST(ModelConfig, OverridesEveryDimension) {
   EXPECT_EQ(c.norm_eps, 1e-6);
   EXPECT_EQ(c.init_std, 0.01);
   EXPECT_EQ(c.dropout, 0.1);
+  EXPECT_EQ(c.attention_dropout_p(), 0.2);
   EXPECT_FALSE(c.tie_embeddings);
   EXPECT_EQ(c.rope_scaling_factor, 8);
   EXPECT_EQ(c.rope_low_freq_factor, 2);
   EXPECT_EQ(c.rope_high_freq_factor, 3);
   EXPECT_EQ(c.rope_original_max_seq_len, 16);
   EXPECT_TRUE(c.recompute_mlp_activation);
-  EXPECT_EQ(override_keys().size(), 17u);
+  EXPECT_EQ(override_keys().size(), 18u);
   EXPECT_THROW(make_model_config("tiny-llama", {{"rope_scaling_factor", "8"}, {"rope_high_freq_factor", "0.5"}}), Error);
 }
 

@@ -10,6 +10,7 @@
 #include "../distributed/distributed_test_context.h"
 #include "stratum/core/error.h"
 #include "stratum/nn/tensor_parallel/layers.h"
+#include "stratum/nn/tensor_parallel/random.h"
 
 using namespace stratum;
 using namespace stratum::nn::tp;
@@ -228,5 +229,41 @@ TEST(TensorParallelLayers, VocabParallelEmbeddingMatchesTheWholeTable) {
         expect_close(local.grad().narrow(0, 0, shard.valid), whole.grad().narrow(0, shard.start, shard.valid), 1e-12,
                      what + ": gradient");
     }
+  }
+}
+
+// Dropout's random streams (tensor_parallel/random.h): inside a split region
+// each rank draws its own numbers, outside every rank the same; the default
+// generators agree across the group afterwards; the same generator state
+// replays the region (as activation checkpointing restores it); and outside
+// the regions under sequence parallelism each rank keeps its slice of the
+// whole sequence's mask.
+TEST(TensorParallelRandom, SplitRegionsDrawPerRankAndReplicatedOnesAlike) {
+  for (const auto& b : backends()) {
+    TensorParallel tp{b.world, false};
+    const int64_t t = tp.size();
+    const auto opts = at::TensorOptions().device(b.device);
+    auto gather = [&](const at::Tensor& x) { return all_gather_along(x.unsqueeze(0), 0, *b.world); };
+    at::manual_seed(7);
+    const at::Tensor inside = with_rank_stream(tp, b.device, [&] { return at::rand({64}, opts); });
+    const at::Tensor outside = at::rand({64}, opts);
+    const at::Tensor all_inside = gather(inside), all_outside = gather(outside);
+    for (int64_t r = 1; r < t; ++r) {
+      EXPECT_FALSE(at::equal(all_inside[r], all_inside[0])) << b.name << ": rank " << r << " drew rank 0's numbers";
+      EXPECT_TRUE(at::equal(all_outside[r], all_outside[0])) << b.name << ": rank " << r << " left the group's stream";
+    }
+    // Replayed from the same state: the same numbers inside and after.
+    at::manual_seed(7);
+    const at::Tensor again = with_rank_stream(tp, b.device, [&] { return at::rand({64}, opts); });
+    EXPECT_TRUE(at::equal(again, inside)) << b.name;
+    EXPECT_TRUE(at::equal(at::rand({64}, opts), outside)) << b.name;
+
+    TensorParallel sp{b.world, true};
+    const std::vector<int64_t> shape = {2, 4 * t, 8};
+    at::manual_seed(11);
+    const at::Tensor whole_mask = at::dropout(at::ones(shape, opts), 0.25, /*train=*/true);
+    at::manual_seed(11);
+    const at::Tensor mine = dropout_outside_region(at::ones({2, 4, 8}, opts), 0.25, sp);
+    expect_close(mine, whole_mask.narrow(kSequenceDim, 4 * sp.rank(), 4), 0.0, b.name + ": sequence-parallel dropout");
   }
 }

@@ -12,6 +12,7 @@
 #include "stratum/nn/layer_norm.h"
 #include "stratum/nn/lm_head.h"
 #include "stratum/nn/mlp.h"
+#include "stratum/nn/tensor_parallel/random.h"
 
 namespace stratum::models {
 
@@ -41,7 +42,7 @@ class GPT2Embedding : public nn::StackLayer {
     const at::Tensor rows = tp_.enabled() ? nn::tp::vocab_parallel_embedding(tokens, wte->weight, vocab_, tp_)
                                           : nn::embedding_lookup(wte->weight, tokens);
     const at::Tensor x = rows + wpe(at::arange(first, first + local, tokens.options().dtype(at::kLong)));
-    return is_training() && dropout_ > 0 ? at::dropout(x, dropout_, true) : x;
+    return is_training() ? nn::tp::dropout_outside_region(x, dropout_, tp_) : x;
   }
   // The token embedding's lookup gradient (tied or not: a tied head adds a dense part).
   std::vector<at::Tensor> row_gradient_parameters() const override { return {wte->weight}; }
@@ -58,7 +59,8 @@ class GPT2Block : public nn::StackLayer {
  public:
   GPT2Block(const ModelConfig& c, const nn::tp::TensorParallel& tp) : StackLayer("GPT2Block") {
     ln_1 = register_module("ln_1", layer_norm(c));
-    attn = register_module("attn", std::make_shared<nn::FusedQKVAttentionImpl>(c.hidden, c.heads, c.dropout, tp));
+    attn = register_module("attn", std::make_shared<nn::FusedQKVAttentionImpl>(c.hidden, c.heads, c.attention_dropout_p(),
+                                                                               c.dropout, tp));
     ln_2 = register_module("ln_2", layer_norm(c));
     mlp = register_module("mlp", std::make_shared<nn::GeluMLPImpl>(c.hidden, c.ffn_hidden, c.dropout,
                                                                     c.recompute_mlp_activation, tp));

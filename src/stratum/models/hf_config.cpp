@@ -35,7 +35,7 @@ Json hf_config_json(const ModelConfig& c, const std::string& torch_dtype) {
     j["activation_function"] = "gelu_new";
     j["resid_pdrop"] = c.dropout;
     j["embd_pdrop"] = c.dropout;
-    j["attn_pdrop"] = c.dropout;
+    j["attn_pdrop"] = c.attention_dropout_p();
     j["layer_norm_epsilon"] = c.norm_eps;
     j["scale_attn_weights"] = true;
     j["scale_attn_by_inverse_layer_idx"] = false;
@@ -64,7 +64,7 @@ Json hf_config_json(const ModelConfig& c, const std::string& torch_dtype) {
                            {"high_freq_factor", c.rope_high_freq_factor},
                            {"original_max_position_embeddings", c.rope_original_max_seq_len}};
     j["attention_bias"] = false;
-    j["attention_dropout"] = c.dropout;
+    j["attention_dropout"] = c.attention_dropout_p();
     j["mlp_bias"] = false;
     j["pretraining_tp"] = 1;
     llama3_special_tokens(j, c.vocab_size);
@@ -136,6 +136,7 @@ ModelConfig model_config_from_hf(const Json& j, const std::string& name) {
     require(get_or<bool>(j, "scale_attn_weights", true), "scale_attn_weights", "is false");
     c.norm_eps = get_or<double>(j, "layer_norm_epsilon", 1e-5);
     c.dropout = get_or<double>(j, "resid_pdrop", 0.0);
+    if (const double attn = get_or<double>(j, "attn_pdrop", c.dropout); attn != c.dropout) c.attention_dropout = attn;
     c.rope_theta = 0;
   } else if (type == "llama") {
     c.arch = "llama";

@@ -47,7 +47,7 @@ class LlamaDecoderLayer : public nn::StackLayer {
       : StackLayer("LlamaDecoderLayer") {
     input_layernorm = register_module("input_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps));
     self_attn = register_module("self_attn", std::make_shared<nn::GroupedQueryAttentionImpl>(
-                                                 c.hidden, c.heads, c.kv_heads, std::move(rope), c.dropout, tp));
+                                                 c.hidden, c.heads, c.kv_heads, std::move(rope), c.attention_dropout_p(), tp));
     post_attention_layernorm =
         register_module("post_attention_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps));
     mlp = register_module("mlp", std::make_shared<nn::SwiGLUMLPImpl>(c.hidden, c.ffn_hidden,

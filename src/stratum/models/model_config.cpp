@@ -119,6 +119,8 @@ const std::map<std::string, Setter>& setters() {
       {"rope_theta", [](ModelConfig& c, auto& k, auto& v) { c.rope_theta = parse_double(k, v, 0, false, inf); }},
       {"init_std", [](ModelConfig& c, auto& k, auto& v) { c.init_std = parse_double(k, v, 0, false, inf); }},
       {"dropout", [](ModelConfig& c, auto& k, auto& v) { c.dropout = parse_double(k, v, 0, true, 1); }},
+      {"attention_dropout",
+       [](ModelConfig& c, auto& k, auto& v) { c.attention_dropout = parse_double(k, v, 0, true, 1); }},
       {"tie_embeddings", [](ModelConfig& c, auto& k, auto& v) { c.tie_embeddings = parse_bool(k, v); }},
       {"recompute_mlp_activation",
        [](ModelConfig& c, auto& k, auto& v) { c.recompute_mlp_activation = parse_bool(k, v); }},
@@ -217,6 +219,7 @@ void validate(const ModelConfig& c) {
   need(c.norm_eps > 0, "norm_eps must be positive");
   need(c.init_std > 0, "init_std must be positive");
   need(c.dropout >= 0 && c.dropout < 1, "dropout must be in [0, 1)");
+  need(c.attention_dropout < 1, "attention_dropout must be in [0, 1)");
   if (c.arch == "gpt2") {
     need(c.kv_heads == c.heads, "kv_heads (" + std::to_string(c.kv_heads) + ") must equal heads (" +
                                     std::to_string(c.heads) + ") for gpt2: grouped-query attention is LLaMA's");

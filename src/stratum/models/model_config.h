@@ -44,6 +44,10 @@ struct ModelConfig {
   double init_std = 0.02;      // normal init; residual projections get init_std / sqrt(2 layers)
   bool tie_embeddings = true;  // LM head reuses the token embedding
   double dropout = 0.0;        // GPT-2: embedding, attention, residual; LLaMA: attention only
+  // On the attention probabilities, when it differs (Hugging Face GPT-2's
+  // attn_pdrop beside resid_pdrop); negative: as dropout.
+  double attention_dropout = -1.0;
+  double attention_dropout_p() const { return attention_dropout >= 0 ? attention_dropout : dropout; }
   // The MLP's activation output (GELU's, SwiGLU's: ffn elements a token and
   // layer) recomputed in backward rather than kept from forward
   // (nn::gelu_mlp, nn::swiglu_linear): on 2 H200s 3.0 GiB less on gpt2-1.3b
@@ -60,7 +64,7 @@ std::vector<std::string> preset_names();
 ModelConfig preset(const std::string& name);
 
 // Sets one field from text ("layers", "hidden", "heads", "kv_heads", "ffn_hidden",
-// "vocab_size", "max_seq_len", "rope_theta", "norm_eps", "init_std", "dropout",
+// "vocab_size", "max_seq_len", "rope_theta", "norm_eps", "init_std", "dropout", "attention_dropout",
 // "tie_embeddings", "rope_scaling_factor", "rope_low_freq_factor",
 // "rope_high_freq_factor", "rope_original_max_seq_len", "recompute_mlp_activation");
 // throws stratum::Error naming the key and the value.

@@ -28,10 +28,6 @@ void validate_tensor_parallel(const ModelConfig& c, int64_t t) {
     problems.push_back("kv_heads " + std::to_string(c.kv_heads) + " and the tensor-parallel size " +
                        std::to_string(t) + " do not divide one another (split key/value heads need kv_heads % size "
                        "== 0; shared ones size % kv_heads == 0)");
-  if (c.dropout > 0)
-    problems.push_back("dropout " + c10::str(c.dropout) +
-                       " is not available under tensor parallelism yet (split regions need their own random "
-                       "streams); set dropout=0");
   if (!problems.empty()) {
     std::string m = "model '" + c.name + "' at tensor-parallel size " + std::to_string(t) + ":";
     for (const auto& p : problems) m += "\n  " + p;

@@ -21,8 +21,7 @@
 namespace stratum::models {
 
 // Throws stratum::Error listing every dimension `size` ranks cannot split
-// (heads, key/value heads, the MLP's width) and what is not available under
-// tensor parallelism (dropout), each with its numbers.
+// (heads, key/value heads, the MLP's width), each with its numbers.
 void validate_tensor_parallel(const ModelConfig& config, int64_t size);
 
 // The spec of parameter `name` at rank `rank` of `size`; nullopt: replicated.

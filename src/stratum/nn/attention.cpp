@@ -4,6 +4,7 @@
 
 #include "stratum/nn/linear.h"
 #include "stratum/nn/tensor_parallel/layers.h"
+#include "stratum/nn/tensor_parallel/random.h"
 
 namespace stratum::nn {
 
@@ -26,8 +27,13 @@ at::Tensor merge_heads(const at::Tensor& x) {
 }
 }  // namespace
 
-FusedQKVAttentionImpl::FusedQKVAttentionImpl(int64_t hidden, int64_t heads, double dropout, tp::TensorParallel tp)
-    : torch::nn::Module("FusedQKVAttention"), heads(heads / tp.size()), dropout(dropout), tp(std::move(tp)) {
+FusedQKVAttentionImpl::FusedQKVAttentionImpl(int64_t hidden, int64_t heads, double dropout, double residual_dropout,
+                                             tp::TensorParallel tp)
+    : torch::nn::Module("FusedQKVAttention"),
+      heads(heads / tp.size()),
+      dropout(dropout),
+      residual_dropout(residual_dropout),
+      tp(std::move(tp)) {
   const int64_t local = hidden / this->tp.size();
   c_attn = register_module("c_attn", torch::nn::Linear(hidden, 3 * local));
   c_proj = register_module("c_proj", torch::nn::Linear(local, hidden));
@@ -38,10 +44,13 @@ at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
   // this rank's rows of each (its heads: models/tensor_parallel_plan.h).
   const auto qkv = tp::column_parallel_linear(x, c_attn->weight, c_attn->bias, tp).chunk(3, -1);
   const double p = is_training() ? dropout : 0.0;
-  at::Tensor y = merge_heads(causal_attention(split_heads(qkv[0], heads), split_heads(qkv[1], heads),
-                                              split_heads(qkv[2], heads), p));
+  auto attend = [&] {
+    return causal_attention(split_heads(qkv[0], heads), split_heads(qkv[1], heads), split_heads(qkv[2], heads), p);
+  };
+  // Dropout over this rank's heads draws from its own stream (tensor_parallel/random.h).
+  at::Tensor y = merge_heads(p > 0 ? tp::with_rank_stream(tp, x.device(), attend) : attend());
   y = tp::row_parallel_linear(y, c_proj->weight, c_proj->bias, tp);
-  return p > 0 ? at::dropout(y, p, /*train=*/true) : y;
+  return is_training() ? tp::dropout_outside_region(y, residual_dropout, tp) : y;
 }
 
 GroupedQueryAttentionImpl::GroupedQueryAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads,
@@ -73,7 +82,9 @@ at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   const at::Tensor k = apply_rotary(split_heads(qkv[1], kv_heads), cos, sin);
   const at::Tensor v = split_heads(qkv[2], kv_heads);
   const double p = is_training() ? dropout : 0.0;
-  return tp::row_parallel_linear(merge_heads(causal_attention(q, k, v, p)), o_proj->weight, at::Tensor(), tp);
+  auto attend = [&] { return causal_attention(q, k, v, p); };
+  return tp::row_parallel_linear(merge_heads(p > 0 ? tp::with_rank_stream(tp, x.device(), attend) : attend()),
+                                 o_proj->weight, at::Tensor(), tp);
 }
 
 }  // namespace stratum::nn

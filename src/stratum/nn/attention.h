@@ -28,12 +28,14 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 class FusedQKVAttentionImpl : public torch::nn::Module {
  public:
-  FusedQKVAttentionImpl(int64_t hidden, int64_t heads, double dropout, tp::TensorParallel tp = {});
+  // `dropout`: on the attention probabilities; `residual_dropout`: on the output.
+  FusedQKVAttentionImpl(int64_t hidden, int64_t heads, double dropout, double residual_dropout,
+                        tp::TensorParallel tp = {});
   at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
 
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
   int64_t heads;  // this rank's
-  double dropout;
+  double dropout, residual_dropout;
   tp::TensorParallel tp;
 };
 

@@ -10,6 +10,7 @@
 #include "stratum/core/error.h"
 #include "stratum/nn/linear.h"
 #include "stratum/nn/tensor_parallel/layers.h"
+#include "stratum/nn/tensor_parallel/random.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include "stratum/nn/gemm_epilogue_cuda.h"
 #include "stratum/nn/kernel_launch.h"
@@ -285,7 +286,7 @@ at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
                                           tp.enabled() ? at::Tensor() : c_proj->bias,
                                           /*keep_activation=*/!recompute_activation);
   const at::Tensor y = tp.enabled() ? tp::leave_region(partial, tp) + c_proj->bias : partial;
-  return is_training() && dropout > 0 ? at::dropout(y, dropout, /*train=*/true) : y;
+  return is_training() ? tp::dropout_outside_region(y, dropout, tp) : y;
 }
 
 SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_activation, tp::TensorParallel tp)
