@@ -9,6 +9,7 @@
 
 #include "../distributed/distributed_test_context.h"
 #include "stratum/core/error.h"
+#include "stratum/models/hf_state_dict.h"
 #include "stratum/models/tensor_parallel_plan.h"
 
 using namespace stratum;
@@ -123,5 +124,38 @@ TEST(TensorParallelModels, SequenceParallelTakesALengthTheGroupDoesNotDivide) {
     at::NoGradGuard no_grad;
     EXPECT_LE(rel_err(sharded->forward(tokens, targets), whole->forward(tokens, targets)), 1e-5) << preset;
     EXPECT_LE(rel_err(sharded->logits(tokens), whole->logits(tokens)), 1e-5) << preset;
+  }
+}
+
+// A Hugging Face state dict (whole tensors, GPT-2's Conv1D weights
+// transposed) loaded into a sharded model: each rank keeps its shards, and
+// the logits are the whole model's. Writing one from a sharded model is
+// refused (its ranks hold shards).
+TEST(TensorParallelModels, HuggingFaceWeightsLoadIntoShards) {
+  const auto& world = test::context().cpu_world;
+  nn::tp::TensorParallel tp{world, false};
+  for (const std::string preset : {"tiny-gpt2", "tiny-llama"}) {
+    const ModelConfig config = make_model_config(preset, {{"vocab_size", "300"}});
+    at::manual_seed(0);
+    auto whole = build_model(config, c10::kCPU);
+    std::map<std::string, at::Tensor> file;
+    for (auto& [name, t] : to_hf_state_dict(*whole)) file[name] = t.clone();
+    at::manual_seed(5);  // other weights, overwritten by the load
+    auto sharded = build_model(config, c10::kCPU, tp);
+    load_hf_state_dict(*sharded, file, "model.safetensors");
+    at::manual_seed(1);
+    const at::Tensor tokens = at::randint(256, {2, 8}, at::TensorOptions().dtype(at::kLong));
+    at::NoGradGuard no_grad;
+    EXPECT_LE(rel_err(sharded->logits(tokens), whole->logits(tokens)), 1e-5) << preset;
+    if (tp.enabled()) {
+      EXPECT_THROW(to_hf_state_dict(*sharded), Error) << preset;
+      file.begin()->second = at::zeros({3, 3});
+      try {
+        load_hf_state_dict(*sharded, file, "model.safetensors");
+        ADD_FAILURE() << preset << ": a mis-shaped tensor loaded";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("has shape [3, 3], expected"), std::string::npos) << e.what();
+      }
+    }
   }
 }

@@ -35,6 +35,10 @@ bool is_hf_conv1d_weight(const ModelConfig& config, const std::string& name) {
 }
 
 std::vector<std::pair<std::string, at::Tensor>> to_hf_state_dict(const CausalLMImpl& model) {
+  if (model.tensor_parallel().enabled())
+    throw Error("to_hf_state_dict: model '" + model.config().name + "' is sharded over " +
+                std::to_string(model.tensor_parallel().size()) + " tensor-parallel ranks; save a checkpoint and "
+                "export it (stratum-ckpt export), which assembles every tensor whole");
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     at::Tensor t = item.value().detach();
@@ -63,6 +67,7 @@ void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Ten
   };
 
   c10::AutoGradMode no_grad(false);
+  const nn::tp::TensorParallel& tp = model.tensor_parallel();
   for (auto& item : model.named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
     at::Tensor& param = item.value();
@@ -73,16 +78,18 @@ void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Ten
     }
     const bool conv1d = is_hf_conv1d_weight(c, name);
     const at::Tensor& src = *t;
-    const at::IntArrayRef want = param.sizes();
+    // A tensor-parallel rank keeps its shard of the whole tensor the file holds.
+    const auto spec = tp.enabled() ? model.shard_spec(name, tp.rank()) : std::nullopt;
+    const std::vector<int64_t> want = spec ? nn::tp::whole_shape(param.sizes().vec(), *spec) : param.sizes().vec();
     const bool fits = conv1d ? (src.dim() == 2 && src.size(0) == want[1] && src.size(1) == want[0])
-                             : src.sizes() == want;
+                             : src.sizes().vec() == want;
     if (!fits) {
-      const std::vector<int64_t> expected =
-          conv1d ? std::vector<int64_t>{want[1], want[0]} : std::vector<int64_t>(want.begin(), want.end());
+      const std::vector<int64_t> expected = conv1d ? std::vector<int64_t>{want[1], want[0]} : want;
       problems.push_back("'" + name + "' has shape " + shape_str(src.sizes()) + ", expected " + shape_str(expected));
       continue;
     }
-    param.copy_(conv1d ? src.t() : src);
+    const at::Tensor whole = conv1d ? src.t() : src;
+    param.copy_(spec ? nn::tp::take_shard(whole.to(param.dtype()), *spec) : whole);
   }
 
   // Tied embeddings: HF drops lm_head.weight; if a file has it, it must be the embedding.

@@ -20,11 +20,13 @@
 namespace stratum::models {
 
 // In the model's parameter order, detached, contiguous, on the model's
-// device and in its dtype (cast and move before writing if needed).
+// device and in its dtype (cast and move before writing if needed). A
+// tensor-parallel model is refused (its ranks hold shards).
 std::vector<std::pair<std::string, at::Tensor>> to_hf_state_dict(const CausalLMImpl& model);
 
 // Copies `tensors` (HF names) into the model's parameters, converting dtype
-// and device. Throws stratum::Error listing every missing, unexpected or
+// and device; a tensor-parallel rank keeps its shard of each (the file holds
+// whole tensors). Throws stratum::Error listing every missing, unexpected or
 // mis-shaped tensor by name (and `source`, e.g. the file, when given).
 void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Tensor>& tensors,
                         const std::string& source = "");
