@@ -2,10 +2,8 @@
 // measured on the CPU (the heap's bytes in use after the forward, less before:
 // PyTorch's CPU allocator returns what it frees at once) against the
 // estimator's per-block formula (monitor/memory_estimator.h), which is
-// Korthikanti et al.'s without dropout masks, the attention scores (flash
-// attention keeps none) and, under sequence parallelism, with the gathered
-// input the column-parallel linears keep (LLaMA: with what it keeps beyond
-// it, named below). A block's share is the difference
+// Korthikanti et al.'s without dropout masks and the attention scores (flash
+// attention keeps none); LLaMA with what it keeps beyond it, named below. A block's share is the difference
 // between a model of 4 blocks and one of 2. GPT-2 and LLaMA at every
 // tensor-parallel size of the job (1, 2, 4), with and without sequence parallelism.
 #include <gtest/gtest.h>

@@ -54,14 +54,14 @@ double block_activation_bytes(const EstimateInput& in) {
   // Under tensor parallelism the split regions keep 1/t of q, the attention
   // output and the MLP (key/value heads: 1/t of them, or the one a rank
   // shares); the norms keep the whole sequence, or under sequence parallelism
-  // their input's 1/t while the column-parallel linears keep the gathered
-  // input they read (Korthikanti et al. re-gather it in backward instead).
+  // their 1/t slice (the column-parallel GEMMs gather their input again in
+  // backward: nn::tp::through_region).
   const int64_t kv_heads = in.kv_heads > 0 ? in.kv_heads : in.heads;
   const double head_dim = in.heads > 0 ? h / static_cast<double>(in.heads) : h;
   const double kv = in.heads > 0 ? head_dim * static_cast<double>(kv_heads % t == 0 ? kv_heads / t : 1) : h / t;
   const double ffn = in.ffn > 0 ? static_cast<double>(in.ffn) : 4.0 * h;
   const double mlp = (in.gated_mlp ? 2.0 : 1.0) + (in.mlp_activation_recomputed ? 0.0 : 1.0);
-  const double norms = in.sequence_parallel ? 2.0 * h / t + 2.0 * h : 4.0 * h;
+  const double norms = in.sequence_parallel ? 4.0 * h / t : 4.0 * h;
   const double per_token = norms + h / t + 2.0 * kv + h / t + mlp * ffn / t;
   return w * s * b * per_token;
 }

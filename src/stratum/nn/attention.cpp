@@ -73,11 +73,12 @@ GroupedQueryAttentionImpl::GroupedQueryAttentionImpl(int64_t hidden, int64_t hea
 
 at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   // Under tensor parallelism the input enters the heads' region (gathered along the sequence under sequence parallelism).
-  const at::Tensor in = tp::enter_region(x, tp);
-  const auto [cos, sin] = rope->cos_sin(in.size(1), in.device(), in.scalar_type());
+  const int64_t length = x.size(1) * (tp.sequence_parallel ? tp.size() : 1);
+  const auto [cos, sin] = rope->cos_sin(length, x.device(), x.scalar_type());
   // One GEMM for the three projections (HF keeps them as three weights).
-  const auto qkv = nn::linear_stacked(in, {q_proj->weight, k_proj->weight, v_proj->weight})
-                       .split_with_sizes({heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
+  const auto qkv = tp::through_region(x, tp, [&](const at::Tensor& in) {
+                     return nn::linear_stacked(in, {q_proj->weight, k_proj->weight, v_proj->weight});
+                   }).split_with_sizes({heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
   const at::Tensor q = apply_rotary(split_heads(qkv[0], heads), cos, sin);
   const at::Tensor k = apply_rotary(split_heads(qkv[1], kv_heads), cos, sin);
   const at::Tensor v = split_heads(qkv[2], kv_heads);

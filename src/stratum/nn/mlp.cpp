@@ -282,9 +282,10 @@ GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, boo
 at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
   // Under tensor parallelism both GEMMs run on this rank's columns of the
   // inner width, as one function; c_proj's bias comes after the group's sum.
-  const at::Tensor partial = nn::gelu_mlp(tp::enter_region(x, tp), c_fc->weight, c_fc->bias, c_proj->weight,
-                                          tp.enabled() ? at::Tensor() : c_proj->bias,
-                                          /*keep_activation=*/!recompute_activation);
+  const at::Tensor partial = tp::through_region(x, tp, [&](const at::Tensor& in) {
+    return nn::gelu_mlp(in, c_fc->weight, c_fc->bias, c_proj->weight, tp.enabled() ? at::Tensor() : c_proj->bias,
+                        /*keep_activation=*/!recompute_activation);
+  });
   const at::Tensor y = tp.enabled() ? tp::leave_region(partial, tp) + c_proj->bias : partial;
   return is_training() ? tp::dropout_outside_region(y, dropout, tp) : y;
 }
@@ -300,7 +301,8 @@ SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_
 
 at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
   // Gate and up projections as one GEMM over the stacked weights.
-  const at::Tensor gate_up = nn::linear_stacked(tp::enter_region(x, tp), {gate_proj->weight, up_proj->weight});
+  const at::Tensor gate_up = tp::through_region(
+      x, tp, [&](const at::Tensor& in) { return nn::linear_stacked(in, {gate_proj->weight, up_proj->weight}); });
   return tp::leave_region(recompute_activation ? nn::swiglu_linear(gate_up, down_proj->weight)
                                                : nn::linear(nn::swiglu(gate_up), down_proj->weight),
                           tp);

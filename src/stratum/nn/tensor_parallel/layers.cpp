@@ -14,7 +14,7 @@ namespace stratum::nn::tp {
 
 at::Tensor column_parallel_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                   const TensorParallel& tp) {
-  return nn::linear(enter_region(x, tp), weight, bias);
+  return through_region(x, tp, [&](const at::Tensor& in) { return nn::linear(in, weight, bias); });
 }
 
 at::Tensor row_parallel_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,

@@ -1,6 +1,7 @@
 #include "stratum/nn/tensor_parallel/mappings.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <string>
@@ -149,6 +150,25 @@ at::Tensor reduce_scatter_to_sequence(const at::Tensor& x, const TensorParallel&
 
 at::Tensor enter_region(const at::Tensor& x, const TensorParallel& tp) {
   return tp.sequence_parallel ? gather_from_sequence(x, tp) : copy_to_region(x, tp);
+}
+
+at::Tensor through_region(const at::Tensor& x, const TensorParallel& tp,
+                          const std::function<at::Tensor(const at::Tensor&)>& fn) {
+  if (!tp.enabled() || !tp.sequence_parallel || !c10::GradMode::is_enabled()) return fn(enter_region(x, tp));
+  at::Tensor gathered = gather_from_sequence(x, tp);
+  at::Tensor y = fn(gathered);
+  if (!y.requires_grad()) return y;
+  // The same tensor object fn saved: rebinding its data (as ZeRO-3 rebinds
+  // parameters) frees the gathered copy and later restores it.
+  const std::vector<int64_t> shape = gathered.sizes().vec();
+  gathered.set_data(at::empty({0}, gathered.options()));
+  const at::Tensor slice = x.detach();
+  distributed::Communicator* group = tp.group.get();
+  y.register_hook([gathered, slice, group, shape](const at::Tensor& grad) {
+    if (gathered.numel() == 0) gathered.set_data(all_gather_along(slice, kSequenceDim, *group).view(shape));
+    return grad;
+  });
+  return y;
 }
 at::Tensor leave_region(const at::Tensor& partial, const TensorParallel& tp) {
   return tp.sequence_parallel ? reduce_scatter_to_sequence(partial, tp) : reduce_from_region(partial, tp);

@@ -15,6 +15,7 @@
 // beside them are the only nn/ files that see a communicator. The group must
 // outlive every autograd graph built through it (the model holds it).
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include <ATen/core/Tensor.h>
@@ -52,6 +53,15 @@ at::Tensor reduce_scatter_to_sequence(const at::Tensor& x, const TensorParallel&
 // reduce_scatter_to_sequence. What every sharded layer opens and closes with.
 at::Tensor enter_region(const at::Tensor& x, const TensorParallel& tp);
 at::Tensor leave_region(const at::Tensor& partial, const TensorParallel& tp);
+
+// fn(enter_region(x)) for the region's first operation (its column-parallel
+// GEMMs). Under sequence parallelism the gathered input fn keeps for its
+// backward is not kept between the passes (Korthikanti et al.): its storage
+// is released once fn returns and gathered again from this rank's slice when
+// fn's output gets its gradient, before fn's backward reads it. fn must keep
+// the gathered input itself (not a view of it) for the memory to go.
+at::Tensor through_region(const at::Tensor& x, const TensorParallel& tp,
+                          const std::function<at::Tensor(const at::Tensor&)>& fn);
 
 // The collectives themselves, without autograd (for the functions above and
 // for tests): all-gather of `x` along `dim` (chunk r from rank r), the
