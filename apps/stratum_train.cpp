@@ -239,11 +239,6 @@ int train(const Options& o, const distributed::DistContext& ctx) {
       throw Error("--model " + o.model + ": vocabulary " + std::to_string(mcfg.vocab_size) + " is smaller than the " +
                   tokenizer.name() + " tokenizer's " + std::to_string(tokenizer.vocab_size()));
     resume = resume_point(o);
-    if (config_read->pipeline.stages > 1 && config_read->tensor_parallel.size > 1)
-      throw ConfigError(config_read->source,
-                        {"tensor_parallel.autotp_size: " + std::to_string(config_read->tensor_parallel.size) +
-                         " with pipeline.stages " + std::to_string(config_read->pipeline.stages) +
-                         ": tensor parallelism inside pipeline stages is not available yet; use one of them"});
   });
   Config& config = *config_read;
   for (const auto& note : config.notes)

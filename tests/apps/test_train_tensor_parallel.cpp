@@ -75,3 +75,24 @@ TEST_F(TrainCli, TensorParallelModelThatCannotSplitIsRefused) {
   EXPECT_NE(r.output.find("heads 3 is not divisible by the tensor-parallel size 2"), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 60.0);
 }
+
+// Tensor parallelism inside pipeline stages (PP x TP = 2 x 2 on 4 CPU ranks,
+// sequence parallel, ZeRO-1): trains, and its checkpoint resumes at TP = 2
+// on the data-parallel path.
+TEST_F(TrainCli, PipelineTimesTensorParallelTrainsAndResumesWithoutThePipeline) {
+  const std::string both = write_config(dir_, "pp_tp.json", R"({"train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 4, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+    "zero_optimization": {"stage": 1}, "pipeline": {"stages": 2},
+    "tensor_parallel": {"autotp_size": 2, "sequence_parallel": true}})");
+  Result r = run(kBin + "/stratum-run --num_procs 4 " + train_args(dir_, both, 2, "pp_tp_log") + " --save-dir " +
+                 dir_ + "/ckpt");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("pipeline: 2 stages x 1 data-parallel x 2 tensor-parallel"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step 2/2 | loss"), std::string::npos) << r.output;
+  const std::string tp = write_config(dir_, "tp.json", kTensorParallel);
+  r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, tp, 3, "tp_log") + " --save-dir " + dir_ +
+          "/ckpt --resume");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("x 2 pipeline stages x 2 tensor-parallel ranks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resumed at step 2"), std::string::npos) << r.output;
+}

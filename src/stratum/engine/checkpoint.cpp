@@ -139,12 +139,13 @@ ShardPlace shard_place(EngineCore& e, const PipelinePlace* place) {
   }
   const auto& mp = e.model_parallel();
   if (mp && mp->tensor_parallel) {
-    if (place) throw Error("checkpoint: tensor parallelism inside pipeline stages is not available");
     sp.tp = static_cast<int>(mp->tensor_parallel->size());
     sp.tp_rank = static_cast<int>(mp->tp_rank);
-    sp.world = mp->world.get();
-    sp.leaders = mp->tp_leaders.get();
     sp.specs = &mp->tp_specs;
+    if (!place) {  // a pipeline's place names the job and every part's first rank itself
+      sp.world = mp->world.get();
+      sp.leaders = mp->tp_leaders.get();
+    }
     // A replicated parameter (or a piece several ranks share) is written by its first holder.
     for (int p : mp->tp_duplicates) sp.elsewhere.insert(e.strategy().layout().specs()[static_cast<size_t>(p)].name);
   }

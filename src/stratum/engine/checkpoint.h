@@ -39,8 +39,9 @@ struct PipelinePlace {
   int stage = 0, stages = 1;
   // Every rank of the job: the save's and the load's agreement.
   std::shared_ptr<distributed::Communicator> world;
-  // On each stage's data-parallel rank 0: those ranks, stage order, on the CPU
-  // (the manifest's parts travel over it). Null on the other ranks.
+  // On each stage's (and tensor-parallel index's) data-parallel rank 0: those
+  // ranks, in shard order, on the CPU (the manifest's parts travel over it).
+  // Null on the other ranks.
   std::shared_ptr<distributed::Communicator> leaders;
   // Parameters another stage writes (the last stage's copy of a tied embedding).
   std::set<std::string> written_elsewhere;

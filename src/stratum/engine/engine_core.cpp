@@ -83,10 +83,6 @@ void check_supported(const Config& c, const std::vector<at::Tensor>& params, boo
                                    ": not available under a pipeline yet (its timers bracket engine.forward, which "
                                    "train_batch does not call); the progress line reports the measured bubble"});
   }
-  if (c.tensor_parallel.size > 1 && pipeline_stage)
-    throw ConfigError(c.source, {"tensor_parallel.autotp_size: " + std::to_string(c.tensor_parallel.size) +
-                                 " with pipeline.stages " + std::to_string(c.pipeline.stages) +
-                                 ": tensor parallelism inside pipeline stages is not available yet; use one of them"});
   if (c.tensor_parallel.size != tensor_parallel_size)
     throw ConfigError(c.source, {"tensor_parallel.autotp_size: " + std::to_string(c.tensor_parallel.size) +
                                  " but the model is sharded over " + std::to_string(tensor_parallel_size) +

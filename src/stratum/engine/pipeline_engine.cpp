@@ -25,11 +25,14 @@ using distributed::Axis;
 
 // Checks that need no communication, identical on every rank.
 void check_pipeline_config(const Config& c, int world_size) {
-  const int64_t p = c.pipeline.stages;
+  const int64_t p = c.pipeline.stages, t = c.tensor_parallel.size;
   std::vector<std::string> problems;
   if (world_size % p != 0)
     problems.push_back("pipeline.stages: " + std::to_string(p) + " stages do not divide the " +
                        std::to_string(world_size) + " ranks of the job; use a divisor of " + std::to_string(world_size));
+  else if (world_size % (p * t) != 0)
+    problems.push_back("pipeline.stages: " + std::to_string(p) + " stages x tensor_parallel.autotp_size " +
+                       std::to_string(t) + " do not divide the " + std::to_string(world_size) + " ranks of the job");
   if (c.pipeline.schedule == config::PipelineSchedule::zb_h1 && c.zero_optimization.stage == 2)
     problems.push_back("pipeline.schedule: \"zb-h1\" defers weight gradients past their micro-batch's backward, "
                        "and ZeRO-2 reduce-scatters each micro-batch's gradients at its end; use zero_optimization."
@@ -43,8 +46,9 @@ void check_pipeline_config(const Config& c, int world_size) {
 }
 
 // The groups of ranks holding stage 0 and stage p-1 (one per data-parallel
-// index, or all of them together when each stage's gradients are partitioned
-// over its data-parallel ranks), every other rank alone.
+// and tensor-parallel index, or, when each stage's gradients are partitioned
+// over its data-parallel ranks, all of them of one tensor-parallel index
+// together: a TP index's shard of the embedding is its own), every other rank alone.
 std::vector<std::vector<int64_t>> tied_groups(const distributed::Topology& t, bool per_dp_index) {
   std::vector<std::vector<int64_t>> groups;
   std::vector<bool> placed(t.world_size(), false);
@@ -55,14 +59,17 @@ std::vector<std::vector<int64_t>> tied_groups(const distributed::Topology& t, bo
     }
   }
   if (!per_dp_index) {
-    std::vector<int64_t> all;
+    std::map<int64_t, std::vector<int64_t>> by_tp;
     for (const auto& pp : t.groups(Axis::pp)) {
+      auto& all = by_tp[t.coord_of(pp.front()).tp];
       all.push_back(pp.front());
       all.push_back(pp.back());
     }
-    std::sort(all.begin(), all.end());
-    for (int64_t r : all) placed[r] = true;
-    groups.push_back(all);
+    for (auto& [tp, all] : by_tp) {
+      std::sort(all.begin(), all.end());
+      for (int64_t r : all) placed[r] = true;
+      groups.push_back(all);
+    }
   }
   for (int64_t r = 0; r < t.world_size(); ++r)
     if (!placed[r]) groups.push_back({r});
@@ -127,8 +134,15 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
   check_pipeline_config(config_, world->size());
   stages_ = static_cast<int>(config_.pipeline.stages);
   chunks_ = static_cast<int>(config_.pipeline.virtual_stages);
-  const auto topology = distributed::Topology::from_model_parallel(world->size(), stages_, 1);
-  stage_ = static_cast<int>(topology.coord_of(world->rank()).pp);
+  const auto topology =
+      distributed::Topology::from_model_parallel(world->size(), stages_, config_.tensor_parallel.size);
+  const distributed::Coord me = topology.coord_of(world->rank());
+  stage_ = static_cast<int>(me.pp);
+  // Tensor parallelism inside the stages: the model is built sharded over the grid's TP groups.
+  const nn::tp::ShardedModule* sharded =
+      config_.tensor_parallel.size > 1 || engine_detail::tensor_parallel_size(*model_) > 1
+          ? &engine_detail::sharded_as_configured(config_, *model_, world->rank(), me.tp)
+          : nullptr;
 
   // Partition the whole model's layers (every rank alike, before any collective).
   std::vector<at::Tensor> all_params;
@@ -201,6 +215,7 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
   ModelParallelPlace reduction;
   reduction.stages = pp_;
   if (stage_ == stages_ - 1 && stages_ > 1) reduction.stage_duplicates = tied_;
+  if (sharded) engine_detail::add_tensor_parallel(reduction, *sharded, names_);
   zero::LayerParams layers = layer_params(*model_, params);
   core_ = std::make_unique<EngineCore>(config_, params, names_, dtype, dp_, device_, std::move(layers), reduction);
   if (any_tied && core_->strategy().partitioned() != (config_.zero_optimization.stage != 0))
@@ -211,7 +226,21 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
   place_.stage = stage_;
   place_.stages = stages_;
   place_.world = world;
-  if (dp_->rank() == 0) place_.leaders = control_;  // the stages of data-parallel index 0
+  if (!sharded) {
+    if (dp_->rank() == 0) place_.leaders = control_;  // the stages of data-parallel index 0
+  } else {
+    // Every (stage, tensor-parallel index) of data-parallel index 0, in shard order.
+    std::vector<std::vector<int64_t>> groups(1);
+    for (int64_t r = 0; r < topology.world_size(); ++r)
+      if (topology.coord_of(r).dp == 0) groups[0].push_back(r);
+      else groups.push_back({r});
+    std::sort(groups[0].begin(), groups[0].end(), [&](int64_t a, int64_t b) {
+      const distributed::Coord ca = topology.coord_of(a), cb = topology.coord_of(b);
+      return ca.pp != cb.pp ? ca.pp < cb.pp : ca.tp < cb.tp;
+    });
+    auto leaders = ctx.cpu_world->split(groups, "part_leaders");
+    if (me.dp == 0) place_.leaders = std::move(leaders);
+  }
   if (stage_ == stages_ - 1 && stages_ > 1)
     for (int i : tied_) place_.written_elsewhere.insert(names_[i]);  // the first stage writes it
   place_.model_params = all_names;
@@ -219,7 +248,9 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
   executor_ = std::make_unique<pipeline::ScheduleExecutor>(std::move(schedule), pp_, control_, device_);
   if (world->rank() == 0)
     log::info("pipeline: " + std::to_string(stages_) + " stages x " + std::to_string(topology.dp()) +
-              " data-parallel, schedule " + config::pipeline_schedule_name(config_.pipeline.schedule) + ", " +
+              " data-parallel" +
+              (topology.tp() > 1 ? " x " + std::to_string(topology.tp()) + " tensor-parallel" : std::string()) +
+              ", schedule " + config::pipeline_schedule_name(config_.pipeline.schedule) + ", " +
               std::to_string(executor_->schedule().micro_batches) + " micro-batches a step; layers by stage " +
               pipeline::describe(partition_));
 }
@@ -395,7 +426,9 @@ nlohmann::json PipelineEngine::load_checkpoint(const std::string& load_dir, cons
 
 std::unique_ptr<PipelineEngine> initialize_pipeline(const Config& config, std::shared_ptr<models::CausalLMImpl> model,
                                                     const distributed::DistContext& ctx) {
-  return std::make_unique<PipelineEngine>(config, model, models::causal_lm_loss, ctx);
+  models::CausalLMImpl* lm = model.get();  // the engine holds the model: it outlives the loss
+  return std::make_unique<PipelineEngine>(
+      config, model, [lm](const at::Tensor& out, const at::Tensor& labels) { return lm->loss(out, labels); }, ctx);
 }
 
 }  // namespace stratum

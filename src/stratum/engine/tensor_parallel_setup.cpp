@@ -72,8 +72,8 @@ int64_t tensor_parallel_size(torch::nn::Module& module) {
   return sharded ? sharded->tensor_parallel().size() : 1;
 }
 
-TensorParallelEngineGroups tensor_parallel_engine_groups(const Config& config, torch::nn::Module& module,
-                                                         const distributed::DistContext& ctx) {
+const nn::tp::ShardedModule& sharded_as_configured(const Config& config, torch::nn::Module& module,
+                                                   int64_t grid_rank, int64_t grid_tp_rank) {
   const auto* sharded = dynamic_cast<const nn::tp::ShardedModule*>(&module);
   const int64_t t = config.tensor_parallel.size;
   const int64_t model_size = sharded ? sharded->tensor_parallel().size() : 1;
@@ -88,30 +88,41 @@ TensorParallelEngineGroups tensor_parallel_engine_groups(const Config& config, t
                                       (config.tensor_parallel.sequence_parallel ? "true" : "false") +
                                       " but the model was built with it " +
                                       (sharded->tensor_parallel().sequence_parallel ? "on" : "off")});
-  const auto& world = ctx.device_world();
-  const auto topology = distributed::Topology::from_model_parallel(world->size(), 1, t);
-  const distributed::Coord me = topology.coord_of(world->rank());
-  const nn::tp::TensorParallel& tp = sharded->tensor_parallel();
-  if (tp.rank() != me.tp)
-    throw Error("tensor parallel: rank " + std::to_string(world->rank()) + " is tensor-parallel rank " +
-                std::to_string(me.tp) + " of the grid but rank " + std::to_string(tp.rank()) +
+  if (sharded->tensor_parallel().rank() != grid_tp_rank)
+    throw Error("tensor parallel: rank " + std::to_string(grid_rank) + " is tensor-parallel rank " +
+                std::to_string(grid_tp_rank) + " of the grid but rank " +
+                std::to_string(sharded->tensor_parallel().rank()) +
                 " of the model's group; build the model over stratum::tensor_parallel_group(config, context)");
+  return *sharded;
+}
+
+void add_tensor_parallel(ModelParallelPlace& place, const nn::tp::ShardedModule& model,
+                         const std::vector<std::string>& names) {
+  const nn::tp::TensorParallel& tp = model.tensor_parallel();
+  const TensorParallelGradPlan plan = plan_tensor_parallel_grads(model, names, tp.size(), tp.rank(), tp.sequence_parallel);
+  place.tensor_parallel = tp.group;
+  place.tp_duplicates = plan.duplicates;
+  for (const auto& partial : plan.partial)  // the same list on every rank of the group: the splits match
+    place.partial.push_back(
+        {partial.groups.size() == 1 ? tp.group : tp.group->split(partial.groups, "tp_shared"), partial.params});
+  place.tp_rank = tp.rank();
+  for (const std::string& name : names) place.tp_specs.push_back(model.shard_spec(name, tp.rank()));
+}
+
+TensorParallelEngineGroups tensor_parallel_engine_groups(const Config& config, torch::nn::Module& module,
+                                                         const distributed::DistContext& ctx) {
+  const auto& world = ctx.device_world();
+  const auto topology = distributed::Topology::from_model_parallel(world->size(), 1, config.tensor_parallel.size);
+  const distributed::Coord me = topology.coord_of(world->rank());
+  const nn::tp::ShardedModule& sharded = sharded_as_configured(config, module, world->rank(), me.tp);
 
   TensorParallelEngineGroups out;
   out.dp = world->split(topology.groups(Axis::dp), "dp");
   if (ctx.gpu_world && config.comms_logger.debug) out.dp_control = ctx.cpu_world->split(topology.groups(Axis::dp), "dp_control");
-
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
   trainable_parameters(module, params, names);
-  const TensorParallelGradPlan plan = plan_tensor_parallel_grads(*sharded, names, t, me.tp, tp.sequence_parallel);
-  out.place.tensor_parallel = tp.group;
-  out.place.tp_duplicates = plan.duplicates;
-  for (const auto& partial : plan.partial)  // the same list on every rank of the group: the splits match
-    out.place.partial.push_back(
-        {partial.groups.size() == 1 ? tp.group : tp.group->split(partial.groups, "tp_shared"), partial.params});
-  out.place.tp_rank = me.tp;
-  for (const std::string& name : names) out.place.tp_specs.push_back(sharded->shard_spec(name, me.tp));
+  add_tensor_parallel(out.place, sharded, names);
   out.place.world = world;
   auto leaders = ctx.cpu_world->split(topology.groups(Axis::tp), "tp_leaders");
   if (me.dp == 0) out.place.tp_leaders = std::move(leaders);

@@ -52,6 +52,18 @@ namespace engine_detail {
 // The module's ShardedModule group size (1: not sharded).
 int64_t tensor_parallel_size(torch::nn::Module& module);
 
+// The module as a ShardedModule over the config's tensor-parallel size, with
+// sequence parallelism as configured, at the grid's tensor-parallel rank;
+// ConfigError (the same on every rank) naming the key otherwise.
+const nn::tp::ShardedModule& sharded_as_configured(const Config& config, torch::nn::Module& module,
+                                                   int64_t grid_rank, int64_t grid_tp_rank);
+
+// The core's tensor-parallel part of `place` for parameters `names` (the
+// core's, in its order) of `model`: the group, the duplicates, the partial
+// sums' groups (collective over the model's group), this rank's specs.
+void add_tensor_parallel(ModelParallelPlace& place, const nn::tp::ShardedModule& model,
+                         const std::vector<std::string>& names);
+
 // initialize()'s groups for a tensor-parallel model: the data-parallel group
 // (and its CPU twin for comms_logger.debug), and the core's place in the
 // model's group. Throws ConfigError (identically on every rank, before any

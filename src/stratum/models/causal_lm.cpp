@@ -42,6 +42,11 @@ at::Tensor CausalLMImpl::logits(const at::Tensor& tokens) {
   return pad ? whole.narrow(1, 0, tokens.size(1)) : whole;
 }
 
+at::Tensor CausalLMImpl::loss(const at::Tensor& output, const at::Tensor& targets) {
+  if (!tp_.enabled()) return causal_lm_loss(output, targets);
+  return nn::tp::vocab_parallel_cross_entropy(output, targets, vocab_, tp_);
+}
+
 at::Tensor CausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
   if (!tp_.enabled()) return causal_lm_loss(logits(tokens), targets);
   check_tokens(config_, tokens);

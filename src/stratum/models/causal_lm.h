@@ -32,6 +32,9 @@ class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule {
   // length the group does not divide is padded on the right and the padding
   // ignored (logits: dropped).
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& targets);
+  // That loss from the stack's output (a pipeline's last stage): the logits,
+  // or under tensor parallelism this rank's vocabulary shard of them.
+  at::Tensor loss(const at::Tensor& output, const at::Tensor& targets);
   // [B, T, vocab] in the model's dtype (gathered over the tensor-parallel
   // group, padding dropped). T may not exceed max_seq_len.
   at::Tensor logits(const at::Tensor& tokens);
