@@ -354,6 +354,13 @@ TEST(TensorParallelEngine, MismatchedConfigsAndModelsFailOnEveryRankWithTheKey) 
     e = test::error_of([&] { initialize(two_config, model, ctx.cpu_world, c10::Device(c10::kCPU)); });
     EXPECT_NE(e.find("pass the DistContext"), std::string::npos) << e;
   }
+  // Two nodes of one rank each: a group of two would span them.
+  {
+    distributed::DistContext two_nodes = ctx;
+    two_nodes.local_world_size = 1;
+    e = test::error_of([&] { tensor_parallel_group(two_config, two_nodes); });
+    EXPECT_NE(e.find("tensor_parallel.autotp_size: 2 does not divide the 1 ranks of a node"), std::string::npos) << e;
+  }
   // Three ranks per group do not divide the job of two.
   Layout three;
   three.tp = 3;

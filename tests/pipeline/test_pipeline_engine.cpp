@@ -166,6 +166,43 @@ TrainRun train_pipeline(const std::string& arch, const Layout& l, const std::sha
   return run;
 }
 
+// The data-parallel engine (stratum::initialize) on `world`, tensor parallel
+// when l.tp > 1: DP rank r of n takes rows [(k·n + r)·m, ...) of micro-step k.
+TrainRun train_data_parallel(const std::string& arch, Layout l, const std::shared_ptr<distributed::Communicator>& world,
+                             const Span& span = {}) {
+  l.pp = 1;
+  Config config = Config::from_string(config_json(l), "data parallel");
+  const distributed::DistContext ctx = sub_context(world);
+  torch::manual_seed(42);
+  auto model = models::build_model(model_config(arch), c10::kCPU, tensor_parallel_group(config, ctx));
+  auto engine = initialize(config, model, ctx);
+  if (!span.load_dir.empty()) load_checkpoint(engine.core(), span.load_dir);
+  const auto& dp = engine.core().dp();
+  const int n = static_cast<int>(dp->size()), r = static_cast<int>(dp->rank());
+  const int64_t m = l.global_batch / (l.gas * n);
+  TrainRun run;
+  for (int s = span.first; s < span.first + span.steps; ++s) {
+    at::Tensor t = step_tokens(s, l.global_batch);
+    at::Tensor loss = at::zeros({1}, at::kDouble);
+    for (int k = 0; k < l.gas; ++k) {
+      at::Tensor b = t.narrow(0, (k * n + r) * m, m);
+      at::Tensor out = engine.forward(b.narrow(1, 0, kSeq), b.narrow(1, 1, kSeq));
+      engine.backward(out);
+      engine.step();
+      loss += out.detach().to(at::kDouble) / (l.gas * n);
+    }
+    dp->all_reduce(loss, distributed::ReduceOp::sum)->wait();
+    run.losses.push_back(loss.item<double>());
+    run.grad_norms.push_back(engine.core().last_grad_norm());
+  }
+  engine.core().sync_params();
+  for (auto& p : model->named_parameters()) run.weights[p.key()] = p.value().detach().to(torch::kFloat).clone();
+  run.config = model->config();
+  run.tp = model->tensor_parallel().size();
+  run.tp_rank = model->tensor_parallel().rank();
+  return run;
+}
+
 // GPT-2's attention key bias gets a gradient of rounding noise only (softmax
 // ignores a constant added to every score of a row), which Adam turns into
 // steps of a full learning rate either way: it is compared by the losses alone.
@@ -324,7 +361,7 @@ TEST(PipelineEngine, PipelineTimesTensorParallelCheckpointResumesAtAnyLayout) {
 // 3D: DP x PP x TP = 2 x 2 x 2 on 8 ranks (CTest pipeline_engine_3d_np8) at
 // ZeRO-1 and ZeRO-2, with and without sequence parallelism, against the
 // single process; then the reshard matrix from a 2 x 2 x 2 ZeRO-2 checkpoint:
-// resumed at 1 x 4 x 2 ZeRO-1, 8 x 1 x 1 ZeRO-2, 2 x 1 x 4 ZeRO-1 and on the
+// resumed at 1 x 4 x 2 ZeRO-1, 8 x 1 x 1 ZeRO-3, 2 x 1 x 4 ZeRO-1 and on the
 // single process, each continuing as the uninterrupted run does.
 TEST(PipelineEngine, ThreeD_DataPipelineTensor_MatchesSingleProcessAndReshards) {
   const auto& world = test::context().cpu_world;
@@ -367,14 +404,18 @@ TEST(PipelineEngine, ThreeD_DataPipelineTensor_MatchesSingleProcessAndReshards) 
     struct Target {
       int dp, pp, tp, zero;
     };
-    for (const Target t : {Target{1, 4, 2, 1}, Target{8, 1, 1, 2}, Target{2, 1, 4, 1}}) {
+    // 1 x 4 x 2 through the pipeline engine; 8 x 1 x 1 (ZeRO-3) and 2 x 1 x 4
+    // through the data-parallel engine.
+    for (const Target t : {Target{1, 4, 2, 1}, Target{8, 1, 1, 3}, Target{2, 1, 4, 1}}) {
       Layout l = saved;
       l.dp = t.dp;
       l.pp = t.pp;
       l.tp = t.tp;
       l.zero = t.zero;
-      expect_same_training(train_pipeline(arch, l, world, Span{kHalf, kHalf, ckpt, ""}), tail, 1e-5,
-                           arch + " 2 x 2 x 2 ZeRO-2 resumed at " + describe(arch, l), true, 2e-5, kResumedWeightTol);
+      const Span span{kHalf, kHalf, ckpt, ""};
+      expect_same_training(t.pp > 1 ? train_pipeline(arch, l, world, span) : train_data_parallel(arch, l, world, span),
+                           tail, 1e-5, arch + " 2 x 2 x 2 ZeRO-2 resumed at " + describe(arch, l), true, 2e-5,
+                           kResumedWeightTol);
     }
     expect_same_training(train_reference(arch, saved, Span{kHalf, kHalf, ckpt, ""}), tail, 1e-5,
                          arch + " 2 x 2 x 2 ZeRO-2 resumed by the single process", true, 2e-5, kResumedWeightTol);

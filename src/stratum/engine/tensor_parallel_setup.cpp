@@ -16,8 +16,19 @@ using distributed::Axis;
 
 nn::tp::TensorParallel tensor_parallel_group(const Config& config, const distributed::DistContext& ctx) {
   const auto& world = ctx.device_world();
-  if (config.tensor_parallel.size <= 1) return {};
-  const auto topology = distributed::Topology::from_model_parallel(world->size(), 1, config.tensor_parallel.size);
+  const int64_t t = config.tensor_parallel.size;
+  if (t <= 1) return {};
+  // A group stays inside a node (its collectives are on every layer's path):
+  // the node with the fewest ranks decides, the same on every rank.
+  at::Tensor local = at::full({1}, static_cast<int64_t>(ctx.local_world_size), at::kLong);
+  ctx.cpu_world->all_reduce(local, distributed::ReduceOp::min)->wait();
+  const int64_t fewest = local.item<int64_t>();
+  if (fewest < world->size() && fewest % t != 0)
+    throw ConfigError(config.source, {"tensor_parallel.autotp_size: " + std::to_string(t) + " does not divide the " +
+                                      std::to_string(fewest) + " ranks of a node (the fewest any node of the " +
+                                      std::to_string(world->size()) + "-rank job runs): a tensor-parallel group "
+                                      "would span nodes; use a divisor of " + std::to_string(fewest)});
+  const auto topology = distributed::Topology::from_model_parallel(world->size(), 1, t);
   return {world->split(topology.groups(Axis::tp), "tp"), config.tensor_parallel.sequence_parallel};
 }
 

@@ -26,7 +26,8 @@ namespace stratum {
 // This rank's tensor-parallel group for `config` (tensor_parallel.autotp_size
 // consecutive ranks, Topology's order; sequence_parallel as configured), on
 // the training device's communicator. Collective over the job. A size of 1:
-// no group (the model is built whole).
+// no group (the model is built whole). A size that does not divide the ranks
+// of every node (a group would span nodes) is a ConfigError on every rank.
 nn::tp::TensorParallel tensor_parallel_group(const Config& config, const distributed::DistContext& ctx);
 
 // Pure: how the step treats each of `names` (a ShardedModule's trainable
