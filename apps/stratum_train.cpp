@@ -16,6 +16,7 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 #include "stratum/core/fs.h"
 #include "stratum/core/log.h"
@@ -71,6 +72,18 @@ double memory_gib(const distributed::DistContext& ctx) {
   for (std::string line; std::getline(status, line);)
     if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / (1024.0 * 1024.0);  // kB
   return 0.0;
+}
+
+// The largest of every rank's memory_gib and the rank holding it (collective
+// over the job's CPU ranks; no rank on a job of one).
+std::pair<double, std::optional<int>> largest_memory(const distributed::DistContext& ctx) {
+  const double mine = memory_gib(ctx);
+  if (ctx.world_size == 1) return {mine, std::nullopt};
+  at::Tensor all = at::empty({ctx.world_size}, at::kDouble);
+  at::Tensor one = at::full({1}, mine, at::kDouble);
+  ctx.cpu_world->all_gather(all, one)->wait();
+  const int64_t rank = all.argmax().item<int64_t>();
+  return {all[rank].item<double>(), static_cast<int>(rank)};
 }
 
 // The dataset on every rank: local rank 0 tokenizes (and writes the default
@@ -210,7 +223,7 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
     m.loss_scale = engine->loss_scale();
     m.tokens_per_second = tokens_per_step / seconds;
     m.mfu = ctx.gpu_world ? m.tokens_per_second / ctx.world_size * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
-    m.memory_gib = memory_gib(ctx);
+    std::tie(m.memory_gib, m.memory_rank) = largest_memory(ctx);
     m.skipped = engine->last_step_skipped();
     m.bubble = engine->last_timing().bubble();
     if (lead) progress.update(m);
@@ -350,7 +363,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     m.loss_scale = engine.loss_scale();
     m.tokens_per_second = tokens_per_step / seconds;
     m.mfu = ctx.gpu_world ? m.tokens_per_second / ctx.world_size * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
-    m.memory_gib = memory_gib(ctx);
+    std::tie(m.memory_gib, m.memory_rank) = largest_memory(ctx);
     m.skipped = engine.last_step_skipped();
     const bool do_eval = o.eval_every > 0 && (m.step % o.eval_every == 0 || m.step == o.steps) && !eval.offsets.empty();
     if (do_eval) last_eval = eval.run(engine, file, batch.micro_batch_per_gpu, device, dp);

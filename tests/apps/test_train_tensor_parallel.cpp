@@ -88,6 +88,7 @@ TEST_F(TrainCli, PipelineTimesTensorParallelTrainsAndResumesWithoutThePipeline) 
                  dir_ + "/ckpt");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("pipeline: 2 stages x 1 data-parallel x 2 tensor-parallel"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" GiB (rank "), std::string::npos) << "the largest rank's memory: " << r.output;
   EXPECT_NE(r.output.find("step 2/2 | loss"), std::string::npos) << r.output;
   const std::string tp = write_config(dir_, "tp.json", kTensorParallel);
   r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, tp, 3, "tp_log") + " --save-dir " + dir_ +

@@ -38,6 +38,9 @@ TEST(Progress, LineCarriesEveryFigure) {
   for (const char* part : {"step 7/100", "loss 2.5000", "lr 3.000e-04", "scale 65536", "tok/s 12.34k", "MFU 42.0%",
                            "mem 1.50 GiB", "ETA 02:05"})
     EXPECT_NE(line.find(part), std::string::npos) << part << " in " << line;
+  StepMetrics several = metrics(7);
+  several.memory_rank = 3;  // the largest of several ranks' memory
+  EXPECT_NE(ProgressReporter::format_line(several, 125).find("mem 1.50 GiB (rank 3) |"), std::string::npos);
   EXPECT_EQ(ProgressReporter::format_eta(3725), "1:02:05");
   EXPECT_EQ(ProgressReporter::format_eta(-1), "--:--");
 }

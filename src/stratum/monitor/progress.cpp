@@ -33,6 +33,8 @@ std::string ProgressReporter::format_line(const StepMetrics& m, double eta_secon
                                           : std::to_string(static_cast<int64_t>(tps));
   char mfu[16] = "-";  // unknown on CPUs
   if (m.mfu > 0) std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * m.mfu);
+  std::string rank;
+  if (m.memory_rank) rank = " (rank " + std::to_string(*m.memory_rank) + ")";
   std::string bubble;
   if (m.bubble) {
     char b[32];
@@ -40,9 +42,9 @@ std::string ProgressReporter::format_line(const StepMetrics& m, double eta_secon
     bubble = b;
   }
   std::snprintf(buf, sizeof buf,
-                "step %lld/%lld | loss %.4f | lr %.3e | scale %g | tok/s %s | MFU %s | mem %.2f GiB%s | ETA %s%s",
+                "step %lld/%lld | loss %.4f | lr %.3e | scale %g | tok/s %s | MFU %s | mem %.2f GiB%s%s | ETA %s%s",
                 (long long)m.step, (long long)m.total_steps, m.loss, m.lr, m.loss_scale, tokens.c_str(), mfu,
-                m.memory_gib, bubble.c_str(), format_eta(eta_seconds).c_str(),
+                m.memory_gib, rank.c_str(), bubble.c_str(), format_eta(eta_seconds).c_str(),
                 m.skipped ? " | skipped (fp16 overflow)" : "");
   return buf;
 }

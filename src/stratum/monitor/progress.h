@@ -19,6 +19,8 @@ struct StepMetrics {
   double tokens_per_second = 0.0;  // whole job
   double mfu = 0.0;                // fraction of peak, per device (0 if unknown)
   double memory_gib = 0.0;         // peak device memory (GPU) or resident set (CPU)
+  // The rank whose memory_gib it is, when it is the largest of several ranks'.
+  std::optional<int> memory_rank;
   bool skipped = false;            // fp16 overflow
   // Pipelines: the share of the step the reporting stage waited on others (measured).
   std::optional<double> bubble;
