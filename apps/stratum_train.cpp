@@ -28,6 +28,8 @@
 #include "stratum/data/tokenizer.h"
 #include "stratum/distributed/agreement.h"
 #include "stratum/distributed/job.h"
+#include "stratum/distributed/parallel_groups.h"
+#include "stratum/distributed/topology.h"
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
 #include "stratum/engine/pipeline_engine.h"
@@ -166,7 +168,7 @@ ResumePoint resume_point(const Options& o) {
 }
 
 // pipeline.stages > 1: the model split over stages, one train_batch a step.
-// The progress line comes from the last stage's first data-parallel rank,
+// The progress line comes from the last stage's first data-parallel (and tensor-parallel) rank,
 // which has the loss first, with the share of the step it waited (the bubble).
 int train_pipelined(const Options& o, const distributed::DistContext& ctx, const Config& config,
                     const models::ModelConfig& mcfg, std::shared_ptr<models::CausalLMImpl> model,
@@ -177,7 +179,7 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
   });
   const auto& batch = engine->core().batch();
   const auto& dp = engine->core().dp();
-  const bool lead = engine->is_last_stage() && dp->rank() == 0;
+  const bool lead = engine->is_last_stage() && dp->rank() == 0 && model->tensor_parallel().rank() == 0;
   const int64_t seq = mcfg.max_seq_len;
   data::TokenFile file = open_training_data(o, ctx, tokenizer, mcfg);
   const data::TrainEvalSplit split = data::split_train_eval(file.size(), seq, o.eval_fraction, file.path());
@@ -256,6 +258,18 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   Config& config = *config_read;
   for (const auto& note : config.notes)
     if (lead) log::info(o.config_path + ": note: " + note);
+  // The grid, once: every rank's coordinates, host and GPU.
+  std::optional<distributed::Topology> grid;
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "laying out the ranks", [&] {
+    grid.emplace(distributed::Topology::from_model_parallel(ctx.world_size, config.pipeline.stages,
+                                                             config.tensor_parallel.size));
+  });
+  const auto places = distributed::rank_places(*ctx.cpu_world, ctx.cuda_device);
+  if (lead && ctx.world_size > 1) {
+    std::string table = grid->table(places);
+    if (!table.empty() && table.back() == '\n') table.pop_back();
+    log::info(table);
+  }
 
   torch::manual_seed(o.seed);
   // ZeRO-3 is for models too large to init comfortably on the host: they are

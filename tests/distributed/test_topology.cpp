@@ -95,4 +95,9 @@ TEST(Topology, TableListsEveryRank) {
   EXPECT_NE(s.find("world 4 = dp 2 x pp 1 x tp 2"), std::string::npos) << s;
   EXPECT_NE(s.find("[0, 2]"), std::string::npos) << s;
   EXPECT_NE(s.find("[2, 3]"), std::string::npos) << s;
+  // Where each rank runs, when known: host and GPU columns.
+  s = t.table({{"node-a", 0}, {"node-a", 1}, {"node-b", 0}, {"node-b", -1}});
+  EXPECT_NE(s.find("rank  host    gpu  dp  pp  tp"), std::string::npos) << s;
+  EXPECT_NE(s.find("     2  node-b    0   1   0   0"), std::string::npos) << s;
+  EXPECT_NE(s.find("     3  node-b    -   1   0   1"), std::string::npos) << s;
 }

@@ -3,6 +3,7 @@
 // communicator: what ZeRO (dp), tensor-parallel layers (tp), pipeline P2P (pp)
 // and the global gradient norm (dp x tp within a stage, then pp) talk over.
 #include <memory>
+#include <vector>
 
 #include "stratum/distributed/communicator.h"
 #include "stratum/distributed/topology.h"
@@ -18,7 +19,11 @@ struct ParallelGroups {
 };
 
 // Collective over `world`, whose size must equal the topology's world size.
-// Rank 0 logs the rank-to-group table.
+// Rank 0 logs the rank-to-group table (debug level: the apps print it with hosts).
 ParallelGroups make_parallel_groups(const Topology& topology, const std::shared_ptr<Communicator>& world);
+
+// Where every rank of `cpu_world` runs: its host name and GPU (-1: none).
+// Collective over `cpu_world` (an MPI communicator).
+std::vector<Topology::Place> rank_places(Communicator& cpu_world, int cuda_device);
 
 }  // namespace stratum::distributed

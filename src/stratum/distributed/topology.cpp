@@ -117,20 +117,37 @@ std::vector<std::vector<int64_t>> Topology::dp_tp_groups() const {
   return out;
 }
 
-std::string Topology::table() const {
+std::string Topology::table(const std::vector<Place>& places) const {
+  const bool placed = static_cast<int64_t>(places.size()) == world_size_;
+  size_t host_width = 4;
+  if (placed)
+    for (const auto& p : places) host_width = std::max(host_width, p.host.size());
   std::ostringstream os;
   os << "topology: world " << world_size_ << " = dp " << dp() << " x pp " << pp() << " x tp " << tp()
      << " (order " << order_ << ", fastest first)\n";
-  os << "  rank  dp  pp  tp  dp-group          pp-group          tp-group\n";
+  os << "  rank" << (placed ? "  " + std::string("host") + std::string(host_width - 4, ' ') + "  gpu" : "")
+     << "  dp  pp  tp  dp-group          pp-group          tp-group\n";
   for (int64_t r = 0; r < world_size_; ++r) {
     Coord c = coord_of(r);
+    std::string where;
+    if (placed) {
+      const Place& p = places[static_cast<size_t>(r)];
+      std::string host = p.host;
+      host.resize(host_width, ' ');
+      char gpu[16];
+      std::snprintf(gpu, sizeof gpu, "%5s", p.gpu < 0 ? "-" : std::to_string(p.gpu).c_str());
+      where = "  " + host + gpu;
+    }
     char line[64];
-    std::snprintf(line, sizeof line, "  %4lld %3lld %3lld %3lld  ", static_cast<long long>(r),
-                  static_cast<long long>(c.dp), static_cast<long long>(c.pp), static_cast<long long>(c.tp));
+    std::snprintf(line, sizeof line, "  %4lld", static_cast<long long>(r));
+    char coords[48];
+    std::snprintf(coords, sizeof coords, " %3lld %3lld %3lld  ", static_cast<long long>(c.dp),
+                  static_cast<long long>(c.pp), static_cast<long long>(c.tp));
+    os << line << where << coords;
     std::string g1 = join(group(Axis::dp, r)), g2 = join(group(Axis::pp, r)), g3 = join(group(Axis::tp, r));
     g1.resize(std::max<size_t>(g1.size(), 16), ' ');
     g2.resize(std::max<size_t>(g2.size(), 16), ' ');
-    os << line << g1 << "  " << g2 << "  " << g3 << "\n";
+    os << g1 << "  " << g2 << "  " << g3 << "\n";
   }
   return os.str();
 }

@@ -46,8 +46,13 @@ class Topology {
   std::vector<int64_t> dp_tp_group(int64_t rank) const;
   std::vector<std::vector<int64_t>> dp_tp_groups() const;
 
-  // Rank 0 prints this at start: one line per rank with its coordinates and groups.
-  std::string table() const;
+  // Rank 0 prints this at start: one line per rank with its coordinates and
+  // groups, and where it runs when `places` (one per rank) are given.
+  struct Place {
+    std::string host;
+    int gpu = -1;  // -1: a CPU rank
+  };
+  std::string table(const std::vector<Place>& places = {}) const;
 
  private:
   Topology() = default;
