@@ -260,12 +260,14 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     if (lead) log::info(o.config_path + ": note: " + note);
   // The grid, once: every rank's coordinates, host and GPU.
   std::optional<distributed::Topology> grid;
-  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "laying out the ranks", [&] {
+  try {  // the same on every rank; a grid that does not fit is named by the engine, with its keys
     grid.emplace(distributed::Topology::from_model_parallel(ctx.world_size, config.pipeline.stages,
-                                                             config.tensor_parallel.size));
-  });
-  const auto places = distributed::rank_places(*ctx.cpu_world, ctx.cuda_device);
-  if (lead && ctx.world_size > 1) {
+                                                             config.tensor_parallel.size, config.topology.order));
+  } catch (const Error&) {
+  }
+  const auto places = grid ? distributed::rank_places(*ctx.cpu_world, ctx.cuda_device)
+                           : std::vector<distributed::Topology::Place>{};
+  if (grid && lead && ctx.world_size > 1) {
     std::string table = grid->table(places);
     if (!table.empty() && table.back() == '\n') table.pop_back();
     log::info(table);

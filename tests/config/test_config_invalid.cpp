@@ -156,6 +156,8 @@ const InvalidCase kCases[] = {
      {"pipeline.schedule: \"interleaved\" needs pipeline.virtual_stages >= 2"}, 1},
     {"TensorParallelConflict", R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 2, "tp": {"tp_size": 4}}})",
      {"tensor_parallel.autotp_size: is 2 but tp.tp_size is 4"}, 1},
+    {"TopologyOrder", R"({"train_batch_size": 8, "topology": {"order": "tp-pp"}})",
+     {"topology.order: \"tp-pp\" must name tp, dp and pp once each"}, 1},
     {"SequenceParallelWithoutTensorParallel", R"({"train_batch_size": 8, "tensor_parallel": {"sequence_parallel": true}})",
      {"tensor_parallel.sequence_parallel: is true but the tensor-parallel size is 1"}, 1},
     {"CommsLoggerUnknownOp",

@@ -242,7 +242,7 @@ TEST(ConfigValid, ParallelismAndDiagnosticsSections) {
   Config c = parse(R"({"train_micro_batch_size_per_gpu": 2,
       "pipeline": {"stages": 2, "partition_method": "type:TransformerBlock", "schedule": "interleaved",
                    "virtual_stages": 2, "activation_checkpoint_interval": 1},
-      "tensor_parallel": {"autotp_size": 2, "sequence_parallel": true},
+      "tensor_parallel": {"autotp_size": 2, "sequence_parallel": true}, "topology": {"order": "pp-tp-dp"},
       "activation_checkpointing": {"number_checkpoints": 4, "cpu_checkpointing": true},
       "comms_logger": {"enabled": true, "verbose": true, "prof_all": false, "prof_ops": ["all_reduce", "all_gather"],
                        "debug": true},
@@ -254,6 +254,7 @@ TEST(ConfigValid, ParallelismAndDiagnosticsSections) {
   EXPECT_EQ(c.pipeline.virtual_stages, 2);
   EXPECT_EQ(c.tensor_parallel.size, 2);
   EXPECT_TRUE(c.tensor_parallel.sequence_parallel);
+  EXPECT_EQ(c.topology.order, "pp-tp-dp");
   EXPECT_EQ(c.model_parallel_size(), 4);
   EXPECT_EQ(c.activation_checkpointing.number_checkpoints, 4);
   EXPECT_TRUE(c.activation_checkpointing.cpu_checkpointing);

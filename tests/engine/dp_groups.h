@@ -1,7 +1,8 @@
 #pragma once
 // What the engine equivalence tests share: data-parallel groups of k ranks cut
 // from the world (one job checks DP = 1, 2 and 4 side by side), a DistContext
-// over such a group, and the relative difference they compare with.
+// over such a group, the batches they train on and the relative difference
+// they compare with.
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,24 @@ inline distributed::DistContext sub_context(const std::shared_ptr<distributed::C
   ctx.world_size = world->size();
   ctx.cuda_device = -1;
   return ctx;
+}
+
+// Step s's global batch: tokens [global_batch, seq + 1], each row counting up
+// by a stride from a random start (seed 1000 + s), so there is something to learn.
+inline at::Tensor counting_tokens(int step, int64_t global_batch, int64_t seq) {
+  at::manual_seed(1000 + step);
+  at::Tensor start = at::randint(0, 256, {global_batch, 1}, at::kLong);
+  at::Tensor stride = at::randint(1, 4, {global_batch, 1}, at::kLong);
+  return (start + stride * at::arange(seq + 1, at::kLong).unsqueeze(0)).remainder(256);
+}
+
+// GPT-2's attention key bias gets a gradient of rounding noise only (softmax
+// ignores a constant added to every score of a row), which Adam turns into
+// steps of a full learning rate either way: it is compared by the losses alone.
+inline at::Tensor without_key_bias(const std::string& name, const at::Tensor& w) {
+  if (name.size() < 16 || name.compare(name.size() - 16, 16, "attn.c_attn.bias") != 0) return w;
+  const int64_t h = w.numel() / 3;
+  return at::cat({w.narrow(0, 0, h), w.narrow(0, 2 * h, h)});
 }
 
 // max |a - b| / max |b|

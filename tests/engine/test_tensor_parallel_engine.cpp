@@ -33,6 +33,7 @@
 using namespace stratum;
 using stratum::test::groups_of;
 using stratum::test::rel_diff;
+using stratum::test::without_key_bias;
 using stratum::test::sub_context;
 
 namespace {
@@ -57,6 +58,7 @@ struct Layout {
   int global_batch = 8;
   double dropout = 0, attention_dropout = 0;
   bool checkpointing = false;  // the activation_checkpointing section
+  std::string order = "tp-dp-pp";  // topology.order
 };
 
 std::string config_json(const Layout& l) {
@@ -66,6 +68,7 @@ std::string config_json(const Layout& l) {
                             : "";
   std::string offload = l.offload ? R"(, "offload_optimizer": {"device": "cpu", "pin_memory": false})" : "";
   std::string checkpointing = l.checkpointing ? R"("activation_checkpointing": {},)" : "";
+  checkpointing += R"("topology": {"order": ")" + l.order + "\"},";
   return R"({"train_batch_size": )" + std::to_string(l.global_batch) + R"(, "gradient_accumulation_steps": )" +
          std::to_string(l.gas) + "," + prec + tp + checkpointing + R"(
     "optimizer": {"type": ")" + l.optimizer + R"(", "params": {"lr": 0.003, "weight_decay": 0.01}},
@@ -97,14 +100,8 @@ struct TrainRun {
   std::map<std::string, at::Tensor> weights;  // this rank's parameters by name, fp32
 };
 
-// Step s's global batch: tokens [global_batch, kSeq + 1], each row counting
-// up by a stride from a random start, so there is something to learn.
-at::Tensor step_tokens(int step, int global_batch) {
-  at::manual_seed(1000 + step);
-  at::Tensor start = at::randint(0, 256, {global_batch, 1}, at::kLong);
-  at::Tensor stride = at::randint(1, 4, {global_batch, 1}, at::kLong);
-  return (start + stride * at::arange(kSeq + 1, at::kLong).unsqueeze(0)).remainder(256);
-}
+// Step s's global batch of kSeq + 1 tokens a row.
+at::Tensor step_tokens(int step, int global_batch) { return test::counting_tokens(step, global_batch, kSeq); }
 
 // Steps [first, first + steps) of a run, optionally resumed from and saved to a checkpoint.
 struct Span {
@@ -154,15 +151,6 @@ TrainRun train_reference(const std::string& arch, Layout l, const Span& span = {
   l.tp = l.dp = 1;
   l.sequence_parallel = false;
   return train(arch, l, groups_of(1), span);
-}
-
-// GPT-2's attention key bias gets a gradient of rounding noise only (softmax
-// ignores a constant added to every score of a row), which Adam turns into
-// steps of a full learning rate either way: it is compared by the losses alone.
-at::Tensor without_key_bias(const std::string& name, const at::Tensor& w) {
-  if (name.size() < 16 || name.compare(name.size() - 16, 16, "attn.c_attn.bias") != 0) return w;
-  const int64_t h = w.numel() / 3;
-  return at::cat({w.narrow(0, 0, h), w.narrow(0, 2 * h, h)});
 }
 
 void expect_same_training(const std::string& arch, const Layout& l, const TrainRun& got, const TrainRun& ref,
@@ -249,6 +237,21 @@ TEST(TensorParallelEngine, AttentionDropoutReplaysUnderActivationCheckpointing) 
     const TrainRun without = train(arch, l, group);
     EXPECT_NE(without.losses.back(), kept.losses.back()) << arch << ": the dropout must act";
   }
+}
+
+// topology.order "dp-tp-pp": the data-parallel pairs are consecutive ranks,
+// the tensor-parallel ones {0, 2} and {1, 3}; training is the same.
+TEST(TensorParallelEngine, AnotherRankOrderTrainsTheSame) {
+  const auto& world = test::context().cpu_world;
+  if (world->size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  const TrainRun ref = train_reference("llama", Layout{});
+  Layout l;
+  l.tp = 2;
+  l.dp = 2;
+  l.zero = 1;
+  l.order = "dp-tp-pp";
+  const TrainRun got = train("llama", l, world);
+  expect_same_training("llama", l, got, ref, 1e-5, 1e-5, kWeightTol, world->rank() / 2);
 }
 
 // Lamb's trust ratio is per whole parameter: a split one's norms are summed

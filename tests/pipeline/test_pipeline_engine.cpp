@@ -33,6 +33,7 @@
 using namespace stratum;
 using stratum::test::groups_of;
 using stratum::test::rel_diff;
+using stratum::test::without_key_bias;
 using stratum::test::sub_context;
 
 namespace {
@@ -43,6 +44,7 @@ constexpr int kSeq = 16;
 struct Layout {
   int pp = 1, dp = 1, tp = 1;
   bool sequence_parallel = false;
+  std::string order = "tp-dp-pp";  // topology.order
   std::string schedule = "1f1b";
   int virtual_stages = 1;
   int zero = 0;
@@ -63,6 +65,7 @@ std::string config_json(const Layout& l) {
   std::string tp = l.tp > 1 ? R"("tensor_parallel": {"autotp_size": )" + std::to_string(l.tp) +
                                   (l.sequence_parallel ? R"(, "sequence_parallel": true)" : "") + "},"
                             : "";
+  tp += R"("topology": {"order": ")" + l.order + "\"},";
   return R"({"train_batch_size": )" + std::to_string(l.global_batch) + R"(, "gradient_accumulation_steps": )" +
          std::to_string(l.gas) + "," + prec + pipe + tp + R"(
     "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
@@ -85,14 +88,8 @@ struct TrainRun {
   int64_t tp = 1, tp_rank = 0;
 };
 
-// Step s's global batch: tokens [global_batch, kSeq + 1], each row counting
-// up by a stride from a random start (seed 1000 + s), so there is something to learn.
-at::Tensor step_tokens(int step, int global_batch) {
-  torch::manual_seed(1000 + step);
-  at::Tensor start = torch::randint(0, 256, {global_batch, 1}, torch::kLong);
-  at::Tensor stride = torch::randint(1, 4, {global_batch, 1}, torch::kLong);
-  return (start + stride * torch::arange(kSeq + 1, torch::kLong).unsqueeze(0)).remainder(256);
-}
+// Step s's global batch of kSeq + 1 tokens a row.
+at::Tensor step_tokens(int step, int global_batch) { return test::counting_tokens(step, global_batch, kSeq); }
 
 // Steps [first, first + steps) of a run, optionally resumed from and saved to a checkpoint.
 struct Span {
@@ -203,15 +200,6 @@ TrainRun train_data_parallel(const std::string& arch, Layout l, const std::share
   return run;
 }
 
-// GPT-2's attention key bias gets a gradient of rounding noise only (softmax
-// ignores a constant added to every score of a row), which Adam turns into
-// steps of a full learning rate either way: it is compared by the losses alone.
-at::Tensor without_key_bias(const std::string& name, const at::Tensor& w) {
-  if (name.size() < 16 || name.compare(name.size() - 16, 16, "attn.c_attn.bias") != 0) return w;
-  const int64_t h = w.numel() / 3;
-  return at::cat({w.narrow(0, 0, h), w.narrow(0, 2 * h, h)});
-}
-
 // `norm_tol`, `weight_tol`: the gradient norms' and final weights' tolerances (default: tol).
 void expect_same_training(const TrainRun& got, const TrainRun& ref, double tol, const std::string& what,
                           bool weights = true, double norm_tol = 0, double weight_tol = 0) {
@@ -313,6 +301,20 @@ TEST(PipelineEngine, PipelineTimesTensorParallel_MatchesSingleProcess) {
         expect_same_training(train_pipeline(arch, l, test::context().cpu_world), ref, 1e-5, describe(arch, l),
                              /*weights=*/true, /*norm_tol=*/1e-5, /*weight_tol=*/2e-4);
       }
+}
+
+// topology.order "pp-tp-dp": the stages of a pipeline are consecutive ranks
+// and a tensor-parallel pair is {0, 2} or {1, 3}; training is the same.
+TEST(PipelineEngine, PipelineTimesTensorParallelInAnotherRankOrder) {
+  if (test::context().cpu_world->size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  Layout l;
+  l.pp = 2;
+  l.tp = 2;
+  l.zero = 1;
+  l.order = "pp-tp-dp";
+  const TrainRun ref = train_reference("gpt2", l);
+  expect_same_training(train_pipeline("gpt2", l, test::context().cpu_world), ref, 1e-5, describe("gpt2", l) + " " + l.order,
+                       /*weights=*/true, /*norm_tol=*/1e-5, /*weight_tol=*/2e-4);
 }
 
 // A checkpoint saved at PP x TP = 2 x 2 (ZeRO-1, sequence parallel) resumes

@@ -36,6 +36,7 @@ struct Config {
   config::ActivationCheckpointingConfig activation_checkpointing;
   config::PipelineConfig pipeline;
   config::TensorParallelConfig tensor_parallel;
+  config::TopologyConfig topology;
   config::CommsLoggerConfig comms_logger;
   config::MonitorConfig monitor;
   config::FlopsProfilerConfig flops_profiler;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <regex>
 
 #include "stratum/config/parse_sections.h"
@@ -71,6 +72,25 @@ void parse_tensor_parallel(KeyReader& root, Config& config) {
   tp.finish();
 }
 
+void parse_topology(KeyReader& root, Config& config) {
+  KeyReader topo = root.child("topology");
+  const std::string order = topo.get_string("order", "tp-dp-pp");
+  std::vector<std::string> axes;
+  for (size_t begin = 0; begin <= order.size();) {
+    const size_t end = std::min(order.find('-', begin), order.size());
+    axes.push_back(order.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  std::vector<std::string> sorted = axes;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted != std::vector<std::string>{"dp", "pp", "tp"})
+    topo.diagnostics().error(topo.path_of("order"), "\"" + order + "\" must name tp, dp and pp once each, "
+                                                    "fastest-varying first (e.g. \"tp-dp-pp\")");
+  else
+    config.topology.order = order;
+  topo.finish();
+}
+
 void parse_activation_checkpointing(KeyReader& root, Config& config) {
   KeyReader ac = root.child("activation_checkpointing");
   config.activation_checkpointing.enabled = ac.present();
@@ -96,6 +116,7 @@ void parse_activation_checkpointing(KeyReader& root, Config& config) {
 void parse_parallel(KeyReader& root, Config& config) {
   parse_pipeline(root, config);
   parse_tensor_parallel(root, config);
+  parse_topology(root, config);
   parse_activation_checkpointing(root, config);
 }
 

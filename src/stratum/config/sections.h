@@ -175,6 +175,13 @@ struct TensorParallelConfig {
   bool sequence_parallel = false;
 };
 
+// Stratum's "topology" section: how ranks map to (dp, pp, tp) coordinates,
+// the axes fastest-varying first (Megatron's default, "tp-dp-pp", keeps a
+// tensor-parallel group on consecutive ranks, inside a node).
+struct TopologyConfig {
+  std::string order = "tp-dp-pp";
+};
+
 // --- diagnostics ------------------------------------------------------------------------
 struct CommsLoggerConfig {
   bool enabled = false;

@@ -163,6 +163,7 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
   j["pipeline"] = {{"stages", p.stages}, {"partition_method", p.partition_method},
                    {"activation_checkpoint_interval", p.activation_checkpoint_interval},
                    {"schedule", pipeline_schedule_name(p.schedule)}, {"virtual_stages", p.virtual_stages}};
+  j["topology"] = {{"order", c.topology.order}};
   j["tensor_parallel"] = {{"autotp_size", c.tensor_parallel.size},
                           {"sequence_parallel", c.tensor_parallel.sequence_parallel}};
   const CommsLoggerConfig& cl = c.comms_logger;

@@ -4,19 +4,14 @@
 #include <utility>
 
 #include "stratum/core/error.h"
+#include "stratum/core/splitmix.h"
 
 namespace stratum::data {
 
 namespace {
 
-// SplitMix64 finalizer: spreads (seed, epoch) over all 64 bits so nearby
-// seeds and epochs give unrelated streams.
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+// Nearby seeds and epochs give unrelated streams.
+uint64_t mix(uint64_t x) { return splitmix64(x); }
 
 // Uniform in [0, n), n >= 1, by rejection: values below 2^64 mod n would make
 // the low residues more likely. Not std::uniform_int_distribution, whose

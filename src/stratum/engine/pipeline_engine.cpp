@@ -135,7 +135,8 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
   stages_ = static_cast<int>(config_.pipeline.stages);
   chunks_ = static_cast<int>(config_.pipeline.virtual_stages);
   const auto topology =
-      distributed::Topology::from_model_parallel(world->size(), stages_, config_.tensor_parallel.size);
+      distributed::Topology::from_model_parallel(world->size(), stages_, config_.tensor_parallel.size,
+                                                 config_.topology.order);
   const distributed::Coord me = topology.coord_of(world->rank());
   stage_ = static_cast<int>(me.pp);
   // Tensor parallelism inside the stages: the model is built sharded over the grid's TP groups.

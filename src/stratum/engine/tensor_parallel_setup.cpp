@@ -28,7 +28,8 @@ nn::tp::TensorParallel tensor_parallel_group(const Config& config, const distrib
                                       std::to_string(fewest) + " ranks of a node (the fewest any node of the " +
                                       std::to_string(world->size()) + "-rank job runs): a tensor-parallel group "
                                       "would span nodes; use a divisor of " + std::to_string(fewest)});
-  const auto topology = distributed::Topology::from_model_parallel(world->size(), 1, t);
+  const auto topology =
+      distributed::Topology::from_model_parallel(world->size(), config.pipeline.stages, t, config.topology.order);
   return {world->split(topology.groups(Axis::tp), "tp"), config.tensor_parallel.sequence_parallel};
 }
 
@@ -123,7 +124,8 @@ void add_tensor_parallel(ModelParallelPlace& place, const nn::tp::ShardedModule&
 TensorParallelEngineGroups tensor_parallel_engine_groups(const Config& config, torch::nn::Module& module,
                                                          const distributed::DistContext& ctx) {
   const auto& world = ctx.device_world();
-  const auto topology = distributed::Topology::from_model_parallel(world->size(), 1, config.tensor_parallel.size);
+  const auto topology = distributed::Topology::from_model_parallel(world->size(), 1, config.tensor_parallel.size,
+                                                                   config.topology.order);
   const distributed::Coord me = topology.coord_of(world->rank());
   const nn::tp::ShardedModule& sharded = sharded_as_configured(config, module, world->rank(), me.tp);
 

@@ -4,19 +4,13 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <mutex>
+
+#include "stratum/core/splitmix.h"
 #include <vector>
 
 namespace stratum::nn::tp {
 namespace {
-
-// SplitMix64's finalizer: nearby inputs (one draw, ranks 0..t-1) to unrelated seeds.
-uint64_t mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
+uint64_t mix(uint64_t z) { return splitmix64(z); }  // one draw and ranks 0..t-1: unrelated seeds
 }  // namespace
 
 at::Tensor with_rank_stream(const TensorParallel& tp, c10::Device device, const std::function<at::Tensor()>& fn) {
