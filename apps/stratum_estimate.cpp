@@ -80,8 +80,6 @@ int main(int argc, char** argv) {
       if (in.gpus_per_node % in.tensor_parallel != 0)
         throw stratum::Error("--tp " + std::to_string(in.tensor_parallel) + " does not divide the " +
                              std::to_string(in.gpus_per_node) + " GPUs of a node (--num_gpus)");
-      if (in.pipeline_stages > 1)
-        throw stratum::Error("--tp with --pp: tensor parallelism inside pipeline stages is not available yet");
     }
     if (in.sequence_parallel && in.tensor_parallel <= 1)
       throw stratum::Error("--sequence-parallel needs --tp > 1: it splits the sequence over tensor-parallel ranks");

@@ -375,6 +375,30 @@ TEST(PipelineEstimate, OneStageIsTheWholeModelEstimate) {
       }
 }
 
+// Tensor parallelism inside the stages: a stage rank's parameters are its
+// layers' shards, adding up over the stages to what one tensor-parallel rank
+// of the whole model holds (the tied embedding's shard twice), and its model
+// states are over GPUs / (pp x tp) data-parallel ranks.
+TEST(PipelineEstimate, TensorParallelStagesHoldTheirShards) {
+  for (const std::string preset : {"gpt2-1.3b", "llama-8b"}) {
+    const auto model = stratum::models::make_model_config(preset);
+    EstimateInput in;
+    in.tensor_parallel = 2;
+    set_model_shape(in, model);
+    in.gpus_per_node = 8;
+    in.pipeline_stages = 2;
+    in.micro_batches = 4;
+    const auto stages = estimate_pipeline_stages(in);
+    int64_t sum = 0;
+    for (const auto& e : stages) sum += e.params;
+    EXPECT_EQ(sum, stratum::models::tensor_parallel_param_count(model, 2) + in.tied_embedding_params) << preset;
+    EXPECT_DOUBLE_EQ(find(stages[0].states, 0, false, false).gpu_bytes,
+                     (2 + 4 + 12) * static_cast<double>(stages[0].params))
+        << preset << ": ZeRO-0 over 2 data-parallel ranks (fp32 wire gradients)";
+    EXPECT_NE(format_pipeline_estimate(in, 1).find("2 stages x 2 data-parallel x 2 tensor-parallel"), std::string::npos);
+  }
+}
+
 // The stages' parameters add up to the model's; with tied embeddings the head's
 // stage holds a copy of the token embedding as well.
 TEST(PipelineEstimate, StageParametersSumToTheModel) {

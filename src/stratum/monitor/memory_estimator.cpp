@@ -115,6 +115,19 @@ void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
   in.layer_weights.push_back({"LMHead", head});
   in.tied_embedding_params = c.tie_embeddings ? c.vocab_size * c.hidden : 0;
   in.tp_params = models::tensor_parallel_param_count(c, in.tensor_parallel);
+  const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
+  if (t > 1) {  // each stage's layers as one tensor-parallel rank holds them (what the engine cuts)
+    const int64_t rows = (c.vocab_size + 64 * t - 1) / (64 * t) * 64;  // nn::tp::padded_vocab_size / t
+    models::ModelConfig one = c, none = c;
+    one.layers = 1;
+    none.layers = 0;
+    const int64_t block_rank =
+        models::tensor_parallel_param_count(one, t) - models::tensor_parallel_param_count(none, t);
+    in.layer_weights.front().parameters = rows * c.hidden + (c.arch == "gpt2" ? c.max_seq_len * c.hidden : 0);
+    for (int64_t i = 1; i <= c.layers; ++i) in.layer_weights[static_cast<size_t>(i)].parameters = block_rank;
+    in.layer_weights.back().parameters = c.tie_embeddings ? 0 : rows * c.hidden;
+    in.tied_embedding_params = c.tie_embeddings ? rows * c.hidden : 0;
+  }
 }
 
 double estimate_activation_bytes(const EstimateInput& in) {
@@ -187,6 +200,10 @@ std::string describe_layers(size_t begin, size_t end, int64_t blocks) {
 
 std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
   const int64_t gpus = in.nodes * in.gpus_per_node, p = in.pipeline_stages, v = in.virtual_stages;
+  const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
+  if (p >= 1 && gpus % p == 0 && gpus % (p * t) != 0)
+    throw Error(std::to_string(p) + " pipeline stages x tensor-parallel " + std::to_string(t) + " do not divide the " +
+                std::to_string(gpus) + " GPUs");
   if (p < 1 || gpus % p != 0)
     throw Error(std::to_string(p) + " pipeline stages do not divide the " + std::to_string(gpus) + " GPUs (" +
                 std::to_string(in.nodes) + " node(s) x " + std::to_string(in.gpus_per_node) + "); use a divisor of " +
@@ -209,9 +226,13 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
                w = static_cast<double>(in.param_bytes);
   const double block = block_activation_bytes(in);
   // Checkpointing keeps each block's input and recomputes one block at a time in backward.
-  const double kept_per_block = in.activation_checkpointing ? w * s * b * static_cast<double>(in.hidden) : block;
-  // The last virtual stage keeps its logits from forward to its backward, which adds their gradient.
-  const double logits = s * b * static_cast<double>(in.vocab);
+  const double kept_per_block = in.activation_checkpointing
+                                    ? w * s * b * static_cast<double>(in.hidden) / (in.sequence_parallel ? t : 1)
+                                    : block;
+  // The last virtual stage keeps its logits (a rank's padded columns under TP)
+  // from forward to its backward, which adds their gradient.
+  const double vocab = t > 1 ? std::ceil(static_cast<double>(in.vocab) / (64.0 * t)) * 64.0 : static_cast<double>(in.vocab);
+  const double logits = s * b * vocab;
   const double logits_kept = w * logits, loss_extra = (loss_bytes_per_logit(in) - w) * logits;
   auto blocks_in = [&](int64_t part) {
     const int64_t first = std::max<int64_t>(static_cast<int64_t>(cut.begin(part)), 1),
@@ -219,7 +240,7 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
     return std::max<int64_t>(end - first, 0);
   };
 
-  const double dp = static_cast<double>(gpus / p);
+  const double dp = static_cast<double>(gpus / (p * t));
   std::vector<StageEstimate> out;
   for (int r = 0; r < p; ++r) {
     StageEstimate e;
@@ -273,8 +294,12 @@ std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
       if (x.stage == zero && x.offload_optimizer == offload) return x;
     return StateEstimate{};
   };
-  const int64_t gpus = in.nodes * in.gpus_per_node, dp = gpus / in.pipeline_stages;
+  const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
+  const int64_t gpus = in.nodes * in.gpus_per_node, dp = gpus / (in.pipeline_stages * t);
   const bool interleaved = in.schedule == pipeline::ScheduleKind::interleaved;
+  const std::string tensor_parallel =
+      t > 1 ? " x " + std::to_string(t) + " tensor-parallel" + (in.sequence_parallel ? " (sequence parallel)" : "")
+            : "";
   const std::string chunks = interleaved ? " x " + std::to_string(in.virtual_stages) + " chunks" : "";
   char line[256];
   std::string out;
@@ -283,9 +308,9 @@ std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
                 (long long)in.nodes, (long long)in.gpus_per_node, in.param_bytes == 2 ? "16-bit" : "fp32");
   out += line;
   std::snprintf(line, sizeof line,
-                "  pipeline: %lld stages x %lld data-parallel, schedule %s%s, %lld micro-batches a step "
+                "  pipeline: %lld stages x %lld data-parallel%s, schedule %s%s, %lld micro-batches a step "
                 "(micro-batch %lld, seq %lld, %s%s)\n",
-                (long long)in.pipeline_stages, (long long)dp,
+                (long long)in.pipeline_stages, (long long)dp, tensor_parallel.c_str(),
                 config::pipeline_schedule_name(in.schedule), chunks.c_str(),
                 (long long)in.micro_batches, (long long)in.micro_batch, (long long)in.seq_len,
                 in.activation_checkpointing ? "activation checkpointing" : "no checkpointing",
@@ -311,8 +336,6 @@ std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
   out += line;
   if (interleaved)
     out += "  (in flight counts micro-batch chunks: a micro-batch on each of a stage's chunks counts once per chunk)\n";
-  if (in.schedule == pipeline::ScheduleKind::zb_h1)
-    out += "  (zb-h1: the engine does not run it yet; stratum-config schedule prints its timeline)\n";
   // Every ZeRO choice at its busiest stage (which can differ from the table's).
   out += "  every ZeRO stage and offload choice, at its busiest stage (model states + activations):\n";
   out += "  ZeRO  offload_optimizer  offload_param   busiest stage   per GPU (GiB)   per node CPU (GiB)\n";
@@ -324,11 +347,12 @@ std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
       if (x.gpu_bytes + e.activation_bytes > gpu) gpu = x.gpu_bytes + e.activation_bytes, busiest = e.stage;
     }
     // Ranks are stage-major (the pipeline the slowest axis): GPU g holds stage
-    // g / dp, and a node's host the offloaded states of its GPUs' stages.
+    // g / (dp x tp), and a node's host the offloaded states of its GPUs' stages.
     for (int64_t node = 0; node < in.nodes; ++node) {
       double host = 0;
       for (int64_t g = node * in.gpus_per_node; g < (node + 1) * in.gpus_per_node; ++g)
-        host += states_of(stages[g / dp], row.stage, row.offload_optimizer).cpu_bytes_per_node / in.gpus_per_node;
+        host += states_of(stages[g / (dp * t)], row.stage, row.offload_optimizer).cpu_bytes_per_node /
+                in.gpus_per_node;
       cpu = std::max(cpu, host);
     }
     std::snprintf(line, sizeof line, "  %4d  %-17s  %-13s   %13d   %13.2f   %18.2f\n", row.stage,
