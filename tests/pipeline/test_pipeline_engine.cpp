@@ -303,6 +303,34 @@ TEST(PipelineEngine, PipelineTimesTensorParallel_MatchesSingleProcess) {
       }
 }
 
+// PP x TP = 2 x 2 with the optimizer offloaded at ZeRO-2, with
+// pipeline.activation_checkpoint_interval, and in bf16 (losses within 2%,
+// norms 5%, as the pipeline's bf16 test).
+TEST(PipelineEngine, PipelineTimesTensorParallelOffloadCheckpointingBf16) {
+  if (test::context().cpu_world->size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  const auto& world = test::context().cpu_world;
+  for (const std::string arch : {"gpt2", "llama"}) {
+    Layout l;
+    l.pp = 2;
+    l.tp = 2;
+    l.zero = 2;
+    l.offload = true;
+    l.sequence_parallel = true;
+    l.checkpoint_interval = 2;
+    Layout plain = l;  // the single process checkpoints nothing
+    plain.checkpoint_interval = 0;
+    const TrainRun ref = train_reference(arch, plain);
+    expect_same_training(train_pipeline(arch, l, world), ref, 1e-5, describe(arch, l) + " checkpointed", true, 1e-5,
+                         2e-4);
+    Layout half;
+    half.pp = 2;
+    half.tp = 2;
+    half.precision = "bf16";
+    expect_same_training(train_pipeline(arch, half, world), train_reference(arch, half), 2e-2, describe(arch, half),
+                         /*weights=*/false, /*norm_tol=*/5e-2);
+  }
+}
+
 // topology.order "pp-tp-dp": the stages of a pipeline are consecutive ranks
 // and a tensor-parallel pair is {0, 2} or {1, 3}; training is the same.
 TEST(PipelineEngine, PipelineTimesTensorParallelInAnotherRankOrder) {
