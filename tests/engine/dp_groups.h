@@ -40,6 +40,32 @@ inline at::Tensor counting_tokens(int step, int64_t global_batch, int64_t seq) {
   return (start + stride * at::arange(seq + 1, at::kLong).unsqueeze(0)).remainder(256);
 }
 
+// Steps [first, first + steps) of an Engine (engine/engine.h) on
+// counting_tokens: data-parallel rank r of n takes rows [(k·n + r)·m, ...) of
+// micro-step k, m = global_batch / (gas·n), and the ranks of a tensor-parallel
+// group the same rows. Appends each step's loss (the mean over its micro-steps
+// and the data-parallel ranks) and gradient norm.
+template <class Engine>
+void train_steps(Engine& engine, int first, int steps, int64_t global_batch, int64_t gas, int64_t seq,
+                 std::vector<double>& losses, std::vector<double>& grad_norms) {
+  const auto& dp = engine.core().dp();
+  const int64_t n = dp->size(), r = dp->rank(), m = global_batch / (gas * n);
+  for (int s = first; s < first + steps; ++s) {
+    const at::Tensor t = counting_tokens(s, global_batch, seq);
+    at::Tensor loss = at::zeros({1}, at::kDouble);
+    for (int64_t k = 0; k < gas; ++k) {
+      const at::Tensor b = t.narrow(0, (k * n + r) * m, m);
+      const at::Tensor out = engine.forward(b.narrow(1, 0, seq), b.narrow(1, 1, seq));
+      engine.backward(out);
+      engine.step();
+      loss += out.detach().to(at::kDouble) / static_cast<double>(gas * n);
+    }
+    dp->all_reduce(loss, distributed::ReduceOp::sum)->wait();
+    losses.push_back(loss.item<double>());
+    grad_norms.push_back(engine.core().last_grad_norm());
+  }
+}
+
 // GPT-2's attention key bias gets a gradient of rounding noise only (softmax
 // ignores a constant added to every score of a row), which Adam turns into
 // steps of a full learning rate either way: it is compared by the losses alone.

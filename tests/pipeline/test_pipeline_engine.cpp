@@ -174,24 +174,8 @@ TrainRun train_data_parallel(const std::string& arch, Layout l, const std::share
   auto model = models::build_model(model_config(arch), c10::kCPU, tensor_parallel_group(config, ctx));
   auto engine = initialize(config, model, ctx);
   if (!span.load_dir.empty()) load_checkpoint(engine.core(), span.load_dir);
-  const auto& dp = engine.core().dp();
-  const int n = static_cast<int>(dp->size()), r = static_cast<int>(dp->rank());
-  const int64_t m = l.global_batch / (l.gas * n);
   TrainRun run;
-  for (int s = span.first; s < span.first + span.steps; ++s) {
-    at::Tensor t = step_tokens(s, l.global_batch);
-    at::Tensor loss = at::zeros({1}, at::kDouble);
-    for (int k = 0; k < l.gas; ++k) {
-      at::Tensor b = t.narrow(0, (k * n + r) * m, m);
-      at::Tensor out = engine.forward(b.narrow(1, 0, kSeq), b.narrow(1, 1, kSeq));
-      engine.backward(out);
-      engine.step();
-      loss += out.detach().to(at::kDouble) / (l.gas * n);
-    }
-    dp->all_reduce(loss, distributed::ReduceOp::sum)->wait();
-    run.losses.push_back(loss.item<double>());
-    run.grad_norms.push_back(engine.core().last_grad_norm());
-  }
+  test::train_steps(engine, span.first, span.steps, l.global_batch, l.gas, kSeq, run.losses, run.grad_norms);
   engine.core().sync_params();
   for (auto& p : model->named_parameters()) run.weights[p.key()] = p.value().detach().to(torch::kFloat).clone();
   run.config = model->config();
