@@ -9,6 +9,7 @@
 
 #include "stratum/config/key_reader.h"  // did_you_mean
 #include "stratum/core/error.h"
+#include "stratum/nn/tensor_parallel/vocab_padding.h"
 
 namespace stratum::models {
 
@@ -265,8 +266,7 @@ int64_t parameter_count(const ModelConfig& c) {
 int64_t tensor_parallel_param_count(const ModelConfig& c, int64_t t) {
   if (t <= 1) return parameter_count(c);
   const int64_t C = c.hidden, F = c.ffn_hidden, L = c.layers;
-  // This rank's vocabulary rows, padded to a multiple of 64 t (nn::tp::padded_vocab_size).
-  const int64_t V = (c.vocab_size + 64 * t - 1) / (64 * t) * 64;
+  const int64_t V = nn::tp::vocab_rows_per_rank(c.vocab_size, t);
   const int64_t head = c.tie_embeddings ? 0 : V * C;
   if (c.arch == "gpt2") {
     const int64_t block = 2 * C                   // ln_1

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "stratum/core/error.h"
+#include "stratum/nn/tensor_parallel/vocab_padding.h"
 #include "stratum/pipeline/simulate.h"
 
 namespace stratum::monitor {
@@ -117,7 +118,7 @@ void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
   in.tp_params = models::tensor_parallel_param_count(c, in.tensor_parallel);
   const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
   if (t > 1) {  // each stage's layers as one tensor-parallel rank holds them (what the engine cuts)
-    const int64_t rows = (c.vocab_size + 64 * t - 1) / (64 * t) * 64;  // nn::tp::padded_vocab_size / t
+    const int64_t rows = nn::tp::vocab_rows_per_rank(c.vocab_size, t);
     models::ModelConfig one = c, none = c;
     one.layers = 1;
     none.layers = 0;
@@ -134,14 +135,14 @@ double estimate_activation_bytes(const EstimateInput& in) {
   if (in.layers <= 0 || in.hidden <= 0) return 0.0;
   const double s = static_cast<double>(in.seq_len), b = static_cast<double>(in.micro_batch),
                h = static_cast<double>(in.hidden), L = static_cast<double>(in.layers),
-               v = static_cast<double>(in.vocab), w = static_cast<double>(in.param_bytes);
+               w = static_cast<double>(in.param_bytes);
   const double t = static_cast<double>(std::max<int64_t>(1, in.tensor_parallel));
   const double per_layer = block_activation_bytes(in);
   // Checkpointed: each block's input (a 1/t slice under sequence parallelism) and one recomputed block.
   const double inputs = L * w * s * b * h / (in.sequence_parallel ? t : 1.0);
   const double layers = in.activation_checkpointing ? inputs + per_layer : L * per_layer;
   // The loss: this rank's columns of the (padded) vocabulary.
-  const double vocab = t > 1 ? std::ceil(v / (64.0 * t)) * 64.0 : v;
+  const double vocab = in.vocab > 0 ? static_cast<double>(nn::tp::vocab_rows_per_rank(in.vocab, in.tensor_parallel)) : 0.0;
   return layers + s * b * vocab * loss_bytes_per_logit(in);
 }
 
@@ -231,7 +232,7 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
                                     : block;
   // The last virtual stage keeps its logits (a rank's padded columns under TP)
   // from forward to its backward, which adds their gradient.
-  const double vocab = t > 1 ? std::ceil(static_cast<double>(in.vocab) / (64.0 * t)) * 64.0 : static_cast<double>(in.vocab);
+  const double vocab = static_cast<double>(nn::tp::vocab_rows_per_rank(in.vocab, t));
   const double logits = s * b * vocab;
   const double logits_kept = w * logits, loss_extra = (loss_bytes_per_logit(in) - w) * logits;
   auto blocks_in = [&](int64_t part) {

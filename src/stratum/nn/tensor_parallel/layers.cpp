@@ -24,19 +24,10 @@ at::Tensor row_parallel_linear(const at::Tensor& x, const at::Tensor& weight, co
   return bias.defined() ? y + bias : y;
 }
 
-int64_t padded_vocab_size(int64_t vocab, int64_t size) {
-  if (vocab < 1 || size < 1)
-    throw Error("tensor parallel: a vocabulary of " + std::to_string(vocab) + " over " + std::to_string(size) +
-                " ranks");
-  if (size == 1) return vocab;
-  const int64_t multiple = 64 * size;
-  return (vocab + multiple - 1) / multiple * multiple;
-}
-
 VocabShard vocab_shard(int64_t vocab, int64_t size, int64_t rank) {
   VocabShard s;
   s.vocab = vocab;
-  s.rows = padded_vocab_size(vocab, size) / size;
+  s.rows = vocab_rows_per_rank(vocab, size);
   s.start = rank * s.rows;
   s.valid = std::clamp<int64_t>(vocab - s.start, 0, s.rows);
   return s;

@@ -17,6 +17,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "stratum/nn/tensor_parallel/mappings.h"
+#include "stratum/nn/tensor_parallel/vocab_padding.h"
 
 namespace stratum::nn::tp {
 
@@ -40,8 +41,6 @@ struct VocabShard {
   int64_t rows = 0;    // rows held (padded_vocab_size / size)
   int64_t valid = 0;   // rows below `vocab`
 };
-// `vocab` rounded up to a multiple of 64 x size (Megatron's make-vocab-size-divisible-by).
-int64_t padded_vocab_size(int64_t vocab, int64_t size);
 VocabShard vocab_shard(int64_t vocab, int64_t size, int64_t rank);
 
 // ids [B, T] -> [B, T, H] (replicated; [B, T / size, H] under sequence

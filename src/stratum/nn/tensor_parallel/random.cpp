@@ -4,14 +4,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <mutex>
-
-#include "stratum/core/splitmix.h"
 #include <vector>
 
+#include "stratum/core/splitmix.h"
+
 namespace stratum::nn::tp {
-namespace {
-uint64_t mix(uint64_t z) { return splitmix64(z); }  // one draw and ranks 0..t-1: unrelated seeds
-}  // namespace
 
 at::Tensor with_rank_stream(const TensorParallel& tp, c10::Device device, const std::function<at::Tensor()>& fn) {
   if (!tp.enabled()) return fn();
@@ -26,7 +23,8 @@ at::Tensor with_rank_stream(const TensorParallel& tp, c10::Device device, const 
   for (size_t i = 0; i < gens.size(); ++i) {
     std::lock_guard<std::mutex> lock(gens[i].mutex());
     saved.push_back(gens[i].get_state());
-    gens[i].set_current_seed(mix(draw ^ mix(static_cast<uint64_t>(tp.rank()) * 2 + i)));
+    // One draw and ranks 0..t-1 (and each generator): unrelated seeds.
+    gens[i].set_current_seed(splitmix64(draw ^ splitmix64(static_cast<uint64_t>(tp.rank()) * 2 + i)));
   }
   struct Restore {
     std::vector<at::Generator>& gens;
