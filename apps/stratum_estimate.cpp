@@ -1,12 +1,15 @@
 // stratum-estimate: memory per GPU (and per node on the CPU) for every ZeRO
 // stage and offload choice, plus activations, before a run. Like DeepSpeed's
 // estimate_zero{2,3}_model_states_mem_needs_all_live, with activations added;
-// with --pp, per pipeline stage.
+// with --pp, per pipeline stage. With --plan, every layout (dp x pp x tp,
+// ZeRO, offload, micro-batch, schedule, checkpointing) the cluster can run,
+// those that fit ranked by an estimated step time (monitor/layout_planner.h).
 //
 //   stratum-estimate --params 7.5e9 --num_nodes 8 --num_gpus 8
 //   stratum-estimate --model llama-8b --num_gpus 2 --micro-batch 1 --seq 8192 --checkpointing
 //   stratum-estimate --model gpt2-1.3b --num_gpus 8 --pp 4 --micro-batches 8
 //   stratum-estimate --model llama-8b --num_gpus 8 --tp 4 --sequence-parallel --seq 8192
+//   stratum-estimate --plan --model gpt3-175b --nodes 8 --gpus-per-node 8 --gpu a100-80gb --seq 2048 --global-batch 1536
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -15,7 +18,9 @@
 #include "stratum/core/error.h"
 #include "stratum/models/model_config.h"
 #include "stratum/models/tensor_parallel_plan.h"
+#include "stratum/monitor/layout_planner.h"
 #include "stratum/monitor/memory_estimator.h"
+#include "stratum/monitor/plan_config.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Estimate memory per device for every ZeRO stage and offload choice"};
@@ -38,27 +43,61 @@ int main(int argc, char** argv) {
   app.add_option("--set", overrides, "override a preset dimension, e.g. --set layers=48");
   app.add_option("--largest-layer", largest_layer, "parameters of the largest layer (ZeRO-3 working set)")
       ->check(CLI::Range(0.0, 1e15));
-  app.add_option("--num_nodes", in.nodes, "nodes")->check(CLI::Range(1, 100000));
-  app.add_option("--num_gpus", in.gpus_per_node, "GPUs per node")->check(CLI::Range(1, 1024));
-  app.add_option("--micro-batch", in.micro_batch, "micro-batch per GPU (activations)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--num_nodes,--nodes", in.nodes, "nodes")->check(CLI::Range(1, 100000));
+  app.add_option("--num_gpus,--gpus-per-node", in.gpus_per_node, "GPUs per node")->check(CLI::Range(1, 1024));
+  auto* micro_batch =
+      app.add_option("--micro-batch", in.micro_batch, "micro-batch per GPU (activations)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--seq", in.seq_len, "sequence length (activations)")->check(CLI::Range(1, 1 << 24));
-  app.add_flag("--checkpointing", in.activation_checkpointing, "activation checkpointing on");
-  app.add_flag("--fp32", fp32, "fp32 training (default: bf16/fp16 with fp32 masters)");
-  app.add_option("--pp", in.pipeline_stages, "pipeline stages (dividing the GPUs; needs --model)")
-      ->check(CLI::Range(1, 1 << 16));
-  app.add_option("--schedule", schedule, "pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
+  auto* checkpointing = app.add_flag("--checkpointing", in.activation_checkpointing, "activation checkpointing on");
+  auto* fp32_flag = app.add_flag("--fp32", fp32, "fp32 training (default: bf16/fp16 with fp32 masters)");
+  auto* pp = app.add_option("--pp", in.pipeline_stages, "pipeline stages (dividing the GPUs; needs --model)")
+                 ->check(CLI::Range(1, 1 << 16));
+  auto* schedule_opt = app.add_option("--schedule", schedule, "pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1")
+                           ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
   auto* virtual_stages = app.add_option("--virtual-stages", in.virtual_stages,
                                         "model chunks per stage (interleaved; default 2 there, else 1)")
                              ->check(CLI::Range(1, 1 << 10));
   auto* micro_batches = app.add_option("--micro-batches", in.micro_batches,
                                        "micro-batches a step, gradient_accumulation_steps (default: --pp)")
                             ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--tp", in.tensor_parallel, "tensor-parallel size (dividing the GPUs of a node; needs --model)")
-      ->check(CLI::Range(1, 1 << 10));
-  app.add_flag("--sequence-parallel", in.sequence_parallel, "sequence parallelism with --tp");
-  app.add_option("--zero", zero, "ZeRO stage of the per-stage table with --pp (0-2; default 1)")
-      ->check(CLI::Range(0, 3));
+  auto* tp = app.add_option("--tp", in.tensor_parallel, "tensor-parallel size (dividing the GPUs of a node; needs --model)")
+                 ->check(CLI::Range(1, 1 << 10));
+  auto* sequence_parallel = app.add_flag("--sequence-parallel", in.sequence_parallel, "sequence parallelism with --tp");
+  auto* zero_opt = app.add_option("--zero", zero, "ZeRO stage of the per-stage table with --pp (0-2; default 1)")
+                       ->check(CLI::Range(0, 3));
+  // The layout planner; with --plan the layout flags above (--pp, --tp, --zero,
+  // --micro-batch, --micro-batches, --schedule, --virtual-stages,
+  // --checkpointing, --sequence-parallel) fix that choice instead of setting it.
+  bool plan = false;
+  std::string gpu = "a100-80gb", gpu_memory, host_memory, config_path, offload;
+  int64_t global_batch = 0;
+  size_t rows = 10;
+  double peak_tflops = 0, mfu = 0, node_gbps = 0, network_gbps = 0, host_link_gbps = 0, host_updates = 0, margin = -1;
+  app.add_flag("--plan", plan, "list the layouts that fit, fastest first (needs --global-batch or a config's train_batch_size)");
+  std::vector<CLI::Option*> plan_only;
+  plan_only.push_back(app.add_option("--gpu", gpu, "--plan: the GPU's figures: a100-40gb, a100-80gb (default), h100, h200")
+      ->check(CLI::IsMember(stratum::monitor::hardware_names())));
+  plan_only.push_back(app.add_option("--gpu-memory", gpu_memory, "--plan: memory a GPU, e.g. 80GiB (default: --gpu's)"));
+  plan_only.push_back(app.add_option("--host-memory", host_memory, "--plan: host memory a node for offloaded states, e.g. 1TiB (default: not checked)"));
+  plan_only.push_back(app.add_option("--global-batch", global_batch, "--plan: sequences a step (train_batch_size)")->check(CLI::Range(1, 1 << 30)));
+  plan_only.push_back(app.add_option("--config", config_path, "--plan: a ds_config.json; it fixes what it says (precision, gradient dtype, stage, "
+                                          "offload, batch, pipeline, tensor parallelism, checkpointing)"));
+  plan_only.push_back(app.add_option("--offload", offload, "--plan: fix the offload: none, optimizer, optimizer+param")
+      ->check(CLI::IsMember({"none", "optimizer", "optimizer+param"})));
+  plan_only.push_back(app.add_option("--peak-tflops", peak_tflops, "--plan: dense 16-bit TFLOP/s a GPU (default: --gpu's)")->check(CLI::Range(0.001, 1e6)));
+  plan_only.push_back(app.add_option("--mfu", mfu, "--plan: model FLOPs utilization of the compute (default 0.58, measured: gpt2-1.3b on an H200)")
+      ->check(CLI::Range(0.01, 1.0)));
+  plan_only.push_back(app.add_option("--node-bandwidth", node_gbps, "--plan: collective bus bandwidth in a node, GB/s (default: --gpu's)")
+      ->check(CLI::Range(0.001, 1e5)));
+  plan_only.push_back(app.add_option("--network-bandwidth", network_gbps, "--plan: bandwidth a GPU across nodes, GB/s (default: --gpu's)")
+      ->check(CLI::Range(0.001, 1e5)));
+  plan_only.push_back(app.add_option("--host-link-bandwidth", host_link_gbps, "--plan: GPU-host bandwidth, GB/s (default: --gpu's)")
+      ->check(CLI::Range(0.001, 1e5)));
+  plan_only.push_back(app.add_option("--host-updates", host_updates, "--plan: host optimizer parameter updates a second a node (default 1e10)")
+      ->check(CLI::Range(1.0, 1e15)));
+  plan_only.push_back(app.add_option("--memory-margin", margin, "--plan: fraction of GPU memory kept free of the estimate (default 0.10)")
+      ->check(CLI::Range(0.0, 0.9)));
+  plan_only.push_back(app.add_option("--rows", rows, "--plan: layouts listed (default 10)")->check(CLI::Range(1, 100000)));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -66,6 +105,11 @@ int main(int argc, char** argv) {
     std::cerr << "stratum-estimate: error: " << e.what() << " (see --help)\n";
     return 2;
   }
+  for (const CLI::Option* o : plan_only)
+    if (!plan && o->count()) {
+      std::cerr << "stratum-estimate: error: " << o->get_name() << " needs --plan (it sets the layout planner's input)\n";
+      return 2;
+    }
   if (params > 0 && largest_layer > params) {
     std::cerr << "stratum-estimate: error: --largest-layer " << largest_layer << " is more than --params " << params
               << "\n";
@@ -73,6 +117,57 @@ int main(int argc, char** argv) {
   }
   try {
     if (model.empty() == (params <= 0)) throw stratum::Error("give exactly one of --params and --model");
+    if (plan) {
+      namespace mon = stratum::monitor;
+      mon::PlanRequest request;
+      request.hardware = mon::hardware_preset(gpu);
+      mon::Hardware& h = request.hardware;
+      if (!gpu_memory.empty()) h.gpu_memory = mon::parse_byte_size(gpu_memory, "--gpu-memory");
+      if (!host_memory.empty()) h.host_memory = mon::parse_byte_size(host_memory, "--host-memory");
+      if (peak_tflops > 0) h.peak_flops = peak_tflops * 1e12;
+      if (mfu > 0) h.mfu = mfu;
+      if (node_gbps > 0) h.node_bandwidth = node_gbps * 1e9;
+      if (network_gbps > 0) h.network_bandwidth = network_gbps * 1e9;
+      if (host_link_gbps > 0) h.host_link_bandwidth = host_link_gbps * 1e9;
+      if (host_updates > 0) h.host_updates_per_s = host_updates;
+      if (margin >= 0) h.memory_margin = margin;
+      request.shape = in;
+      request.shape.tensor_parallel = 1;
+      request.shape.sequence_parallel = false;
+      request.shape.param_bytes = fp32 ? 4 : 2;
+      if (!model.empty()) {
+        std::vector<std::pair<std::string, std::string>> kv;
+        for (const auto& s : overrides) kv.push_back(stratum::models::parse_override(s));
+        request.model = stratum::models::make_model_config(model, kv);
+        mon::set_model_shape(request.shape, *request.model);
+      } else {
+        request.shape.params = static_cast<int64_t>(params);
+        request.shape.largest_layer_params = static_cast<int64_t>(largest_layer);
+      }
+      request.global_batch = global_batch;
+      mon::LayoutChoices& fx = request.fixed;
+      if (pp->count()) fx.pp = in.pipeline_stages;
+      if (tp->count()) fx.tp = in.tensor_parallel;
+      if (zero_opt->count()) fx.zero_stage = zero;
+      if (micro_batch->count()) fx.micro_batch = in.micro_batch;
+      if (micro_batches->count()) fx.micro_batches = in.micro_batches;
+      if (schedule_opt->count()) fx.schedule = schedules.at(schedule);
+      if (virtual_stages->count()) fx.virtual_stages = in.virtual_stages;
+      if (checkpointing->count()) fx.checkpointing = true;
+      if (sequence_parallel->count()) fx.sequence_parallel = true;
+      if (!offload.empty()) {
+        fx.offload_optimizer = offload != "none";
+        fx.offload_param = offload == "optimizer+param";
+      }
+      if (!config_path.empty()) {
+        if (fp32_flag->count())
+          throw stratum::Error("--fp32 with --config: the config's fp16/bf16 sections say the precision; drop --fp32");
+        mon::apply_plan_config(request, config_path);
+      }
+      const mon::Plan result = mon::plan_layouts(request);
+      std::cout << mon::format_plan(request, result, rows);
+      return result.fitting.empty() ? 1 : 0;
+    }
     if (in.tensor_parallel > 1) {
       if (model.empty())
         throw stratum::Error("--tp " + std::to_string(in.tensor_parallel) +

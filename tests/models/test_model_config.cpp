@@ -71,10 +71,14 @@ TEST(ModelConfig, PublishedParameterCounts) {
   EXPECT_EQ(parameter_count(preset("llama-1b")), 1'235'814'400);
   // meta-llama/Meta-Llama-3-8B: 8,030,261,248 (untied).
   EXPECT_EQ(parameter_count(preset("llama-8b")), 8'030'261'248);
+  // meta-llama/Meta-Llama-3-70B: 70,553,706,496 (untied).
+  EXPECT_EQ(parameter_count(preset("llama-70b")), 70'553'706'496);
+  // GPT-3 175B as a dense GPT-2 (96 x (12h^2 + 13h) + (50257 + 2048 + 2)h, h = 12288).
+  EXPECT_EQ(parameter_count(preset("gpt3-175b")), 174'604'259'328);
 }
 
 TEST(ModelConfig, EveryPresetValidatesAndCountsLikeItsTensors) {
-  ASSERT_EQ(preset_names().size(), 8u);
+  ASSERT_EQ(preset_names().size(), 10u);
   for (const auto& name : preset_names()) {
     SCOPED_TRACE(name);
     const ModelConfig c = preset(name);

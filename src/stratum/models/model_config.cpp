@@ -66,6 +66,10 @@ const std::vector<ModelConfig>& presets() {
     llama_1b.rope_original_max_seq_len = 8192;
     p.push_back(llama_1b);
     p.push_back(llama("llama-8b", 128256, 8192, 4096, 32, 32, 8, 14336, 500000, false));
+    // Shapes for planning (stratum-estimate): Llama 3's 70B, and GPT-3's 175B
+    // (Brown et al.: 96 layers of 12288, 96 heads, 2048 positions) as a dense GPT-2.
+    p.push_back(llama("llama-70b", 128256, 8192, 8192, 80, 64, 8, 28672, 500000, false));
+    p.push_back(gpt2("gpt3-175b", 50257, 2048, 12288, 96, 96));
     return p;
   }();
   return all;
