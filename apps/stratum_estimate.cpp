@@ -97,6 +97,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1.0, 1e15)));
   plan_only.push_back(app.add_option("--memory-margin", margin, "--plan: fraction of GPU memory kept free of the estimate (default 0.10)")
       ->check(CLI::Range(0.0, 0.9)));
+  bool no_checkpointing = false;
+  plan_only.push_back(app.add_flag("--no-checkpointing", no_checkpointing, "--plan: fix activation checkpointing off"));
   plan_only.push_back(app.add_option("--rows", rows, "--plan: layouts listed (default 10)")->check(CLI::Range(1, 100000)));
   try {
     app.parse(argc, argv);
@@ -153,7 +155,10 @@ int main(int argc, char** argv) {
       if (micro_batches->count()) fx.micro_batches = in.micro_batches;
       if (schedule_opt->count()) fx.schedule = schedules.at(schedule);
       if (virtual_stages->count()) fx.virtual_stages = in.virtual_stages;
+      if (checkpointing->count() && no_checkpointing)
+        throw stratum::Error("--checkpointing and --no-checkpointing: give one");
       if (checkpointing->count()) fx.checkpointing = true;
+      if (no_checkpointing) fx.checkpointing = false;
       if (sequence_parallel->count()) fx.sequence_parallel = true;
       if (!offload.empty()) {
         fx.offload_optimizer = offload != "none";

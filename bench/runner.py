@@ -149,19 +149,15 @@ def parse_collectives(text, step):
 
 
 def parse_estimate(text, step):
-    want = (step.fields["stage"], "cpu" if step.fields["offload_optimizer"] else "none", "none")
-    states = act = None
+    # stratum-estimate --plan's first layout: "1  dp pp tp sp ZeRO offload micro x acc schedule ckpt
+    # states activ buffers total ..." (GiB a GPU).
     for line in text.splitlines():
         f = line.split()
-        if len(f) == 5 and f[0].isdigit() and (int(f[0]), f[1], f[2]) == want:
-            states = float(f[3])
-        m = re.search(r"activations: ([0-9.]+) GiB", line)
-        if m:
-            act = float(m.group(1))
-    if states is None:
-        return []
-    return [{"system": "stratum-estimate", "model_states_gib": states, "activations_gib": act,
-             "estimate_gib": round(states + (act or 0.0), 2)}]
+        if len(f) > 15 and f[0] == "1" and f[8] == "x":
+            states, act, buffers, total = (float(x) for x in f[12:16])
+            return [{"system": "stratum-estimate", "model_states_gib": states, "activations_gib": act,
+                     "buffers_gib": buffers, "estimate_gib": round(total, 2)}]
+    return []
 
 
 def parse_train(text, step):

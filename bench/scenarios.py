@@ -236,9 +236,16 @@ def plan_train(run, build, work, gpus_available):
               "gas": cfg.get("gradient_accumulation_steps", 1), "stage": cfg["zero_optimization"].get("stage", 0),
               "offload_optimizer": bool(run.get("offload_optimizer")), "checkpointing": checkpointing}
     config_path, log_dir, ckpt = f"{work}/config.json", f"{work}/log", f"{work}/checkpoint"
-    estimate = ([f"{build}/bin/stratum-estimate", "--model", run["model"], "--num_gpus", str(run["gpus"]),
-                 "--micro-batch", str(micro), "--seq", str(run["seq"])] +
-                (["--checkpointing"] if checkpointing else []) + sets)
+    # The planner's estimate of this very layout (pp = tp = 1, its ZeRO stage,
+    # offload, micro-batch and checkpointing): what --plan ranks layouts by.
+    # A GPU memory no layout reaches, so the row is listed whatever it needs.
+    gas = cfg.get("gradient_accumulation_steps", 1)
+    estimate = ([f"{build}/bin/stratum-estimate", "--plan", "--model", run["model"], "--nodes", "1",
+                 "--gpus-per-node", str(run["gpus"]), "--gpu", "h200", "--gpu-memory", "1PiB", "--seq", str(run["seq"]),
+                 "--global-batch", str(micro * gas * run["gpus"]), "--pp", "1", "--tp", "1",
+                 "--zero", str(fields["stage"]), "--micro-batch", str(micro), "--micro-batches", str(gas),
+                 "--offload", "optimizer" if run.get("offload_optimizer") else "none", "--rows", "1"] +
+                (["--checkpointing"] if checkpointing else ["--no-checkpointing"]) + sets)
     train = ([f"{build}/bin/stratum-run", "--num_gpus", str(run["gpus"]), f"{build}/bin/stratum-train",
               "--config", config_path, "--model", run["model"], "--set", f"max_seq_len={run['seq']}"] + sets +
              ["--data", "default", "--cache-dir", "/tmp/stratum-cache", "--steps", str(run["steps"]),

@@ -490,7 +490,7 @@ std::string format_plan(const PlanRequest& r, const Plan& plan, size_t rows) {
   }
   out += "  data parallelism alone (pp = tp = 1, micro-batch 1, checkpointing): the fewest GPUs that fit "
          "(none: no count up to 1024 nodes)\n";
-  out += "  ZeRO  offload  fewest GPUs  GiB a GPU there  host GiB a node there  floor GiB (any GPU count)\n";
+  out += "  ZeRO  offload  fewest GPUs  GiB a GPU there  host GiB a node there  floor GiB (GPUs -> inf)\n";
   for (const FewestGpus& f : fewest_gpus_data_parallel(r, 1024)) {
     char there[32] = "-", host[32] = "-";
     if (f.gpus > 0) std::snprintf(there, sizeof there, "%.2f", gib(f.gpu_bytes));

@@ -92,10 +92,12 @@ double parse_byte_size(const std::string& text, const std::string& what) {
   else if (lower == "mb") scale = 1e6;
   else if (lower == "gb") scale = 1e9;
   else if (lower == "tb") scale = 1e12;
+  else if (lower == "pb") scale = 1e15;
   else if (lower == "kib") scale = 1024.0;
   else if (lower == "mib") scale = 1024.0 * 1024;
   else if (lower == "gib") scale = 1024.0 * 1024 * 1024;
   else if (lower == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (lower == "pib") scale = 1024.0 * 1024 * 1024 * 1024 * 1024;
   if (end == begin || scale == 0 || !std::isfinite(value) || value <= 0)
     throw Error(what + " '" + text + "' is not a positive size: write it as 80GiB, 80GB or 8.0e10 (bytes)");
   return value * scale;

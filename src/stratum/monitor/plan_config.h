@@ -19,8 +19,8 @@ namespace stratum::monitor {
 // order other than tp-dp-pp).
 void apply_plan_config(PlanRequest& request, const std::string& path);
 
-// "80GiB", "80 GB", "141e9", "1.5TiB" in bytes (KB/MB/GB/TB powers of 1000,
-// KiB/MiB/GiB/TiB of 1024, no unit: bytes). Throws Error naming `what`.
+// "80GiB", "80 GB", "141e9", "1.5TiB" in bytes (KB ... PB powers of 1000,
+// KiB ... PiB of 1024, no unit: bytes). Throws Error naming `what`.
 double parse_byte_size(const std::string& text, const std::string& what);
 
 }  // namespace stratum::monitor
