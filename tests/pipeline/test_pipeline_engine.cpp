@@ -56,7 +56,9 @@ struct Layout {
 };
 
 std::string config_json(const Layout& l) {
-  std::string prec = l.precision == "bf16" ? R"("bf16": {"enabled": true},)" : "";
+  std::string prec = l.precision == "bf16"   ? R"("bf16": {"enabled": true},)"
+                     : l.precision == "fp16" ? R"("fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1},)"
+                                             : "";
   std::string pipe = R"("pipeline": {"stages": )" + std::to_string(l.pp) + R"(, "schedule": ")" + l.schedule + "\"" +
                      (l.checkpoint_interval ? R"(, "activation_checkpoint_interval": )" +
                                                   std::to_string(l.checkpoint_interval) : "") +
@@ -436,6 +438,51 @@ TEST(PipelineEngine, ThreeD_DataPipelineTensor_MatchesSingleProcessAndReshards) 
   }
   world->barrier()->wait();
   if (world->rank() == 0) fs::remove_tree(dir);
+}
+
+// fp16 at DP x PP x TP = 2 x 2 x 2 (ZeRO-2, sequence parallel): training
+// follows the single process's fp16 run (losses within 2%, norms 5%, as bf16),
+// and an overflow on one rank only (the last stage's loss made infinite on
+// world rank 7: dp 1, tp 1) skips the step on all eight, every one halving its
+// loss scale.
+TEST(PipelineEngine, ThreeD_Fp16FollowsSingleProcessAndAgreesOnOverflow) {
+  const auto& world = test::context().cpu_world;
+  if (world->size() != 8) GTEST_SKIP() << "needs 8 ranks";
+  Layout l;
+  l.dp = 2;
+  l.pp = 2;
+  l.tp = 2;
+  l.zero = 2;
+  l.sequence_parallel = true;
+  l.precision = "fp16";
+  for (const std::string arch : {"gpt2", "llama"})
+    expect_same_training(train_pipeline(arch, l, world, Span{0, 8, "", ""}), train_reference(arch, l, Span{0, 8, "", ""}),
+                         2e-2, describe(arch, l), /*weights=*/false, /*norm_tol=*/5e-2);
+
+  Config config = Config::from_string(config_json(l), "fp16.json");
+  torch::manual_seed(42);
+  auto model = models::build_model(model_config("gpt2"), c10::kCPU, tensor_parallel_group(config, sub_context(world)));
+  models::CausalLMImpl* lm = model.get();
+  int step = 0;
+  constexpr int kOverflowStep = 3;
+  const bool poisoned = world->rank() == 7;
+  PipelineEngine engine(config, model, [&](const at::Tensor& out, const at::Tensor& labels) {
+    at::Tensor loss = lm->loss(out, labels);
+    return step == kOverflowStep && poisoned ? loss * std::numeric_limits<float>::infinity() : loss;
+  }, sub_context(world));
+  const int r = static_cast<int>(engine.core().dp()->rank());
+  for (step = 0; step < 5; ++step) {
+    const double before = engine.loss_scale();
+    at::Tensor t = step_tokens(step, l.global_batch);
+    int k = 0;
+    engine.train_batch([&] {
+      at::Tensor b = t.narrow(0, (k++ * 2 + r) * 1, 1);
+      return MicroBatch{b.narrow(1, 0, kSeq), b.narrow(1, 1, kSeq)};
+    });
+    EXPECT_EQ(engine.last_step_skipped(), step == kOverflowStep) << "rank " << world->rank() << " step " << step;
+    if (step == kOverflowStep) EXPECT_EQ(engine.loss_scale(), before / 2) << "rank " << world->rank();
+  }
+  EXPECT_EQ(engine.core().skipped_steps(), 1) << "rank " << world->rank();
 }
 
 // DeepSpeed's activation_checkpoint_interval: groups of 1 and 3 layers
