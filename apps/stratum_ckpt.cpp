@@ -47,6 +47,9 @@ int info(const std::string& dir, const std::string& tag, bool verify) {
             << (m.tensor_parallel_size > 1 ? " x " + std::to_string(m.tensor_parallel_size) + " tensor-parallel ranks"
                                            : "")
             << " at ZeRO stage " << m.zero_stage
+            << (m.offload_param       ? " with the optimizer and parameters offloaded"
+                : m.offload_optimizer ? " with the optimizer offloaded"
+                                      : "")
             << ", model dtype " << m.model_dtype << "\n"
             << "parameters    " << m.params.size() << " tensors, " << m.total_numel()
             << " elements (fp32 masters + Adam m, v)\n"

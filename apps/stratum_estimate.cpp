@@ -14,6 +14,7 @@
 
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "stratum/core/error.h"
 #include "stratum/models/model_config.h"
@@ -73,33 +74,42 @@ int main(int argc, char** argv) {
   int64_t global_batch = 0;
   size_t rows = 10;
   double peak_tflops = 0, mfu = 0, node_gbps = 0, network_gbps = 0, host_link_gbps = 0, host_updates = 0, margin = -1;
-  app.add_flag("--plan", plan, "list the layouts that fit, fastest first (needs --global-batch or a config's train_batch_size)");
+  app.add_flag("--plan", plan,
+               "list the layouts that fit, fastest first (needs --global-batch or a config's train_batch_size)");
+  // The planner's own options: refused without --plan rather than ignored.
   std::vector<CLI::Option*> plan_only;
-  plan_only.push_back(app.add_option("--gpu", gpu, "--plan: the GPU's figures: a100-40gb, a100-80gb (default), h100, h200")
-      ->check(CLI::IsMember(stratum::monitor::hardware_names())));
-  plan_only.push_back(app.add_option("--gpu-memory", gpu_memory, "--plan: memory a GPU, e.g. 80GiB (default: --gpu's)"));
-  plan_only.push_back(app.add_option("--host-memory", host_memory, "--plan: host memory a node for offloaded states, e.g. 1TiB (default: not checked)"));
-  plan_only.push_back(app.add_option("--global-batch", global_batch, "--plan: sequences a step (train_batch_size)")->check(CLI::Range(1, 1 << 30)));
-  plan_only.push_back(app.add_option("--config", config_path, "--plan: a ds_config.json; it fixes what it says (precision, gradient dtype, stage, "
-                                          "offload, batch, pipeline, tensor parallelism, checkpointing)"));
-  plan_only.push_back(app.add_option("--offload", offload, "--plan: fix the offload: none, optimizer, optimizer+param")
-      ->check(CLI::IsMember({"none", "optimizer", "optimizer+param"})));
-  plan_only.push_back(app.add_option("--peak-tflops", peak_tflops, "--plan: dense 16-bit TFLOP/s a GPU (default: --gpu's)")->check(CLI::Range(0.001, 1e6)));
-  plan_only.push_back(app.add_option("--mfu", mfu, "--plan: model FLOPs utilization of the compute (default 0.58, measured: gpt2-1.3b on an H200)")
-      ->check(CLI::Range(0.01, 1.0)));
-  plan_only.push_back(app.add_option("--node-bandwidth", node_gbps, "--plan: collective bus bandwidth in a node, GB/s (default: --gpu's)")
-      ->check(CLI::Range(0.001, 1e5)));
-  plan_only.push_back(app.add_option("--network-bandwidth", network_gbps, "--plan: bandwidth a GPU across nodes, GB/s (default: --gpu's)")
-      ->check(CLI::Range(0.001, 1e5)));
-  plan_only.push_back(app.add_option("--host-link-bandwidth", host_link_gbps, "--plan: GPU-host bandwidth, GB/s (default: --gpu's)")
-      ->check(CLI::Range(0.001, 1e5)));
-  plan_only.push_back(app.add_option("--host-updates", host_updates, "--plan: host optimizer parameter updates a second a node (default 1e10)")
-      ->check(CLI::Range(1.0, 1e15)));
-  plan_only.push_back(app.add_option("--memory-margin", margin, "--plan: fraction of GPU memory kept free of the estimate (default 0.10)")
-      ->check(CLI::Range(0.0, 0.9)));
+  auto plan_option = [&](const char* name, auto& value, const std::string& help) {
+    CLI::Option* o = app.add_option(name, value, "--plan: " + help);
+    plan_only.push_back(o);
+    return o;
+  };
+  plan_option("--gpu", gpu, "the GPU's figures: a100-40gb, a100-80gb (default), h100, h200")
+      ->check(CLI::IsMember(stratum::monitor::hardware_names()));
+  plan_option("--gpu-memory", gpu_memory, "memory a GPU, e.g. 80GiB (default: --gpu's)");
+  plan_option("--host-memory", host_memory, "host memory a node for offloaded states, e.g. 1TiB (default: not checked)");
+  plan_option("--global-batch", global_batch, "sequences a step (train_batch_size)")->check(CLI::Range(1, 1 << 30));
+  plan_option("--config", config_path,
+              "a ds_config.json; it fixes what it says (precision, gradient dtype, stage, offload, batch, pipeline, "
+              "tensor parallelism, checkpointing)");
+  plan_option("--offload", offload, "fix the offload: none, optimizer, optimizer+param")
+      ->check(CLI::IsMember({"none", "optimizer", "optimizer+param"}));
+  plan_option("--peak-tflops", peak_tflops, "dense 16-bit TFLOP/s a GPU (default: --gpu's)")
+      ->check(CLI::Range(0.001, 1e6));
+  plan_option("--mfu", mfu, "model FLOPs utilization of the compute (default 0.58, measured: gpt2-1.3b on an H200)")
+      ->check(CLI::Range(0.01, 1.0));
+  plan_option("--node-bandwidth", node_gbps, "collective bus bandwidth in a node, GB/s (default: --gpu's)")
+      ->check(CLI::Range(0.001, 1e5));
+  plan_option("--network-bandwidth", network_gbps, "bandwidth a GPU across nodes, GB/s (default: --gpu's)")
+      ->check(CLI::Range(0.001, 1e5));
+  plan_option("--host-link-bandwidth", host_link_gbps, "GPU-host bandwidth, GB/s (default: --gpu's)")
+      ->check(CLI::Range(0.001, 1e5));
+  plan_option("--host-updates", host_updates, "host optimizer parameter updates a second a node (default 1e10)")
+      ->check(CLI::Range(1.0, 1e15));
+  plan_option("--memory-margin", margin, "fraction of GPU memory kept free of the estimate (default 0.10)")
+      ->check(CLI::Range(0.0, 0.9));
+  plan_option("--rows", rows, "layouts listed (default 10)")->check(CLI::Range(1, 100000));
   bool no_checkpointing = false;
   plan_only.push_back(app.add_flag("--no-checkpointing", no_checkpointing, "--plan: fix activation checkpointing off"));
-  plan_only.push_back(app.add_option("--rows", rows, "--plan: layouts listed (default 10)")->check(CLI::Range(1, 100000)));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -119,6 +129,12 @@ int main(int argc, char** argv) {
   }
   try {
     if (model.empty() == (params <= 0)) throw stratum::Error("give exactly one of --params and --model");
+    std::optional<stratum::models::ModelConfig> mc;
+    if (!model.empty()) {
+      std::vector<std::pair<std::string, std::string>> kv;
+      for (const auto& s : overrides) kv.push_back(stratum::models::parse_override(s));
+      mc = stratum::models::make_model_config(model, kv);
+    }
     if (plan) {
       namespace mon = stratum::monitor;
       mon::PlanRequest request;
@@ -137,11 +153,9 @@ int main(int argc, char** argv) {
       request.shape.tensor_parallel = 1;
       request.shape.sequence_parallel = false;
       request.shape.param_bytes = fp32 ? 4 : 2;
-      if (!model.empty()) {
-        std::vector<std::pair<std::string, std::string>> kv;
-        for (const auto& s : overrides) kv.push_back(stratum::models::parse_override(s));
-        request.model = stratum::models::make_model_config(model, kv);
-        mon::set_model_shape(request.shape, *request.model);
+      if (mc) {
+        request.model = mc;
+        mon::set_model_shape(request.shape, *mc);
       } else {
         request.shape.params = static_cast<int64_t>(params);
         request.shape.largest_layer_params = static_cast<int64_t>(largest_layer);
@@ -183,12 +197,9 @@ int main(int argc, char** argv) {
     }
     if (in.sequence_parallel && in.tensor_parallel <= 1)
       throw stratum::Error("--sequence-parallel needs --tp > 1: it splits the sequence over tensor-parallel ranks");
-    if (!model.empty()) {
-      std::vector<std::pair<std::string, std::string>> kv;
-      for (const auto& s : overrides) kv.push_back(stratum::models::parse_override(s));
-      const stratum::models::ModelConfig mc = stratum::models::make_model_config(model, kv);
-      stratum::models::validate_tensor_parallel(mc, in.tensor_parallel);
-      stratum::monitor::set_model_shape(in, mc);
+    if (mc) {
+      stratum::models::validate_tensor_parallel(*mc, in.tensor_parallel);
+      stratum::monitor::set_model_shape(in, *mc);
     } else {
       in.params = static_cast<int64_t>(params);
       in.largest_layer_params = static_cast<int64_t>(largest_layer);

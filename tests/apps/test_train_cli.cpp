@@ -78,6 +78,10 @@ TEST_F(TrainCli, Zero3OffloadCheckpointingTrainsAndResumes) {
   EXPECT_NE(straight.output.find("ZeRO 3"), std::string::npos) << straight.output;
   EXPECT_NE(straight.output.find("--- sample"), std::string::npos) << straight.output;
   EXPECT_TRUE(stratum::fs::exists(dir_ + "/ckpt/global_step20/model_16bit.safetensors"));
+  // The layout it was saved at, offload included.
+  Result info = run(kBin + "/stratum-ckpt info " + dir_ + "/ckpt");
+  EXPECT_EQ(info.status, 0) << info.output;
+  EXPECT_NE(info.output.find("at ZeRO stage 3 with the optimizer offloaded"), std::string::npos) << info.output;
   auto want = losses(dir_ + "/log/metrics.csv");
   ASSERT_EQ(want.size(), 20u);
   EXPECT_LT(want[20], want[1] - 0.5);

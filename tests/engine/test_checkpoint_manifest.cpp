@@ -49,6 +49,13 @@ TEST(CheckpointManifest, RoundTripsWhatASaveWrites) {
   EXPECT_EQ(m.shards.at(1).checksums.at("master|w|4"), 0xdeadbeefu);
   EXPECT_EQ(m.client_state.at("data").at("position"), 40);
   EXPECT_EQ(m.total_numel(), 6);
+  EXPECT_FALSE(m.offload_optimizer);  // a manifest written before the key: nothing offloaded
+  json offloaded = valid();
+  offloaded["offload"] = {{"optimizer", true}, {"param", false}};
+  EXPECT_TRUE(parse_checkpoint_manifest(offloaded.dump(), "m.json").offload_optimizer);
+  offloaded["offload"]["param"] = "yes";
+  EXPECT_NE(problems_of(offloaded).find("offload.param: expected true or false, got \"yes\""), std::string::npos)
+      << problems_of(offloaded);
 }
 
 TEST(CheckpointManifest, OutOfRangeCountersAreNamedAllAtOnce) {

@@ -185,6 +185,23 @@ TEST(LayoutPlanner, PipelineTimeIsTheSimulatedSchedule) {
   EXPECT_EQ(one.busiest_stage, 3);
 }
 
+// A stage's input arrives over the network when the stages sit on different
+// nodes (2 nodes of 4 GPUs: pp 2 x tp 4 puts one stage on each), and over the
+// node's link otherwise (one node of 8 GPUs): 10 GB/s against 1 GB/s here.
+TEST(LayoutPlanner, StageTransfersCrossNodesAtTheNetworksBandwidth) {
+  Layout l;
+  l.pp = 2;
+  l.tp = 4;
+  l.micro_batch = 1;
+  l.micro_batches = 4;
+  l.zero_stage = 1;
+  const LayoutEstimate two_nodes = estimate_layout(with_model(preset("gpt2-350m"), 2, 4, 1024, 4), l);
+  const LayoutEstimate one_node = estimate_layout(with_model(preset("gpt2-350m"), 1, 8, 1024, 4), l);
+  // Per micro-batch each stage receives one b·s·h 16-bit tensor: the activation (stage 1) or its gradient (stage 0).
+  EXPECT_NEAR(one_node.time.transfers, 4 * 1024.0 * 1024 * 2 / 10e9, 1e-12);
+  EXPECT_NEAR(two_nodes.time.transfers, 10 * one_node.time.transfers, 1e-12);
+}
+
 // The seed guide's worked example: GPT-3 175B on 64 A100s of 80 GB fits with
 // ZeRO-3 (16 Psi / 64 of model states, one block gathered and the next
 // prefetched, checkpointed activations), where data parallelism at ZeRO 0-2

@@ -366,6 +366,8 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     m.micro_steps = engine.micro_steps();
     m.skipped_steps = engine.skipped_steps();
     m.zero_stage = strategy.stage();
+    m.offload_optimizer = state.offload_optimizer;
+    m.offload_param = state.offload_param;
     m.data_parallel_size = n;
     m.tensor_parallel_size = sp.tp;
     m.model_dtype = c10::toString(engine.model_dtype());

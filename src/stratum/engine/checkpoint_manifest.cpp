@@ -332,6 +332,14 @@ CheckpointManifest parse_checkpoint_manifest(const std::string& text, const std:
               std::to_string(out.global_steps) + " (skipped steps count among them)");
   if (r.integer(m, "zero_stage", "", 0, 3, v)) out.zero_stage = static_cast<int>(v);
   if (r.integer(m, "data_parallel_size", "", 1, kMaxDataParallel, v)) out.data_parallel_size = static_cast<int>(v);
+  // What the saving job offloaded (information only: a load works at any offload). Absent in older manifests.
+  if (m.contains("offload"))
+    if (const json* off = r.object(m, "offload", ""))
+      for (const auto& [key, slot] : {std::pair{"optimizer", &out.offload_optimizer}, std::pair{"param", &out.offload_param}})
+        if (off->contains(key)) {
+          if (off->at(key).is_boolean()) *slot = off->at(key).get<bool>();
+          else r.problem(std::string("offload.") + key + ": expected true or false, got " + FieldReader::shown(off->at(key)));
+        }
   if (r.string(m, "model_dtype", "", out.model_dtype) && out.model_dtype != "Float" && out.model_dtype != "BFloat16" &&
       out.model_dtype != "Half")
     r.problem("model_dtype: expected Float, BFloat16 or Half, got '" + FieldReader::shown(json(out.model_dtype)) + "'");
@@ -398,6 +406,7 @@ std::string manifest_to_json_text(const CheckpointManifest& c) {
   m["micro_steps"] = c.micro_steps;
   m["skipped_steps"] = c.skipped_steps;
   m["zero_stage"] = c.zero_stage;
+  m["offload"] = {{"optimizer", c.offload_optimizer}, {"param", c.offload_param}};
   m["data_parallel_size"] = c.data_parallel_size;
   m["model_dtype"] = c.model_dtype;
   json params = json::array();

@@ -61,6 +61,7 @@ struct CheckpointManifest {
   std::string tag;
   int64_t global_steps = 0, micro_steps = 0, skipped_steps = 0;
   int zero_stage = 0;
+  bool offload_optimizer = false, offload_param = false;  // as saved (absent before: false)
   int data_parallel_size = 1;
   // Pipelines: the stages that wrote it (shards[r] is then stage r / dp's,
   // data-parallel rank r % dp) and which stage held each layer of the model.

@@ -571,7 +571,9 @@ void EngineCore::finish_step_diagnostics(bool profiled) {
 TrainingState EngineCore::training_state() {
   return TrainingState{*strategy_, adam_, *scheduler_, *scaler_, global_steps_, micro_steps_, skipped_steps_,
                        config_.zero_optimization.stage3_gather_16bit_weights_on_model_save,
-                       config_.zero_optimization.load_from_fp32_weights};
+                       config_.zero_optimization.load_from_fp32_weights,
+                       config_.zero_optimization.offload_optimizer.device == config::OffloadDevice::cpu,
+                       config_.zero_optimization.offload_param.device == config::OffloadDevice::cpu};
 }
 
 }  // namespace stratum

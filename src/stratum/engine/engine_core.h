@@ -42,6 +42,7 @@ struct TrainingState {
   int64_t& skipped_steps;
   bool gather_16bit_weights_on_save;  // zero_optimization.stage3_gather_16bit_weights_on_model_save
   bool load_from_fp32_weights;        // zero_optimization.load_from_fp32_weights
+  bool offload_optimizer, offload_param;  // recorded in the manifest: the layout it was saved at
 };
 
 // Where the core's parameters sit when the model is split over other ranks

@@ -157,10 +157,15 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
   // A collective's time: a ring all-reduce moves 2(t-1)/t of the buffer at the bus bandwidth.
   const double unit = b * s * h * w;
   const double tp_all_reduce = t > 1 ? 2.0 * static_cast<double>(t - 1) / static_cast<double>(t) * unit / hw.node_bandwidth : 0.0;
-  // Stage r's GPU g sends to g + dp·tp: inside the node only when the stage's ranks are.
-  const bool stage_crosses_nodes = r.shape.nodes > 1 && l.dp * t >= g;
-  const double p2p_bw = stage_crosses_nodes ? hw.network_bandwidth : hw.node_bandwidth;
-  const double p2p = p > 1 ? unit / (l.sequence_parallel ? static_cast<double>(t) : 1.0) / p2p_bw : 0.0;
+  // Stage r's GPU k receives from k - dp·tp (stage 0 from the last stage's,
+  // interleaved): over the network where the two are on different nodes.
+  const int64_t block = l.dp * t;
+  auto receive = [&](int64_t from_stage, int64_t to_stage) {
+    if (p == 1) return 0.0;
+    const bool crosses = r.shape.nodes > 1 && (from_stage * block) / g != (to_stage * block) / g;
+    return unit / (l.sequence_parallel ? static_cast<double>(t) : 1.0) /
+           (crosses ? hw.network_bandwidth : hw.node_bandwidth);
+  };
 
   std::vector<StageEstimate> pipeline_stages;
   if (p > 1) pipeline_stages = estimate_pipeline_stages(in);
@@ -184,8 +189,8 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
         if (r.model && i == 0) tp_fwd += tp_all_reduce;               // the vocabulary-parallel embedding
         if (r.model && i + 1 == n_layers) tp_bwd += tp_all_reduce;    // the head's input gradient
       }
-      if (part > 0) recv_f += p2p;
-      if (part < p * v - 1) recv_b += p2p;
+      if (part > 0) recv_f += receive((part - 1) % p, rank);
+      if (part < p * v - 1) recv_b += receive((part + 1) % p, rank);
     }
     StageFigures st;
     st.forward = fwd + tp_fwd + recv_f;
@@ -322,7 +327,8 @@ Plan plan_layouts(const PlanRequest& r) {
   if (r.global_batch < 1) throw Error("the plan needs the global batch (sequences a step): give --global-batch");
   const LayoutChoices& fx = r.fixed;
   const int64_t world = world_of(r), g = r.shape.gpus_per_node;
-  const int64_t layer_count = r.model ? static_cast<int64_t>(r.shape.layer_weights.size()) : 1;
+  // The embedding, the blocks, the final norm and the head: what a pipeline cuts.
+  const int64_t layer_count = r.model ? r.model->layers + 3 : 1;
   Plan plan;
   using pipeline::ScheduleKind;
   for (int64_t tp : divisors(g)) {
