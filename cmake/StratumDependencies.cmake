@@ -21,6 +21,7 @@ endif()
 string(REPLACE "\n" ";" _torch_info "${_torch_info}")
 list(GET _torch_info 0 STRATUM_TORCH_PREFIX)
 list(GET _torch_info 1 STRATUM_TORCH_VERSION)
+string(REGEX REPLACE "[+].*" "" STRATUM_TORCH_VERSION_NUMBER "${STRATUM_TORCH_VERSION}")  # 2.13.0 of 2.13.0+cpu
 list(LENGTH _torch_info _n)
 set(STRATUM_TORCH_CUDA "")
 if(_n GREATER 2)

@@ -27,8 +27,12 @@ int env_int(const char* name, int fallback) {
 }  // namespace
 
 DistContext init(const InitOptions& options) {
-  int initialized = 0;
+  int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized)
+    throw Error("distributed::init: MPI was finalized already (by finalize(), or when the last communicator of an "
+                "earlier DistContext went away) and cannot start again; keep one DistContext for the whole program");
   if (!initialized) {
     int provided = 0;
     // MULTIPLE lets later layers (offload, async checkpoints) call MPI from helper threads.

@@ -36,10 +36,13 @@ struct InitOptions {
 // Initializes MPI (and NCCL), checks RANK/WORLD_SIZE against MPI when a launcher
 // set them, sets the log prefix to the rank. Throws stratum::Error on mismatch.
 DistContext init(const InitOptions& options = InitOptions());
-// MPI_Finalize, once; safe to call twice. Call it after every CUDA tensor,
-// engine and communicator is gone: Open MPI's CUDA support releases the CUDA
-// context in MPI_Finalize, and memory freed after that fails ("context is
-// destroyed").
+// MPI_Finalize, once; safe to call twice. Not needed: MPI finalizes itself when
+// the last communicator (the context's, the engine's) is destroyed
+// (mpi_session.h). Called by hand, call it after every CUDA tensor, engine and
+// communicator is gone: Open MPI's CUDA support releases the CUDA context in
+// MPI_Finalize, and memory freed after that fails ("context is destroyed").
+// Either way, make the DistContext before the model and the engine so that it
+// is destroyed after them.
 void finalize();
 
 // Ranks on this node as the launcher says (LOCAL_WORLD_SIZE from stratum-run,

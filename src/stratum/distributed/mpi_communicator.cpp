@@ -11,6 +11,7 @@
 
 #include "stratum/core/heartbeat.h"
 #include "stratum/distributed/init.h"
+#include "stratum/distributed/mpi_session.h"
 
 namespace stratum::distributed {
 namespace {
@@ -131,7 +132,10 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::world(const CommOptions& optio
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned, std::vector<int64_t> global_ranks, std::string name,
                                  CommOptions options)
-    : Communicator(0, std::move(global_ranks), std::move(name), options), comm_(comm), owned_(owned) {
+    : Communicator(0, std::move(global_ranks), std::move(name), options),
+      session_(mpi_session()),
+      comm_(comm),
+      owned_(owned) {
   MPI_Comm_rank(comm_, &rank_);
   // Errors come back as codes that we turn into messages, instead of MPI aborting silently.
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);

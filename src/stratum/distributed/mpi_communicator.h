@@ -31,6 +31,7 @@ class MpiCommunicator : public Communicator {
                   CommOptions options);
   void check_cpu(CommOp op, const at::Tensor& t) const;
 
+  std::shared_ptr<void> session_;  // MPI stays up while this communicator lives (mpi_session.h)
   MPI_Comm comm_;
   bool owned_;  // MPI_Comm_free on destruction (not for MPI_COMM_WORLD)
   uint64_t seq_ = 0;

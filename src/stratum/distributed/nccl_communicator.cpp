@@ -1,4 +1,5 @@
 #include "stratum/distributed/nccl_communicator.h"
+#include "stratum/distributed/mpi_session.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -284,7 +285,9 @@ double take_exposed_comm_seconds() {
 
 NcclCommunicator::NcclCommunicator(std::shared_ptr<State> state, int rank, std::vector<int64_t> global_ranks,
                                    std::string name, CommOptions options)
-    : Communicator(rank, std::move(global_ranks), std::move(name), options), state_(std::move(state)) {}
+    : Communicator(rank, std::move(global_ranks), std::move(name), options),
+      session_(mpi_session()),
+      state_(std::move(state)) {}
 
 NcclCommunicator::~NcclCommunicator() = default;
 

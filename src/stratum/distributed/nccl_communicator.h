@@ -49,6 +49,7 @@ class NcclCommunicator : public Communicator {
  private:
   NcclCommunicator(std::shared_ptr<State> state, int rank, std::vector<int64_t> global_ranks, std::string name,
                    CommOptions options);
+  std::shared_ptr<void> session_;  // declared first: MPI outlives the NCCL communicator (mpi_session.h)
   std::shared_ptr<State> state_;
   uint64_t seq_ = 0;
 };
