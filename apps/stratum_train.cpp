@@ -281,9 +281,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   const bool stage3 = config.zero_optimization.stage == 3;
   const at::ScalarType default_dtype = at::typeMetaToScalarType(at::get_default_dtype());
   if (stage3) at::set_default_dtype(c10::scalarTypeToTypeMeta(engine_detail::training_dtype(config)));
-  const c10::Device init_device = stage3 && ctx.gpu_world
-                                      ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
-                                      : c10::Device(c10::kCPU);
+  const c10::Device init_device = stage3 ? ctx.device() : c10::Device(c10::kCPU);
   // tensor_parallel.autotp_size: each rank builds its shards (the whole model
   // is drawn on every rank first, so TP = t starts from TP = 1's weights).
   nn::tp::TensorParallel tp;
@@ -305,8 +303,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
 #endif
   const auto& batch = engine.core().batch();
   const auto& dp = engine.core().dp();
-  const c10::Device device = ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
-                                           : c10::Device(c10::kCPU);
+  const c10::Device device = ctx.device();
   const int64_t seq = mcfg.max_seq_len;
 
   data::TokenFile file = open_training_data(o, ctx, tokenizer, mcfg);

@@ -19,7 +19,7 @@ cmake --install build-device --prefix "$work/prefix" > "$work/install.log" 2>&1 
 for ex in train_module train_layer_stack; do
   cmake -S "examples/$ex" -B "$work/$ex" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/$ex.log" 2>&1 &&
     cmake --build "$work/$ex" >> "$work/$ex.log" 2>&1 || { tail -30 "$work/$ex.log"; continue; }
-  mpirun --oversubscribe --bind-to none -np 1 "$work/$ex/$ex" 40 2>&1 | tail -4
+  mpirun --oversubscribe --bind-to none -np 1 "$work/$ex/$ex" 40 2>&1 | grep -v -e "^---" -e "^$" | tail -8
   echo "$ex exit status: ${PIPESTATUS[0]}"
 done
 echo "=== data-parallel engine on CUDA, tensor-parallel layers on NCCL ==="

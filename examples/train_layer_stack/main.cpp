@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     for (int micro = 0; micro < 2; ++micro) {  // gradient_accumulation_steps
       const torch::Tensor x = torch::randn({16, 16});
       const torch::Tensor y = (x.narrow(1, 0, 8) * x.narrow(1, 8, 8)).sum(1, true);
-      torch::Tensor loss = torch::mse_loss(engine.forward(x), y);
+      torch::Tensor loss = torch::mse_loss(engine.forward(x.to(ctx.device())), y.to(ctx.device()));
       engine.backward(loss);
       engine.step();  // updates at the accumulation boundary
       step_loss += loss.item<double>() / 2;

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   for (int step = 1; step <= steps; ++step) {
     const torch::Tensor x = torch::randn({32, 8});
     const torch::Tensor y = torch::sin(x).mm(w);
-    torch::Tensor loss = engine.forward(x, y);
+    torch::Tensor loss = engine.forward(x.to(ctx.device()), y.to(ctx.device()));  // the rank's GPU, or the CPU
     engine.backward(loss);
     engine.step();
     const double value = loss.item<double>();

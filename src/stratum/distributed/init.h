@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include <c10/core/Device.h>
+
 #include "stratum/distributed/communicator.h"
 
 namespace stratum::distributed {
@@ -25,6 +27,11 @@ struct DistContext {
   std::shared_ptr<Communicator> gpu_world;  // NCCL, when CUDA is available (else null)
   // The communicator for tensors on the training device.
   const std::shared_ptr<Communicator>& device_world() const { return gpu_world ? gpu_world : cpu_world; }
+  // The training device: this rank's GPU when NCCL is up, else the CPU (where
+  // stratum::initialize puts the model; inputs go there too).
+  c10::Device device() const {
+    return gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device)) : c10::Device(c10::kCPU);
+  }
 };
 
 struct InitOptions {

@@ -146,8 +146,7 @@ Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, std
 // data-parallel group is the world / t ranks of this rank's TP index.
 template <class Model>
 Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, const distributed::DistContext& ctx) {
-  const c10::Device device = ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
-                                           : c10::Device(c10::kCPU);
+  const c10::Device device = ctx.device();
   if (config.tensor_parallel.size > 1 || engine_detail::tensor_parallel_size(*model) > 1) {
     engine_detail::TensorParallelEngineGroups g = engine_detail::tensor_parallel_engine_groups(config, *model, ctx);
     return engine_detail::initialize_core(config, std::move(model),

@@ -127,8 +127,7 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
     : config_(config),
       model_(std::move(model)),
       loss_(std::move(loss)),
-      device_(ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
-                            : c10::Device(c10::kCPU)) {
+      device_(ctx.device()) {
   if (!model_) throw Error("stratum::initialize_pipeline: no model");
   const auto& world = ctx.device_world();
   check_pipeline_config(config_, world->size());
