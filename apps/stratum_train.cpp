@@ -1,7 +1,9 @@
 // stratum-train: trains a built-in GPT-2 / LLaMA model on a text or token file
-// with the engine, under stratum-run (or mpirun, or alone).
+// with the engine, under stratum-run (or mpirun, or alone); or fine-tunes one
+// from a Hugging Face model directory (--init-from).
 //
 //   stratum-run --num_gpus 2 stratum-train --config ds_config.json --model gpt2-124m --data corpus.txt
+//   stratum-run --num_gpus 8 stratum-train --config ds_config.json --init-from ./Llama-3.2-1B --data corpus.txt
 //
 // Shows a progress line (terminal) or plain lines (logs), writes metrics
 // (csv_monitor or --log-dir), evaluates on held-out data, saves checkpoints that
@@ -37,6 +39,7 @@
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/generate.h"
 #include "stratum/models/hf_config.h"
+#include "stratum/models/hf_state_dict.h"
 #include "stratum/models/model_config.h"
 #include "stratum/models/tensor_parallel_plan.h"
 #include "stratum/monitor/metrics_log.h"
@@ -52,6 +55,7 @@ namespace {
 
 struct Options {
   std::string config_path, model = "gpt2-tiny-bytes", data = "default", cache_dir = ".stratum-cache";
+  std::string init_from;  // a Hugging Face model directory: its shape and weights instead of a preset's
   std::vector<std::string> overrides;
   int64_t steps = 300, eval_every = 100, eval_batches = 4, save_every = 0, print_every = 0;
   std::string save_dir, log_dir, resume_tag;
@@ -110,7 +114,7 @@ data::TokenFile open_training_data(const Options& o, const distributed::DistCont
                                    const models::ModelConfig& mcfg) {
   data::TokenFile file = open_dataset(o, ctx, tokenizer);
   if (file.vocab_size() > mcfg.vocab_size)
-    throw Error(file.path() + ": token ids reach " + std::to_string(file.vocab_size()) + " but model " + o.model +
+    throw Error(file.path() + ": token ids reach " + std::to_string(file.vocab_size()) + " but model " + mcfg.name +
                 " has a vocabulary of " + std::to_string(mcfg.vocab_size));
   file.require_sequence(mcfg.max_seq_len);
   return file;
@@ -119,7 +123,8 @@ data::TokenFile open_training_data(const Options& o, const distributed::DistCont
 // What a checkpoint keeps beside the training state: the data position, the model, the tokenizer.
 json client_state(const data::DistributedSampler& sampler, const models::ModelConfig& mcfg, const Options& o,
                   const data::Tokenizer& tokenizer) {
-  return {{"data", sampler.state()}, {"model", models::hf_config_json(mcfg)}, {"model_preset", o.model},
+  return {{"data", sampler.state()}, {"model", models::hf_config_json(mcfg)},
+          {"model_preset", o.init_from.empty() ? o.model : mcfg.name},
           {"tokenizer", tokenizer.name()}};
 }
 
@@ -249,9 +254,16 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     config_read.emplace(Config::from_file(o.config_path));
     std::vector<std::pair<std::string, std::string>> overrides;
     for (const auto& s : o.overrides) overrides.push_back(models::parse_override(s));
-    mcfg = models::make_model_config(o.model, overrides);
+    if (o.init_from.empty()) {
+      mcfg = models::make_model_config(o.model, overrides);
+    } else {
+      mcfg = models::read_hf_model_config(o.init_from);
+      for (const auto& [key, value] : overrides) models::apply_override(mcfg, key, value);
+      models::validate(mcfg);
+    }
     if (mcfg.vocab_size < tokenizer.vocab_size())
-      throw Error("--model " + o.model + ": vocabulary " + std::to_string(mcfg.vocab_size) + " is smaller than the " +
+      throw Error((o.init_from.empty() ? "--model " + o.model : "--init-from " + o.init_from) + ": vocabulary " +
+                  std::to_string(mcfg.vocab_size) + " is smaller than the " +
                   tokenizer.name() + " tokenizer's " + std::to_string(tokenizer.vocab_size()));
     resume = resume_point(o);
   });
@@ -291,6 +303,17 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   });
   auto model = models::build_model(mcfg, init_device, tp);
   at::set_default_dtype(c10::scalarTypeToTypeMeta(default_dtype));
+  // --init-from: the Hugging Face weights replace the drawn ones (a tensor-
+  // parallel rank keeps its slices), unless a checkpoint is resumed.
+  if (!o.init_from.empty() && resume.kind != ResumePoint::Kind::resume) {
+    size_t tensors = 0;
+    distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "loading --init-from " + o.init_from, [&] {
+      const auto weights = models::read_hf_checkpoint(o.init_from);
+      tensors = weights.size();
+      models::load_hf_state_dict(*model, weights, o.init_from);
+    });
+    if (lead) log::info("initialized from " + o.init_from + " (" + std::to_string(tensors) + " tensors)");
+  }
   if (config.pipeline.stages > 1) return train_pipelined(o, ctx, config, mcfg, std::move(model), tokenizer, resume);
   auto engine = initialize(config, model, ctx);
 #ifdef STRATUM_WITH_CUDA
@@ -422,6 +445,10 @@ int main(int argc, char** argv) {
     for (const auto& n : models::preset_names()) s += (s.empty() ? "" : ", ") + n;
     return s;
   }());
+  app.add_option("--init-from", o.init_from,
+                 "a Hugging Face model directory (config.json, model.safetensors or its shards with "
+                 "model.safetensors.index.json): fine-tune from its weights (GPT-2, LLaMA)")
+      ->excludes("--model");
   app.add_option("--set", o.overrides, "override a model dimension, e.g. --set layers=6 (repeatable)");
   app.add_option("--data", o.data, "a token file, a .txt file, a directory of .txt files, or 'default'");
   app.add_option("--cache-dir", o.cache_dir, "where tokenized text and the default corpus are kept");

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "stratum/config/json_source.h"
 #include "stratum/core/error.h"
 
 namespace stratum::models {
@@ -163,6 +164,19 @@ ModelConfig model_config_from_hf(const Json& j, const std::string& name) {
   c.init_std = get_or<double>(j, "initializer_range", 0.02);
   validate(c);
   return c;
+}
+
+ModelConfig read_hf_model_config(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  const Json j = config::read_json_file(path);
+  std::string name = dir;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  if (const size_t slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
+  try {
+    return model_config_from_hf(j, name);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
 }
 
 }  // namespace stratum::models

@@ -18,4 +18,8 @@ nlohmann::json hf_config_json(const ModelConfig& config, const std::string& torc
 // represent (biases in LLaMA attention, rope scaling, other activations).
 ModelConfig model_config_from_hf(const nlohmann::json& hf_config, const std::string& name = "hf");
 
+// A Hugging Face model directory's config.json as a ModelConfig named after
+// the directory; errors name the file.
+ModelConfig read_hf_model_config(const std::string& dir);
+
 }  // namespace stratum::models
