@@ -6,8 +6,10 @@
 //   stratum-run --num_gpus 8 stratum-train --config ds_config.json --init-from ./Llama-3.2-1B --data corpus.txt
 //
 // Shows a progress line (terminal) or plain lines (logs), writes metrics
-// (csv_monitor or --log-dir), evaluates on held-out data, saves checkpoints that
-// --resume continues exactly, and prints a sample of generated text at the end.
+// (csv_monitor or --log-dir; TensorBoard events with the tensorboard section;
+// summary.json and loss_curve.svg at the end), evaluates on held-out data,
+// saves checkpoints that --resume continues exactly, and prints a sample of
+// generated text at the end.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -42,7 +44,7 @@
 #include "stratum/models/hf_state_dict.h"
 #include "stratum/models/model_config.h"
 #include "stratum/models/tensor_parallel_plan.h"
-#include "stratum/monitor/metrics_log.h"
+#include "stratum/monitor/run_records.h"
 #include "stratum/monitor/progress.h"
 #ifdef STRATUM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -172,6 +174,21 @@ ResumePoint resume_point(const Options& o) {
   return resolve_resume(o.save_dir, o.resume_tag);
 }
 
+// What summary.json says of the run besides its figures: the model and the layout.
+json run_about(const models::ModelConfig& mcfg, const Config& config, const distributed::DistContext& ctx,
+               const config::BatchSizes& batch, int64_t seq) {
+  return {{"model", mcfg.name},
+          {"parameters", models::parameter_count(mcfg)},
+          {"ranks", ctx.world_size},
+          {"pipeline_stages", config.pipeline.stages},
+          {"tensor_parallel", std::max<int64_t>(1, config.tensor_parallel.size)},
+          {"zero_stage", config.zero_optimization.stage},
+          {"dtype", config::dtype_name(config.precision())},
+          {"train_batch_size", batch.train_batch_size},
+          {"sequence_length", seq},
+          {"device", ctx.gpu_world ? "cuda" : "cpu"}};
+}
+
 // pipeline.stages > 1: the model split over stages, one train_batch a step.
 // The progress line comes from the last stage's first data-parallel (and tensor-parallel) rank,
 // which has the loss first, with the share of the step it waited (the bubble).
@@ -215,6 +232,8 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
               config::pipeline_schedule_name(config.pipeline.schedule) + " | ZeRO " +
               std::to_string(config.zero_optimization.stage) + " | " + c10::toString(engine->core().model_dtype()));
   if (lead && o.eval_every > 0) log::info("evaluation is not available under a pipeline yet; training only");
+  monitor::RunRecords records(config, o.log_dir, batch.train_batch_size, lead);
+  const auto started = std::chrono::steady_clock::now();
   while (engine->global_steps() < o.steps) {
     const auto t0 = std::chrono::steady_clock::now();
     const double loss = engine->train_batch([&] {
@@ -234,10 +253,13 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
     m.skipped = engine->last_step_skipped();
     m.bubble = engine->last_timing().bubble();
     if (lead) progress.update(m);
+    records.step(m, engine->core().last_grad_norm(), std::nullopt);
     if (!o.save_dir.empty() && o.save_every > 0 && m.step % o.save_every == 0 && m.step < o.steps) save();
   }
   if (!o.save_dir.empty()) save();
   if (lead) progress.finish();
+  records.finish(run_about(mcfg, config, ctx, batch, seq), mcfg.name + ", " + std::to_string(ctx.world_size) + " ranks",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   if (lead && o.sample_tokens > 0) log::info("no sample: the model is split over pipeline stages");
   return 0;
 }
@@ -347,14 +369,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   monitor::ProgressReporter progress(print_every);
   // wall_clock_breakdown's timer lines and the flops profile (rank 0) as lines that stay above the progress line.
   if (lead) engine.core().set_report_sink([&progress](const std::string& text) { progress.note(text); });
-  std::unique_ptr<monitor::MetricsLog> metrics;
-  std::string metrics_dir = o.log_dir;
-  if (metrics_dir.empty() && config.monitor.csv_monitor.enabled)
-    metrics_dir = config.monitor.csv_monitor.output_path + "/" + config.monitor.csv_monitor.job_name;
-  if (lead && !metrics_dir.empty())
-    metrics = std::make_unique<monitor::MetricsLog>(
-        metrics_dir, std::vector<std::string>{"step", "loss", "eval_loss", "lr", "loss_scale", "tokens_per_s", "mfu",
-                                              "memory_gib", "grad_norm", "skipped"});
+  monitor::RunRecords records(config, o.log_dir, batch.train_batch_size, lead);
   const double flops_per_token =
       6.0 * models::parameter_count(mcfg) + 12.0 * mcfg.layers * mcfg.hidden * static_cast<double>(seq);
   const int64_t tokens_per_step = batch.train_batch_size * seq;
@@ -378,6 +393,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   };
 
   double last_eval = NAN;
+  const auto started = std::chrono::steady_clock::now();
   while (engine.global_steps() < o.steps) {
     const auto t0 = std::chrono::steady_clock::now();
     at::Tensor step_loss = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
@@ -406,19 +422,14 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     if (lead) {
       progress.update(m);
       if (do_eval) progress.note("step " + std::to_string(m.step) + ": eval loss " + std::to_string(last_eval));
-      if (metrics) {
-        std::map<std::string, double> row = {{"step", double(m.step)}, {"loss", loss}, {"lr", m.lr},
-                                             {"loss_scale", m.loss_scale}, {"tokens_per_s", m.tokens_per_second},
-                                             {"mfu", m.mfu}, {"memory_gib", m.memory_gib},
-                                             {"grad_norm", engine.core().last_grad_norm()}, {"skipped", double(m.skipped)}};
-        if (do_eval) row["eval_loss"] = last_eval;
-        metrics->write(row);
-      }
     }
+    records.step(m, engine.core().last_grad_norm(), do_eval ? std::optional<double>(last_eval) : std::nullopt);
     if (!o.save_dir.empty() && o.save_every > 0 && m.step % o.save_every == 0 && m.step < o.steps) save();
   }
   if (!o.save_dir.empty()) save();
   if (lead) progress.finish();
+  records.finish(run_about(mcfg, config, ctx, batch, seq), mcfg.name + ", " + std::to_string(ctx.world_size) + " ranks",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 
   // Every rank generates (the same tokens: same seed): at ZeRO-3 each forward gathers collectively.
   if (o.sample_tokens > 0) {

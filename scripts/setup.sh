@@ -50,4 +50,10 @@ else
   python="$PWD/.venv/bin/python"
 fi
 torch_ok "$python" || { log "$python cannot import torch >= 2.11"; exit 1; }
+# TensorBoard's own reader, for the test that reads stratum-train's event files
+# back (it skips, saying so, where the package cannot be installed).
+if ! "$python" -c 'import tensorboard' 2>/dev/null; then
+  log "installing tensorboard (the event-file reader test)"
+  "$python" -m pip install -q --disable-pip-version-check tensorboard >&2 || log "tensorboard not installed: that test will skip"
+fi
 echo "$python"

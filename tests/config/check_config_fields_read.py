@@ -23,7 +23,6 @@ READ_IN_CONFIG = {
     "source": "names the file in every message",
     "notes": "printed by stratum-config and stratum-train",
     "bf16": "Config::precision() (config.cpp) picks the training dtype from it",
-    "tensorboard": "refused by name when enabled (parse_diagnostics.cpp): event files are not written yet",
 }
 
 STRUCT = re.compile(r"^struct (\w+) \{$")

@@ -33,20 +33,12 @@ void parse_writer(KeyReader& root, const std::string& key, MonitorWriterConfig& 
   r.finish();
 }
 
-// TensorBoard event files are not written yet: refused by name when on, never accepted and ignored.
-void parse_tensorboard(KeyReader& root, MonitorWriterConfig& w) {
-  parse_writer(root, "tensorboard", w);
-  if (w.enabled)
-    root.diagnostics().error("tensorboard.enabled",
-                             "TensorBoard event files are not supported by Stratum yet; use \"csv_monitor\" (or "
-                             "stratum-train --log-dir) for metrics.csv / metrics.jsonl, or switch it off");
-}
 
 }  // namespace
 
 void parse_diagnostics(KeyReader& root, Config& config) {
   parse_comms_logger(root, config);
-  parse_tensorboard(root, config.monitor.tensorboard);
+  parse_writer(root, "tensorboard", config.monitor.tensorboard);
   parse_writer(root, "csv_monitor", config.monitor.csv_monitor);
   config.steps_per_print = root.get_opt_int("steps_per_print", 1);
   config.wall_clock_breakdown = root.get_bool("wall_clock_breakdown", false);
