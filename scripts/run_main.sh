@@ -2,7 +2,8 @@
 # The main job (`make run`): trains the default small model (gpt2-tiny-bytes,
 # byte-level) on the default corpus with every local device: all GPUs (bf16,
 # ZeRO-2) when there are any, else 2 CPU ranks (fp32, ZeRO-1). Progress on the
-# terminal, metrics in runs/default/, checkpoints in runs/default/checkpoints,
+# terminal, metrics (and summary.json, loss_curve.svg) in runs/default/,
+# checkpoints in runs/default/checkpoints,
 # a sample of generated text at the end. Extra arguments go to stratum-train.
 set -euo pipefail
 cd "$(dirname "$0")/.."
