@@ -78,7 +78,7 @@ TEST(ModelConfig, PublishedParameterCounts) {
 }
 
 TEST(ModelConfig, EveryPresetValidatesAndCountsLikeItsTensors) {
-  ASSERT_EQ(preset_names().size(), 10u);
+  ASSERT_EQ(preset_names().size(), 11u);
   for (const auto& name : preset_names()) {
     SCOPED_TRACE(name);
     const ModelConfig c = preset(name);
