@@ -40,9 +40,10 @@ int main(int argc, char** argv) {
   int rc = RUN_ALL_TESTS();
   // Every rank must agree on success, or mpirun would report only the first.
   int failed = rc != 0, any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  // The last communicators: MPI finalizes as they go (distributed/mpi_session.h).
   ctx.cpu_world.reset();
   ctx.gpu_world.reset();
-  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   stratum::distributed::finalize();
   return any_failed ? 1 : 0;
 }
