@@ -146,16 +146,24 @@ void restore_data_position(const json& client, data::DistributedSampler& sampler
 struct Evaluator {
   std::vector<int64_t> offsets;  // this rank's eval windows
   int64_t seq_len;
+  // Every rank runs as many forwards as the rank with the most windows (ZeRO-3's
+  // forwards gather collectively): a rank out of windows runs `spare` unweighted.
+  int64_t per_rank = 0;
+  int64_t spare = 0;
   double run(Engine<models::CausalLMImpl>& engine, const data::TokenFile& file, int64_t micro, c10::Device device,
              const std::shared_ptr<distributed::Communicator>& dp) {
     c10::AutoGradMode no_grad(false);
     engine.module().eval();
     double sum = 0;
     int64_t count = 0;
-    for (size_t i = 0; i < offsets.size(); i += micro) {
-      std::vector<int64_t> chunk(offsets.begin() + i, offsets.begin() + std::min(offsets.size(), i + micro));
+    for (size_t i = 0; i < static_cast<size_t>(per_rank); i += micro) {
+      std::vector<int64_t> chunk(offsets.begin() + std::min(offsets.size(), i),
+                                 offsets.begin() + std::min(offsets.size(), i + micro));
+      const bool padding = chunk.empty();
+      if (padding) chunk = {spare};
       data::Batch b = data::make_batch(file, chunk, seq_len);
       at::Tensor loss = engine.forward(b.tokens.to(device), b.targets.to(device));
+      if (padding) continue;
       sum += loss.item<double>() * chunk.size();
       count += chunk.size();
     }
@@ -357,6 +365,8 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   Evaluator eval{{}, seq};
   const int64_t eval_windows = std::min<int64_t>(split.eval.num_windows(seq), o.eval_batches * batch.micro_batch_per_gpu * dp->size());
   for (int64_t w = dp->rank(); w < eval_windows; w += dp->size()) eval.offsets.push_back(split.eval.begin + w * seq);
+  eval.per_rank = (eval_windows + dp->size() - 1) / dp->size();
+  eval.spare = split.eval.begin;
 
   if (resume.kind == ResumePoint::Kind::resume) {
     restore_data_position(load_checkpoint(engine.core(), o.save_dir, resume.tag), sampler, o, resume, ctx);
@@ -417,7 +427,8 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     m.mfu = ctx.gpu_world ? m.tokens_per_second / ctx.world_size * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
     std::tie(m.memory_gib, m.memory_rank) = largest_memory(ctx);
     m.skipped = engine.last_step_skipped();
-    const bool do_eval = o.eval_every > 0 && (m.step % o.eval_every == 0 || m.step == o.steps) && !eval.offsets.empty();
+    // Decided on every rank alike (a rank may hold no eval window when there are fewer than ranks).
+    const bool do_eval = o.eval_every > 0 && (m.step % o.eval_every == 0 || m.step == o.steps) && eval_windows > 0;
     if (do_eval) last_eval = eval.run(engine, file, batch.micro_batch_per_gpu, device, dp);
     if (lead) {
       progress.update(m);
@@ -432,7 +443,11 @@ int train(const Options& o, const distributed::DistContext& ctx) {
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 
   // Every rank generates (the same tokens: same seed): at ZeRO-3 each forward gathers collectively.
-  if (o.sample_tokens > 0) {
+  // Pretokenized data (llm.c, Megatron) came with a tokenizer this program does not load: no text to show.
+  if (o.sample_tokens > 0 && file.tokenizer_name() != tokenizer.name()) {
+    if (lead)
+      log::info("no sample: the data was tokenized by '" + file.tokenizer_name() + "', which stratum-train cannot decode");
+  } else if (o.sample_tokens > 0) {
     std::vector<int64_t> prompt;
     for (int32_t id : tokenizer.encode(o.prompt)) prompt.push_back(id);
     auto out = models::generate(*model, prompt, o.sample_tokens, o.temperature, o.top_k, o.seed);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -146,6 +147,24 @@ TEST_F(TrainCli, InitFromHuggingFaceDirectoryRoundTripsAndTrains) {
   r = run(init_from(fixture, "d", 1, 0.0) + " --model tiny-llama");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--model excludes --init-from"), std::string::npos) << r.output;
+}
+
+// Data other tools wrote: a Megatron indexed dataset (preprocess_data.py's
+// PREFIX.bin + PREFIX.idx) trains on 2 ranks at ZeRO-3; its held-out part is
+// one window, so one rank has none to evaluate: every rank still runs the
+// same forwards (ZeRO-3 gathers collectively) and the eval loss is reported.
+// The data's tokenizer is not this program's: no sample, said so.
+TEST_F(TrainCli, TrainsOnAMegatronDatasetWithFewerEvalWindowsThanRanks) {
+  ASSERT_EQ(std::system(("python3 " + std::string(STRATUM_SOURCE_DIR) + "/tests/data/write_foreign_token_files.py " +
+                         dir_ + "/foreign").c_str()),
+            0);
+  Result r = run(kBin + "/stratum-run --num_procs 2 " + kBin + "/stratum-train --config " + STRATUM_SOURCE_DIR +
+                 "/configs/zero3_offload.json --model tiny-gpt2 --set vocab_size=1000 --data " + dir_ +
+                 "/foreign/megatron_text_document --cache-dir " + dir_ + "/cache --steps 4 --eval-every 2 --print-every 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("megatron.strtok (487 tokens, 6 train / 1 eval sequences)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step 4: eval loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no sample: the data was tokenized by 'megatron'"), std::string::npos) << r.output;
 }
 
 // The two DeepSpeed diagnostics in stratum-train's output: the flops profile

@@ -1,4 +1,5 @@
 #include "stratum/data/dataset.h"
+#include "stratum/data/foreign_token_files.h"
 
 #include <sys/stat.h>
 
@@ -143,12 +144,15 @@ std::string text_cache_path(const std::string& data_path, const Tokenizer& token
 
 std::string prepare_token_file(const std::string& data_path, const Tokenizer& tokenizer,
                                const DatasetOptions& options) {
+  if (detect_foreign_token_format(data_path) != ForeignTokenFormat::none)  // llm.c shards, Megatron datasets
+    return convert_foreign_token_file(data_path, options.cache_dir, options.may_write);
   if (!is_text_source(data_path)) return data_path;  // a token file; TokenFile checks it
   const std::string source = without_trailing_slashes(data_path);
   // Checks of the source run on every rank, so a bad --data fails everywhere
   // alike instead of leaving the other ranks waiting in the caller's barrier.
   if (!fs::exists(source))
-    throw Error(source + ": no such file (--data takes a Stratum token file, a .txt file or a directory of .txt files)");
+    throw Error(source + ": no such file (--data takes a Stratum token file, a .txt file, a directory of .txt files, "
+                         "an llm.c shard or a Megatron dataset's PREFIX of PREFIX.bin and PREFIX.idx)");
   const std::vector<std::string> files = text_files(source);
   if (total_bytes(files) == 0) throw Error(source + ": text is empty (0 bytes)");
   const std::string cache = text_cache_path(source, tokenizer, options.cache_dir);

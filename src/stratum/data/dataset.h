@@ -42,6 +42,8 @@ bool is_text_source(const std::string& data_path);
 // of the text's absolute path, so sources with the same name do not collide.
 std::string text_cache_path(const std::string& data_path, const Tokenizer& tokenizer, const std::string& cache_dir);
 
+// llm.c shards and Megatron datasets (foreign_token_files.h) are converted
+// into a cached token file the same way (rebuilt when the source is newer).
 // The token file to open for data_path (see above). Throws stratum::Error
 // naming the path when it is missing, a directory without .txt files, or text
 // that is empty (0 bytes), or when the cache cannot be written.
