@@ -25,6 +25,7 @@
 #include "stratum/core/fs.h"
 #include "stratum/core/log.h"
 #include "stratum/data/batch.h"
+#include "stratum/data/blend.h"
 #include "stratum/data/dataset.h"
 #include "stratum/data/default_corpus.h"
 #include "stratum/data/sampler.h"
@@ -56,7 +57,8 @@ using nlohmann::json;
 namespace {
 
 struct Options {
-  std::string config_path, model = "gpt2-tiny-bytes", data = "default", cache_dir = ".stratum-cache";
+  std::string config_path, model = "gpt2-tiny-bytes", cache_dir = ".stratum-cache";
+  std::vector<std::string> data = {"default"};  // one source, or Megatron's "W1 P1 W2 P2 ..." blend
   std::string init_from;  // a Hugging Face model directory: its shape and weights instead of a preset's
   std::vector<std::string> overrides;
   int64_t steps = 300, eval_every = 100, eval_batches = 4, save_every = 0, print_every = 0;
@@ -96,17 +98,26 @@ std::pair<double, std::optional<int>> largest_memory(const distributed::DistCont
 
 // The dataset on every rank: local rank 0 tokenizes (and writes the default
 // corpus) while the others wait, then everyone maps the same file.
-data::TokenFile open_dataset(const Options& o, const distributed::DistContext& ctx, const data::Tokenizer& tokenizer) {
-  std::string path = o.data;
+data::TokenFile open_dataset(const Options& o, const distributed::DistContext& ctx, const data::Tokenizer& tokenizer,
+                             int64_t seq) {
+  std::vector<data::BlendSource> sources;
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "reading --data", [&] { sources = data::parse_blend(o.data); });
+  auto source_path = [&](const std::string& p) { return p == "default" ? o.cache_dir + "/default_corpus.txt" : p; };
   distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "data preparation", [&] {
     if (ctx.local_rank != 0) return;
-    if (path == "default") path = data::write_default_corpus(o.cache_dir);
-    data::prepare_token_file(path, tokenizer, {o.cache_dir, /*may_write=*/true});
+    std::vector<data::BlendSource> files;
+    for (const auto& s : sources) {
+      if (s.path == "default") data::write_default_corpus(o.cache_dir);
+      files.push_back({s.weight, data::prepare_token_file(source_path(s.path), tokenizer, {o.cache_dir, true})});
+    }
+    data::blend_token_files(files, seq, o.cache_dir, /*may_write=*/true);
   });
-  if (path == "default") path = o.cache_dir + "/default_corpus.txt";
   std::optional<data::TokenFile> file;
   distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "opening the data", [&] {
-    file.emplace(data::prepare_token_file(path, tokenizer, {o.cache_dir, /*may_write=*/false}));
+    std::vector<data::BlendSource> files;
+    for (const auto& s : sources)
+      files.push_back({s.weight, data::prepare_token_file(source_path(s.path), tokenizer, {o.cache_dir, false})});
+    file.emplace(data::blend_token_files(files, seq, o.cache_dir, /*may_write=*/false));
   });
   return std::move(*file);
 }
@@ -114,7 +125,7 @@ data::TokenFile open_dataset(const Options& o, const distributed::DistContext& c
 // The data file, checked against the model: its token ids fit the vocabulary, a sequence fits in it.
 data::TokenFile open_training_data(const Options& o, const distributed::DistContext& ctx, const data::Tokenizer& tokenizer,
                                    const models::ModelConfig& mcfg) {
-  data::TokenFile file = open_dataset(o, ctx, tokenizer);
+  data::TokenFile file = open_dataset(o, ctx, tokenizer, mcfg.max_seq_len);
   if (file.vocab_size() > mcfg.vocab_size)
     throw Error(file.path() + ": token ids reach " + std::to_string(file.vocab_size()) + " but model " + mcfg.name +
                 " has a vocabulary of " + std::to_string(mcfg.vocab_size));
@@ -476,7 +487,10 @@ int main(int argc, char** argv) {
                  "model.safetensors.index.json): fine-tune from its weights (GPT-2, LLaMA)")
       ->excludes("--model");
   app.add_option("--set", o.overrides, "override a model dimension, e.g. --set layers=6 (repeatable)");
-  app.add_option("--data", o.data, "a token file, a .txt file, a directory of .txt files, or 'default'");
+  app.add_option("--data", o.data,
+                 "a token file, a .txt file, a directory of .txt files, an llm.c shard, a Megatron dataset PREFIX, or "
+                 "'default'; several as Megatron's weighted blend: --data 0.7 a 0.3 b")
+      ->expected(1, -1);
   app.add_option("--cache-dir", o.cache_dir, "where tokenized text and the default corpus are kept");
   app.add_option("--steps", o.steps, "optimizer steps to train to")->check(at_least(0));
   app.add_option("--eval-every", o.eval_every, "evaluate on held-out data every N steps (0: never)")->check(at_least(0));

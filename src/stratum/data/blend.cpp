@@ -1,0 +1,93 @@
+#include "stratum/data/blend.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "stratum/core/error.h"
+#include "stratum/core/fs.h"
+#include "stratum/data/token_file.h"
+
+namespace stratum::data {
+
+std::vector<BlendSource> parse_blend(const std::vector<std::string>& args) {
+  if (args.size() == 1) return {BlendSource{1.0, args[0]}};
+  if (args.empty() || args.size() % 2 != 0)
+    throw Error("--data: " + std::to_string(args.size()) +
+                " values; a blend is weight and path pairs (\"0.7 a 0.3 b\"), or one path");
+  std::vector<BlendSource> out;
+  std::set<std::string> seen;
+  double total = 0;
+  for (size_t i = 0; i < args.size(); i += 2) {
+    char* end = nullptr;
+    const double w = std::strtod(args[i].c_str(), &end);
+    if (end == args[i].c_str() || *end != '\0' || !std::isfinite(w) || w <= 0)
+      throw Error("--data: '" + args[i] + "' (value " + std::to_string(i + 1) + ") is not a positive weight; a blend is "
+                  "weight and path pairs (\"0.7 a 0.3 b\")");
+    if (!seen.insert(args[i + 1]).second) throw Error("--data: " + args[i + 1] + " is given twice");
+    out.push_back({w, args[i + 1]});
+    total += w;
+  }
+  for (auto& s : out) s.weight /= total;
+  return out;
+}
+
+std::string blend_token_files(const std::vector<BlendSource>& sources, int64_t window, const std::string& cache_dir,
+                              bool may_write) {
+  if (sources.size() == 1) return sources[0].path;
+  if (window < 1) throw Error("blend: window of " + std::to_string(window) + " tokens");
+  uint64_t h = 1469598103934665603ull;  // FNV-1a of what decides the blend
+  auto mix = [&](const std::string& s) {
+    for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  };
+  mix(std::to_string(window));
+  for (const auto& s : sources) {
+    char w[32];
+    std::snprintf(w, sizeof w, "%.17g", s.weight);
+    mix(w), mix(fs::absolute_path(s.path));
+    struct stat st {};  // a source rebuilt since makes another blend
+    if (::stat(s.path.c_str(), &st) == 0) mix(std::to_string(st.st_size) + ":" + std::to_string(st.st_mtime));
+  }
+  char name[64];
+  std::snprintf(name, sizeof name, "blend.%016llx.strtok", static_cast<unsigned long long>(h));
+  const std::string out = (cache_dir.empty() ? std::string(".") : cache_dir) + "/" + name;
+  if (!may_write || fs::exists(out)) return out;
+  std::vector<TokenFile> files;
+  for (const auto& s : sources) files.emplace_back(s.path);
+  int64_t windows = 0, vocab = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (files[i].tokenizer_name() != files[0].tokenizer_name())
+      throw Error("--data: " + sources[i].path + " was tokenized by '" + files[i].tokenizer_name() + "' but " +
+                  sources[0].path + " by '" + files[0].tokenizer_name() + "'; a blend needs one tokenizer");
+    if (files[i].size() < window)
+      throw Error("--data: " + sources[i].path + " holds " + std::to_string(files[i].size()) +
+                  " tokens, fewer than one window of " + std::to_string(window));
+    windows += files[i].size() / window;
+    vocab = std::max(vocab, files[i].vocab_size());
+  }
+  if (!cache_dir.empty()) fs::make_directories(cache_dir);
+  TokenFileWriter writer(out, files[0].tokenizer_name(), vocab);
+  std::vector<int64_t> taken(files.size(), 0), next(files.size(), 0);
+  std::vector<int64_t> buffer(static_cast<size_t>(window));
+  std::vector<int32_t> ids(static_cast<size_t>(window));
+  for (int64_t k = 0; k < windows; ++k) {
+    // The source furthest behind its share of the k + 1 windows so far.
+    size_t pick = 0;
+    double behind = -1e300;
+    for (size_t i = 0; i < files.size(); ++i) {
+      const double gap = sources[i].weight * static_cast<double>(k + 1) - static_cast<double>(taken[i]);
+      if (gap > behind) behind = gap, pick = i;
+    }
+    if ((next[pick] + 1) * window > files[pick].size()) next[pick] = 0;  // this source starts over
+    files[pick].read(next[pick] * window, window, buffer.data());
+    for (int64_t t = 0; t < window; ++t) ids[static_cast<size_t>(t)] = static_cast<int32_t>(buffer[static_cast<size_t>(t)]);
+    writer.append(ids);
+    ++next[pick], ++taken[pick];
+  }
+  writer.commit();
+  return out;
+}
+
+}  // namespace stratum::data
