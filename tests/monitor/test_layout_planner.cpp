@@ -4,12 +4,11 @@
 // the plan, bad layouts named by their numbers, and stratum-estimate --plan.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <fstream>
 #include <string>
 
+#include "../common/run_command.h"
 #include "stratum/core/error.h"
 #include "stratum/models/model_config.h"
 #include "stratum/monitor/layout_planner.h"
@@ -374,13 +373,9 @@ TEST(LayoutPlanner, ByteSizes) {
 
 namespace {
 std::string run_estimate(const std::string& flags, int& status) {
-  FILE* p = ::popen((std::string(STRATUM_BIN_DIR) + "/stratum-estimate " + flags + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  status = WEXITSTATUS(::pclose(p));
-  return out;
+  const auto r = stratum::test::run_command(std::string(STRATUM_BIN_DIR) + "/stratum-estimate " + flags);
+  status = r.status;
+  return r.output;
 }
 }  // namespace
 
