@@ -56,7 +56,9 @@ const std::vector<ModelConfig>& presets() {
     p.push_back(gpt2("tiny-gpt2", 256, 64, 64, 2, 4));
     p.push_back(llama("tiny-llama", 256, 64, 64, 2, 4, 2, 128, 10000, true));
     p.push_back(gpt2("gpt2-tiny-bytes", 256, 256, 128, 4, 4));
-    p.push_back(gpt2("gpt2-38m-bytes", 256, 256, 512, 12, 8));  // the main job on a GPU
+    ModelConfig main_job = gpt2("gpt2-38m-bytes", 256, 256, 512, 12, 8);  // the main job on a GPU:
+    main_job.dropout = 0.1;  // 38M parameters on a 237 KB corpus overfit without it
+    p.push_back(main_job);
     p.push_back(gpt2("gpt2-124m", 50257, 1024, 768, 12, 12));
     p.push_back(gpt2("gpt2-350m", 50257, 1024, 1024, 24, 16));
     p.push_back(gpt2("gpt2-1.3b", 50257, 2048, 2048, 24, 16));
