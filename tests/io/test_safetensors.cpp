@@ -242,3 +242,27 @@ TEST_F(Safetensors, LongTensorNamesAreShortenedInMessages) {
   expect_contains(msg, "... (100000 characters)': unknown dtype 'F8'");
   EXPECT_LT(msg.size(), 500u);
 }
+
+// The memory-mapped reader gives the same tensors as the reading one, with
+// the same header checks, and a tensor outlives the map it came from.
+TEST_F(Safetensors, MappedTensorsEqualReadOnesAndOutliveTheMap) {
+  const std::string p = dir_ + "/mapped.safetensors";
+  torch::manual_seed(3);
+  io::write_safetensors(p, {{"w", torch::randn({5, 7})}, {"b", torch::randn({7}).to(torch::kBFloat16)},
+                            {"i", torch::arange(11, torch::kLong)}, {"empty", torch::zeros({0, 3})}});
+  const auto read = io::read_safetensors(p);
+  at::Tensor kept;
+  {
+    const auto mapped = io::map_safetensors(p);
+    ASSERT_EQ(mapped.size(), read.size());
+    for (const auto& [name, t] : read) {
+      EXPECT_EQ(mapped.at(name).scalar_type(), t.scalar_type()) << name;
+      EXPECT_TRUE(mapped.at(name).equal(t)) << name;
+    }
+    kept = mapped.at("w");
+  }
+  EXPECT_TRUE(kept.equal(read.at("w")));  // the map stays while a tensor over it lives
+  const std::string bad = dir_ + "/truncated.safetensors";
+  std::ofstream(bad, std::ios::binary) << std::string("\x10\0\0\0\0\0\0\0{", 9);
+  EXPECT_THROW(io::map_safetensors(bad), Error);
+}

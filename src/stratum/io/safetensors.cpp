@@ -1,6 +1,7 @@
 #include "stratum/io/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -118,6 +119,29 @@ std::map<std::string, at::Tensor> read_tensors(const std::string& path, const st
 }
 
 }  // namespace
+
+std::map<std::string, at::Tensor> map_safetensors(const std::string& path) {
+  Fd f{open_for_reading(path)};
+  const SafetensorsHeader h = read_header(f.fd, path);
+  const uint64_t data_start = 8 + h.header_length, file_size = data_start + h.data_length;
+  std::map<std::string, at::Tensor> out;
+  if (h.data_length == 0) {
+    for (const auto& e : h.tensors) out.emplace(e.name, at::empty(e.shape, at::TensorOptions().dtype(e.scalar_type)));
+    return out;
+  }
+  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, f.fd, 0);
+  if (map == MAP_FAILED) throw Error(path + ": cannot map: " + std::strerror(errno));
+  // The mapping lives as long as any tensor over it.
+  auto mapping = std::shared_ptr<void>(map, [file_size](void* p) { ::munmap(p, file_size); });
+  for (const auto& e : h.tensors) {
+    char* data = static_cast<char*>(map) + data_start + e.begin;
+    auto* keep = new std::shared_ptr<void>(mapping);
+    out.emplace(e.name, at::from_blob(
+                            data, e.shape, [keep](void*) { delete keep; },
+                            at::TensorOptions().dtype(e.scalar_type)));
+  }
+  return out;
+}
 
 std::string safetensors_dtype(at::ScalarType type) {
   for (const auto& d : kDTypes)

@@ -47,6 +47,11 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 std::map<std::string, at::Tensor> read_safetensors(const std::string& path);
 // Only `names`; throws naming any name the file lacks.
 std::map<std::string, at::Tensor> read_safetensors(const std::string& path, const std::set<std::string>& names);
+// All tensors over a read-only memory map of the file (the same header
+// checks): nothing is read until a tensor's bytes are touched, and ranks on
+// one node share the page cache. The tensors must not be written; the map
+// lives while any of them does.
+std::map<std::string, at::Tensor> map_safetensors(const std::string& path);
 
 // Writes `tensors` (any device, any of the dtypes above; made contiguous on the
 // CPU one at a time). Names must be unique and must not be "__metadata__".

@@ -115,7 +115,7 @@ void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Ten
 
 std::map<std::string, at::Tensor> read_hf_checkpoint(const std::string& dir) {
   const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
-  if (fs::exists(single)) return io::read_safetensors(single);
+  if (fs::exists(single)) return io::map_safetensors(single);
   if (!fs::exists(index)) throw Error(dir + ": neither model.safetensors nor model.safetensors.index.json");
   nlohmann::json j;
   try {
@@ -133,7 +133,14 @@ std::map<std::string, at::Tensor> read_hf_checkpoint(const std::string& dir) {
     by_shard[shard].insert(item.key());
   }
   std::map<std::string, at::Tensor> out;
-  for (const auto& [shard, names] : by_shard) out.merge(io::read_safetensors(dir + "/" + shard, names));
+  for (const auto& [shard, names] : by_shard) {
+    auto tensors = io::map_safetensors(dir + "/" + shard);
+    for (const auto& n : names) {
+      auto it = tensors.find(n);
+      if (it == tensors.end()) throw Error(dir + "/" + shard + ": no tensor '" + n + "' in the file (" + index + " names it)");
+      out.emplace(n, it->second);
+    }
+  }
   return out;
 }
 

@@ -33,8 +33,10 @@ void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Ten
 
 // The tensors of a Hugging Face checkpoint directory: model.safetensors, or
 // the shards that model.safetensors.index.json's weight_map names (as the hub
-// stores large models). All in memory at once (CPU, file dtypes). Throws
-// stratum::Error naming the directory, index or shard at fault.
+// stores large models). Memory-mapped (CPU, file dtypes, read-only): a rank
+// reads only the bytes it copies (a tensor-parallel rank's row slices), and
+// the ranks of a node share the page cache. Throws stratum::Error naming the
+// directory, index or shard at fault.
 std::map<std::string, at::Tensor> read_hf_checkpoint(const std::string& dir);
 
 // True for GPT-2's Conv1D weights (stored transposed in HF files).
