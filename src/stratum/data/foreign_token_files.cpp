@@ -10,6 +10,7 @@
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
+#include "stratum/core/mapped_file.h"
 #include "stratum/data/token_file.h"
 
 namespace stratum::data {
@@ -19,21 +20,40 @@ constexpr int32_t kLlmcGpt2Magic = 20240520, kLlmcLlama3Magic = 20240801;
 constexpr int64_t kLlmcHeaderBytes = 256 * 4;
 constexpr char kMegatronMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open");
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 template <class T>
-T field(const std::string& bytes, size_t offset, const std::string& path, const char* what) {
-  if (offset + sizeof(T) > bytes.size())
-    throw Error(path + ": truncated at byte " + std::to_string(bytes.size()) + " (" + what + " at byte " +
+T field(const MappedFile& file, uint64_t offset, const std::string& path, const char* what) {
+  if (offset + sizeof(T) > file.size())
+    throw Error(path + ": truncated at byte " + std::to_string(file.size()) + " (" + what + " at byte " +
                 std::to_string(offset) + " needs " + std::to_string(sizeof(T)) + " bytes)");
   T v;
-  std::memcpy(&v, bytes.data() + offset, sizeof v);
+  std::memcpy(&v, file.data() + offset, sizeof v);
   return v;
 }
+
+// Streams ids into the token file a chunk at a time (sources can be far larger than memory).
+class ChunkedWriter {
+ public:
+  ChunkedWriter(const std::string& out, const std::string& tokenizer, int64_t vocab) : writer_(out, tokenizer, vocab) {
+    chunk_.reserve(kChunk);
+  }
+  void push(int64_t id) {
+    chunk_.push_back(static_cast<int32_t>(id));
+    if (chunk_.size() == kChunk) flush();
+  }
+  void commit() {
+    flush();
+    writer_.commit();
+  }
+
+ private:
+  static constexpr size_t kChunk = 1 << 20;
+  void flush() {
+    writer_.append(chunk_);
+    chunk_.clear();
+  }
+  TokenFileWriter writer_;
+  std::vector<int32_t> chunk_;
+};
 
 int64_t mtime(const std::string& path) {
   struct stat st {};
@@ -57,7 +77,7 @@ std::string cache_path(const std::string& source, const std::string& cache_dir, 
 }
 
 void convert_llmc(const std::string& path, const std::string& out) {
-  const std::string bytes = read_bytes(path);
+  const MappedFile bytes(path);
   const int32_t magic = field<int32_t>(bytes, 0, path, "the magic");
   const int32_t version = field<int32_t>(bytes, 4, path, "the version");
   const int64_t count = field<int32_t>(bytes, 8, path, "the token count");
@@ -73,21 +93,21 @@ void convert_llmc(const std::string& path, const std::string& out) {
     throw Error(path + ": byte 8: the header says " + std::to_string(count) + " tokens (" + std::to_string(want) +
                 " bytes with the header) but the file has " + std::to_string(bytes.size()) +
                 (static_cast<int64_t>(bytes.size()) < want ? " (truncated)" : ""));
-  std::vector<int32_t> ids(static_cast<size_t>(count));
+  ChunkedWriter writer(out, width == 2 ? "llmc-gpt2" : "llmc-llama3", vocab);
   for (int64_t i = 0; i < count; ++i) {
-    const size_t at = static_cast<size_t>(kLlmcHeaderBytes + i * width);
+    const uint64_t at = static_cast<uint64_t>(kLlmcHeaderBytes + i * width);
     const int64_t id = width == 2 ? field<uint16_t>(bytes, at, path, "a token") : field<uint32_t>(bytes, at, path, "a token");
     if (id >= vocab)
       throw Error(path + ": byte " + std::to_string(at) + ": token " + std::to_string(id) + " is outside the " +
                   std::to_string(vocab) + "-token vocabulary");
-    ids[static_cast<size_t>(i)] = static_cast<int32_t>(id);
+    writer.push(id);
   }
-  write_token_file(out, ids, width == 2 ? "llmc-gpt2" : "llmc-llama3", vocab);
+  writer.commit();
 }
 
 void convert_megatron(const std::string& prefix, const std::string& out) {
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-  const std::string idx = read_bytes(idx_path), bin = read_bytes(bin_path);
+  const MappedFile idx(idx_path), bin(bin_path);
   if (idx.size() < 9 || std::memcmp(idx.data(), kMegatronMagic, 9) != 0)
     throw Error(idx_path + ": byte 0: not a Megatron index (magic \"MMIDIDX\\0\\0\")");
   const uint64_t version = field<uint64_t>(idx, 9, idx_path, "the version");
@@ -110,7 +130,19 @@ void convert_megatron(const std::string& prefix, const std::string& out) {
     throw Error(idx_path + ": byte 18: " + std::to_string(sequences) + " sequences and " + std::to_string(documents) +
                 " documents need " + std::to_string(need) + " bytes but the index has " + std::to_string(idx.size()) +
                 (idx.size() < need ? " (truncated)" : ""));
-  std::vector<int32_t> ids;
+  auto token_at = [&](int64_t at) -> int64_t {
+    const uint64_t u = static_cast<uint64_t>(at);
+    switch (code) {
+      case 1: return field<uint8_t>(bin, u, bin_path, "a token");
+      case 2: return field<int8_t>(bin, u, bin_path, "a token");
+      case 3: return field<int16_t>(bin, u, bin_path, "a token");
+      case 8: return field<uint16_t>(bin, u, bin_path, "a token");
+      case 4: return field<int32_t>(bin, u, bin_path, "a token");
+      default: return field<int64_t>(bin, u, bin_path, "a token");
+    }
+  };
+  // First pass: every table entry and token checked, the largest id found;
+  // then the sequences (back to back, the whole .bin) streamed out.
   int64_t expected_pointer = 0, largest = -1;
   for (uint64_t s = 0; s < sequences; ++s) {
     const size_t size_at = table + s * 4, pointer_at = table + sequences * 4 + s * 8;
@@ -127,19 +159,10 @@ void convert_megatron(const std::string& prefix, const std::string& out) {
       throw Error(bin_path + ": truncated at byte " + std::to_string(bin.size()) + ": sequence " + std::to_string(s) +
                   " ends at byte " + std::to_string(end));
     for (int64_t at = pointer; at < end; at += width) {
-      int64_t id = 0;
-      switch (code) {
-        case 1: id = field<uint8_t>(bin, static_cast<size_t>(at), bin_path, "a token"); break;
-        case 2: id = field<int8_t>(bin, static_cast<size_t>(at), bin_path, "a token"); break;
-        case 3: id = field<int16_t>(bin, static_cast<size_t>(at), bin_path, "a token"); break;
-        case 8: id = field<uint16_t>(bin, static_cast<size_t>(at), bin_path, "a token"); break;
-        case 4: id = field<int32_t>(bin, static_cast<size_t>(at), bin_path, "a token"); break;
-        default: id = field<int64_t>(bin, static_cast<size_t>(at), bin_path, "a token"); break;
-      }
+      const int64_t id = token_at(at);
       if (id < 0 || id >= (int64_t{1} << 31))
         throw Error(bin_path + ": byte " + std::to_string(at) + ": token id " + std::to_string(id) + " is not a token");
       largest = std::max(largest, id);
-      ids.push_back(static_cast<int32_t>(id));
     }
     expected_pointer = end;
   }
@@ -157,8 +180,10 @@ void convert_megatron(const std::string& prefix, const std::string& out) {
                   " does not follow " + std::to_string(previous) + " within 0.." + std::to_string(sequences));
     previous = doc;
   }
-  if (ids.empty()) throw Error(bin_path + ": no tokens");
-  write_token_file(out, ids, "megatron", largest + 1);
+  if (largest < 0) throw Error(bin_path + ": no tokens");
+  ChunkedWriter writer(out, "megatron", largest + 1);
+  for (int64_t at = 0; at < expected_pointer; at += width) writer.push(token_at(at));
+  writer.commit();
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "stratum/io/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/heartbeat.h"
+#include "stratum/core/mapped_file.h"
 #include "stratum/io/safetensors_header.h"
 
 namespace stratum::io {
@@ -129,13 +129,12 @@ std::map<std::string, at::Tensor> map_safetensors(const std::string& path) {
     for (const auto& e : h.tensors) out.emplace(e.name, at::empty(e.shape, at::TensorOptions().dtype(e.scalar_type)));
     return out;
   }
-  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, f.fd, 0);
-  if (map == MAP_FAILED) throw Error(path + ": cannot map: " + std::strerror(errno));
   // The mapping lives as long as any tensor over it.
-  auto mapping = std::shared_ptr<void>(map, [file_size](void* p) { ::munmap(p, file_size); });
+  auto mapping = std::make_shared<MappedFile>(path);
+  if (mapping->size() != file_size) throw Error(path + ": changed while it was read");
   for (const auto& e : h.tensors) {
-    char* data = static_cast<char*>(map) + data_start + e.begin;
-    auto* keep = new std::shared_ptr<void>(mapping);
+    auto* data = const_cast<unsigned char*>(mapping->data()) + data_start + e.begin;  // read-only: never written
+    auto* keep = new std::shared_ptr<MappedFile>(mapping);
     out.emplace(e.name, at::from_blob(
                             data, e.shape, [keep](void*) { delete keep; },
                             at::TensorOptions().dtype(e.scalar_type)));

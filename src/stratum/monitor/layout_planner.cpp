@@ -69,6 +69,7 @@ struct StageFigures {
 };
 struct Shared {
   std::vector<StageFigures> stages;
+  double flops_per_token = 0;  // the whole model's, forward and backward (what MFU counts)
   StepTime time;  // pipeline, compute, bubble, tensor_parallel, transfers
 };
 
@@ -132,12 +133,6 @@ std::vector<double> layer_flops(const PlanRequest& r) {
   return out;
 }
 
-double model_flops_per_token(const PlanRequest& r) {
-  double f = 0;
-  for (double x : layer_flops(r)) f += x;
-  return f;
-}
-
 Shared shared_figures(const PlanRequest& r, const Layout& l) {
   const EstimateInput in = input_for(r, l);
   const Hardware& hw = r.hardware;
@@ -146,6 +141,8 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
                s = static_cast<double>(in.seq_len), h = static_cast<double>(in.hidden);
   const double rate = hw.peak_flops * hw.mfu, tokens = b * s;
   const std::vector<double> flops = layer_flops(r);
+  Shared out;
+  for (double f : flops) out.flops_per_token += f;
   const size_t n_layers = flops.size();
   // Which layers each virtual stage runs (the engine's cut of the shards).
   pipeline::Partition cut;
@@ -170,7 +167,6 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
   std::vector<StageEstimate> pipeline_stages;
   if (p > 1) pipeline_stages = estimate_pipeline_stages(in);
 
-  Shared out;
   std::vector<pipeline::Costs> costs;
   std::vector<double> compute_of, tp_of, p2p_of;
   for (int64_t rank = 0; rank < p; ++rank) {
@@ -289,7 +285,7 @@ LayoutEstimate finish(const PlanRequest& r, const Layout& l, const Shared& share
   e.time.total = e.time.pipeline + e.time.data_parallel + e.time.offload;
   const double tokens = static_cast<double>(r.global_batch * r.shape.seq_len);
   e.tokens_per_s = tokens / e.time.total;
-  e.mfu = tokens * model_flops_per_token(r) / e.time.total /
+  e.mfu = tokens * shared.flops_per_token / e.time.total /
           (static_cast<double>(world_of(r)) * hw.peak_flops);
   const double usable = (1.0 - hw.memory_margin) * hw.gpu_memory;
   e.fits = e.gpu_bytes <= usable && (hw.host_memory <= 0 || e.host_bytes_per_node <= hw.host_memory);
