@@ -15,6 +15,7 @@ as_root() {
 # --- system packages (Debian/Ubuntu names) -----------------------------------
 packages=(g++ cmake ninja-build ccache make
           libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev libgtest-dev
+          libpcre2-dev libsentencepiece-dev  # tokenizer.json regexes, tokenizer.model
           clang libclang-rt-dev)  # clang + compiler-rt: the fuzz targets (libFuzzer, ASan, UBSan)
 missing=()
 for p in "${packages[@]}"; do

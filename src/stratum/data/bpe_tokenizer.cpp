@@ -198,12 +198,3 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
 }
 
 }  // namespace stratum::data
-
-namespace stratum::data {
-
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
-  if (spec == "byte") return std::make_unique<ByteTokenizer>();
-  return std::make_unique<BpeTokenizer>(BpeTokenizer::load(spec));
-}
-
-}  // namespace stratum::data

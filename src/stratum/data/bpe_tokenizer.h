@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "stratum/data/load_tokenizer.h"
 #include "stratum/data/tokenizer.h"
 
 namespace stratum::data {
@@ -53,9 +54,6 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::string> bytes_;              // id -> the bytes it stands for
   std::string name_;
 };
-
-// "byte": the ByteTokenizer; anything else: a BPE merges file to load.
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
 
 // Cuts text into the chunks described above; exposed for tests.
 std::vector<std::string_view> bpe_chunks(std::string_view text);

@@ -52,6 +52,22 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
+std::vector<int32_t> encode_document(const Tokenizer& tokenizer, std::string_view text) {
+  std::vector<int32_t> ids = tokenizer.encode_with_special_tokens(text);
+  const int32_t eos = tokenizer.eos_id();
+  if (eos >= 0 && (ids.empty() || ids.back() != eos)) ids.push_back(eos);
+  return ids;
+}
+
+bool is_valid_utf8(std::string_view bytes) {
+  for (size_t i = 0; i < bytes.size();) {
+    const size_t len = utf8_sequence_length(bytes, i);
+    if (len == 0) return false;
+    i += len;
+  }
+  return true;
+}
+
 std::string to_valid_utf8(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size());

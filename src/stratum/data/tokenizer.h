@@ -19,7 +19,20 @@ class Tokenizer {
   // Recorded in token files, so a cache made by another tokenizer is rebuilt.
   // At most 31 bytes.
   virtual std::string name() const = 0;
+
+  // Special tokens as the tokenizer's own files say; -1 where it has none.
+  virtual int32_t bos_id() const { return -1; }
+  virtual int32_t eos_id() const { return -1; }
+  // The tokenizer's own encoding with its special tokens (Hugging Face's
+  // add_special_tokens=True: a template that prepends <|begin_of_text|>,
+  // Llama-2's BOS). By default encode().
+  virtual std::vector<int32_t> encode_with_special_tokens(std::string_view text) const { return encode(text); }
 };
+
+// One training document: encode_with_special_tokens(text), then the EOS
+// (when the tokenizer has one and the encoding does not end with it), so
+// documents stay apart in a token stream.
+std::vector<int32_t> encode_document(const Tokenizer& tokenizer, std::string_view text);
 
 // One token per byte: id = byte value (0..255). encode() never fails and
 // decode(encode(s)) == s for any bytes, UTF-8 or not. decode() maps ids
@@ -36,5 +49,6 @@ class ByteTokenizer final : public Tokenizer {
 // `bytes` with every invalid UTF-8 sequence replaced by U+FFFD, for printing
 // what a model generated (a byte model can emit half a character).
 std::string to_valid_utf8(std::string_view bytes);
+bool is_valid_utf8(std::string_view bytes);
 
 }  // namespace stratum::data

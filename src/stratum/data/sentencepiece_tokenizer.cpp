@@ -1,0 +1,128 @@
+#include "stratum/data/sentencepiece_tokenizer.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "stratum/core/error.h"
+
+#ifdef STRATUM_WITH_SENTENCEPIECE
+#include <sentencepiece_processor.h>
+#endif
+
+namespace stratum::data {
+
+#ifndef STRATUM_WITH_SENTENCEPIECE
+
+struct SentencePieceTokenizer::Impl {};
+std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::string& path) {
+  throw Error(path + ": this build of Stratum has no libsentencepiece; install libsentencepiece-dev "
+                     "(Debian/Ubuntu) and rebuild");
+}
+SentencePieceTokenizer::SentencePieceTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view) const { return {}; }
+std::vector<int32_t> SentencePieceTokenizer::encode_with_special_tokens(std::string_view) const { return {}; }
+std::string SentencePieceTokenizer::decode(const std::vector<int32_t>&) const { return {}; }
+int64_t SentencePieceTokenizer::vocab_size() const { return 0; }
+std::string SentencePieceTokenizer::name() const { return {}; }
+int32_t SentencePieceTokenizer::bos_id() const { return -1; }
+int32_t SentencePieceTokenizer::eos_id() const { return -1; }
+
+#else
+
+struct SentencePieceTokenizer::Impl {
+  sentencepiece::SentencePieceProcessor processor;
+  std::string name;
+  bool add_bos = true, add_eos = false;
+};
+
+namespace {
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot read");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  const std::string bytes = read_bytes(path);
+  const auto status = impl->processor.LoadFromSerializedProto(bytes);
+  if (!status.ok()) throw Error(path + ": not a SentencePiece model: " + status.ToString());
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) hash = (hash ^ c) * 0x100000001b3ull;
+  const size_t slash = path.rfind('/');
+  const std::string config_path =
+      (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "tokenizer_config.json";
+  if (std::ifstream(config_path)) {
+    nlohmann::json config;
+    try {
+      config = nlohmann::json::parse(read_bytes(config_path));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(config_path + ": not JSON: " + e.what());
+    }
+    impl->add_bos = config.value("add_bos_token", true);
+    impl->add_eos = config.value("add_eos_token", false);
+    hash = (hash ^ (impl->add_bos ? 1u : 0u) ^ (impl->add_eos ? 2u : 0u)) * 0x100000001b3ull;
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(hash ^ (hash >> 32)));
+  impl->name = "spm" + std::to_string(impl->processor.GetPieceSize()) + "-" + hex;
+  return std::unique_ptr<SentencePieceTokenizer>(new SentencePieceTokenizer(std::move(impl)));
+}
+
+SentencePieceTokenizer::SentencePieceTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+
+std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  const auto status = impl_->processor.Encode(text, &ids);
+  if (!status.ok()) throw Error("SentencePiece encode failed: " + status.ToString());
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::vector<int32_t> SentencePieceTokenizer::encode_with_special_tokens(std::string_view text) const {
+  std::vector<int32_t> out;
+  if (impl_->add_bos && bos_id() >= 0) out.push_back(bos_id());
+  const auto body = encode(text);
+  out.insert(out.end(), body.begin(), body.end());
+  if (impl_->add_eos && eos_id() >= 0) out.push_back(eos_id());
+  return out;
+}
+
+std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  const int size = impl_->processor.GetPieceSize();
+  std::vector<int> run;
+  auto flush = [&] {
+    if (run.empty()) return;
+    std::string piece;
+    impl_->processor.Decode(run, &piece);
+    out += piece;
+    run.clear();
+  };
+  for (int32_t id : ids) {
+    if (id < 0 || id >= size) {  // outside the model: U+FFFD, as the other tokenizers do
+      flush();
+      out += "\xEF\xBF\xBD";
+    } else {
+      run.push_back(id);
+    }
+  }
+  flush();
+  return out;
+}
+
+int64_t SentencePieceTokenizer::vocab_size() const { return impl_->processor.GetPieceSize(); }
+std::string SentencePieceTokenizer::name() const { return impl_->name; }
+int32_t SentencePieceTokenizer::bos_id() const { return impl_->processor.bos_id(); }
+int32_t SentencePieceTokenizer::eos_id() const { return impl_->processor.eos_id(); }
+
+#endif
+
+}  // namespace stratum::data
