@@ -30,6 +30,7 @@
 #include "stratum/data/default_corpus.h"
 #include "stratum/data/sampler.h"
 #include "stratum/data/split.h"
+#include "stratum/data/load_tokenizer.h"
 #include "stratum/data/tokenizer.h"
 #include "stratum/distributed/agreement.h"
 #include "stratum/distributed/job.h"
@@ -59,6 +60,7 @@ namespace {
 struct Options {
   std::string config_path, model = "gpt2-tiny-bytes", cache_dir = ".stratum-cache";
   std::vector<std::string> data = {"default"};  // one source, or Megatron's "W1 P1 W2 P2 ..." blend
+  std::string tokenizer;  // --tokenizer; empty: the --init-from directory's, else bytes
   std::string init_from;  // a Hugging Face model directory: its shape and weights instead of a preset's
   std::vector<std::string> overrides;
   int64_t steps = 300, eval_every = 100, eval_batches = 4, save_every = 0, print_every = 0;
@@ -283,13 +285,20 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
   return 0;
 }
 
+// --tokenizer, else the tokenizer of the --init-from directory, else bytes.
+std::string tokenizer_spec(const Options& o) {
+  if (!o.tokenizer.empty()) return o.tokenizer;
+  if (!o.init_from.empty() && !data::tokenizer_file_in(o.init_from).empty()) return data::tokenizer_file_in(o.init_from);
+  return "byte";
+}
+
 int train(const Options& o, const distributed::DistContext& ctx) {
   const bool lead = ctx.rank == 0;
   // Every rank reads the config, model and resume point itself (their files may
   // differ between hosts); a failure on any rank ends all of them together.
   std::optional<Config> config_read;
   models::ModelConfig mcfg;
-  data::ByteTokenizer tokenizer;
+  std::unique_ptr<data::Tokenizer> tokenizer_owner;
   ResumePoint resume;
   distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "reading the config", [&] {
     config_read.emplace(Config::from_file(o.config_path));
@@ -302,6 +311,8 @@ int train(const Options& o, const distributed::DistContext& ctx) {
       for (const auto& [key, value] : overrides) models::apply_override(mcfg, key, value);
       models::validate(mcfg);
     }
+    tokenizer_owner = data::load_tokenizer(tokenizer_spec(o));
+    const data::Tokenizer& tokenizer = *tokenizer_owner;
     if (mcfg.vocab_size < tokenizer.vocab_size())
       throw Error((o.init_from.empty() ? "--model " + o.model : "--init-from " + o.init_from) + ": vocabulary " +
                   std::to_string(mcfg.vocab_size) + " is smaller than the " +
@@ -309,6 +320,10 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     resume = resume_point(o);
   });
   Config& config = *config_read;
+  const data::Tokenizer& tokenizer = *tokenizer_owner;
+  if (lead && tokenizer.name() != "byte")
+    log::info("tokenizer: " + tokenizer_spec(o) + " (" + tokenizer.name() + ", " +
+              std::to_string(tokenizer.vocab_size()) + " ids)");
   for (const auto& note : config.notes)
     if (lead) log::info(o.config_path + ": note: " + note);
   // The grid, once: every rank's coordinates, host and GPU.
@@ -486,9 +501,12 @@ int main(int argc, char** argv) {
                  "a Hugging Face model directory (config.json, model.safetensors or its shards with "
                  "model.safetensors.index.json): fine-tune from its weights (GPT-2, LLaMA)")
       ->excludes("--model");
+  app.add_option("--tokenizer", o.tokenizer,
+                 "'byte', a Hugging Face tokenizer.json, a SentencePiece tokenizer.model, a directory holding one, or "
+                 "a Stratum BPE merges file (default: the --init-from directory's tokenizer, else byte)");
   app.add_option("--set", o.overrides, "override a model dimension, e.g. --set layers=6 (repeatable)");
   app.add_option("--data", o.data,
-                 "a token file, a .txt file, a directory of .txt files, an llm.c shard, a Megatron dataset PREFIX, or "
+                 "a token file, a .txt file, a directory of .txt files, a .jsonl file of {\"text\": ...}, an llm.c shard, a Megatron dataset PREFIX, or "
                  "'default'; several as Megatron's weighted blend: --data 0.7 a 0.3 b")
       ->expected(1, -1);
   app.add_option("--cache-dir", o.cache_dir, "where tokenized text and the default corpus are kept");

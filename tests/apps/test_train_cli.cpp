@@ -167,6 +167,32 @@ TEST_F(TrainCli, TrainsOnAMegatronDatasetWithFewerEvalWindowsThanRanks) {
   EXPECT_NE(r.output.find("no sample: the data was tokenized by 'megatron'"), std::string::npos) << r.output;
 }
 
+// --tokenizer with a Hugging Face tokenizer.json on JSON Lines: each line a
+// document between the template's BOS and the config's EOS; the sample at the
+// end decodes through the same tokenizer.
+TEST_F(TrainCli, TrainsWithAHuggingFaceTokenizerOnJsonLines) {
+  const std::string tokenizer = std::string(STRATUM_SOURCE_DIR) + "/tests/data/tokenizers/llama3";
+  {
+    std::ifstream text(std::string(STRATUM_SOURCE_DIR) + "/tests/data/tokenizers/text.txt");
+    std::ofstream out(dir_ + "/docs.jsonl");
+    std::string line;
+    for (int i = 0; std::getline(text, line) && i < 400; ++i)
+      if (!line.empty()) out << nlohmann::json{{"text", line}}.dump() << "\n";
+  }
+  Result r = run(kBin + "/stratum-run --num_procs 2 " + kBin + "/stratum-train --config " + STRATUM_SOURCE_DIR +
+                 "/configs/zero3_offload.json --model tiny-gpt2 --set vocab_size=3008 --tokenizer " + tokenizer +
+                 " --data " + dir_ + "/docs.jsonl --cache-dir " + dir_ + "/cache --steps 2 --eval-every 0 "
+                 "--print-every 1 --sample-tokens 8 --prompt Hello");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("tokenizer: " + tokenizer + " (hf3003-"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--- sample (8 tokens"), std::string::npos) << r.output;
+  // The model's vocabulary must hold the tokenizer's ids: refused by name.
+  r = run(kBin + "/stratum-train --config " + STRATUM_SOURCE_DIR + "/configs/zero3_offload.json --model tiny-gpt2 "
+          "--tokenizer " + tokenizer + " --data " + dir_ + "/docs.jsonl --steps 1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("is smaller than the hf3003-"), std::string::npos) << r.output;
+}
+
 // The two DeepSpeed diagnostics in stratum-train's output: the flops profile
 // once, in the step the config names (global step 2: the third), and
 // wall_clock_breakdown's two lines after every step (steps_per_print 1), on

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stratum/core/error.h"
+#include "stratum/data/dataset.h"
 #include "stratum/data/hf_tokenizer.h"
 #include "stratum/data/load_tokenizer.h"
 #include "stratum/data/sentencepiece_tokenizer.h"
@@ -176,6 +177,50 @@ TEST_F(TokenizerFileErrors, UnsupportedPartsAreNamed) {
     EXPECT_NE(std::string(e.what()).find(path("tokenizer.model")), std::string::npos) << e.what();
   }
   EXPECT_THROW(load_tokenizer(path("missing")), Error);
+}
+
+// Text files and JSON Lines as documents: the tokenizer's BOS before each,
+// its EOS after; tokenized in parallel pieces, the ids equal one encode() of
+// each document.
+TEST_F(TokenizerFileErrors, DocumentsOfTextFilesAndJsonLinesCarryBosAndEos) {
+  if (!hf_tokenizer_available()) GTEST_SKIP() << "this build has no PCRE2";
+  auto tok = load_tokenizer(kDir + "/llama3");
+  const auto docs = documents();
+  fs::make_directories(path("texts"));
+  std::string jsonl;
+  std::vector<int32_t> want;
+  for (size_t i = 0; i < 40; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "texts/%03zu.txt", i);
+    testing::write_text(path(name), docs[i]);
+    const auto ids = encode_document(*tok, docs[i]);
+    want.insert(want.end(), ids.begin(), ids.end());
+    jsonl += nlohmann::json{{"text", docs[i]}}.dump() + "\n\n";
+  }
+  testing::write_text(path("docs.jsonl"), jsonl);
+  for (const std::string source : {path("texts"), path("docs.jsonl")}) {
+    TokenFile file = prepare_dataset(source, *tok, {path("cache"), true});
+    ASSERT_EQ(file.size(), static_cast<int64_t>(want.size())) << source;
+    std::vector<int64_t> got(want.size());
+    file.read(0, file.size(), got.data());
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << source;
+  }
+  testing::write_text(path("bad.jsonl"), "{\"text\": \"fine\"}\n{\"txt\": 1}\n");
+  try {
+    prepare_dataset(path("bad.jsonl"), *tok, {path("cache"), true});
+    ADD_FAILURE() << "a line without \"text\" was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path("bad.jsonl") + ":2 (byte 17)"), std::string::npos) << e.what();
+  }
+  testing::write_text(path("cut.jsonl"), "{\"text\": \"fine\"}\n{\"text\": \"trunc");
+  EXPECT_THROW(prepare_dataset(path("cut.jsonl"), *tok, {path("cache"), true}), Error);
+  ByteTokenizer bytes;
+  try {
+    prepare_dataset(path("docs.jsonl"), bytes, {path("cache"), true});
+    ADD_FAILURE() << "JSON Lines without an EOS were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("end-of-text token"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TokenizerFiles, InvalidUtf8IsReplacedAsPythonWould) {

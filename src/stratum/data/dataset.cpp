@@ -6,8 +6,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cctype>
 #include <cstring>
+#include <exception>
+#include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
@@ -81,31 +86,165 @@ bool cache_is_fresh(const std::string& cache, const std::string& source, const s
   }
 }
 
-// Feeds the text to the tokenizer in chunks cut after a newline, so a word is
-// never split between two encode() calls.
+// Encodes pieces of text on every core, keeping their order: pieces queue
+// up until there is one per thread, then run at once.
+class ParallelEncoder {
+ public:
+  ParallelEncoder(const Tokenizer& tokenizer, TokenFileWriter& writer)
+      : tokenizer_(tokenizer), writer_(writer),
+        threads_(std::max(1u, std::thread::hardware_concurrency())) {}
+  // `before` and `after` are ids around the piece's own (special tokens).
+  void add(std::string text, std::vector<int32_t> before = {}, std::vector<int32_t> after = {}) {
+    jobs_.push_back({std::move(text), std::move(before), std::move(after), {}});
+    if (jobs_.size() >= threads_) flush();
+  }
+  // Ids after the last piece added (a document's EOS).
+  void append_to_last(const std::vector<int32_t>& ids) {
+    if (jobs_.empty()) {
+      writer_.append(ids);
+      return;
+    }
+    auto& after = jobs_.back().after;
+    after.insert(after.end(), ids.begin(), ids.end());
+  }
+  void flush() {
+    std::vector<std::thread> pool;
+    std::vector<std::exception_ptr> errors(jobs_.size());
+    for (size_t i = 1; i < jobs_.size(); ++i)
+      pool.emplace_back([this, i, &errors] { run(i, errors[i]); });
+    if (!jobs_.empty()) run(0, errors[0]);
+    for (auto& t : pool) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    for (auto& job : jobs_) {
+      writer_.append(job.before);
+      writer_.append(job.ids);
+      writer_.append(job.after);
+    }
+    jobs_.clear();
+  }
+
+ private:
+  struct Job {
+    std::string text;
+    std::vector<int32_t> before, after, ids;
+  };
+  void run(size_t i, std::exception_ptr& error) {
+    try {
+      jobs_[i].ids = tokenizer_.encode(jobs_[i].text);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  const Tokenizer& tokenizer_;
+  TokenFileWriter& writer_;
+  unsigned threads_;
+  std::vector<Job> jobs_;
+};
+
+// Where a piece of text may end so that encoding the pieces apart gives the
+// ids of encoding them together: after a newline that a letter or digit
+// follows (no pre-tokenizer joins "\n" with a word after it). npos if none.
+size_t safe_cut(const std::string& text) {
+  for (size_t i = text.size(); i-- > 1;)
+    if (text[i - 1] == '\n' && std::isalnum(static_cast<unsigned char>(text[i]))) return i;
+  return std::string::npos;
+}
+
+// The ids after a document: the tokenizer's suffix, then its EOS.
+std::vector<int32_t> document_end(const Tokenizer& tokenizer) {
+  std::vector<int32_t> ids = tokenizer.suffix_tokens();
+  const int32_t eos = tokenizer.eos_id();
+  if (eos >= 0 && (ids.empty() || ids.back() != eos)) ids.push_back(eos);
+  return ids;
+}
+
+// Each text file is a document: the tokenizer's prefix (BOS) before it, its
+// suffix and EOS after it (a tokenizer without an EOS, as the byte one, joins
+// the files with a newline instead). A file is fed in pieces of about
+// kChunkBytes cut where safe_cut says, encoded in parallel.
 void tokenize_files(const std::vector<std::string>& files, const Tokenizer& tokenizer, TokenFileWriter& writer) {
-  std::string pending;
+  ParallelEncoder encoder(tokenizer, writer);
+  const bool documents = tokenizer.eos_id() >= 0;
   std::vector<char> chunk(kChunkBytes);
   char last = '\n';
-  for (const auto& path : files) {
-    if (last != '\n') pending.push_back('\n');
+  for (size_t f_index = 0; f_index < files.size(); ++f_index) {
+    const auto& path = files[f_index];
+    std::string pending;
+    if (!documents && last != '\n') pending.push_back('\n');
+    std::vector<int32_t> before = tokenizer.prefix_tokens();
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) throw Error(path + ": cannot read: " + std::strerror(errno));
     size_t got;
     while ((got = std::fread(chunk.data(), 1, chunk.size(), f)) > 0) {
       pending.append(chunk.data(), got);
       last = chunk[got - 1];
-      const size_t cut = pending.rfind('\n');
-      if (cut != std::string::npos && pending.size() >= kChunkBytes) {
-        writer.append(tokenizer.encode(std::string_view(pending).substr(0, cut + 1)));
-        pending.erase(0, cut + 1);
+      const size_t cut = pending.size() >= kChunkBytes ? safe_cut(pending) : std::string::npos;
+      if (cut != std::string::npos) {
+        encoder.add(pending.substr(0, cut), std::move(before));
+        before.clear();
+        pending.erase(0, cut);
       }
     }
     const bool failed = std::ferror(f);
     std::fclose(f);
     if (failed) throw Error(path + ": read error");
+    if (!pending.empty() || !before.empty()) encoder.add(std::move(pending), std::move(before));
+    if (documents) encoder.append_to_last(document_end(tokenizer));
   }
-  if (!pending.empty()) writer.append(tokenizer.encode(pending));
+  encoder.flush();
+}
+
+// JSON Lines: one {"text": "..."} object per line, each a document (prefix,
+// text, suffix, EOS); blank lines are skipped.
+void tokenize_jsonl(const std::string& path, const Tokenizer& tokenizer, TokenFileWriter& writer) {
+  if (tokenizer.eos_id() < 0)
+    throw Error(path + ": JSON Lines documents are separated by an end-of-text token, which the " + tokenizer.name() +
+                " tokenizer has not; pass --tokenizer with a tokenizer.json or tokenizer.model whose config names "
+                "its eos_token");
+  ParallelEncoder encoder(tokenizer, writer);
+  const std::vector<int32_t> end = document_end(tokenizer);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw Error(path + ": cannot read: " + std::strerror(errno));
+  std::string line;
+  int64_t line_number = 0, offset = 0;
+  std::vector<char> buffer(1 << 16);
+  auto take = [&](const std::string& text) {
+    ++line_number;
+    const int64_t at = offset;
+    offset += static_cast<int64_t>(text.size()) + 1;
+    if (text.find_first_not_of(" \t\r") == std::string::npos) return;
+    const std::string where = path + ":" + std::to_string(line_number) + " (byte " + std::to_string(at) + ")";
+    nlohmann::json doc;
+    try {
+      doc = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(where + ": not JSON: " + e.what());
+    }
+    if (!doc.is_object() || !doc.contains("text") || !doc["text"].is_string())
+      throw Error(where + ": not an object with a string \"text\"");
+    encoder.add(doc["text"].get<std::string>(), tokenizer.prefix_tokens(), end);
+  };
+  try {
+    size_t got;
+    while ((got = std::fread(buffer.data(), 1, buffer.size(), f)) > 0) {
+      for (size_t i = 0; i < got; ++i) {
+        if (buffer[i] == '\n') {
+          take(line);
+          line.clear();
+        } else {
+          line.push_back(buffer[i]);
+        }
+      }
+    }
+    if (std::ferror(f)) throw Error(path + ": read error");
+    if (!line.empty()) take(line);
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
+  std::fclose(f);
+  encoder.flush();
 }
 
 void build_cache(const std::string& source, const std::vector<std::string>& files, const Tokenizer& tokenizer,
@@ -115,7 +254,10 @@ void build_cache(const std::string& source, const std::vector<std::string>& file
   log::info("data: tokenizing " + source + " (" + tokenizer.name() + " tokenizer) into " + cache);
   try {
     TokenFileWriter writer(cache, tokenizer.name(), tokenizer.vocab_size());
-    tokenize_files(files, tokenizer, writer);
+    if (ends_with(source, ".jsonl"))
+      tokenize_jsonl(source, tokenizer, writer);
+    else
+      tokenize_files(files, tokenizer, writer);
     if (writer.count() == 0) throw Error(source + ": text is empty (0 bytes)");
     writer.commit();
     log::info("data: " + cache + ": " + std::to_string(writer.count()) + " tokens");
@@ -130,7 +272,7 @@ void build_cache(const std::string& source, const std::vector<std::string>& file
 }  // namespace
 
 bool is_text_source(const std::string& data_path) {
-  return fs::is_directory(data_path) || ends_with(data_path, ".txt");
+  return fs::is_directory(data_path) || ends_with(data_path, ".txt") || ends_with(data_path, ".jsonl");
 }
 
 std::string text_cache_path(const std::string& data_path, const Tokenizer& tokenizer, const std::string& cache_dir) {

@@ -4,10 +4,14 @@
 // --data may name
 //   - a Stratum token file: used as is;
 //   - a .txt file, or a directory whose *.txt files (not recursive, in byte
-//     order of their names, a newline added between files that lack one) form
-//     one text: tokenized into a cached token file, rebuilt when a text file
-//     (or the directory) is newer than the cache or the cache was made by
-//     another tokenizer.
+//     order of their names) are its documents: each gets the tokenizer's
+//     special tokens (BOS before, EOS after); a tokenizer without an EOS (the
+//     byte one) joins them with a newline where one lacks it;
+//   - a .jsonl file, one {"text": ...} document per line (the tokenizer must
+//     have an EOS; a bad line is an error naming the file, line and byte);
+//   each tokenized on every core into a cached token file, rebuilt when a
+//   source file (or the directory) is newer than the cache or the cache was
+//   made by another tokenizer.
 //
 // Several ranks: only one process per node (local rank 0) may build the
 // cache. Every rank calls prepare_token_file with may_write = (local_rank ==
@@ -35,7 +39,8 @@ struct DatasetOptions {
   bool may_write = true;
 };
 
-// True for a .txt file or a directory (what prepare_token_file tokenizes).
+// True for a .txt or .jsonl file or a directory (what prepare_token_file
+// tokenizes).
 bool is_text_source(const std::string& data_path);
 
 // Where the cache of a text source goes. In cache_dir its name carries a hash

@@ -28,7 +28,8 @@ std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& path) {
 HfTokenizer::HfTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HfTokenizer::~HfTokenizer() = default;
 std::vector<int32_t> HfTokenizer::encode(std::string_view) const { return {}; }
-std::vector<int32_t> HfTokenizer::encode_with_special_tokens(std::string_view) const { return {}; }
+std::vector<int32_t> HfTokenizer::prefix_tokens() const { return {}; }
+std::vector<int32_t> HfTokenizer::suffix_tokens() const { return {}; }
 std::string HfTokenizer::decode(const std::vector<int32_t>&) const { return {}; }
 int64_t HfTokenizer::vocab_size() const { return 0; }
 std::string HfTokenizer::name() const { return {}; }
@@ -475,13 +476,8 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view input) const {
   return out;
 }
 
-std::vector<int32_t> HfTokenizer::encode_with_special_tokens(std::string_view text) const {
-  std::vector<int32_t> out = impl_->prefix;
-  const std::vector<int32_t> body = encode(text);
-  out.insert(out.end(), body.begin(), body.end());
-  out.insert(out.end(), impl_->suffix.begin(), impl_->suffix.end());
-  return out;
-}
+std::vector<int32_t> HfTokenizer::prefix_tokens() const { return impl_->prefix; }
+std::vector<int32_t> HfTokenizer::suffix_tokens() const { return impl_->suffix; }
 
 std::string HfTokenizer::decode(const std::vector<int32_t>& ids) const {
   const Impl& t = *impl_;

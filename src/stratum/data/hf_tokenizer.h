@@ -42,7 +42,8 @@ class HfTokenizer final : public Tokenizer {
   ~HfTokenizer() override;
 
   std::vector<int32_t> encode(std::string_view text) const override;
-  std::vector<int32_t> encode_with_special_tokens(std::string_view text) const override;
+  std::vector<int32_t> prefix_tokens() const override;
+  std::vector<int32_t> suffix_tokens() const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
   int64_t vocab_size() const override;
   // "hf<vocab>-<8 hex digits of a hash of tokenizer.json and its config>".

@@ -24,7 +24,8 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::
 SentencePieceTokenizer::SentencePieceTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view) const { return {}; }
-std::vector<int32_t> SentencePieceTokenizer::encode_with_special_tokens(std::string_view) const { return {}; }
+std::vector<int32_t> SentencePieceTokenizer::prefix_tokens() const { return {}; }
+std::vector<int32_t> SentencePieceTokenizer::suffix_tokens() const { return {}; }
 std::string SentencePieceTokenizer::decode(const std::vector<int32_t>&) const { return {}; }
 int64_t SentencePieceTokenizer::vocab_size() const { return 0; }
 std::string SentencePieceTokenizer::name() const { return {}; }
@@ -86,13 +87,14 @@ std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text) const
   return std::vector<int32_t>(ids.begin(), ids.end());
 }
 
-std::vector<int32_t> SentencePieceTokenizer::encode_with_special_tokens(std::string_view text) const {
-  std::vector<int32_t> out;
-  if (impl_->add_bos && bos_id() >= 0) out.push_back(bos_id());
-  const auto body = encode(text);
-  out.insert(out.end(), body.begin(), body.end());
-  if (impl_->add_eos && eos_id() >= 0) out.push_back(eos_id());
-  return out;
+std::vector<int32_t> SentencePieceTokenizer::prefix_tokens() const {
+  if (impl_->add_bos && bos_id() >= 0) return {bos_id()};
+  return {};
+}
+
+std::vector<int32_t> SentencePieceTokenizer::suffix_tokens() const {
+  if (impl_->add_eos && eos_id() >= 0) return {eos_id()};
+  return {};
 }
 
 std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids) const {

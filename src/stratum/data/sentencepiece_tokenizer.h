@@ -23,7 +23,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   ~SentencePieceTokenizer() override;
 
   std::vector<int32_t> encode(std::string_view text) const override;
-  std::vector<int32_t> encode_with_special_tokens(std::string_view text) const override;
+  std::vector<int32_t> prefix_tokens() const override;
+  std::vector<int32_t> suffix_tokens() const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
   int64_t vocab_size() const override;
   // "spm<vocab>-<8 hex digits of a hash of the model file>".

@@ -52,6 +52,14 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
+std::vector<int32_t> Tokenizer::encode_with_special_tokens(std::string_view text) const {
+  std::vector<int32_t> out = prefix_tokens();
+  const std::vector<int32_t> body = encode(text), tail = suffix_tokens();
+  out.insert(out.end(), body.begin(), body.end());
+  out.insert(out.end(), tail.begin(), tail.end());
+  return out;
+}
+
 std::vector<int32_t> encode_document(const Tokenizer& tokenizer, std::string_view text) {
   std::vector<int32_t> ids = tokenizer.encode_with_special_tokens(text);
   const int32_t eos = tokenizer.eos_id();

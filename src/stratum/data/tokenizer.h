@@ -23,10 +23,12 @@ class Tokenizer {
   // Special tokens as the tokenizer's own files say; -1 where it has none.
   virtual int32_t bos_id() const { return -1; }
   virtual int32_t eos_id() const { return -1; }
-  // The tokenizer's own encoding with its special tokens (Hugging Face's
-  // add_special_tokens=True: a template that prepends <|begin_of_text|>,
-  // Llama-2's BOS). By default encode().
-  virtual std::vector<int32_t> encode_with_special_tokens(std::string_view text) const { return encode(text); }
+  // What the tokenizer's own encoding puts before and after a text with its
+  // special tokens (Hugging Face's add_special_tokens=True: a template that
+  // prepends <|begin_of_text|>; Llama-2's BOS). None by default.
+  virtual std::vector<int32_t> prefix_tokens() const { return {}; }
+  virtual std::vector<int32_t> suffix_tokens() const { return {}; }
+  std::vector<int32_t> encode_with_special_tokens(std::string_view text) const;
 };
 
 // One training document: encode_with_special_tokens(text), then the EOS
