@@ -191,6 +191,13 @@ TEST_F(TrainCli, TrainsWithAHuggingFaceTokenizerOnJsonLines) {
           "--tokenizer " + tokenizer + " --data " + dir_ + "/docs.jsonl --steps 1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("is smaller than the hf3003-"), std::string::npos) << r.output;
+  // --init-from a directory that carries its tokenizer: that one, unasked.
+  const std::string model = std::string(STRATUM_SOURCE_DIR) + "/tests/data/hf/llama2_spm";
+  r = run(kBin + "/stratum-train --config " + STRATUM_SOURCE_DIR + "/configs/zero3_offload.json --init-from " + model +
+          " --set max_seq_len=32 --data " + dir_ + "/docs.jsonl --cache-dir " + dir_ + "/cache --steps 1 "
+          "--eval-every 0 --sample-tokens 0");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("tokenizer: " + model + "/tokenizer.model (spm3000-"), std::string::npos) << r.output;
 }
 
 // The two DeepSpeed diagnostics in stratum-train's output: the flops profile

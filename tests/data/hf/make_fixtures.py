@@ -8,7 +8,11 @@ gpt2:        GPT2LMHeadModel (tied head, learned positions, Conv1D weights)
 llama3:      LlamaForCausalLM, Llama-3 shape: GQA (4 heads, 2 key/value heads),
              llama3 RoPE scaling, untied head; saved in shards with an index
 llama2:      LlamaForCausalLM, Llama-2 shape: no GQA, no RoPE scaling, tied head
+llama2_spm:  the Llama-2 shape at the vocabulary of tests/data/tokenizers/llama2's
+             SentencePiece model, which it carries (tokenizer.model and its
+             tokenizer_config.json): a directory to fine-tune as downloaded
 """
+import shutil
 import os
 import sys
 
@@ -44,6 +48,22 @@ def main(root):
                                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
                                       rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True)
     write(transformers.LlamaForCausalLM(llama2), os.path.join(root, "llama2"))
+    write_llama2_spm(root)
+
+
+def write_llama2_spm(root):
+    torch.manual_seed(3)
+    config = transformers.LlamaConfig(vocab_size=3000, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+                                      rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
+                                      bos_token_id=1, eos_token_id=2)
+    out = os.path.join(root, "llama2_spm")
+    write(transformers.LlamaForCausalLM(config), out)
+    os.remove(os.path.join(out, "transformers_logits.safetensors"))  # the logits tests use the others
+    shutil.copy(os.path.join(root, "..", "tokenizers", "llama2", "tokenizer.model"), out)
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        f.write('{"add_bos_token": true, "add_eos_token": false, "bos_token": "<s>", "eos_token": "</s>", '
+                '"tokenizer_class": "LlamaTokenizer"}\n')
 
 
 if __name__ == "__main__":
