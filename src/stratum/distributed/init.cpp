@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "stratum/core/log.h"
+#include "stratum/distributed/launch/slurm_env.h"
 #include "stratum/distributed/mpi_communicator.h"
 #ifdef STRATUM_WITH_NCCL
 #include "stratum/distributed/nccl_communicator.h"
@@ -45,10 +46,17 @@ DistContext init(const InitOptions& options) {
   MPI_Comm_size(MPI_COMM_WORLD, &ctx.world_size);
   log::set_rank(ctx.rank);
 
-  // Which launcher: stratum-run sets RANK etc.; mpirun sets OMPI_COMM_WORLD_*.
+  // Which launcher: stratum-run sets RANK etc.; mpirun sets OMPI_COMM_WORLD_*;
+  // srun sets SLURM_PROCID and gives MPI its world through PMIx / PMI-2.
   const bool has_rank_env = std::getenv("RANK") != nullptr;
   const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_RANK") != nullptr;
-  ctx.launcher = has_rank_env && under_mpirun ? "stratum-run" : under_mpirun ? "mpirun" : "none";
+  const auto slurm = under_mpirun ? std::nullopt : launch::slurm_task_from_env();
+  ctx.launcher = has_rank_env && under_mpirun ? "stratum-run" : under_mpirun ? "mpirun" : slurm ? "srun" : "none";
+  if (slurm && (slurm->rank != ctx.rank || slurm->world_size != ctx.world_size))
+    throw Error("srun started task " + std::to_string(slurm->rank) + " of " + std::to_string(slurm->world_size) +
+                " but MPI sees rank " + std::to_string(ctx.rank) + " of " + std::to_string(ctx.world_size) +
+                ": srun must hand Open MPI its world, with --mpi=pmix (stratum-run --launcher slurm passes it; "
+                "`srun --mpi=list` shows what this SLURM has)");
   if (has_rank_env) {
     const int env_rank = env_int("RANK", -1), env_world = env_int("WORLD_SIZE", -1);
     if (env_rank != ctx.rank || env_world != ctx.world_size)
@@ -56,7 +64,7 @@ DistContext init(const InitOptions& options) {
                   " from the environment disagree with MPI (rank " + std::to_string(ctx.rank) + " of " +
                   std::to_string(ctx.world_size) + "); start ranks with stratum-run or mpirun, not both by hand");
   }
-  ctx.local_rank = env_int("LOCAL_RANK", env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0));
+  ctx.local_rank = env_int("LOCAL_RANK", env_int("OMPI_COMM_WORLD_LOCAL_RANK", slurm ? slurm->local_rank : 0));
   ctx.local_world_size = local_world_size_from_env();
 
   ctx.cpu_world = MpiCommunicator::world(ctx.options);
@@ -78,7 +86,10 @@ DistContext init(const InitOptions& options) {
 }
 
 int local_world_size_from_env() {
-  return std::max(1, env_int("LOCAL_WORLD_SIZE", env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1)));
+  int fallback = 1;
+  if (std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") == nullptr)
+    if (const auto slurm = launch::slurm_task_from_env()) fallback = slurm->local_world_size;
+  return std::max(1, env_int("LOCAL_WORLD_SIZE", env_int("OMPI_COMM_WORLD_LOCAL_SIZE", fallback)));
 }
 
 void finalize() {

@@ -20,7 +20,7 @@ struct DistContext {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
-  std::string launcher;  // "stratum-run", "mpirun" or "none"
+  std::string launcher;  // "stratum-run", "mpirun", "srun" or "none"
   int cuda_device = -1;  // the GPU of this rank (LOCAL_RANK), -1 without CUDA
   CommOptions options;
   std::shared_ptr<Communicator> cpu_world;  // MPI, always
@@ -53,7 +53,8 @@ DistContext init(const InitOptions& options = InitOptions());
 void finalize();
 
 // Ranks on this node as the launcher says (LOCAL_WORLD_SIZE from stratum-run,
-// else Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, else 1): what shares the host's cores.
+// else Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, else srun's
+// SLURM_STEP_TASKS_PER_NODE, else 1): what shares the host's cores.
 int local_world_size_from_env();
 
 // Prints `message` (with the rank) and ends the whole job: MPI_Abort when MPI
