@@ -17,6 +17,7 @@ namespace stratum::data {
 #ifndef STRATUM_WITH_SENTENCEPIECE
 
 struct SentencePieceTokenizer::Impl {};
+bool sentencepiece_available() { return false; }
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::string& path) {
   throw Error(path + ": this build of Stratum has no libsentencepiece; install libsentencepiece-dev "
                      "(Debian/Ubuntu) and rebuild");
@@ -33,6 +34,8 @@ int32_t SentencePieceTokenizer::bos_id() const { return -1; }
 int32_t SentencePieceTokenizer::eos_id() const { return -1; }
 
 #else
+
+bool sentencepiece_available() { return true; }
 
 struct SentencePieceTokenizer::Impl {
   sentencepiece::SentencePieceProcessor processor;

@@ -39,4 +39,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// True when this build can load tokenizer.model files (it found libsentencepiece).
+bool sentencepiece_available();
+
 }  // namespace stratum::data
