@@ -47,7 +47,7 @@ DistContext init(const InitOptions& options) {
   log::set_rank(ctx.rank);
 
   // Which launcher: stratum-run sets RANK etc.; mpirun sets OMPI_COMM_WORLD_*;
-  // srun sets SLURM_PROCID and gives MPI its world through PMIx / PMI-2.
+  // srun sets SLURM_PROCID and gives MPI its world through PMIx.
   const bool has_rank_env = std::getenv("RANK") != nullptr;
   const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_RANK") != nullptr;
   const auto slurm = under_mpirun ? std::nullopt : launch::slurm_task_from_env();
@@ -55,8 +55,8 @@ DistContext init(const InitOptions& options) {
   if (slurm && (slurm->rank != ctx.rank || slurm->world_size != ctx.world_size))
     throw Error("srun started task " + std::to_string(slurm->rank) + " of " + std::to_string(slurm->world_size) +
                 " but MPI sees rank " + std::to_string(ctx.rank) + " of " + std::to_string(ctx.world_size) +
-                ": srun must hand Open MPI its world, with --mpi=pmix (stratum-run --launcher slurm passes it; "
-                "`srun --mpi=list` shows what this SLURM has)");
+                ": srun must hand Open MPI its world through PMIx: srun --mpi=pmix -n N ... (`srun --mpi=list` "
+                "shows what this SLURM has)");
   if (has_rank_env) {
     const int env_rank = env_int("RANK", -1), env_world = env_int("WORLD_SIZE", -1);
     if (env_rank != ctx.rank || env_world != ctx.world_size)

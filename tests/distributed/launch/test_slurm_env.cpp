@@ -24,12 +24,12 @@ TEST(SlurmEnv, TasksPerNodeExpandsSlurmsCompressedForm) {
 }
 
 TEST(SlurmEnv, TaskFromTheEnvironment) {
-  for (const char* v : {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE"})
+  for (const char* v : {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS", "SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE"})
     ::unsetenv(v);
   EXPECT_FALSE(slurm_task_from_env().has_value());
   ::setenv("SLURM_PROCID", "5", 1);
   ::setenv("SLURM_LOCALID", "1", 1);
-  ::setenv("SLURM_NTASKS", "7", 1);
+  ::setenv("SLURM_STEP_NUM_TASKS", "7", 1);
   ::setenv("SLURM_NODEID", "2", 1);
   ::setenv("SLURM_STEP_TASKS_PER_NODE", "2(x3),1", 1);
   auto t = slurm_task_from_env();
@@ -42,7 +42,7 @@ TEST(SlurmEnv, TaskFromTheEnvironment) {
   EXPECT_THROW(slurm_task_from_env(), Error);
   ::setenv("SLURM_NODEID", "3", 1);  // one task there, but local id 1
   EXPECT_THROW(slurm_task_from_env(), Error);
-  for (const char* v : {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE"})
+  for (const char* v : {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS", "SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE"})
     ::unsetenv(v);
 }
 

@@ -47,11 +47,12 @@ std::vector<int> expand_tasks_per_node(const std::string& value, const std::stri
 }
 
 std::optional<SlurmTask> slurm_task_from_env() {
-  if (!env("SLURM_PROCID")) return std::nullopt;
+  // A task of an srun step; a batch script has SLURM_PROCID too, but no step.
+  if (!env("SLURM_PROCID") || !env("SLURM_STEP_NUM_TASKS")) return std::nullopt;
   SlurmTask t;
   t.rank = env_count("SLURM_PROCID", 0);
   t.local_rank = env_count("SLURM_LOCALID", 0);
-  t.world_size = env_count("SLURM_NTASKS", env_count("SLURM_STEP_NUM_TASKS", 1));
+  t.world_size = env_count("SLURM_STEP_NUM_TASKS", 1);
   t.node = env_count("SLURM_NODEID", 0);
   const char* per_node = env("SLURM_STEP_TASKS_PER_NODE");
   if (!per_node) per_node = env("SLURM_TASKS_PER_NODE");
@@ -64,7 +65,7 @@ std::optional<SlurmTask> slurm_task_from_env() {
   }
   if (t.rank >= t.world_size || t.local_rank >= t.local_world_size)
     throw Error("SLURM_PROCID=" + std::to_string(t.rank) + " / SLURM_LOCALID=" + std::to_string(t.local_rank) +
-                " lie outside SLURM_NTASKS=" + std::to_string(t.world_size) + " / " +
+                " lie outside SLURM_STEP_NUM_TASKS=" + std::to_string(t.world_size) + " / " +
                 std::to_string(t.local_world_size) + " tasks on this node");
   return t;
 }

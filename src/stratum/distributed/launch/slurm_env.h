@@ -2,7 +2,7 @@
 // What SLURM tells a task started by `srun`. Torch-free.
 //
 // srun sets SLURM_PROCID (the task's rank), SLURM_LOCALID (its rank on the
-// node), SLURM_NTASKS, SLURM_NODEID and SLURM_STEP_TASKS_PER_NODE (tasks on
+// node), SLURM_STEP_NUM_TASKS, SLURM_NODEID and SLURM_STEP_TASKS_PER_NODE (tasks on
 // each node of the step, compressed: "2(x3),1" is 2,2,2,1).
 #include <optional>
 #include <string>
@@ -15,7 +15,7 @@ struct SlurmTask {
 };
 
 // The task's place from the environment; nullopt when not started by srun
-// (SLURM_PROCID unset). Throws stratum::Error naming the variable when one is
+// (SLURM_PROCID or SLURM_STEP_NUM_TASKS unset: a batch script has no step). Throws stratum::Error naming the variable when one is
 // malformed or they disagree.
 std::optional<SlurmTask> slurm_task_from_env();
 
