@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stratum/core/error.h"
+#include "stratum/data/tokenizer_file_util.h"
 
 #ifdef STRATUM_WITH_PCRE2
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -245,18 +246,8 @@ int32_t HfTokenizer::Impl::lookup(const std::string& token, const std::string& w
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot read");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-uint64_t fnv1a(std::string_view s, uint64_t h = 0xcbf29ce484222325ull) {
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
+using detail::fnv1a;
+using detail::read_bytes;
 
 void read_pre_tokenizer(const json& node, HfTokenizer::Impl& t, const std::string& where) {
   if (node.is_null()) return;
@@ -319,7 +310,7 @@ void read_post_processor(const json& node, HfTokenizer::Impl& t, const std::stri
 std::unique_ptr<HfTokenizer::Impl> parse(const std::string& path) {
   auto t = std::make_unique<HfTokenizer::Impl>();
   t->path = path;
-  const std::string text = read_text(path);
+  const std::string text = read_bytes(path);
   json root;
   try {
     root = json::parse(text);
@@ -408,12 +399,10 @@ std::unique_ptr<HfTokenizer::Impl> parse(const std::string& path) {
 
   // Special tokens as tokenizer_config.json beside it says.
   uint64_t hash = fnv1a(text);
-  const size_t slash = path.rfind('/');
-  const std::string config_path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
-                                  "tokenizer_config.json";
+  const std::string config_path = detail::tokenizer_config_beside(path);
   std::ifstream probe(config_path);
   if (probe) {
-    const std::string config_text = read_text(config_path);
+    const std::string config_text = read_bytes(config_path);
     hash = fnv1a(config_text, hash);
     json config;
     try {
@@ -428,9 +417,7 @@ std::unique_ptr<HfTokenizer::Impl> parse(const std::string& path) {
     if (config.value("add_bos_token", false) && t->bos >= 0 && t->prefix.empty()) t->prefix.push_back(t->bos);
     if (config.value("add_eos_token", false) && t->eos >= 0 && t->suffix.empty()) t->suffix.push_back(t->eos);
   }
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(hash ^ (hash >> 32)));
-  t->name = "hf" + std::to_string(t->size) + "-" + hex;
+  t->name = detail::tokenizer_name("hf", t->size, hash);
   return t;
 }
 

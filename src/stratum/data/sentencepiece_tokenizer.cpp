@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stratum/core/error.h"
+#include "stratum/data/tokenizer_file_util.h"
 
 #ifdef STRATUM_WITH_SENTENCEPIECE
 #include <sentencepiece_processor.h>
@@ -43,30 +44,17 @@ struct SentencePieceTokenizer::Impl {
   bool add_bos = true, add_eos = false;
 };
 
-namespace {
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot read");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-}  // namespace
-
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::string& path) {
   auto impl = std::make_unique<Impl>();
-  const std::string bytes = read_bytes(path);
+  const std::string bytes = detail::read_bytes(path);
   const auto status = impl->processor.LoadFromSerializedProto(bytes);
   if (!status.ok()) throw Error(path + ": not a SentencePiece model: " + status.ToString());
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char c : bytes) hash = (hash ^ c) * 0x100000001b3ull;
-  const size_t slash = path.rfind('/');
-  const std::string config_path =
-      (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "tokenizer_config.json";
+  uint64_t hash = detail::fnv1a(bytes);
+  const std::string config_path = detail::tokenizer_config_beside(path);
   if (std::ifstream(config_path)) {
     nlohmann::json config;
     try {
-      config = nlohmann::json::parse(read_bytes(config_path));
+      config = nlohmann::json::parse(detail::read_bytes(config_path));
     } catch (const nlohmann::json::exception& e) {
       throw Error(config_path + ": not JSON: " + e.what());
     }
@@ -74,9 +62,7 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::
     impl->add_eos = config.value("add_eos_token", false);
     hash = (hash ^ (impl->add_bos ? 1u : 0u) ^ (impl->add_eos ? 2u : 0u)) * 0x100000001b3ull;
   }
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(hash ^ (hash >> 32)));
-  impl->name = "spm" + std::to_string(impl->processor.GetPieceSize()) + "-" + hex;
+  impl->name = detail::tokenizer_name("spm", impl->processor.GetPieceSize(), hash);
   return std::unique_ptr<SentencePieceTokenizer>(new SentencePieceTokenizer(std::move(impl)));
 }
 
