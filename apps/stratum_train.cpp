@@ -38,6 +38,7 @@
 #include "stratum/distributed/topology.h"
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
+#include "stratum/engine/load_weights.h"
 #include "stratum/engine/pipeline_engine.h"
 #include "stratum/engine/tensor_parallel_setup.h"
 #include "stratum/models/causal_lm.h"
@@ -210,12 +211,46 @@ json run_about(const models::ModelConfig& mcfg, const Config& config, const dist
           {"device", ctx.gpu_world ? "cuda" : "cpu"}};
 }
 
+// --init-from: the directory's tensors (memory-mapped), checked against the
+// whole model before the engine cuts it; each entry a view of one parameter's
+// whole tensor. Collective (an error on any rank is every rank's).
+struct InitWeights {
+  std::map<std::string, at::Tensor> file;   // the directory's tensors, by HF name
+  std::map<std::string, at::Tensor> whole;  // each parameter's whole tensor, by Stratum name
+};
+InitWeights read_init_weights(const Options& o, const distributed::DistContext& ctx,
+                              const models::CausalLMImpl& model) {
+  InitWeights w;
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "reading --init-from " + o.init_from, [&] {
+    w.file = models::read_hf_checkpoint(o.init_from);
+    // One rank compares a tied model's stored head with its embedding (both whole); the others need not read them.
+    w.whole = models::hf_whole_parameters(model, w.file, o.init_from, {/*compare_tied_head=*/ctx.rank == 0});
+  });
+  return w;
+}
+
+// After the engine is built: every rank copies the elements it keeps (its
+// stage's parameters, its ZeRO partition and tensor-parallel piece of them).
+void apply_init_weights(EngineCore& core, const InitWeights& w, const Options& o, const distributed::DistContext& ctx,
+                        bool lead) {
+  const WeightLoadReport report =
+      load_whole_weights(core, w.whole, *ctx.cpu_world, c10::kCPU, "loading --init-from " + o.init_from);
+  at::Tensor most = at::tensor({static_cast<double>(report.bytes_copied)}, at::kDouble);
+  ctx.cpu_world->all_reduce(most, distributed::ReduceOp::max)->wait();
+  double file_bytes = 0;
+  for (const auto& [name, t] : w.file) file_bytes += static_cast<double>(t.nbytes());
+  char line[256];
+  std::snprintf(line, sizeof line, " (%zu tensors, %.2f MB; the most one rank copied: %.2f MB, %.0f%%)", w.file.size(),
+                file_bytes / 1e6, most.item<double>() / 1e6, 100.0 * most.item<double>() / std::max(1.0, file_bytes));
+  if (lead) log::info("initialized from " + o.init_from + line);
+}
+
 // pipeline.stages > 1: the model split over stages, one train_batch a step.
 // The progress line comes from the last stage's first data-parallel (and tensor-parallel) rank,
 // which has the loss first, with the share of the step it waited (the bubble).
 int train_pipelined(const Options& o, const distributed::DistContext& ctx, const Config& config,
                     const models::ModelConfig& mcfg, std::shared_ptr<models::CausalLMImpl> model,
-                    const data::Tokenizer& tokenizer, const ResumePoint& resume) {
+                    const data::Tokenizer& tokenizer, const ResumePoint& resume, const InitWeights* init) {
   std::unique_ptr<PipelineEngine> engine;
   distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the pipeline", [&] {
     engine = initialize_pipeline(config, model, ctx);
@@ -223,6 +258,7 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
   const auto& batch = engine->core().batch();
   const auto& dp = engine->core().dp();
   const bool lead = engine->is_last_stage() && dp->rank() == 0 && model->tensor_parallel().rank() == 0;
+  if (init) apply_init_weights(engine->core(), *init, o, ctx, lead);
   const int64_t seq = mcfg.max_seq_len;
   data::TokenFile file = open_training_data(o, ctx, tokenizer, mcfg);
   const data::TrainEvalSplit split = data::split_train_eval(file.size(), seq, o.eval_fraction, file.path());
@@ -359,19 +395,17 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   });
   auto model = models::build_model(mcfg, init_device, tp);
   at::set_default_dtype(c10::scalarTypeToTypeMeta(default_dtype));
-  // --init-from: the Hugging Face weights replace the drawn ones (a tensor-
-  // parallel rank keeps its slices), unless a checkpoint is resumed.
-  if (!o.init_from.empty() && resume.kind != ResumePoint::Kind::resume) {
-    size_t tensors = 0;
-    distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "loading --init-from " + o.init_from, [&] {
-      const auto weights = models::read_hf_checkpoint(o.init_from);
-      tensors = weights.size();
-      models::load_hf_state_dict(*model, weights, o.init_from);
-    });
-    if (lead) log::info("initialized from " + o.init_from + " (" + std::to_string(tensors) + " tensors)");
-  }
-  if (config.pipeline.stages > 1) return train_pipelined(o, ctx, config, mcfg, std::move(model), tokenizer, resume);
+  // --init-from: the Hugging Face weights replace the drawn ones once the
+  // engine holds its parts, unless a checkpoint is resumed.
+  std::optional<InitWeights> init;
+  if (!o.init_from.empty() && resume.kind != ResumePoint::Kind::resume) init = read_init_weights(o, ctx, *model);
+  if (config.pipeline.stages > 1)
+    return train_pipelined(o, ctx, config, mcfg, std::move(model), tokenizer, resume, init ? &*init : nullptr);
   auto engine = initialize(config, model, ctx);
+  if (init) {
+    apply_init_weights(engine.core(), *init, o, ctx, lead);
+    init.reset();  // unmaps the files
+  }
 #ifdef STRATUM_WITH_CUDA
   // The memory column shows training; start-up (ZeRO-3 partitions a model first
   // drawn whole on the GPU) has its own peak, reported once.

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -119,7 +120,10 @@ TEST_F(TrainCli, InitFromHuggingFaceDirectoryRoundTripsAndTrains) {
   };
   Result r = run(init_from(fixture, "a", 1, 0.0));
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("initialized from " + fixture + " (21 tensors)"), std::string::npos) << r.output;
+  // Each rank copied its ZeRO-3 half of the file, no more.
+  EXPECT_NE(r.output.find("initialized from " + fixture + " (21 tensors, 0.16 MB; the most one rank copied: 0.08 MB, 50%)"),
+            std::string::npos)
+      << r.output;
   ASSERT_EQ(run(kBin + "/stratum-ckpt export " + dir_ + "/a " + dir_ + "/a_hf --dtype fp32").status, 0);
   const auto exported = stratum::io::read_safetensors(dir_ + "/a_hf/model.safetensors");
   const auto original = stratum::models::read_hf_checkpoint(fixture);
@@ -147,6 +151,40 @@ TEST_F(TrainCli, InitFromHuggingFaceDirectoryRoundTripsAndTrains) {
   r = run(init_from(fixture, "d", 1, 0.0) + " --model tiny-llama");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--model excludes --init-from"), std::string::npos) << r.output;
+}
+
+// --init-from GPT-2 (tied embedding and head) on 4 ranks, cut three ways:
+// pipeline stages x data parallel, tensor x data parallel, ZeRO-3 over all
+// four. Each exports the directory's own weights bit for bit, and no rank
+// copies more of the file than its part (a stage's layers, a tensor-parallel
+// piece, a ZeRO partition): a third of it at most.
+TEST_F(TrainCli, InitFromHuggingFaceLoadsOnlyEachRanksPartAtEveryLayout) {
+  const std::string fixture = std::string(STRATUM_SOURCE_DIR) + "/tests/data/hf/gpt2";
+  const auto original = stratum::models::read_hf_checkpoint(fixture);
+  const std::map<std::string, std::string> layouts = {
+      {"pp", R"("zero_optimization": {"stage": 1}, "pipeline": {"stages": 2})"},
+      {"tp", R"("zero_optimization": {"stage": 2}, "tensor_parallel": {"autotp_size": 2})"},
+      {"z3", R"("zero_optimization": {"stage": 3})"}};
+  for (const auto& [name, keys] : layouts) {
+    const std::string cfg = dir_ + "/" + name + ".json";
+    std::ofstream(cfg) << R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.0, "weight_decay": 0.0}}, )" << keys << "}";
+    Result r = run(kBin + "/stratum-run --num_procs 4 " + kBin + "/stratum-train --config " + cfg + " --init-from " +
+                   fixture + " --data default --cache-dir " + dir_ + "/cache --steps 1 --eval-every 0 --sample-tokens 0 "
+                   "--log-dir " + dir_ + "/" + name + "_log --save-dir " + dir_ + "/" + name);
+    ASSERT_EQ(r.status, 0) << name << "\n" << r.output;
+    const std::string tag = "the most one rank copied: ";
+    const size_t at = r.output.find(tag);
+    ASSERT_NE(at, std::string::npos) << r.output;
+    const double share = std::stod(r.output.substr(r.output.find(", ", at) + 2));
+    EXPECT_LE(share, 34) << name << ": a rank read more than its part\n" << r.output;
+    ASSERT_EQ(run(kBin + "/stratum-ckpt export " + dir_ + "/" + name + " " + dir_ + "/" + name + "_hf --dtype fp32").status, 0);
+    const auto exported = stratum::io::read_safetensors(dir_ + "/" + name + "_hf/model.safetensors");
+    for (const auto& [tensor, t] : original) {
+      ASSERT_TRUE(exported.count(tensor)) << name << ": " << tensor;
+      EXPECT_TRUE(exported.at(tensor).equal(t)) << name << ": " << tensor << " changed on the way through";
+    }
+  }
 }
 
 // Data other tools wrote: a Megatron indexed dataset (preprocess_data.py's

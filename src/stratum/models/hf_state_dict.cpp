@@ -48,8 +48,9 @@ std::vector<std::pair<std::string, at::Tensor>> to_hf_state_dict(const CausalLMI
   return out;
 }
 
-void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Tensor>& tensors,
-                        const std::string& source) {
+std::map<std::string, at::Tensor> hf_whole_parameters(const CausalLMImpl& model,
+                                                     const std::map<std::string, at::Tensor>& tensors,
+                                                     const std::string& source, const HfChecks& checks) {
   const ModelConfig& c = model.config();
   const std::string where = source.empty() ? "" : source + ": ";
   std::vector<std::string> problems;
@@ -66,11 +67,10 @@ void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Ten
     return &it->second;
   };
 
-  c10::AutoGradMode no_grad(false);
+  std::map<std::string, at::Tensor> out;
   const nn::tp::TensorParallel& tp = model.tensor_parallel();
-  for (auto& item : model.named_parameters(/*recurse=*/true)) {
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
-    at::Tensor& param = item.value();
     const at::Tensor* t = find(name);
     if (!t) {
       problems.push_back("missing '" + name + "'");
@@ -78,9 +78,10 @@ void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Ten
     }
     const bool conv1d = is_hf_conv1d_weight(c, name);
     const at::Tensor& src = *t;
-    // A tensor-parallel rank keeps its shard of the whole tensor the file holds.
+    // A tensor-parallel rank's parameter is a shard: the file holds the whole tensor.
     const auto spec = tp.enabled() ? model.shard_spec(name, tp.rank()) : std::nullopt;
-    const std::vector<int64_t> want = spec ? nn::tp::whole_shape(param.sizes().vec(), *spec) : param.sizes().vec();
+    const std::vector<int64_t> shape = item.value().sizes().vec();
+    const std::vector<int64_t> want = spec ? nn::tp::whole_shape(shape, *spec) : shape;
     const bool fits = conv1d ? (src.dim() == 2 && src.size(0) == want[1] && src.size(1) == want[0])
                              : src.sizes().vec() == want;
     if (!fits) {
@@ -88,8 +89,7 @@ void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Ten
       problems.push_back("'" + name + "' has shape " + shape_str(src.sizes()) + ", expected " + shape_str(expected));
       continue;
     }
-    const at::Tensor whole = conv1d ? src.t() : src;
-    param.copy_(spec ? nn::tp::take_shard(whole.to(param.dtype()), *spec) : whole);
+    out.emplace(name, conv1d ? src.t() : src);
   }
 
   // Tied embeddings: HF drops lm_head.weight; if a file has it, it must be the embedding.
@@ -97,7 +97,8 @@ void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Ten
     if (auto it = tensors.find("lm_head.weight"); it != tensors.end()) {
       used[it->first] = true;
       const at::Tensor* emb = find(c.arch == "gpt2" ? "transformer.wte.weight" : "model.embed_tokens.weight");
-      if (emb && (it->second.sizes() != emb->sizes() || !at::equal(it->second.to(emb->dtype()), *emb)))
+      if (emb && (it->second.sizes() != emb->sizes() ||
+                  (checks.compare_tied_head && !at::equal(it->second.to(emb->dtype()), *emb))))
         problems.push_back("'lm_head.weight' differs from the token embedding, but the model ties them "
                            "(tie_embeddings=false to load it untied)");
     }
@@ -105,12 +106,24 @@ void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Ten
   for (const auto& [name, was_used] : used)
     if (!was_used && !is_hf_buffer(name)) problems.push_back("unexpected '" + name + "'");
 
-  if (problems.empty()) return;
+  if (problems.empty()) return out;
   std::string msg = where + "cannot load into model '" + c.name + "': ";
   constexpr size_t kShown = 20;
   for (size_t i = 0; i < problems.size() && i < kShown; ++i) msg += (i ? "; " : "") + problems[i];
   if (problems.size() > kShown) msg += "; and " + std::to_string(problems.size() - kShown) + " more";
   throw Error(msg);
+}
+
+void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Tensor>& tensors,
+                        const std::string& source) {
+  const auto whole = hf_whole_parameters(model, tensors, source);
+  const nn::tp::TensorParallel& tp = model.tensor_parallel();
+  c10::AutoGradMode no_grad(false);
+  for (auto& item : model.named_parameters(/*recurse=*/true)) {
+    const auto spec = tp.enabled() ? model.shard_spec(item.key(), tp.rank()) : std::nullopt;
+    const at::Tensor& w = whole.at(item.key());
+    item.value().copy_(spec ? nn::tp::take_shard(w, *spec) : w);
+  }
 }
 
 std::map<std::string, at::Tensor> read_hf_checkpoint(const std::string& dir) {

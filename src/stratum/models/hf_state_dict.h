@@ -24,10 +24,26 @@ namespace stratum::models {
 // tensor-parallel model is refused (its ranks hold shards).
 std::vector<std::pair<std::string, at::Tensor>> to_hf_state_dict(const CausalLMImpl& model);
 
+// What hf_whole_parameters checks beyond names and shapes.
+struct HfChecks {
+  // A tied model's file that carries lm_head.weight too: it must equal the
+  // embedding (reads both whole; one rank of a job is enough).
+  bool compare_tied_head = true;
+};
+
+// Each of the model's parameters as the whole tensor in `tensors` (HF names)
+// holds it, by Stratum's parameter name and in its layout: views, no copies
+// (GPT-2's Conv1D weights a transposed view), so that a caller copies only
+// the elements it keeps. A tensor-parallel model's parameters are checked
+// against their whole shapes. Throws stratum::Error listing every missing,
+// unexpected or mis-shaped tensor by name (and `source`, e.g. the file).
+std::map<std::string, at::Tensor> hf_whole_parameters(const CausalLMImpl& model,
+                                                     const std::map<std::string, at::Tensor>& tensors,
+                                                     const std::string& source = "", const HfChecks& checks = {});
+
 // Copies `tensors` (HF names) into the model's parameters, converting dtype
 // and device; a tensor-parallel rank keeps its shard of each (the file holds
-// whole tensors). Throws stratum::Error listing every missing, unexpected or
-// mis-shaped tensor by name (and `source`, e.g. the file, when given).
+// whole tensors). Errors as hf_whole_parameters'.
 void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Tensor>& tensors,
                         const std::string& source = "");
 

@@ -22,18 +22,22 @@ std::vector<int64_t> shard_shape(std::vector<int64_t> whole_shape, const ShardSp
 }
 
 at::Tensor take_shard(const at::Tensor& whole, const ShardSpec& s) {
-  at::Tensor w = whole;
-  if (s.padded > whole.size(s.dim)) {
-    std::vector<int64_t> shape = whole.sizes().vec();
-    shape[s.dim] = s.padded;
-    w = at::zeros(shape, whole.options());
-    w.narrow(s.dim, 0, whole.size(s.dim)).copy_(whole);
-  }
+  // Each block's piece straight from `whole` (rows past its end are padding,
+  // zeros): a memory-mapped whole tensor is read only where the piece lies.
   const std::vector<int64_t> out_shape = shard_shape(whole.sizes().vec(), s);
-  const int64_t block = w.size(s.dim) / s.blocks, piece = block / s.parts;
-  std::vector<at::Tensor> pieces;
-  for (int64_t b = 0; b < s.blocks; ++b) pieces.push_back(w.narrow(s.dim, b * block + s.index * piece, piece));
-  return at::cat(pieces, s.dim).contiguous().view(out_shape);
+  const int64_t n = std::max(s.padded, whole.size(s.dim));
+  const int64_t block = n / s.blocks, piece = block / s.parts;
+  std::vector<int64_t> joined = whole.sizes().vec();
+  joined[s.dim] = s.blocks * piece;
+  at::Tensor out = at::empty(joined, whole.options());
+  for (int64_t b = 0; b < s.blocks; ++b) {
+    const int64_t first = b * block + s.index * piece;
+    const int64_t kept = std::clamp<int64_t>(whole.size(s.dim) - first, 0, piece);
+    at::Tensor dst = out.narrow(s.dim, b * piece, piece);
+    if (kept > 0) dst.narrow(s.dim, 0, kept).copy_(whole.narrow(s.dim, first, kept));
+    if (kept < piece) dst.narrow(s.dim, kept, piece - kept).zero_();
+  }
+  return out.view(out_shape);
 }
 
 std::vector<int64_t> whole_shape(std::vector<int64_t> piece_shape, const ShardSpec& s) {

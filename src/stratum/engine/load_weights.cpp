@@ -1,0 +1,68 @@
+#include "stratum/engine/load_weights.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "stratum/core/error.h"
+#include "stratum/distributed/agreement.h"
+#include "stratum/engine/param_runs.h"
+
+namespace stratum {
+namespace {
+
+// Elements [start, start + numel) of `t` in row-major order, reading only the
+// rows of its first dimension that hold them (`t` may be a strided view, as a
+// transposed Conv1D weight is).
+at::Tensor flat_range(const at::Tensor& t, int64_t start, int64_t numel) {
+  if (t.is_contiguous() || t.dim() < 2) return t.reshape(-1).narrow(0, start, numel);
+  const int64_t row = t.numel() / t.size(0);
+  const int64_t first = start / row, last = (start + numel - 1) / row;
+  return t.narrow(0, first, last - first + 1).contiguous().view(-1).narrow(0, start - first * row, numel);
+}
+
+}  // namespace
+
+WeightLoadReport load_whole_weights(EngineCore& engine, const std::map<std::string, at::Tensor>& whole,
+                                    distributed::Communicator& world, c10::Device world_device,
+                                    const std::string& what) {
+  auto& strategy = engine.strategy();
+  const auto& layout = strategy.layout();
+  const auto& mp = engine.model_parallel();
+  const auto pieces = strategy.owned_pieces();
+  WeightLoadReport report;
+  distributed::agree_on_success(world, world_device, what, [&] {
+    c10::AutoGradMode no_grad(false);
+    for (size_t i = 0; i < layout.specs().size(); ++i) {
+      const std::string& name = layout.specs()[i].name;
+      auto it = whole.find(name);
+      if (it == whole.end()) throw Error("no tensor for parameter '" + name + "'");
+      const std::optional<nn::tp::ShardSpec> spec =
+          mp && i < mp->tp_specs.size() ? mp->tp_specs[i] : std::nullopt;
+      const at::Tensor& w = it->second;
+      const std::vector<int64_t> shape = layout.specs()[i].shape;
+      const auto mine = param_pieces(layout, pieces, static_cast<int>(i));
+      report.parameters += 1;
+      report.bytes_whole += static_cast<int64_t>(w.nbytes());
+      if (mine.empty()) continue;
+      // A tensor-parallel piece is cut whole first (its rows or columns), then narrowed.
+      const at::Tensor local = spec ? nn::tp::take_shard(w, *spec) : w;
+      if (local.sizes().vec() != shape)
+        throw Error("parameter '" + name + "' has shape " + c10::str(at::IntArrayRef(shape)) + " on this rank, its tensor " +
+                    c10::str(local.sizes()));
+      if (spec) report.bytes_copied += static_cast<int64_t>(local.nbytes());
+      for (const ParamPiece& p : mine) {
+        const at::Tensor src = flat_range(local, p.param_offset, p.numel);
+        if (!spec) report.bytes_copied += p.numel * static_cast<int64_t>(src.element_size());
+        strategy.segments()[static_cast<size_t>(p.segment)].master.narrow(0, p.segment_offset, p.numel).copy_(src);
+      }
+    }
+  });
+  // The rounded copy the optimizer keeps (offload's host buffer) follows the masters.
+  for (auto& seg : strategy.segments())
+    if (seg.params16.defined() && !seg.params16.is_same(seg.master)) seg.params16.copy_(seg.master);
+  strategy.publish_params();  // collective over data parallel: the model takes the masters
+  strategy.wait_params();
+  return report;
+}
+
+}  // namespace stratum

@@ -1,0 +1,33 @@
+#pragma once
+// Starting weights from whole tensors held elsewhere (a Hugging Face
+// checkpoint, memory-mapped): each rank copies only the elements its own
+// optimizer segments hold (its ZeRO partition of its pipeline stage's
+// parameters, cut to its tensor-parallel piece) into the fp32 masters, and the
+// strategy publishes them as after a checkpoint load. What a rank does not
+// keep it never reads.
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "stratum/engine/engine_core.h"
+
+namespace stratum {
+
+struct WeightLoadReport {
+  int64_t parameters = 0;   // the core's parameters
+  int64_t bytes_copied = 0;  // of the source tensors, in their dtype, by this rank
+  int64_t bytes_whole = 0;   // the same parameters' source tensors, whole
+};
+
+// `whole`: each of the core's parameters by name, whole (a view of any dtype
+// and layout on the host; a tensor-parallel rank's piece is cut from it).
+// Collective: an error on any rank of `world` (the job; agreed on
+// `world_device`) is every rank's, naming it and `what`; then the core's
+// data-parallel group publishes. Adam's moments and the step are untouched.
+WeightLoadReport load_whole_weights(EngineCore& engine, const std::map<std::string, at::Tensor>& whole,
+                                    distributed::Communicator& world, c10::Device world_device,
+                                    const std::string& what);
+
+}  // namespace stratum
