@@ -115,6 +115,21 @@ int export_hf(const std::string& dir, const std::string& out_dir, const std::str
                                           << "\n";
   std::cout << "wrote " << out_dir << "/model.safetensors (" << tensors.size() << " tensors, " << dtype << ") and "
             << out_dir << "/config.json from " << tag_dir << "\n";
+  // The tokenizer stratum-train kept in the checkpoint goes with the model.
+  std::string copied;
+  for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json"}) {
+    const std::string from = tag_dir + "/" + name;
+    if (!fs::exists(from)) continue;
+    fs::write_file_atomically(out_dir + "/" + name, fs::read_regular_file(from, size_t{1} << 30, "tokenizer file"),
+                              std::string("the tokenizer's ") + name);
+    copied += (copied.empty() ? "" : ", ") + std::string(name);
+  }
+  const std::string tokenizer = client.value("tokenizer", std::string());
+  if (!copied.empty())
+    std::cout << "wrote the tokenizer (" << tokenizer << "): " << copied << "\n";
+  else if (!tokenizer.empty() && tokenizer != "byte")
+    std::cout << "note: no tokenizer files in " << tag_dir << " (its tokenizer " << tokenizer
+              << " is not a Hugging Face or SentencePiece one, or the checkpoint predates them): copy them by hand\n";
   return 0;
 }
 

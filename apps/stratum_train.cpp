@@ -37,6 +37,7 @@
 #include "stratum/distributed/parallel_groups.h"
 #include "stratum/distributed/topology.h"
 #include "stratum/engine/checkpoint.h"
+#include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/engine/engine.h"
 #include "stratum/engine/load_weights.h"
 #include "stratum/engine/pipeline_engine.h"
@@ -142,6 +143,21 @@ json client_state(const data::DistributedSampler& sampler, const models::ModelCo
   return {{"data", sampler.state()}, {"model", models::hf_config_json(mcfg)},
           {"model_preset", o.init_from.empty() ? o.model : mcfg.name},
           {"tokenizer", tokenizer.name()}};
+}
+
+// The tokenizer's files in a saved checkpoint's directory, as Hugging Face's
+// Trainer keeps them in each of its checkpoints: `stratum-ckpt export` puts
+// them beside the exported model. Rank 0 writes them once the tag is in place.
+void save_tokenizer_files(const data::Tokenizer& tokenizer, const std::string& tag_dir,
+                          const distributed::DistContext& ctx) {
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "copying the tokenizer into " + tag_dir, [&] {
+    if (ctx.rank != 0) return;
+    for (const std::string& file : tokenizer.files()) {
+      const std::string name = file.substr(file.rfind('/') + 1);
+      fs::write_file_atomically(tag_dir + "/" + name, fs::read_regular_file(file, size_t{1} << 30, "tokenizer file"),
+                                "the tokenizer's " + name);
+    }
+  });
 }
 
 // The loaded checkpoint's data position into `sampler`, every rank agreeing.
@@ -276,6 +292,7 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
     const json client = client_state(sampler, mcfg, o, tokenizer);
     const std::string tag = "global_step" + std::to_string(engine->global_steps());
     engine->save_checkpoint(o.save_dir, tag, client);
+    save_tokenizer_files(tokenizer, o.save_dir + "/" + tag, ctx);
     if (lead) progress.note("saved checkpoint " + o.save_dir + "/" + tag);
   };
   const double flops_per_token =
@@ -328,6 +345,19 @@ std::string tokenizer_spec(const Options& o) {
   return "byte";
 }
 
+// --resume with another tokenizer than the checkpoint's would read the data
+// as other ids (and the model knows the old ones): refused, naming both.
+void check_resumed_tokenizer(const Options& o, const ResumePoint& resume, const data::Tokenizer& tokenizer) {
+  const std::string tag_dir = o.save_dir + "/" + resume.tag;
+  const json client = read_checkpoint_manifest(tag_dir).client_state;
+  if (!client.contains("tokenizer") || !client["tokenizer"].is_string()) return;  // not saved by stratum-train
+  const std::string saved = client["tokenizer"].get<std::string>();
+  if (saved != tokenizer.name())
+    throw Error(tag_dir + "/manifest.json: the checkpoint was trained with tokenizer " + saved + ", this run's is " +
+                tokenizer.name() + " (" + tokenizer_spec(o) + "); resume with the one it was trained with (--tokenizer) "
+                "or start afresh in another --save-dir");
+}
+
 int train(const Options& o, const distributed::DistContext& ctx) {
   const bool lead = ctx.rank == 0;
   // Every rank reads the config, model and resume point itself (their files may
@@ -354,6 +384,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
                   std::to_string(mcfg.vocab_size) + " is smaller than the " +
                   tokenizer.name() + " tokenizer's " + std::to_string(tokenizer.vocab_size()));
     resume = resume_point(o);
+    if (resume.kind == ResumePoint::Kind::resume) check_resumed_tokenizer(o, resume, tokenizer);
   });
   Config& config = *config_read;
   const data::Tokenizer& tokenizer = *tokenizer_owner;
@@ -459,6 +490,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     const json client = client_state(sampler, mcfg, o, tokenizer);
     const std::string tag = "global_step" + std::to_string(engine.global_steps());
     save_checkpoint(engine.core(), o.save_dir, tag, client);
+    save_tokenizer_files(tokenizer, o.save_dir + "/" + tag, ctx);
     if (lead) progress.note("saved checkpoint " + o.save_dir + "/" + tag);
   };
 

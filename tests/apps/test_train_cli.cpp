@@ -220,10 +220,18 @@ TEST_F(TrainCli, TrainsWithAHuggingFaceTokenizerOnJsonLines) {
   Result r = run(kBin + "/stratum-run --num_procs 2 " + kBin + "/stratum-train --config " + STRATUM_SOURCE_DIR +
                  "/configs/zero3_offload.json --model tiny-gpt2 --set vocab_size=3008 --tokenizer " + tokenizer +
                  " --data " + dir_ + "/docs.jsonl --cache-dir " + dir_ + "/cache --steps 2 --eval-every 0 "
-                 "--print-every 1 --sample-tokens 8 --prompt Hello");
+                 "--print-every 1 --sample-tokens 8 --prompt Hello --save-dir " + dir_ + "/hf_ckpt");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("tokenizer: " + tokenizer + " (hf3003-"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--- sample (8 tokens"), std::string::npos) << r.output;
+  auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    EXPECT_TRUE(in.good()) << path;
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  // The checkpoint keeps the tokenizer's files (as Hugging Face's Trainer does).
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    EXPECT_EQ(bytes(dir_ + "/hf_ckpt/global_step2/" + f), bytes(tokenizer + "/" + f)) << f;
   // The model's vocabulary must hold the tokenizer's ids: refused by name.
   r = run(kBin + "/stratum-train --config " + STRATUM_SOURCE_DIR + "/configs/zero3_offload.json --model tiny-gpt2 "
           "--tokenizer " + tokenizer + " --data " + dir_ + "/docs.jsonl --steps 1");
@@ -231,11 +239,26 @@ TEST_F(TrainCli, TrainsWithAHuggingFaceTokenizerOnJsonLines) {
   EXPECT_NE(r.output.find("is smaller than the hf3003-"), std::string::npos) << r.output;
   // --init-from a directory that carries its tokenizer: that one, unasked.
   const std::string model = std::string(STRATUM_SOURCE_DIR) + "/tests/data/hf/llama2_spm";
-  r = run(kBin + "/stratum-train --config " + STRATUM_SOURCE_DIR + "/configs/zero3_offload.json --init-from " + model +
-          " --set max_seq_len=32 --data " + dir_ + "/docs.jsonl --cache-dir " + dir_ + "/cache --steps 1 "
-          "--eval-every 0 --sample-tokens 0");
+  const std::string cmd = kBin + "/stratum-train --config " + STRATUM_SOURCE_DIR + "/configs/zero3_offload.json --init-from " + model +
+          " --set max_seq_len=32 --data " + dir_ + "/docs.jsonl --cache-dir " + dir_ + "/cache "
+          "--eval-every 0 --sample-tokens 0 --save-dir " + dir_ + "/spm_ckpt";
+  r = run(cmd + " --steps 1");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("tokenizer: " + model + "/tokenizer.model (spm3000-"), std::string::npos) << r.output;
+  // Its export is a model directory with that tokenizer, file for file.
+  r = run(kBin + "/stratum-ckpt export " + dir_ + "/spm_ckpt " + dir_ + "/spm_hf");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote the tokenizer (spm3000-"), std::string::npos) << r.output;
+  for (const char* f : {"tokenizer.model", "tokenizer_config.json"})
+    EXPECT_EQ(bytes(dir_ + "/spm_hf/" + f), bytes(model + "/" + f)) << f;
+  // --resume with another tokenizer than the checkpoint's: refused, naming both.
+  r = run(cmd + " --resume --steps 2 --tokenizer byte");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("the checkpoint was trained with tokenizer spm3000-"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("this run's is byte (byte)"), std::string::npos) << r.output;
+  r = run(cmd + " --resume --steps 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed at step 1"), std::string::npos) << r.output;
 }
 
 // The two DeepSpeed diagnostics in stratum-train's output: the flops profile

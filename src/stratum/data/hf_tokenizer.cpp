@@ -36,6 +36,7 @@ int64_t HfTokenizer::vocab_size() const { return 0; }
 std::string HfTokenizer::name() const { return {}; }
 int32_t HfTokenizer::bos_id() const { return -1; }
 int32_t HfTokenizer::eos_id() const { return -1; }
+std::vector<std::string> HfTokenizer::files() const { return {}; }
 
 #else
 
@@ -115,6 +116,7 @@ std::string token_text(const json& value) {  // "x" or {"content": "x"}
 
 struct HfTokenizer::Impl {
   std::string path, name;
+  std::vector<std::string> files;  // tokenizer.json, and its tokenizer_config.json if any
   std::vector<std::string> alphabet = byte_alphabet();
   std::unordered_map<std::string, int> char_byte;  // alphabet character -> byte
   std::unordered_map<std::string, int32_t> vocab;
@@ -400,8 +402,10 @@ std::unique_ptr<HfTokenizer::Impl> parse(const std::string& path) {
   // Special tokens as tokenizer_config.json beside it says.
   uint64_t hash = fnv1a(text);
   const std::string config_path = detail::tokenizer_config_beside(path);
+  t->files = {path};
   std::ifstream probe(config_path);
   if (probe) {
+    t->files.push_back(config_path);
     const std::string config_text = read_bytes(config_path);
     hash = fnv1a(config_text, hash);
     json config;
@@ -497,6 +501,7 @@ int64_t HfTokenizer::vocab_size() const { return impl_->size; }
 std::string HfTokenizer::name() const { return impl_->name; }
 int32_t HfTokenizer::bos_id() const { return impl_->bos; }
 int32_t HfTokenizer::eos_id() const { return impl_->eos; }
+std::vector<std::string> HfTokenizer::files() const { return impl_->files; }
 
 #endif
 

@@ -50,6 +50,7 @@ class HfTokenizer final : public Tokenizer {
   std::string name() const override;
   int32_t bos_id() const override;
   int32_t eos_id() const override;
+  std::vector<std::string> files() const override;
 
   struct Impl;
 

@@ -33,6 +33,7 @@ int64_t SentencePieceTokenizer::vocab_size() const { return 0; }
 std::string SentencePieceTokenizer::name() const { return {}; }
 int32_t SentencePieceTokenizer::bos_id() const { return -1; }
 int32_t SentencePieceTokenizer::eos_id() const { return -1; }
+std::vector<std::string> SentencePieceTokenizer::files() const { return {}; }
 
 #else
 
@@ -42,6 +43,7 @@ struct SentencePieceTokenizer::Impl {
   sentencepiece::SentencePieceProcessor processor;
   std::string name;
   bool add_bos = true, add_eos = false;
+  std::vector<std::string> files;  // tokenizer.model, and its tokenizer_config.json if any
 };
 
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::string& path) {
@@ -51,7 +53,9 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::
   if (!status.ok()) throw Error(path + ": not a SentencePiece model: " + status.ToString());
   uint64_t hash = detail::fnv1a(bytes);
   const std::string config_path = detail::tokenizer_config_beside(path);
+  impl->files = {path};
   if (std::ifstream(config_path)) {
+    impl->files.push_back(config_path);
     nlohmann::json config;
     try {
       config = nlohmann::json::parse(detail::read_bytes(config_path));
@@ -113,6 +117,7 @@ int64_t SentencePieceTokenizer::vocab_size() const { return impl_->processor.Get
 std::string SentencePieceTokenizer::name() const { return impl_->name; }
 int32_t SentencePieceTokenizer::bos_id() const { return impl_->processor.bos_id(); }
 int32_t SentencePieceTokenizer::eos_id() const { return impl_->processor.eos_id(); }
+std::vector<std::string> SentencePieceTokenizer::files() const { return impl_->files; }
 
 #endif
 

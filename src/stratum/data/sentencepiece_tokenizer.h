@@ -31,6 +31,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string name() const override;
   int32_t bos_id() const override;
   int32_t eos_id() const override;
+  std::vector<std::string> files() const override;
 
   struct Impl;
 

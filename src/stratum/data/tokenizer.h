@@ -29,6 +29,10 @@ class Tokenizer {
   virtual std::vector<int32_t> prefix_tokens() const { return {}; }
   virtual std::vector<int32_t> suffix_tokens() const { return {}; }
   std::vector<int32_t> encode_with_special_tokens(std::string_view text) const;
+  // The files it was read from (tokenizer.json or tokenizer.model, and the
+  // tokenizer_config.json beside it when there is one): what a checkpoint
+  // keeps and an exported model directory carries. None for built-in ones.
+  virtual std::vector<std::string> files() const { return {}; }
 };
 
 // One training document: encode_with_special_tokens(text), then the EOS
