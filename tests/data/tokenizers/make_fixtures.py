@@ -16,7 +16,7 @@ llama2/   tokenizer.model trained by `sentencepiece` as Llama-2's was (BPE,
           ids 0/1/2 = <unk>/<s>/</s>.
 text.txt  the text the ids are for: English, Chinese, code, a dozen scripts,
           combining marks, emoji (ZWJ sequences, flags, skin tones), digits,
-          runs of spaces, tabs, CR LF, NBSP and other whitespace, contractions
+          runs of spaces, tabs, CR LF, NBSP, NEL and other whitespace, contractions
           in both cases, special-token strings. Its documents are separated by
           a line holding only the form feed character.
 <name>/expected.bin  for each document, then for the whole text: uint32 count,
@@ -55,6 +55,7 @@ SENTENCES = [
     "Ça, c'est l'œuvre — « entre guillemets » … et puis ‹ ça › !",
     "Dès Noël, où un zéphyr haï me vêt de glaçons würmiens, je dîne d’exquis rôtis de bœuf au kir.",
     "Combining: e\u0301 a\u0300 o\u0302 n\u0303 u\u0308 (decomposed) vs é à ô ñ ü (composed); Å Å Ω Ω.",
+    "Next\u0085line (NEL, whitespace to Oniguruma's \\s),\u0085\u0085 after:\u0085x \u0085 y.",
     "Zero\u200bwidth\u200cjoiners\u200dand\u2060word\ufeffjoiners; soft\u00adhyphen.",
     "Math: ∀x∈ℝ, ∃y: x² + y² ≤ 1 ⇒ |x| ≤ 1; ∑ᵢ aᵢ = ∫₀¹ f(t) dt ≈ 3.14159; ½ ¼ ⅞ Ⅻ ⑦.",
     "Fullwidth ＡＢＣ１２３ and ideographic　space、句読点。",
@@ -63,7 +64,8 @@ SENTENCES = [
 EMOJI = ["😀", "😂", "🥲", "👍", "👍🏻", "👍🏿", "👩‍👩‍👧‍👦", "👨‍💻", "🧑🏽‍🚀", "🏳️‍🌈", "🇺🇸", "🇯🇵", "🇩🇪",
          "❤️", "❤", "✔️", "1️⃣", "#️⃣", "🫠", "🪐", "🐈‍⬛", "☃", "♥", "⚡", "🎉🎉🎉", "🔥"]
 WHITESPACE = [" ", "  ", "   ", "    ", "\t", "\t\t", " \t ", "\r\n", "\n", "\n\n", "\n\n\n", "\r", "\u00a0",
-              "\u2003", "\u3000", "\u2028", "\u000b", "\u000c", " \n", "  \n  ", "\n ", "\t\n"]
+              "\u2003", "\u3000", "\u2028", "\u000b", "\u000c", " \n", "  \n  ", "\n ", "\t\n", "\u0085",
+              " \u0085 "]
 WORDS = ["don't", "DON'T", "I'm", "I'M", "she'll", "She'LL", "we've", "WE'VE", "they're", "it's", "IT'S", "he'd",
          "'s", "'t", "o'clock", "rock'n'roll", "the", "The", "THE", "hello", "world", "Hello,", "world!", "naïve",
          "café", "über", "straße", "coöperate", "résumé", "x86_64", "snake_case", "camelCase", "kebab-case",
