@@ -249,15 +249,18 @@ InitWeights read_init_weights(const Options& o, const distributed::DistContext& 
 // stage's parameters, its ZeRO partition and tensor-parallel piece of them).
 void apply_init_weights(EngineCore& core, const InitWeights& w, const Options& o, const distributed::DistContext& ctx,
                         bool lead) {
+  const auto started = std::chrono::steady_clock::now();
   const WeightLoadReport report =
       load_whole_weights(core, w.whole, *ctx.cpu_world, c10::kCPU, "loading --init-from " + o.init_from);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   at::Tensor most = at::tensor({static_cast<double>(report.bytes_copied)}, at::kDouble);
   ctx.cpu_world->all_reduce(most, distributed::ReduceOp::max)->wait();
   double file_bytes = 0;
   for (const auto& [name, t] : w.file) file_bytes += static_cast<double>(t.nbytes());
   char line[256];
-  std::snprintf(line, sizeof line, " (%zu tensors, %.2f MB; the most one rank copied: %.2f MB, %.0f%%)", w.file.size(),
-                file_bytes / 1e6, most.item<double>() / 1e6, 100.0 * most.item<double>() / std::max(1.0, file_bytes));
+  std::snprintf(line, sizeof line, " (%zu tensors, %.2f MB; the most one rank copied: %.2f MB, %.0f%%; %.2f s)",
+                w.file.size(), file_bytes / 1e6, most.item<double>() / 1e6,
+                100.0 * most.item<double>() / std::max(1.0, file_bytes), seconds);
   if (lead) log::info("initialized from " + o.init_from + line);
 }
 

@@ -121,7 +121,7 @@ TEST_F(TrainCli, InitFromHuggingFaceDirectoryRoundTripsAndTrains) {
   Result r = run(init_from(fixture, "a", 1, 0.0));
   ASSERT_EQ(r.status, 0) << r.output;
   // Each rank copied its ZeRO-3 half of the file, no more.
-  EXPECT_NE(r.output.find("initialized from " + fixture + " (21 tensors, 0.16 MB; the most one rank copied: 0.08 MB, 50%)"),
+  EXPECT_NE(r.output.find("initialized from " + fixture + " (21 tensors, 0.16 MB; the most one rank copied: 0.08 MB, 50%;"),
             std::string::npos)
       << r.output;
   ASSERT_EQ(run(kBin + "/stratum-ckpt export " + dir_ + "/a " + dir_ + "/a_hf --dtype fp32").status, 0);
