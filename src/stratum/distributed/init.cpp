@@ -51,7 +51,8 @@ DistContext init(const InitOptions& options) {
   const bool has_rank_env = std::getenv("RANK") != nullptr;
   const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_RANK") != nullptr;
   const auto slurm = under_mpirun ? std::nullopt : launch::slurm_task_from_env();
-  ctx.launcher = has_rank_env && under_mpirun ? "stratum-run" : under_mpirun ? "mpirun" : slurm ? "srun" : "none";
+  // stratum-run's rank shim sets RANK under mpirun and, with --launcher slurm, under srun.
+  ctx.launcher = has_rank_env && (under_mpirun || slurm) ? "stratum-run" : under_mpirun ? "mpirun" : slurm ? "srun" : "none";
   if (slurm && (slurm->rank != ctx.rank || slurm->world_size != ctx.world_size))
     throw Error("srun started task " + std::to_string(slurm->rank) + " of " + std::to_string(slurm->world_size) +
                 " but MPI sees rank " + std::to_string(ctx.rank) + " of " + std::to_string(ctx.world_size) +

@@ -419,6 +419,7 @@ TEST(Launcher, MpiBackendRunsUnderTheLauncher) {
   EXPECT_HAS(run.out, "PASSED");
 
   const std::string dir = make_temp_dir();
+  o.env.emplace_back("STRATUM_LOG_LEVEL", "debug");  // the grid ("world 4 = ...": both hosts, one world) is a debug line
   run = run_launcher({"--hostfile", two_host_hostfile(dir), "--num_procs", "2", "--launcher_agent", kFakeSsh,
                       "--launcher_args", "--mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo",
                       program},
@@ -518,7 +519,9 @@ TEST_F(NetnsHosts, MpiBackendAcrossNetworkNamespaces) {
   if (!exists(program)) GTEST_SKIP() << program << " is not built";
   auto args = launcher_args(make_temp_dir());
   args.push_back(program);
-  const auto run = run_launcher(args, options());
+  RunOptions o = options();
+  o.env.emplace_back("STRATUM_LOG_LEVEL", "debug");  // the grid ("world 4 = ...") is a debug line
+  const auto run = run_launcher(args, o);
   ASSERT_FALSE(run.timed_out) << run.out << run.err;
   EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
   EXPECT_HAS(run.out, "world 4 = ");
@@ -593,6 +596,63 @@ TEST(Launcher, DryRunPrintsTheMpirunCommand) {
   EXPECT_HAS(run.out, "-x NCCL_NVLS_ENABLE=0");
   EXPECT_HAS(run.out, "--rank-shim --node localhost --node_rank 0 --heartbeat_timeout 120 -- /bin/echo 'hi there'");
   if (geteuid() == 0) EXPECT_HAS(run.out, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ");
+}
+
+// --launcher slurm without SLURM: a stand-in srun that records being started.
+TEST(Launcher, SlurmBadInputIsRefusedBeforeSrunRuns) {
+  const std::string dir = make_temp_dir();
+  const std::string marker = dir + "/srun-ran";
+  const std::string fake_srun = dir + "/srun";
+  write_file(fake_srun, "#!/bin/sh\ntouch " + marker + "\n");
+  ::chmod(fake_srun.c_str(), 0755);
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  } cases[] = {
+      {{"--launcher", "pdsh", "true"}, "--launcher 'pdsh': stratum-run supports mpirun (Open MPI, the default)"},
+      {{"--launcher", "slurm", "--include", "n1:0,2@n2", "true"}, "--include 'n1:0,2': srun places tasks on whole"},
+      {{"--launcher", "slurm", "--exclude", "n1@@n2", "true"}, "--exclude 'n1@@n2': an empty host"},
+      {{"--launcher", "slurm", "--include", "n1", "--num_gpus", "2", "true"}, "--num_gpus cannot be combined with"},
+      {{"--launcher", "slurm", "--export", "IFS_LIST=a,b", "true"}, "--export IFS_LIST=a,b: srun's --export list"},
+      {{"--launcher", "slurm", "--grace_period", "5", "true"}, "--grace_period is Open MPI's"},
+      {{"--launcher", "slurm", "--srun", dir + "/none", "true"}, "--srun '" + dir + "/none': not found"},
+      {{"--comment", "x", "true"}, "--comment is passed to srun (--launcher slurm)"},
+  };
+  RunOptions o;
+  o.env = {{"STRATUM_NUM_GPUS", "0"}, {"STRATUM_SRUN", fake_srun}};
+  o.timeout_s = 20;
+  for (const auto& c : cases) {
+    const auto run = run_launcher(c.args, o);
+    EXPECT_EQ(run.exit_code, 2) << c.expect << "\n" << run.err;
+    EXPECT_HAS(run.err, "stratum-run: error: ");
+    EXPECT_HAS(run.err, c.expect);
+  }
+  EXPECT_FALSE(exists(marker)) << "srun was started for bad input";
+}
+
+TEST(Launcher, SlurmDryRunPrintsTheSrunCommand) {
+  const std::string dir = make_temp_dir();
+  const std::string fake_srun = dir + "/srun";
+  write_file(fake_srun, "#!/bin/sh\nexit 0\n");
+  ::chmod(fake_srun.c_str(), 0755);
+  RunOptions o;
+  o.env = {{"STRATUM_NUM_GPUS", "0"}, {"STRATUM_SRUN", fake_srun}, {"SLURM_JOB_ID", "7"},
+           {"SLURM_JOB_NODELIST", "gpu[07-09]"}};
+  auto run = run_launcher({"--launcher", "slurm", "--dry_run", "--num_gpus", "4", "--num_nodes", "2", "--comment",
+                           "nightly", "--launcher_args", "--partition debug", "/bin/echo", "hi there"},
+                          o);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_HAS(run.out, fake_srun + " -n 8 --ntasks-per-node=4 -N 2 --gpus-per-node=4 --comment nightly "
+                                  "--mpi=pmix --kill-on-bad-exit=1 --quit-on-interrupt --export=ALL,");
+  EXPECT_HAS(run.out, ",NCCL_NVLS_ENABLE=0,");
+  EXPECT_HAS(run.out, ",MASTER_ADDR=gpu07,MASTER_PORT=29500 --partition debug ");  // the allocation's first host
+  EXPECT_HAS(run.out, "--rank-shim --slurm --heartbeat_timeout 120 -- /bin/echo 'hi there'");
+  // Inside an allocation without counts, srun takes the allocation's; rank 0 lands on the first host not excluded.
+  run = run_launcher({"--launcher", "slurm", "--dry_run", "--exclude", "gpu07", "/bin/echo"}, o);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_FALSE(has(run.out, " -n ")) << run.out;
+  EXPECT_HAS(run.out, " -x gpu07 ");
+  EXPECT_HAS(run.out, ",MASTER_ADDR=gpu08,");
 }
 
 }  // namespace

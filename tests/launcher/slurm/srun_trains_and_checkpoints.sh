@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Ranks started by a real SLURM's srun: a one-node slurmctld + slurmd + MUNGE
 # (start_slurm.sh) runs a 2-task stratum-train that trains and checkpoints,
-# then resumes from it; srun without PMIx is refused by name. Exits 77 (a
+# then resumes from it; srun without PMIx is refused by name. Then
+# `stratum-run --launcher slurm` trains through srun (rank prefixes, 2 ranks),
+# and a job whose rank 1 fails ends at once, naming that rank. Exits 77 (a
 # skip) where the daemons cannot start.
 #   srun_trains_and_checkpoints.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
@@ -31,3 +33,25 @@ if out=$(timeout 120 srun -n 2 --mpi=none "$bin/stratum-train" --config "$src/co
 fi
 grep -qE "mpi=pmix|PMI support" <<<"$out" || { echo "FAIL: srun --mpi=none without a clear error"; echo "$out"; exit 1; }
 echo "srun: 2 ranks trained, checkpointed and resumed"
+
+# stratum-run --launcher slurm: one srun step, each task through the rank shim.
+out=$(timeout 240 "$bin/stratum-run" --launcher slurm --num_procs 2 "$bin/stratum-train" \
+  --config "$src/configs/default.json" --cache-dir "$work/cache" --steps 3 --print-every 1 --eval-every 0 \
+  --sample-tokens 0 --save-dir "$work/ckpt-run" --log-dir "$work/log-run" 2>&1) || { echo "$out"; exit 1; }
+echo "$out" | tail -2
+grep -q "^stratum-run: 2 ranks through srun" <<<"$out" || { echo "FAIL: no srun launch line"; echo "$out"; exit 1; }
+grep -q "^\[rank 0\] .*batch 16 = 8 x 1 x 2 ranks" <<<"$out" || { echo "FAIL: not 2 ranks, prefixed"; echo "$out"; exit 1; }
+grep -q "^\[rank 0\] step 3/3" <<<"$out" || { echo "FAIL: did not train 3 steps"; echo "$out"; exit 1; }
+# Rank 1 fails, rank 0 would sleep a minute: srun must end the step and stratum-run name rank 1.
+printf '#!/bin/sh\n[ "$SLURM_PROCID" = 1 ] && exit 3\nexec sleep 60\n' >"$work/fail_rank1.sh"
+chmod +x "$work/fail_rank1.sh"
+start=$(date +%s)
+status=0
+out=$(timeout 50 "$bin/stratum-run" --launcher slurm --num_procs 2 "$work/fail_rank1.sh" 2>&1) || status=$?
+took=$(( $(date +%s) - start ))
+case $status in 0|124) echo "FAIL: stratum-run exited with $status after ${took}s"; echo "$out"; exit 1;; esac
+[ "$took" -le 20 ] || { echo "FAIL: the failed job took ${took}s to end"; echo "$out"; exit 1; }
+named="^stratum-run: job failed: rank 1 \(host [^,]+, local rank 1\) exited with status 3 \(srun exited with status [1-9]"
+grep -qE "$named" <<<"$out" || { echo "FAIL: rank 1's failure not named"; echo "$out"; exit 1; }
+echo "$out" | tail -1
+echo "stratum-run --launcher slurm: 2 ranks trained; a failed rank ended the job in ${took}s (status $status)"

@@ -83,6 +83,14 @@ std::vector<EnvVar> passthrough_exports(const std::vector<std::string>& environ_
   return out;
 }
 
+std::vector<EnvVar> rank_exports(const std::vector<EnvVar>& exports, const std::string& master_addr, int master_port) {
+  std::vector<EnvVar> env = exports;
+  for (const auto& [k, v] : fixed_rank_exports()) put(env, k, v);
+  put(env, "MASTER_ADDR", master_addr);
+  put(env, "MASTER_PORT", std::to_string(master_port));
+  return env;
+}
+
 bool is_local_name(const std::string& host) { return host == "localhost"; }
 
 std::string default_master_addr(const std::vector<SelectedHost>& hosts, const std::string& this_host) {
@@ -111,10 +119,7 @@ std::vector<std::string> build_mpirun_argv(const LaunchPlan& plan) {
   argv.insert(argv.end(), plan.launcher_args.begin(), plan.launcher_args.end());
 
   // Every app context gets the same exports (mpirun's -x is per context).
-  std::vector<EnvVar> env = plan.exports;
-  for (const auto& [k, v] : fixed_rank_exports()) put(env, k, v);
-  put(env, "MASTER_ADDR", plan.master_addr);
-  put(env, "MASTER_PORT", std::to_string(plan.master_port));
+  const std::vector<EnvVar> env = rank_exports(plan.exports, plan.master_addr, plan.master_port);
 
   for (size_t i = 0; i < plan.hosts.size(); ++i) {
     const auto& host = plan.hosts[i];

@@ -40,6 +40,10 @@ const std::vector<EnvVar>& fixed_rank_exports();
 std::vector<EnvVar> parse_exports(const std::vector<std::string>& specs,
                                   const std::function<const char*(const char*)>& getenv);
 
+// What every rank gets: `exports`, then the fixed variables, MASTER_ADDR and
+// MASTER_PORT (each replacing an entry of its name). Both launchers pass this on.
+std::vector<EnvVar> rank_exports(const std::vector<EnvVar>& exports, const std::string& master_addr, int master_port);
+
 // Variables of `environ_entries` ("NAME=VALUE") that ranks on other hosts need,
 // as DeepSpeed's launcher passes them: names starting NCCL_, UCX_, PYTHON, STRATUM_
 // (the fixed variables excepted).

@@ -5,6 +5,7 @@
 #include "stratum/core/error.h"
 #include "stratum/distributed/launch/hostfile.h"
 #include "stratum/distributed/launch/process.h"
+#include "stratum/distributed/launch/slurm_env.h"
 
 namespace stratum::distributed::launch {
 namespace {
@@ -27,12 +28,18 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 }  // namespace
 
 std::vector<std::string> shim_arguments(const ShimArgs& args) {
-  std::vector<std::string> out = {kRankShimFlag, "--node", args.node, "--node_rank", std::to_string(args.node_rank)};
-  if (args.devices) out.insert(out.end(), {"--devices", join(*args.devices, ",")});
+  std::vector<std::string> out = {kRankShimFlag};
+  if (args.slurm) {
+    out.push_back("--slurm");
+  } else {
+    out.insert(out.end(), {"--node", args.node, "--node_rank", std::to_string(args.node_rank)});
+    if (args.devices) out.insert(out.end(), {"--devices", join(*args.devices, ",")});
+  }
   if (!args.log_dir.empty()) out.insert(out.end(), {"--log_dir", args.log_dir});
   if (!args.prefix) out.push_back("--no_prefix");
   if (args.heartbeat_timeout_s > 0) out.insert(out.end(), {"--heartbeat_timeout", std::to_string(args.heartbeat_timeout_s)});
-  // mpirun splits its command line at every ":" word (app contexts), so a ":"
+  // mpirun splits its command line at every ":" word (app contexts), srun too
+  // (heterogeneous job components), so a ":"
   // among the program's arguments travels as a placeholder whose index is named.
   std::vector<std::string> colons;
   for (size_t i = 0; i < args.program.size(); ++i)
@@ -45,7 +52,7 @@ std::vector<std::string> shim_arguments(const ShimArgs& args) {
 
 ShimArgs parse_shim_arguments(const std::vector<std::string>& args) {
   ShimArgs out;
-  bool have_node = false;
+  bool have_node = false, have_placement = false;  // --node, or --node_rank / --devices
   std::vector<size_t> colons;
   size_t i = 0;
   auto value = [&](const std::string& flag) -> const std::string& {
@@ -58,7 +65,9 @@ ShimArgs parse_shim_arguments(const std::vector<std::string>& args) {
       ++i;
       break;
     }
-    if (a == "--node") {
+    if (a == "--slurm") {
+      out.slurm = true;
+    } else if (a == "--node") {
       out.node = value(a);
       check_hostname(out.node, std::string(kRankShimFlag) + " --node");
       have_node = true;
@@ -66,7 +75,9 @@ ShimArgs parse_shim_arguments(const std::vector<std::string>& args) {
       const auto v = parse_int(value(a));
       if (!v || *v < 0) throw Error(std::string(kRankShimFlag) + ": --node_rank needs a whole number >= 0");
       out.node_rank = *v;
+      have_placement = true;
     } else if (a == "--devices") {
+      have_placement = true;
       std::vector<std::string> devices;
       const std::string& list = value(a);
       size_t start = 0;
@@ -97,10 +108,16 @@ ShimArgs parse_shim_arguments(const std::vector<std::string>& args) {
     } else if (a == "--no_prefix") {
       out.prefix = false;
     } else {
-      throw Error(std::string(kRankShimFlag) + ": unexpected argument '" + a + "' (this mode is for mpirun only)");
+      throw Error(std::string(kRankShimFlag) + ": unexpected argument '" + a +
+                  "' (this mode is for the ranks stratum-run starts through mpirun or srun)");
     }
   }
-  if (!have_node) throw Error(std::string(kRankShimFlag) + ": --node is required (this mode is for mpirun only)");
+  if (out.slurm && (have_node || have_placement))
+    throw Error(std::string(kRankShimFlag) + ": --slurm takes the node, node rank and devices from srun; "
+                "--node, --node_rank and --devices are for mpirun's ranks");
+  if (!out.slurm && !have_node)
+    throw Error(std::string(kRankShimFlag) + ": --node is required (or --slurm for a task of srun; this mode is for "
+                "the ranks stratum-run starts)");
   out.program.assign(args.begin() + static_cast<std::ptrdiff_t>(std::min(i, args.size())), args.end());
   if (out.program.empty()) throw Error(std::string(kRankShimFlag) + ": no program after '--'");
   for (size_t c : colons) {
@@ -130,11 +147,23 @@ RankInfo rank_info_from_env(const GetEnv& getenv) {
   return r;
 }
 
+RankInfo shim_rank_info(ShimArgs& args, const GetEnv& getenv, const std::string& this_host) {
+  if (!args.slurm) return rank_info_from_env(getenv);
+  const auto task = slurm_task_from_env(getenv);
+  if (!task)
+    throw Error(std::string(kRankShimFlag) + " --slurm: SLURM_PROCID or SLURM_STEP_NUM_TASKS is not set; this mode "
+                "runs as a task of srun, started by stratum-run --launcher slurm");
+  const char* node = getenv("SLURMD_NODENAME");
+  args.node = node && is_valid_hostname(node) ? node : this_host;
+  args.node_rank = task->node;
+  return {task->rank, task->world_size, task->local_rank, task->local_world_size};
+}
+
 std::vector<std::pair<std::string, std::string>> rank_environment(const RankInfo& rank, const ShimArgs& args,
                                                                   const GetEnv& getenv) {
   for (const char* name : {"MASTER_ADDR", "MASTER_PORT"})
     if (!getenv(name) || !*getenv(name))
-      throw Error(std::string(kRankShimFlag) + ": " + name + " is not set (stratum-run exports it through mpirun -x)");
+      throw Error(std::string(kRankShimFlag) + ": " + name + " is not set (stratum-run exports it to every rank)");
   std::vector<std::pair<std::string, std::string>> env = {
       {"RANK", std::to_string(rank.rank)},
       {"LOCAL_RANK", std::to_string(rank.local_rank)},

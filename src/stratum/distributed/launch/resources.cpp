@@ -139,8 +139,7 @@ std::vector<PoolHost> pool_from_hostfile(const std::vector<HostfileEntry>& entri
   return pool;
 }
 
-std::vector<SelectedHost> select_resources(const std::vector<PoolHost>& pool, const SelectionRequest& request) {
-  if (pool.empty()) throw Error("no hosts to launch on");
+void check_selection_request(const SelectionRequest& request) {
   const bool filtered = !request.include.empty() || !request.exclude.empty();
   if (!request.include.empty() && !request.exclude.empty())
     throw Error("--include and --exclude cannot be used together; use one of them");
@@ -148,6 +147,11 @@ std::vector<SelectedHost> select_resources(const std::vector<PoolHost>& pool, co
     throw Error(std::string(request.num_nodes ? "--num_nodes" : request.per_node_flag) + " cannot be combined with " +
                 (request.include.empty() ? "--exclude" : "--include") +
                 " (as in DeepSpeed): name the devices with one or the other");
+}
+
+std::vector<SelectedHost> select_resources(const std::vector<PoolHost>& pool, const SelectionRequest& request) {
+  if (pool.empty()) throw Error("no hosts to launch on");
+  check_selection_request(request);
 
   std::map<std::string, std::set<int>> chosen;  // host -> slots kept
   if (!request.include.empty()) {

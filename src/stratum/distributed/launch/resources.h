@@ -39,6 +39,10 @@ std::vector<PoolHost> pool_from_hostfile(const std::vector<HostfileEntry>& entri
 // One host with `slots` slots; devices default to "0".."slots-1".
 PoolHost make_pool_host(std::string name, int slots, std::vector<std::string> devices = {});
 
+// The flag combinations select_resources refuses, without a pool: --include
+// and --exclude together; either of them with --num_nodes/--num_gpus (as DeepSpeed).
+void check_selection_request(const SelectionRequest& request);
+
 // Applies the request to the pool, in hostfile order. Throws stratum::Error
 // naming the flag: --include and --exclude together; either of them together
 // with --num_nodes/--num_gpus (as DeepSpeed); an unknown host (known ones are

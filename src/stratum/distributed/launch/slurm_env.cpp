@@ -13,13 +13,15 @@ int parse_count(const std::string& text, const std::string& what) {
   return std::stoi(text);
 }
 
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
+using GetEnv = std::function<const char*(const char*)>;
+
+const char* env(const GetEnv& getenv, const char* name) {
+  const char* v = getenv(name);
   return v && *v ? v : nullptr;
 }
 
-int env_count(const char* name, int fallback) {
-  const char* v = env(name);
+int env_count(const GetEnv& getenv, const char* name, int fallback) {
+  const char* v = env(getenv, name);
   return v ? parse_count(v, std::string("environment variable ") + name) : fallback;
 }
 
@@ -47,15 +49,19 @@ std::vector<int> expand_tasks_per_node(const std::string& value, const std::stri
 }
 
 std::optional<SlurmTask> slurm_task_from_env() {
+  return slurm_task_from_env([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+std::optional<SlurmTask> slurm_task_from_env(const GetEnv& getenv) {
   // A task of an srun step; a batch script has SLURM_PROCID too, but no step.
-  if (!env("SLURM_PROCID") || !env("SLURM_STEP_NUM_TASKS")) return std::nullopt;
+  if (!env(getenv, "SLURM_PROCID") || !env(getenv, "SLURM_STEP_NUM_TASKS")) return std::nullopt;
   SlurmTask t;
-  t.rank = env_count("SLURM_PROCID", 0);
-  t.local_rank = env_count("SLURM_LOCALID", 0);
-  t.world_size = env_count("SLURM_STEP_NUM_TASKS", 1);
-  t.node = env_count("SLURM_NODEID", 0);
-  const char* per_node = env("SLURM_STEP_TASKS_PER_NODE");
-  if (!per_node) per_node = env("SLURM_TASKS_PER_NODE");
+  t.rank = env_count(getenv, "SLURM_PROCID", 0);
+  t.local_rank = env_count(getenv, "SLURM_LOCALID", 0);
+  t.world_size = env_count(getenv, "SLURM_STEP_NUM_TASKS", 1);
+  t.node = env_count(getenv, "SLURM_NODEID", 0);
+  const char* per_node = env(getenv, "SLURM_STEP_TASKS_PER_NODE");
+  if (!per_node) per_node = env(getenv, "SLURM_TASKS_PER_NODE");
   if (per_node) {
     const auto counts = expand_tasks_per_node(per_node, "SLURM_STEP_TASKS_PER_NODE");
     if (t.node >= static_cast<int>(counts.size()))
