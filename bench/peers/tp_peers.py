@@ -36,7 +36,8 @@ clipping at 1.0 on the global norm. --compile wraps each block in torch.compile
 "'Tensor' object has no attribute '_local_tensor'" in a DTensor redistribute
 backward, with or without fullgraph and SP; untested on CUDA).
 --check-loss also trains the unsplit model on rank 0 on the same tokens and
-asserts the per-step losses agree within 1e-5 relative (fp32 on CPU).
+asserts the per-step losses and gradient norms agree within 1e-5 relative
+(fp32 on CPU).
 
 Prints one JSON line (rank 0) with gpt_peers.py's fields: tokens/s per GPU over
 the whole job (micro*seq tokens per step, shared by the TP ranks), TFLOP/s, MFU,
@@ -230,7 +231,7 @@ def main():
     gen = torch.Generator(device=device).manual_seed(1000)  # the same tokens on every TP rank
     bf16 = torch.bfloat16
     ev = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else None
-    losses, all_tokens, all_marks = [], [], []
+    losses, norms, all_tokens, all_marks = [], [], [], []
 
     def train_step(marks):
         tokens = torch.randint(0, vocab, (a.micro, a.seq + 1), generator=gen, device=device)
@@ -248,7 +249,7 @@ def main():
             marks[2].record()
         if sp and wpe is not None:  # each rank added its own rows of the replicated wpe
             dist.all_reduce(wpe.grad)
-        clip_grad_norm(params, 1.0)
+        norms.append(clip_grad_norm(params, 1.0).detach())
         opt.step()
         opt.zero_grad(set_to_none=True)
         if marks is not None:
@@ -297,13 +298,16 @@ def main():
                 with torch.autocast(device.type, dtype=bf16, enabled=cuda):
                     loss = ref(tokens[:, :-1], tokens[:, 1:])
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+                ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0).item()
                 ropt.step()
                 ropt.zero_grad(set_to_none=True)
                 tl = losses[i].item()
                 rel = abs(tl - loss.item()) / abs(loss.item())
-                worst = max(worst, rel)
-                print(f"check-loss step {i}: tp {tl:.8f} unsplit {loss.item():.8f} rel {rel:.2e}", flush=True)
+                # The gradient norm too: a wrong gradient moves it long before the loss.
+                norm_rel = abs(norms[i].item() - ref_norm) / max(ref_norm, 1e-12)
+                worst = max(worst, rel, norm_rel)
+                print(f"check-loss step {i}: tp {tl:.8f} unsplit {loss.item():.8f} rel {rel:.2e}; "
+                      f"grad norm {norms[i].item():.6f} vs {ref_norm:.6f} rel {norm_rel:.2e}", flush=True)
             tol = 1e-5 if not cuda else 2e-2
             print(json.dumps({"check_loss": "ok" if worst <= tol else "FAIL", "max_rel_diff": worst, "tol": tol}),
                   flush=True)
