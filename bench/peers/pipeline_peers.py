@@ -58,6 +58,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from parallel_setup import add_common_args, init_ranks  # noqa: E402
 from gpt_peers import PRESETS, CausalLM  # noqa: E402
 
 from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,  # noqa: E402
@@ -112,24 +113,12 @@ def main():
     ap.add_argument("--virtual-stages", type=int, default=None, help="stages per rank (default 1, 2 for interleaved/zb)")
     ap.add_argument("--layers-per-stage", type=int, default=None)
     ap.add_argument("--micro-batches", type=int, default=8)
-    ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--dp", type=int, default=1)
     ap.add_argument("--layers", type=int, default=None, help="override the preset's layer count (tiny presets have 2)")
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--peak-tflops", type=float, default=989.0)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--check-loss", action="store_true")
+    add_common_args(ap, micro=4)
     a = ap.parse_args()
 
-    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = a.device == "cuda"
-    device = torch.device("cuda", local) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo")
+    world, rank, device, cuda = init_ranks(a.device)
     v = a.virtual_stages or (2 if a.schedule in ("interleaved", "zb") else 1)
     if a.schedule in ("gpipe", "1f1b") and v != 1:
         sys.exit(f"--schedule {a.schedule} runs one stage per rank (--virtual-stages 1)")

@@ -63,6 +63,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from parallel_setup import add_common_args, init_ranks  # noqa: E402
 from gpt_peers import PRESETS, Attention, Block, CausalLM  # noqa: E402
 
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
@@ -191,22 +192,10 @@ def main():
     ap.add_argument("--model", default="gpt2-350m", choices=sorted(PRESETS))
     ap.add_argument("--sequence-parallel", action="store_true")
     ap.add_argument("--compile", action="store_true")
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--micro", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--peak-tflops", type=float, default=989.0)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--check-loss", action="store_true")
+    add_common_args(ap, micro=8)
     a = ap.parse_args()
 
-    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = a.device == "cuda"
-    device = torch.device("cuda", local) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo")
+    world, rank, device, cuda = init_ranks(a.device)
     mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("tp",))
     sp = a.sequence_parallel
     if sp and a.seq % world:
