@@ -2,16 +2,21 @@
 # CTest cases (cmake/StratumFuzz.cmake). A target NAME is fuzz/fuzz_NAME.cpp
 # with seeds in fuzz/corpus/NAME/; adding one is adding its name here (and any
 # new torch-free source it needs to STRATUM_FUZZ_SOURCES).
-set(STRATUM_FUZZ_TARGETS config hostfile safetensors_header token_file checkpoint_manifest)
+set(STRATUM_FUZZ_TARGETS config hostfile safetensors_header token_file checkpoint_manifest
+  tokenizer_json tokenizer_config sentencepiece_model hf_config safetensors_index jsonl_record
+  megatron_index llmc_header slurm_hostlist)
 
 # The torch-free sources the targets link, relative to src/stratum (libtorch
 # cannot be linked with ASan here, so nothing here may include torch).
 set(STRATUM_FUZZ_SOURCES
-  core/error.cpp core/fs.cpp core/json_depth.cpp core/shorten.cpp core/crc32c.cpp
+  core/error.cpp core/fs.cpp core/json_depth.cpp core/json_file.cpp core/shorten.cpp core/crc32c.cpp
   io/safetensors_header.cpp
   config/json_source.cpp config/key_reader.cpp config/parse_training.cpp config/parse_zero.cpp
   config/parse_parallel.cpp config/parse_diagnostics.cpp config/parse_flops_profiler.cpp config/validate.cpp config/config.cpp
   config/batch.cpp config/to_json.cpp
   distributed/launch/hostfile.cpp distributed/launch/resources.cpp distributed/launch/process.cpp
   data/token_file.cpp
-  engine/checkpoint_tags.cpp engine/checkpoint_manifest.cpp)
+  engine/checkpoint_tags.cpp engine/checkpoint_manifest.cpp
+  distributed/launch/srun_command.cpp distributed/launch/slurm_env.cpp
+  data/tokenizer.cpp data/hf_tokenizer.cpp data/sentencepiece_tokenizer.cpp
+  models/model_config.cpp models/hf_config.cpp)

@@ -1,145 +1,15 @@
 #include "stratum/config/json_source.h"
 
-#include <set>
-#include <vector>
-
-#include "stratum/config/key_reader.h"
-#include "stratum/core/error.h"
-#include "stratum/core/fs.h"
-#include "stratum/core/json_depth.h"
-#include "stratum/core/shorten.h"
+#include "stratum/core/json_file.h"
 
 namespace stratum::config {
-namespace {
-
-// nlohmann reports a byte offset; users want line:column.
-std::string line_column(const std::string& text, size_t byte) {
-  size_t line = 1, column = 1;
-  for (size_t i = 0; i + 1 < byte && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  return std::to_string(line) + ":" + std::to_string(column);
-}
-
-// JSON allows a key twice in one object and nlohmann (like Python's json)
-// keeps the last: in a config that silently drops a setting. Collects each
-// repeated key's path while the parser runs (long keys shortened, at most
-// Diagnostics::kMaxErrors of them: paths of megabyte keys must not pile up).
-class DuplicateKeys {
- public:
-  bool on_event(int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    switch (event) {
-      case E::object_start:
-      case E::array_start:
-        frames_.push_back(Frame{event == E::array_start, child_path(), {}, {}, 0});
-        break;
-      case E::object_end:
-      case E::array_end:
-        frames_.pop_back();
-        if (!frames_.empty() && frames_.back().is_array) ++frames_.back().index;
-        break;
-      case E::key: {
-        Frame& f = frames_.back();
-        const std::string& key = parsed.get_ref<const std::string&>();
-        f.key = short_name(key);
-        if (!f.keys.insert(key).second) {
-          if (found_.size() < Diagnostics::kMaxErrors) found_.push_back(child_path());
-          else ++more_;
-        }
-        break;
-      }
-      case E::value:
-        if (!frames_.empty() && frames_.back().is_array) ++frames_.back().index;
-        break;
-    }
-    return true;
-  }
-  const std::vector<std::string>& found() const { return found_; }
-  size_t more() const { return more_; }
-
- private:
-  struct Frame {
-    bool is_array;
-    std::string path;
-    std::set<std::string> keys;
-    std::string key;  // the object's current key
-    int index;        // the array's current element
-  };
-  // The path of the value the innermost frame is reading ("" at the top).
-  std::string child_path() const {
-    if (frames_.empty()) return "";
-    const Frame& f = frames_.back();
-    if (f.is_array) return f.path + "[" + std::to_string(f.index) + "]";
-    return f.path.empty() ? f.key : f.path + "." + f.key;
-  }
-  std::vector<Frame> frames_;
-  std::vector<std::string> found_;
-  size_t more_ = 0;
-};
-
-}  // namespace
 
 nlohmann::json parse_json_text(const std::string& text, const std::string& source) {
-  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
-    throw ConfigError(source, {"the file is empty; a ds_config.json is a JSON object {...}"});
-  // Checked first: the parser's time (and its paths) grow with the depth.
-  if (const auto at = find_excess_json_nesting(text))
-    throw ConfigError(source + ":" + line_column(text, *at + 1),
-                      {"JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
-                       " levels; a ds_config.json needs a handful (is this the right file?)"});
-  DuplicateKeys duplicates;
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(
-        text, [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-          return duplicates.on_event(depth, event, parsed);
-        },
-        /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line L, column C: ..."; keep the reason.
-    std::string reason = e.what();
-    auto pos = reason.find(": ");
-    if (pos != std::string::npos) reason = reason.substr(pos + 2);
-    throw ConfigError(source + ":" + line_column(text, e.byte), {"invalid JSON: " + reason});
-  } catch (const nlohmann::json::out_of_range& e) {
-    // A number past double's range (1e999): nlohmann gives no position, only the
-    // text "number overflow parsing '1e999'"; its first occurrence is the place.
-    const std::string what = e.what();
-    const size_t open = what.find('\''), close = what.rfind('\'');
-    const std::string number = open < close ? what.substr(open + 1, close - open - 1) : "";
-    const size_t at = number.empty() ? std::string::npos : text.find(number);
-    throw ConfigError(at == std::string::npos ? source : source + ":" + line_column(text, at + 1),
-                      {"invalid JSON: the number " + shorten_for_message(number) +
-                       " is out of range (beyond a double's 1.8e308)"});
-  }
-  std::vector<std::string> problems;
-  for (const std::string& path : duplicates.found())
-    problems.push_back(path + ": given more than once in one object; JSON keeps only the last value, so keep one");
-  if (duplicates.more() > 0)
-    problems.push_back("... and " + std::to_string(duplicates.more()) + " more keys given more than once");
-  if (!problems.empty()) throw ConfigError(source, problems);
-  return json;
+  return stratum::parse_json_text(text, source, "a ds_config.json");
 }
 
 nlohmann::json read_json_file(const std::string& path) {
-  if (!fs::exists(path)) throw ConfigError(path, {"no such file"});
-  if (fs::is_directory(path)) throw ConfigError(path, {"is a directory, not a JSON file"});
-  std::string text;
-  try {
-    // A FIFO or device (/dev/zero) is refused, and a huge file, before it is read.
-    text = fs::read_regular_file(path, kMaxConfigFileBytes, "config file");
-  } catch (const Error& e) {
-    std::string reason = e.what();
-    if (reason.rfind(path + ": ", 0) == 0) reason = reason.substr(path.size() + 2);
-    throw ConfigError(path, {reason});
-  }
-  return parse_json_text(text, path);
+  return stratum::read_json_file(path, kMaxConfigFileBytes, "a ds_config.json");
 }
 
 }  // namespace stratum::config

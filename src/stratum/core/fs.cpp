@@ -49,6 +49,31 @@ std::string describe_bytes(unsigned long long bytes) {
   return buf;
 }
 
+std::FILE* open_regular_file(const std::string& path, const std::string& what) {
+  // O_NONBLOCK: a FIFO must not wait for a writer before fstat refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw Error(path + ": cannot open " + what + ": " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const std::string kind = ::fstat(fd, &st) == 0 ? file_kind(st.st_mode) : std::strerror(errno);
+    ::close(fd);
+    throw Error(path + ": " + what + " must be a regular file, but this is " + kind);
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (!f) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(path + ": cannot open " + what + ": " + std::strerror(err));
+  }
+  return f;
+}
+
+bool is_regular_file(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 std::string read_regular_file(const std::string& path, size_t max_bytes, const std::string& what,
                               bool follow_symlinks) {
   struct stat st;

@@ -3,6 +3,7 @@
 // std::filesystem: the CUDA builds of libtorch.so (2.11) export their own
 // copies of std::filesystem functions, which the dynamic linker binds ahead
 // of libstdc++'s, and at least remove_all crashes there (null call).
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,13 @@ void remove_tree(const std::string& path);
 // stratum::Error "<path>: <what> ..." saying what is wrong.
 std::string read_regular_file(const std::string& path, size_t max_bytes, const std::string& what,
                               bool follow_symlinks = true);
+// Opens a regular file to stream it (a file with no natural size limit, such
+// as a corpus): a FIFO, device, socket or directory is refused by name without
+// blocking on it, as read_regular_file does. The caller fcloses the stream.
+// Throws stratum::Error "<path>: <what> ...".
+std::FILE* open_regular_file(const std::string& path, const std::string& what);
+// True for a regular file (links followed); false for anything else or nothing.
+bool is_regular_file(const std::string& path);
 // "12.5 MB", "800 bytes": sizes in messages.
 std::string describe_bytes(unsigned long long bytes);
 
