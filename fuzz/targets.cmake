@@ -11,12 +11,12 @@ set(STRATUM_FUZZ_TARGETS config hostfile safetensors_header token_file checkpoin
 set(STRATUM_FUZZ_SOURCES
   core/error.cpp core/fs.cpp core/json_depth.cpp core/json_file.cpp core/shorten.cpp core/crc32c.cpp
   io/safetensors_header.cpp
-  config/json_source.cpp config/key_reader.cpp config/parse_training.cpp config/parse_zero.cpp
+  config/json_source.cpp config/partition_pattern.cpp config/key_reader.cpp config/parse_training.cpp config/parse_zero.cpp
   config/parse_parallel.cpp config/parse_diagnostics.cpp config/parse_flops_profiler.cpp config/validate.cpp config/config.cpp
   config/batch.cpp config/to_json.cpp
   distributed/launch/hostfile.cpp distributed/launch/resources.cpp distributed/launch/process.cpp
   data/token_file.cpp
   engine/checkpoint_tags.cpp engine/checkpoint_manifest.cpp
-  distributed/launch/srun_command.cpp distributed/launch/slurm_env.cpp
+  distributed/launch/slurm_hostlist.cpp
   data/tokenizer.cpp data/hf_tokenizer.cpp data/sentencepiece_tokenizer.cpp
   models/model_config.cpp models/hf_config.cpp)

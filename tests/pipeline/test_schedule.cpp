@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "../common/error_of.h"
@@ -319,4 +320,14 @@ TEST(PipelineSchedule, TableLabelsTheSplitBackwardsHalves) {
             "rank 0 | F0 F1 .  B0 W0 B1 W1\n"
             "rank 1 | .  F0 B0 F1 B1 W0 W1\n")
       << table;
+}
+
+TEST(PipelineSchedule, HugeCountsAreRefusedBeforeAnythingIsBuilt) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string e = error_of([] { make_schedule(ScheduleKind::one_f_one_b, 4096, 2147483647); });
+  EXPECT_NE(e.find("4096 stages x 2147483647 micro-batches x 1 virtual stages is 8796093018112 forward passes"),
+            std::string::npos) << e;
+  e = error_of([] { make_schedule(ScheduleKind::interleaved, 1024, 1 << 20, 1024); });
+  EXPECT_NE(e.find("use fewer micro-batches (gradient_accumulation_steps) or stages"), std::string::npos) << e;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.5);
 }

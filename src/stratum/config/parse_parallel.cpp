@@ -1,25 +1,31 @@
 #include <algorithm>
-#include <regex>
 
 #include "stratum/config/parse_sections.h"
+#include "stratum/config/partition_pattern.h"
+#include "stratum/core/error.h"
 
 namespace stratum::config {
 namespace {
 
 constexpr int64_t kMax = KeyReader::kIntMax;
+// Beyond any model's layer count (stages, chunks) or any node's GPU count (TP):
+// bounds that keep the engine's int arithmetic exact and a hostile config from
+// asking for schedules of billions of actions.
+constexpr int64_t kMaxPipelineStages = 4096;
+constexpr int64_t kMaxVirtualStages = 1024;
+constexpr int64_t kMaxTensorParallel = 4096;
 
 void parse_pipeline(KeyReader& root, Config& config) {
   KeyReader pipe = root.child("pipeline");
   PipelineConfig& p = config.pipeline;
   Diagnostics& diag = pipe.diagnostics();
-  p.stages = pipe.get_int("stages", 1, 1, kMax);
+  p.stages = pipe.get_int("stages", 1, 1, kMaxPipelineStages);
   p.partition_method = pipe.get_string("partition_method", p.partition_method);
   if (p.partition_method.rfind("type:", 0) == 0) {
     try {
-      std::regex(p.partition_method.substr(5), std::regex::icase);
-    } catch (const std::regex_error& e) {
-      diag.error(pipe.path_of("partition_method"), "invalid regular expression after \"type:\": " +
-                                                       std::string(e.what()));
+      compile_partition_pattern(p.partition_method.substr(5));
+    } catch (const Error& e) {
+      diag.error(pipe.path_of("partition_method"), std::string(e.what()) + " (after \"type:\")");
     }
   } else if (p.partition_method != "parameters" && p.partition_method != "uniform") {
     diag.error(pipe.path_of("partition_method"),
@@ -32,7 +38,7 @@ void parse_pipeline(KeyReader& root, Config& config) {
                : schedule == "interleaved" ? PipelineSchedule::interleaved
                : schedule == "zb-h1"       ? PipelineSchedule::zb_h1
                                            : PipelineSchedule::one_f_one_b;
-  p.virtual_stages = pipe.get_int("virtual_stages", 1, 1, kMax);
+  p.virtual_stages = pipe.get_int("virtual_stages", 1, 1, kMaxVirtualStages);
   if (p.virtual_stages > 1 && p.schedule != PipelineSchedule::interleaved)
     diag.error(pipe.path_of("virtual_stages"), "is " + std::to_string(p.virtual_stages) +
                                                    " but only the \"interleaved\" schedule uses virtual stages");
@@ -47,9 +53,9 @@ void parse_pipeline(KeyReader& root, Config& config) {
 void parse_tensor_parallel(KeyReader& root, Config& config) {
   KeyReader tp = root.child("tensor_parallel");
   Diagnostics& diag = tp.diagnostics();
-  auto autotp = tp.get_opt_int("autotp_size", 0, kMax);
+  auto autotp = tp.get_opt_int("autotp_size", 0, kMaxTensorParallel);
   KeyReader nested = tp.child("tp");
-  auto tp_size = nested.get_opt_int("tp_size", 1, kMax);
+  auto tp_size = nested.get_opt_int("tp_size", 1, kMaxTensorParallel);
   nested.unsupported("tp_grain_size", 1);
   nested.finish();
   if (autotp && tp_size && std::max<int64_t>(*autotp, 1) != *tp_size)

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "stratum/config/parse_sections.h"
 
@@ -242,9 +243,11 @@ void parse_precision(KeyReader& root, Config& config) {
 }  // namespace
 
 void parse_training(KeyReader& root, Config& config) {
-  config.batch.train_batch_size = root.get_opt_int("train_batch_size", 1);
-  config.batch.train_micro_batch_size_per_gpu = root.get_opt_int("train_micro_batch_size_per_gpu", 1);
-  config.batch.gradient_accumulation_steps = root.get_opt_int("gradient_accumulation_steps", 1);
+  // int's range: the engine counts micro-batches in int.
+  constexpr int64_t kMaxBatch = std::numeric_limits<int32_t>::max();
+  config.batch.train_batch_size = root.get_opt_int("train_batch_size", 1, kMaxBatch);
+  config.batch.train_micro_batch_size_per_gpu = root.get_opt_int("train_micro_batch_size_per_gpu", 1, kMaxBatch);
+  config.batch.gradient_accumulation_steps = root.get_opt_int("gradient_accumulation_steps", 1, kMaxBatch);
   parse_optimizer(root, config);
   parse_scheduler(root, config);
   parse_precision(root, config);

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <regex>
 
+#include "stratum/config/partition_pattern.h"
 #include "stratum/core/error.h"
 
 namespace stratum::pipeline {
@@ -106,9 +107,9 @@ Partition partition_layers(const std::vector<LayerWeight>& layers, int parts, co
     const std::string pattern = method.substr(5);
     std::regex re;
     try {
-      re = std::regex(pattern, std::regex::icase);
-    } catch (const std::regex_error& e) {
-      throw Error(what + ": invalid regular expression \"" + pattern + "\": " + e.what());
+      re = config::compile_partition_pattern(pattern);
+    } catch (const Error& e) {
+      throw Error(what + ": " + e.what());
     }
     int64_t matched = 0;
     std::vector<std::string> kinds;

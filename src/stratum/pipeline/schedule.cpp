@@ -141,6 +141,14 @@ Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int vir
   if (stages < 1 || micro_batches < 1 || virtual_stages < 1)
     throw Error(what + ": stages (" + std::to_string(stages) + "), micro-batches (" + std::to_string(micro_batches) +
                 ") and virtual stages (" + std::to_string(virtual_stages) + ") must each be at least 1");
+  // Every rank's list is built (and simulated) here: bound the whole before allocating it.
+  constexpr int64_t kMaxComputes = int64_t{1} << 24;
+  const int64_t computes = int64_t{stages} * micro_batches * virtual_stages;
+  if (computes > kMaxComputes)
+    throw Error(what + ": " + std::to_string(stages) + " stages x " + std::to_string(micro_batches) +
+                " micro-batches x " + std::to_string(virtual_stages) + " virtual stages is " + std::to_string(computes) +
+                " forward passes a step, over the " + std::to_string(kMaxComputes) +
+                " a schedule may hold; use fewer micro-batches (gradient_accumulation_steps) or stages");
   if (kind != ScheduleKind::interleaved && virtual_stages != 1)
     throw Error(what + ": " + std::to_string(virtual_stages) +
                 " virtual stages, but only the interleaved schedule runs more than one chunk per rank");

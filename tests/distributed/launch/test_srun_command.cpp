@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "../../common/error_of.h"
 #include "stratum/core/error.h"
 #include "stratum/distributed/launch/rank_shim.h"
+#include "stratum/distributed/launch/slurm_hostlist.h"
 #include "stratum/distributed/launch/srun_command.h"
 
 namespace stratum::distributed::launch {
@@ -178,24 +180,51 @@ TEST(SrunHostList, IncludeAndExcludeNameWholeHosts) {
 }
 
 TEST(SlurmHostlist, ExpandsRangesKeepingZeroPadding) {
-  EXPECT_EQ(expand_slurm_hostlist("node[01-03,07],gpu5", 100, "x"),
+  EXPECT_EQ(expand_slurm_hostlist("node[01-03,07],gpu5", "x"),
             (std::vector<std::string>{"node01", "node02", "node03", "node07", "gpu5"}));
-  EXPECT_EQ(expand_slurm_hostlist("n[8-10]", 100, "x"), (std::vector<std::string>{"n8", "n9", "n10"}));
-  EXPECT_EQ(expand_slurm_hostlist("n[098-100]", 100, "x"), (std::vector<std::string>{"n098", "n099", "n100"}));
-  EXPECT_EQ(expand_slurm_hostlist("r[1-2]-n[1-2].ib", 100, "x"),
+  EXPECT_EQ(expand_slurm_hostlist("n[8-10]", "x"), (std::vector<std::string>{"n8", "n9", "n10"}));
+  EXPECT_EQ(expand_slurm_hostlist("n[098-100]", "x"), (std::vector<std::string>{"n098", "n099", "n100"}));
+  EXPECT_EQ(expand_slurm_hostlist("r[1-2]-n[1-2].ib", "x"),
             (std::vector<std::string>{"r1-n1.ib", "r1-n2.ib", "r2-n1.ib", "r2-n2.ib"}));
-  EXPECT_EQ(expand_slurm_hostlist("solo", 100, "x"), std::vector<std::string>{"solo"});
-  // Only as far as asked: a huge range costs nothing.
-  EXPECT_EQ(expand_slurm_hostlist("n[0-999999999],m", 2, "x"), (std::vector<std::string>{"n0", "n1"}));
+  EXPECT_EQ(expand_slurm_hostlist("[1-2]a[3,5]", "x"), (std::vector<std::string>{"1a3", "1a5", "2a3", "2a5"}));
+  EXPECT_EQ(expand_slurm_hostlist("solo", "x"), std::vector<std::string>{"solo"});
   EXPECT_EQ(first_slurm_host("node[01-03,07],gpu5", "x"), "node01");
   EXPECT_EQ(first_slurm_host("gpu5,node[01-03]", "x"), "gpu5");
+  // Visiting stops when asked: the first host of a large list costs nothing more.
+  size_t seen = 0;
+  for_each_slurm_host("n[0-999999],m", "x", [&](const std::string&) { return ++seen < 2; });
+  EXPECT_EQ(seen, 2u);
 }
 
 TEST(SlurmHostlist, MalformedListsNameTheirSource) {
   for (const char* bad : {"n[1-", "n]1", "n[3-1]", "n[a]", "n[[1]]", "a,,b", "n[]", "n[1-2-3]", ""}) {
-    const std::string e = error_of([&] { expand_slurm_hostlist(bad, 100, "SLURM_JOB_NODELIST"); });
+    const std::string e = error_of([&] { expand_slurm_hostlist(bad, "SLURM_JOB_NODELIST"); });
     EXPECT_NE(e.find("SLURM_JOB_NODELIST: "), std::string::npos) << "'" << bad << "': " << e;
   }
+}
+
+TEST(SlurmHostlist, EveryNameIsCheckedHoweverFarIntoTheList) {
+  // A hostile name after thousands of good ones reaches no srun argument.
+  std::string e = error_of([] { srun_host_list("good[0-9999],bad;rm", "--include"); });
+  EXPECT_NE(e.find("--include: 'bad;rm' is not a valid host name"), std::string::npos) << e;
+  e = error_of([] { first_slurm_host("n[0-5000],m[1-", "SLURM_JOB_NODELIST"); });
+  EXPECT_NE(e.find("SLURM_JOB_NODELIST: 'm[1-' has a '[' without its ']'"), std::string::npos) << e;
+  // Names that only go bad late in a range: 1000.0.0.1 is no IPv4 address.
+  e = error_of([] { srun_host_list("[1-1000].0.0.1", "--exclude"); });
+  EXPECT_NE(e.find("'256.0.0.1' is not a valid IPv4 address"), std::string::npos) << e;
+  e = error_of([] { srun_master_addr({}, {"x[0-5000],y$"}, "n[1-2]", "login1"); });
+  EXPECT_NE(e.find("--exclude: 'y$' is not a valid host name"), std::string::npos) << e;
+}
+
+TEST(SlurmHostlist, ListsLargerThanAnyClusterAreRefusedBeforeExpanding) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string e = error_of([] { expand_slurm_hostlist("n[0-999999999]", "--include"); });
+  EXPECT_NE(e.find("names more than 1048576 hosts"), std::string::npos) << e;
+  e = error_of([] { first_slurm_host("a[0-9999]b[0-9999]c[0-9999]", "SLURM_JOB_NODELIST"); });
+  EXPECT_NE(e.find("SLURM_JOB_NODELIST: 'a[0-9999]b[0-9999]c[0-9999]' names more than"), std::string::npos) << e;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+  // The largest list allowed is expanded and checked in well under a second.
+  EXPECT_EQ(expand_slurm_hostlist("n[0-1023]m[0-1023]", "x").size(), size_t{1} << 20);
 }
 
 TEST(SrunMasterAddr, FirstHostOfTheStep) {

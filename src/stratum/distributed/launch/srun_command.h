@@ -39,14 +39,6 @@ struct SrunPlan {
 // a name that is not a host name.
 std::vector<std::string> srun_host_list(const std::string& spec, const std::string& flag);
 
-// The first `max_hosts` names of a SLURM hostlist: "node[01-03,07],gpu5" is
-// node01, node02, node03, node07, gpu5 (zero padding kept; several bracket
-// groups, "r[1-2]-n[1-2]", vary the last fastest). Throws naming `what` when
-// malformed (unbalanced brackets, a range that is not lo-hi with lo <= hi).
-std::vector<std::string> expand_slurm_hostlist(const std::string& hostlist, size_t max_hosts, const std::string& what);
-// "node[01-03,07],gpu5" -> "node01". Throws as expand_slurm_hostlist, or when it names no host.
-std::string first_slurm_host(const std::string& hostlist, const std::string& what);
-
 // MASTER_ADDR under srun when --master_addr is not given: the first host of
 // `nodelist` (-w), else, inside an allocation (`job_nodelist`, SLURM_JOB_NODELIST,
 // not null), its first host not in `exclude`, else `this_host`. Rank 0 runs on
