@@ -3,10 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "stratum/core/error.h"
@@ -17,6 +14,8 @@ namespace stratum::data {
 namespace {
 
 constexpr size_t kMaxChunkBytes = 64;  // bounds the quadratic merge loop per chunk
+// A merges file is ~10 bytes a merge: this allows vocabularies of millions.
+constexpr size_t kMaxMergesFileBytes = size_t{256} << 20;
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 
 enum class ByteClass { letter, digit, punct, space, other_space };
@@ -124,8 +123,9 @@ BpeTokenizer BpeTokenizer::train(std::string_view text, int64_t vocab_size) {
 }
 
 BpeTokenizer BpeTokenizer::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot read BPE merges: " + std::strerror(errno));
+  // Read whole through the regular-file reader: a FIFO or device given as the
+  // merges file is refused instead of blocking, a huge file by its size.
+  std::istringstream in(fs::read_regular_file(path, kMaxMergesFileBytes, "BPE merges"));
   std::string line;
   std::string magic;
   int version = 0;
@@ -136,6 +136,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
   if (vocab < 256 || vocab > (int64_t{1} << 31))
     throw Error(path + ":1: vocabulary size " + std::to_string(vocab) + " is not in [256, 2^31]");
   std::vector<std::pair<int32_t, int32_t>> merges;
+  std::vector<int64_t> token_bytes(256, 1);  // id -> length of the bytes it stands for
   for (int64_t line_no = 2; std::getline(in, line); ++line_no) {
     if (line.empty()) continue;
     int64_t l = -1, r = -1;
@@ -145,6 +146,14 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
     if (!(fields >> l >> r) || (fields >> rest) || l < 0 || r < 0 || l >= next_id || r >= next_id)
       throw Error(path + ":" + std::to_string(line_no) + ": expected two ids below " + std::to_string(next_id) +
                   ", got \"" + line + "\"");
+    // Merges never cross a chunk, so no token is longer than one; a file whose
+    // merges double a token's length line after line would exhaust memory.
+    const int64_t length = token_bytes[l] + token_bytes[r];
+    if (length > static_cast<int64_t>(kMaxChunkBytes))
+      throw Error(path + ":" + std::to_string(line_no) + ": merge \"" + line + "\" makes a token of " +
+                  std::to_string(length) + " bytes, longer than a chunk (" + std::to_string(kMaxChunkBytes) +
+                  "): not a merges file Stratum wrote");
+    token_bytes.push_back(length);
     merges.emplace_back(static_cast<int32_t>(l), static_cast<int32_t>(r));
   }
   if (256 + static_cast<int64_t>(merges.size()) != vocab)

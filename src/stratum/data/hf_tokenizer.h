@@ -23,12 +23,22 @@
 // (Metaspace: pass Llama-2's tokenizer.model instead), BPE dropout, byte
 // fallback, subword prefixes, added tokens with lstrip/rstrip/single_word.
 //
+// The file is untrusted input: ids are checked before use (integers, unique,
+// nearly contiguous, below 2^24), every value's type is checked and an error
+// names the key path, nesting is capped, and the file's regular expressions
+// run under limits: PCRE2's per-match limits, and a budget on the total work
+// of one encode() proportional to the text (a pattern that reads ahead to the
+// end of the text at every match is an error, not a quadratic hang). BPE
+// merges with a priority queue: O(n log n) for an n-byte piece.
+//
 // Special tokens: `tokenizer_config.json` beside the file names bos_token and
 // eos_token (strings or {"content": ...}) and may set add_bos_token /
 // add_eos_token; the post-processor's template (TemplateProcessing, alone or
 // in a Sequence) says what encode_with_special_tokens adds.
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "stratum/data/tokenizer.h"
 
@@ -39,6 +49,12 @@ class HfTokenizer final : public Tokenizer {
   // Throws stratum::Error naming the file and key. Also throws, saying how to
   // get it, in a build without PCRE2.
   static std::unique_ptr<HfTokenizer> load(const std::string& tokenizer_json);
+  // The same from texts already read: `source` names tokenizer.json in
+  // messages; when config_source is not empty, config_json is the text of the
+  // tokenizer_config.json it names.
+  static std::unique_ptr<HfTokenizer> load_from_text(std::string_view tokenizer_json, const std::string& source,
+                                                     std::string_view config_json = {},
+                                                     const std::string& config_source = {});
   ~HfTokenizer() override;
 
   std::vector<int32_t> encode(std::string_view text) const override;
@@ -61,5 +77,13 @@ class HfTokenizer final : public Tokenizer {
 
 // True when this build can load tokenizer.json files (it found PCRE2).
 bool hf_tokenizer_available();
+
+// The pieces a Split pattern (behaviour Isolated) cuts `text` into, matched as
+// encode() matches it: window by window of `window_bytes`, under the same
+// work budget. Throws stratum::Error naming `source`. Tests compare window
+// sizes with this; the tokenizer uses kRegexWindowBytes.
+std::vector<std::string> split_by_pattern(const std::string& pattern, std::string_view text, size_t window_bytes,
+                                          const std::string& source = "pattern");
+inline constexpr size_t kRegexWindowBytes = 256;
 
 }  // namespace stratum::data

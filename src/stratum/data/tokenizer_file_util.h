@@ -1,23 +1,29 @@
 #pragma once
 // What the tokenizers that read other projects' files share: the file's bytes,
 // the tokenizer_config.json beside it, and the hash that names the tokenizer.
+// These files come from downloads, so every read is size-capped and refuses
+// a FIFO, device or directory without blocking on it.
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <string_view>
 
 #include "stratum/core/error.h"
+#include "stratum/core/fs.h"
 
 namespace stratum::data::detail {
 
-inline std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot read");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// tokenizer.json files are up to ~30 MB today (vocabularies of 250k tokens);
+// tokenizer.model files are smaller. Far above both, far below exhausting memory.
+inline constexpr size_t kMaxTokenizerFileBytes = size_t{512} << 20;
+// tokenizer_config.json: a few KB, up to a few MB with chat templates.
+inline constexpr size_t kMaxTokenizerConfigBytes = size_t{16} << 20;
+
+// A tokenizer file's bytes; throws stratum::Error naming the path.
+inline std::string read_bytes(const std::string& path, size_t max_bytes = kMaxTokenizerFileBytes,
+                              const std::string& what = "a tokenizer file") {
+  return fs::read_regular_file(path, max_bytes, what);
 }
 
 // The tokenizer_config.json in the directory of `path`.
