@@ -15,7 +15,7 @@ set(STRATUM_FUZZ_SOURCES
   config/parse_parallel.cpp config/parse_diagnostics.cpp config/parse_flops_profiler.cpp config/validate.cpp config/config.cpp
   config/batch.cpp config/to_json.cpp
   distributed/launch/hostfile.cpp distributed/launch/resources.cpp distributed/launch/process.cpp
-  data/token_file.cpp
+  data/token_file.cpp data/jsonl_record.cpp data/foreign_token_headers.cpp
   engine/checkpoint_tags.cpp engine/checkpoint_manifest.cpp
   distributed/launch/slurm_hostlist.cpp
   data/tokenizer.cpp data/hf_tokenizer.cpp data/sentencepiece_tokenizer.cpp

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <set>
 
@@ -12,30 +13,64 @@
 
 namespace stratum::data {
 
+namespace {
+
+// More sources than any blend needs: each is a mapped file and a share the
+// window order tracks.
+constexpr size_t kMaxBlendSources = 1024;
+
+std::string blend_value(const std::vector<std::string>& args, size_t i) {
+  return "'" + args[i] + "' (value " + std::to_string(i + 1) + ")";
+}
+
+// A weight: a finite positive number, all of the text.
+double parse_weight(const std::vector<std::string>& args, size_t i) {
+  char* end = nullptr;
+  const double w = std::strtod(args[i].c_str(), &end);
+  if (end == args[i].c_str() || *end != '\0' || !std::isfinite(w) || w <= 0)
+    throw Error("--data: " + blend_value(args, i) + " is not a positive weight; a blend is "
+                "weight and path pairs (\"0.7 a 0.3 b\")");
+  return w;
+}
+
+}  // namespace
+
 std::vector<BlendSource> parse_blend(const std::vector<std::string>& args) {
   if (args.size() == 1) return {BlendSource{1.0, args[0]}};
   if (args.empty() || args.size() % 2 != 0)
     throw Error("--data: " + std::to_string(args.size()) +
                 " values; a blend is weight and path pairs (\"0.7 a 0.3 b\"), or one path");
+  if (args.size() / 2 > kMaxBlendSources)
+    throw Error("--data: a blend of " + std::to_string(args.size() / 2) + " sources; at most " +
+                std::to_string(kMaxBlendSources) + " (merge small sources into one file)");
   std::vector<BlendSource> out;
   std::set<std::string> seen;
   double total = 0;
   for (size_t i = 0; i < args.size(); i += 2) {
-    char* end = nullptr;
-    const double w = std::strtod(args[i].c_str(), &end);
-    if (end == args[i].c_str() || *end != '\0' || !std::isfinite(w) || w <= 0)
-      throw Error("--data: '" + args[i] + "' (value " + std::to_string(i + 1) + ") is not a positive weight; a blend is "
-                  "weight and path pairs (\"0.7 a 0.3 b\")");
+    const double w = parse_weight(args, i);
     if (!seen.insert(args[i + 1]).second) throw Error("--data: " + args[i + 1] + " is given twice");
+    // A sum past a double's range would make every share 0.
+    if (!std::isfinite(total + w))
+      throw Error("--data: " + blend_value(args, i) + " brings the sum of the weights past a double's range "
+                  "(1.8e308); weights are proportions: scale them down (\"0.7 a 0.3 b\")");
     out.push_back({w, args[i + 1]});
     total += w;
   }
-  for (auto& s : out) s.weight /= total;
+  for (size_t k = 0; k < out.size(); ++k) {
+    out[k].weight /= total;
+    if (!(out[k].weight > 0)) {
+      char sum[32];
+      std::snprintf(sum, sizeof sum, "%.6g", total);
+      throw Error("--data: " + blend_value(args, 2 * k) + " is 0 next to the sum of the weights (" + sum +
+                  "); its source would never be drawn");
+    }
+  }
   return out;
 }
 
 std::string blend_token_files(const std::vector<BlendSource>& sources, int64_t window, const std::string& cache_dir,
                               bool may_write) {
+  if (sources.empty()) throw Error("blend: no sources");
   if (sources.size() == 1) return sources[0].path;
   if (window < 1) throw Error("blend: window of " + std::to_string(window) + " tokens");
   uint64_t h = 1469598103934665603ull;  // FNV-1a of what decides the blend
@@ -82,7 +117,14 @@ std::string blend_token_files(const std::vector<BlendSource>& sources, int64_t w
     }
     if ((next[pick] + 1) * window > files[pick].size()) next[pick] = 0;  // this source starts over
     files[pick].read(next[pick] * window, window, buffer.data());
-    for (int64_t t = 0; t < window; ++t) ids[static_cast<size_t>(t)] = static_cast<int32_t>(buffer[static_cast<size_t>(t)]);
+    for (int64_t t = 0; t < window; ++t) {
+      const int64_t id = buffer[static_cast<size_t>(t)];
+      // A file's ids are not checked on reading; narrowing one past int32 would wrap.
+      if (id >= files[pick].vocab_size())
+        throw Error("--data: " + sources[pick].path + ": token " + std::to_string(next[pick] * window + t) + " is " +
+                    std::to_string(id) + ", outside its vocabulary of " + std::to_string(files[pick].vocab_size()));
+      ids[static_cast<size_t>(t)] = static_cast<int32_t>(id);
+    }
     writer.append(ids);
     ++next[pick], ++taken[pick];
   }

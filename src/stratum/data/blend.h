@@ -18,7 +18,9 @@ struct BlendSource {
 
 // "W1 P1 W2 P2 ..." (Megatron's order), or one path alone. Throws
 // stratum::Error naming the argument: an odd count, a weight that is not a
-// positive number, a path given twice.
+// finite positive number (NaN, inf, 0, -1, "half"), weights whose sum passes
+// a double's range or next to whose sum one is 0, a path given twice, more
+// than 1024 sources.
 std::vector<BlendSource> parse_blend(const std::vector<std::string>& args);
 
 // The blend of `token_files` (each a Stratum token file: prepare_token_file's

@@ -12,17 +12,20 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/log.h"
+#include "stratum/data/jsonl_record.h"
 
 namespace stratum::data {
 
 namespace {
 
 constexpr size_t kChunkBytes = size_t{4} << 20;
+// A piece of text with no safe cut (one endless line, binary) is cut anyway
+// at this size, so memory stays bounded whatever the file holds.
+constexpr size_t kMaxPieceBytes = 4 * kChunkBytes;
+constexpr const char* kDataFile = "a data file";
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -45,15 +48,28 @@ int64_t mtime_ns(const std::string& path) {
   return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
-// The text files of a source, in the order they are concatenated.
+// Refuses by name what is not a regular file (links followed), without
+// blocking on a FIFO: /dev/zero or a pipe would never end.
+void require_regular_file(const std::string& path) { std::fclose(fs::open_regular_file(path, kDataFile)); }
+
+// The text files of a source, in the order they are concatenated. In a
+// directory, subdirectories are skipped (it is not read recursively); any
+// other *.txt that is not a regular file (a FIFO, a device, a link to
+// /dev/zero or to nothing) is refused by name.
 std::vector<std::string> text_files(const std::string& source) {
-  if (!fs::is_directory(source)) return {source};
+  if (!fs::is_directory(source)) {
+    require_regular_file(source);
+    return {source};
+  }
   std::vector<std::string> names;
   for (const auto& name : fs::list_directory(source))
     if (ends_with(name, ".txt") && !fs::is_directory(source + "/" + name)) names.push_back(name);
   if (names.empty()) throw Error(source + ": directory holds no .txt files");
   std::sort(names.begin(), names.end());
-  for (auto& n : names) n = source + "/" + n;
+  for (auto& n : names) {
+    n = source + "/" + n;
+    require_regular_file(n);
+  }
   return names;
 }
 
@@ -151,6 +167,26 @@ size_t safe_cut(const std::string& text) {
   return std::string::npos;
 }
 
+// Where a piece with no safe cut is cut anyway: before a space that ends a
+// word (pre-tokenizers start the next word with it), else at the start of a
+// UTF-8 character. Only the ids at that one seam may differ from encoding the
+// text whole.
+size_t forced_cut(const std::string& text) {
+  for (size_t i = text.size(); i-- > 1;)
+    if (text[i] == ' ' && !std::isspace(static_cast<unsigned char>(text[i - 1]))) return i;
+  for (size_t i = text.size(); i-- > 1;)
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) return i;
+  return text.size();
+}
+
+// Where the pending text is cut into a piece to encode; npos: read on.
+size_t next_cut(const std::string& pending) {
+  if (pending.size() < kChunkBytes) return std::string::npos;
+  const size_t cut = safe_cut(pending);
+  if (cut != std::string::npos || pending.size() < kMaxPieceBytes) return cut;
+  return forced_cut(pending);
+}
+
 // The ids after a document: the tokenizer's suffix, then its EOS.
 std::vector<int32_t> document_end(const Tokenizer& tokenizer) {
   std::vector<int32_t> ids = tokenizer.suffix_tokens();
@@ -173,13 +209,12 @@ void tokenize_files(const std::vector<std::string>& files, const Tokenizer& toke
     std::string pending;
     if (!documents && last != '\n') pending.push_back('\n');
     std::vector<int32_t> before = tokenizer.prefix_tokens();
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) throw Error(path + ": cannot read: " + std::strerror(errno));
+    std::FILE* f = fs::open_regular_file(path, kDataFile);
     size_t got;
     while ((got = std::fread(chunk.data(), 1, chunk.size(), f)) > 0) {
       pending.append(chunk.data(), got);
       last = chunk[got - 1];
-      const size_t cut = pending.size() >= kChunkBytes ? safe_cut(pending) : std::string::npos;
+      const size_t cut = next_cut(pending);
       if (cut != std::string::npos) {
         encoder.add(pending.substr(0, cut), std::move(before));
         before.clear();
@@ -197,48 +232,20 @@ void tokenize_files(const std::vector<std::string>& files, const Tokenizer& toke
 
 // JSON Lines: one {"text": "..."} object per line, each a document (prefix,
 // text, suffix, EOS); blank lines are skipped.
-void tokenize_jsonl(const std::string& path, const Tokenizer& tokenizer, TokenFileWriter& writer) {
+void tokenize_jsonl(const std::string& path, const Tokenizer& tokenizer, TokenFileWriter& writer,
+                    size_t max_line_bytes) {
   if (tokenizer.eos_id() < 0)
     throw Error(path + ": JSON Lines documents are separated by an end-of-text token, which the " + tokenizer.name() +
                 " tokenizer has not; pass --tokenizer with a tokenizer.json or tokenizer.model whose config names "
                 "its eos_token");
   ParallelEncoder encoder(tokenizer, writer);
   const std::vector<int32_t> end = document_end(tokenizer);
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error(path + ": cannot read: " + std::strerror(errno));
-  std::string line;
-  int64_t line_number = 0, offset = 0;
-  std::vector<char> buffer(1 << 16);
-  auto take = [&](const std::string& text) {
-    ++line_number;
-    const int64_t at = offset;
-    offset += static_cast<int64_t>(text.size()) + 1;
-    if (text.find_first_not_of(" \t\r") == std::string::npos) return;
-    const std::string where = path + ":" + std::to_string(line_number) + " (byte " + std::to_string(at) + ")";
-    nlohmann::json doc;
-    try {
-      doc = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(where + ": not JSON: " + e.what());
-    }
-    if (!doc.is_object() || !doc.contains("text") || !doc["text"].is_string())
-      throw Error(where + ": not an object with a string \"text\"");
-    encoder.add(doc["text"].get<std::string>(), tokenizer.prefix_tokens(), end);
-  };
+  std::FILE* f = fs::open_regular_file(path, kDataFile);
   try {
-    size_t got;
-    while ((got = std::fread(buffer.data(), 1, buffer.size(), f)) > 0) {
-      for (size_t i = 0; i < got; ++i) {
-        if (buffer[i] == '\n') {
-          take(line);
-          line.clear();
-        } else {
-          line.push_back(buffer[i]);
-        }
-      }
-    }
-    if (std::ferror(f)) throw Error(path + ": read error");
-    if (!line.empty()) take(line);
+    read_jsonl_lines(f, path, max_line_bytes, [&](std::string_view line, int64_t line_number, int64_t byte) {
+      if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;  // blank lines are skipped
+      encoder.add(jsonl_document_text(line, jsonl_line_name(path, line_number, byte)), tokenizer.prefix_tokens(), end);
+    });
   } catch (...) {
     std::fclose(f);
     throw;
@@ -248,14 +255,14 @@ void tokenize_jsonl(const std::string& path, const Tokenizer& tokenizer, TokenFi
 }
 
 void build_cache(const std::string& source, const std::vector<std::string>& files, const Tokenizer& tokenizer,
-                 const std::string& cache) {
+                 const std::string& cache, size_t max_jsonl_line_bytes) {
   std::string where = cache.substr(0, cache.rfind('/') == std::string::npos ? 0 : cache.rfind('/'));
   if (!where.empty()) fs::make_directories(where);
   log::info("data: tokenizing " + source + " (" + tokenizer.name() + " tokenizer) into " + cache);
   try {
     TokenFileWriter writer(cache, tokenizer.name(), tokenizer.vocab_size());
     if (ends_with(source, ".jsonl"))
-      tokenize_jsonl(source, tokenizer, writer);
+      tokenize_jsonl(source, tokenizer, writer, max_jsonl_line_bytes);
     else
       tokenize_files(files, tokenizer, writer);
     if (writer.count() == 0) throw Error(source + ": text is empty (0 bytes)");
@@ -288,7 +295,11 @@ std::string prepare_token_file(const std::string& data_path, const Tokenizer& to
                                const DatasetOptions& options) {
   if (detect_foreign_token_format(data_path) != ForeignTokenFormat::none)  // llm.c shards, Megatron datasets
     return convert_foreign_token_file(data_path, options.cache_dir, options.may_write);
-  if (!is_text_source(data_path)) return data_path;  // a token file; TokenFile checks it
+  if (!is_text_source(data_path)) {
+    // A token file; TokenFile checks it. A FIFO or device is named here, as a text source's would be.
+    if (fs::exists(data_path) && !fs::is_directory(data_path)) require_regular_file(data_path);
+    return data_path;
+  }
   const std::string source = without_trailing_slashes(data_path);
   // Checks of the source run on every rank, so a bad --data fails everywhere
   // alike instead of leaving the other ranks waiting in the caller's barrier.
@@ -299,7 +310,7 @@ std::string prepare_token_file(const std::string& data_path, const Tokenizer& to
   if (total_bytes(files) == 0) throw Error(source + ": text is empty (0 bytes)");
   const std::string cache = text_cache_path(source, tokenizer, options.cache_dir);
   if (!options.may_write) return cache;
-  if (!cache_is_fresh(cache, source, files, tokenizer)) build_cache(source, files, tokenizer, cache);
+  if (!cache_is_fresh(cache, source, files, tokenizer)) build_cache(source, files, tokenizer, cache, options.max_jsonl_line_bytes);
   return cache;
 }
 

@@ -21,12 +21,19 @@
 //   world.barrier();
 //   data::TokenFile file(path);
 //
+// Every file is read as a regular file only (links followed): a FIFO, a
+// device (a link to /dev/zero), a socket, given as --data or as a *.txt in
+// the directory, is refused by name without blocking on it; a directory's
+// subdirectories are skipped. A .jsonl line longer than kMaxJsonlLineBytes
+// is refused; a text file of any size is streamed in bounded pieces.
+//
 // The checks of the source (missing, no .txt files, 0 bytes of text) run on
 // every rank, writer or not, so a bad --data fails everywhere alike. Caches
 // are written atomically (temporary file + rename), so nodes sharing a file
 // system that build the same cache at once do not corrupt it.
 #include <string>
 
+#include "stratum/data/jsonl_record.h"
 #include "stratum/data/token_file.h"
 #include "stratum/data/tokenizer.h"
 
@@ -37,6 +44,8 @@ struct DatasetOptions {
   std::string cache_dir;
   // Build the cache if needed; false: only compute its path.
   bool may_write = true;
+  // The longest line a .jsonl source may have (tests lower it).
+  size_t max_jsonl_line_bytes = kMaxJsonlLineBytes;
 };
 
 // True for a .txt or .jsonl file or a directory (what prepare_token_file

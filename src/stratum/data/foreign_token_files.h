@@ -19,7 +19,10 @@
 //
 // Every check names the file and the byte offset at fault: a wrong magic or
 // version, a token count or sequence table the file's size contradicts
-// (truncated), pointers that do not follow the sizes, negative ids.
+// (truncated; counts checked without overflow), pointers that do not follow
+// the sizes, negative ids (foreign_token_headers.h, over the bytes). Each file
+// must be a regular file (links followed): a FIFO or /dev/zero is refused by
+// name without blocking on it.
 #include <string>
 
 namespace stratum::data {

@@ -8,6 +8,10 @@ namespace stratum::data {
 
 TrainEvalSplit split_train_eval(int64_t n_tokens, int64_t seq_len, double eval_fraction, const std::string& source) {
   if (seq_len < 1) throw Error(source + ": sequence length must be at least 1, got " + std::to_string(seq_len));
+  // seq_len + 1 and the sums below stay within int64.
+  if (seq_len > (int64_t{1} << 40))
+    throw Error(source + ": sequence length " + std::to_string(seq_len) + " is beyond any model's context");
+  if (n_tokens < 0) throw Error(source + ": " + std::to_string(n_tokens) + " tokens");
   if (!(eval_fraction >= 0.0 && eval_fraction < 1.0))
     throw Error(source + ": eval fraction must be in [0, 1), got " + std::to_string(eval_fraction));
   const int64_t window = seq_len + 1;
