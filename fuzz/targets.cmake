@@ -18,5 +18,5 @@ set(STRATUM_FUZZ_SOURCES
   data/token_file.cpp data/jsonl_record.cpp data/foreign_token_headers.cpp
   engine/checkpoint_tags.cpp engine/checkpoint_manifest.cpp
   distributed/launch/slurm_hostlist.cpp
-  data/tokenizer.cpp data/hf_tokenizer.cpp data/sentencepiece_tokenizer.cpp
+  data/tokenizer.cpp data/hf_tokenizer.cpp data/sentencepiece_tokenizer.cpp data/sentencepiece_model_check.cpp
   models/model_config.cpp models/hf_config.cpp)

@@ -1,12 +1,13 @@
 #include "stratum/data/sentencepiece_tokenizer.h"
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "stratum/core/error.h"
+#include "stratum/core/fs.h"
+#include "stratum/core/json_file.h"
+#include "stratum/data/sentencepiece_model_check.h"
 #include "stratum/data/tokenizer_file_util.h"
 
 #ifdef STRATUM_WITH_SENTENCEPIECE
@@ -19,6 +20,10 @@ namespace stratum::data {
 
 struct SentencePieceTokenizer::Impl {};
 bool sentencepiece_available() { return false; }
+std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load_from_bytes(const std::string&,
+                                                                                const std::string& path) {
+  return load(path);
+}
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::string& path) {
   throw Error(path + ": this build of Stratum has no libsentencepiece; install libsentencepiece-dev "
                      "(Debian/Ubuntu) and rebuild");
@@ -46,28 +51,54 @@ struct SentencePieceTokenizer::Impl {
   std::vector<std::string> files;  // tokenizer.model, and its tokenizer_config.json if any
 };
 
-std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::string& path) {
+namespace {
+
+// tokenizer_config.json: a few KB, up to a few MB with chat templates.
+constexpr size_t kMaxTokenizerConfigBytes = size_t{16} << 20;
+
+// add_bos_token / add_eos_token: true, false, or null or absent (the default;
+// Hugging Face writes a None as null).
+bool read_flag(const nlohmann::json& config, const char* key, bool fallback, const std::string& path) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return fallback;
+  if (!it->is_boolean())
+    throw Error(path + ": " + key + " is " + it->type_name() + " " + it->dump().substr(0, 40) +
+                ", expected true or false; fix the tokenizer_config.json or remove the key");
+  return it->get<bool>();
+}
+
+}  // namespace
+
+std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load_from_bytes(const std::string& bytes,
+                                                                                const std::string& path) {
+  check_sentencepiece_model(bytes, path);
   auto impl = std::make_unique<Impl>();
-  const std::string bytes = detail::read_bytes(path);
   const auto status = impl->processor.LoadFromSerializedProto(bytes);
   if (!status.ok()) throw Error(path + ": not a SentencePiece model: " + status.ToString());
-  uint64_t hash = detail::fnv1a(bytes);
-  const std::string config_path = detail::tokenizer_config_beside(path);
   impl->files = {path};
-  if (std::ifstream(config_path)) {
-    impl->files.push_back(config_path);
-    nlohmann::json config;
-    try {
-      config = nlohmann::json::parse(detail::read_bytes(config_path));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(config_path + ": not JSON: " + e.what());
-    }
-    impl->add_bos = config.value("add_bos_token", true);
-    impl->add_eos = config.value("add_eos_token", false);
-    hash = (hash ^ (impl->add_bos ? 1u : 0u) ^ (impl->add_eos ? 2u : 0u)) * 0x100000001b3ull;
-  }
-  impl->name = detail::tokenizer_name("spm", impl->processor.GetPieceSize(), hash);
+  impl->name = detail::tokenizer_name("spm", impl->processor.GetPieceSize(), detail::fnv1a(bytes));
   return std::unique_ptr<SentencePieceTokenizer>(new SentencePieceTokenizer(std::move(impl)));
+}
+
+std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::string& path) {
+  const std::string bytes = fs::read_regular_file(path, kMaxSentencePieceModelBytes, "a SentencePiece tokenizer.model");
+  auto tokenizer = load_from_bytes(bytes, path);
+  Impl& impl = *tokenizer->impl_;
+  const std::string config_path = detail::tokenizer_config_beside(path);
+  if (fs::exists(config_path)) {
+    const nlohmann::json config = read_json_file(config_path, kMaxTokenizerConfigBytes, "a tokenizer_config.json");
+    if (!config.is_object())
+      throw Error(config_path + ": a tokenizer_config.json must be a JSON object, but this is " +
+                  config.type_name());
+    impl.files.push_back(config_path);
+    impl.add_bos = read_flag(config, "add_bos_token", true, config_path);
+    impl.add_eos = read_flag(config, "add_eos_token", false, config_path);
+    // The name covers the flags too: they change every tokenized sequence.
+    const uint64_t hash =
+        (detail::fnv1a(bytes) ^ (impl.add_bos ? 1u : 0u) ^ (impl.add_eos ? 2u : 0u)) * 0x100000001b3ull;
+    impl.name = detail::tokenizer_name("spm", impl.processor.GetPieceSize(), hash);
+  }
+  return tokenizer;
 }
 
 SentencePieceTokenizer::SentencePieceTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -17,9 +17,17 @@ namespace stratum::data {
 
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  // Throws stratum::Error naming the file; also, saying how to get it, in a
-  // build without libsentencepiece.
+  // Reads model_path as a regular file of at most kMaxSentencePieceModelBytes
+  // (a FIFO or device refused by name), then as load_from_bytes, and the
+  // tokenizer_config.json beside it if any. Throws stratum::Error naming the
+  // file; also, saying how to get it, in a build without libsentencepiece.
   static std::unique_ptr<SentencePieceTokenizer> load(const std::string& model_path);
+  // A serialized model: check_sentencepiece_model first (the library trusts
+  // the file's normalizer data and reads out of bounds on a bad one), then
+  // libsentencepiece. No tokenizer_config.json: BOS added, EOS not.
+  // `path_for_messages` names it in errors and files().
+  static std::unique_ptr<SentencePieceTokenizer> load_from_bytes(const std::string& bytes,
+                                                                 const std::string& path_for_messages);
   ~SentencePieceTokenizer() override;
 
   std::vector<int32_t> encode(std::string_view text) const override;
