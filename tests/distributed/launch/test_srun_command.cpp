@@ -208,7 +208,7 @@ TEST(SlurmHostlist, EveryNameIsCheckedHoweverFarIntoTheList) {
   std::string e = error_of([] { srun_host_list("good[0-9999],bad;rm", "--include"); });
   EXPECT_NE(e.find("--include: 'bad;rm' is not a valid host name"), std::string::npos) << e;
   e = error_of([] { first_slurm_host("n[0-5000],m[1-", "SLURM_JOB_NODELIST"); });
-  EXPECT_NE(e.find("SLURM_JOB_NODELIST: 'm[1-' has a '[' without its ']'"), std::string::npos) << e;
+  EXPECT_NE(e.find("SLURM_JOB_NODELIST: 'n[0-5000],m[1-' has a '[' without its ']'"), std::string::npos) << e;
   // Names that only go bad late in a range: 1000.0.0.1 is no IPv4 address.
   e = error_of([] { srun_host_list("[1-1000].0.0.1", "--exclude"); });
   EXPECT_NE(e.find("'256.0.0.1' is not a valid IPv4 address"), std::string::npos) << e;
