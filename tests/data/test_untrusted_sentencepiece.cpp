@@ -29,7 +29,7 @@ using testing::write_text;
 const std::string kLlama2 = std::string(STRATUM_TEST_DATA_DIR) + "/tokenizers/llama2/tokenizer.model";
 // A unigram model trained with normalization_rule_name=nmt_nfkc: a real 240 KB charsmap.
 const std::string kNfkcSeed =
-    std::string(STRATUM_TEST_DATA_DIR) + "/../../fuzz/corpus/sentencepiece_model/unigram_nfkc.model";
+    std::string(STRATUM_TEST_DATA_DIR) + "/tokenizers/spm_nfkc/unigram_nfkc.model";
 
 // ---- A little protobuf writer for crafted models ---------------------------
 

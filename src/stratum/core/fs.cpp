@@ -50,7 +50,11 @@ std::string describe_bytes(unsigned long long bytes) {
 }
 
 std::FILE* open_regular_file(const std::string& path, const std::string& what) {
-  // O_NONBLOCK: a FIFO must not wait for a writer before fstat refuses it.
+  // stat first names what open cannot (a socket fails open with ENXIO).
+  struct stat before;
+  if (::stat(path.c_str(), &before) == 0 && !S_ISREG(before.st_mode))
+    throw Error(path + ": " + what + " must be a regular file, but this is " + file_kind(before.st_mode));
+  // O_NONBLOCK: a path swapped for a FIFO since must not wait for a writer before fstat refuses it.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(path + ": cannot open " + what + ": " + std::strerror(errno));
   struct stat st;
