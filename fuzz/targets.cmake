@@ -10,7 +10,7 @@ set(STRATUM_FUZZ_TARGETS config hostfile safetensors_header token_file checkpoin
 # cannot be linked with ASan here, so nothing here may include torch).
 set(STRATUM_FUZZ_SOURCES
   core/error.cpp core/fs.cpp core/json_depth.cpp core/json_file.cpp core/shorten.cpp core/crc32c.cpp
-  io/safetensors_header.cpp
+  io/safetensors_header.cpp io/safetensors_index.cpp
   config/json_source.cpp config/partition_pattern.cpp config/key_reader.cpp config/parse_training.cpp config/parse_zero.cpp
   config/parse_parallel.cpp config/parse_diagnostics.cpp config/parse_flops_profiler.cpp config/validate.cpp config/config.cpp
   config/batch.cpp config/to_json.cpp

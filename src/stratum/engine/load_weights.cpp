@@ -20,6 +20,27 @@ at::Tensor flat_range(const at::Tensor& t, int64_t start, int64_t numel) {
   return t.narrow(0, first, last - first + 1).contiguous().view(-1).narrow(0, start - first * row, numel);
 }
 
+// The dtypes a weight is copied from (integers, bool or fp8 would be cast
+// into values the checkpoint never meant).
+void check_weight_dtype(const std::string& what, const std::string& name, const at::Tensor& t) {
+  const at::ScalarType d = t.scalar_type();
+  if (d != at::kFloat && d != at::kBFloat16 && d != at::kHalf && d != at::kDouble)
+    throw Error(what + ": tensor '" + name + "' is " + std::string(c10::toString(d)) +
+                ", not a floating-point weight (a quantized checkpoint? only F32, BF16, F16 or F64 load)");
+}
+
+// After the copy: what this rank took must be finite (a float64 beyond
+// float32's range arrives as infinity too). `first`: the piece's first
+// element's index in the tensor (or in the tensor-parallel piece).
+void check_finite(const std::string& what, const std::string& name, const at::Tensor& copied, int64_t first,
+                  bool tensor_parallel) {
+  if (at::isfinite(copied).all().item<bool>()) return;
+  const int64_t at = at::logical_not(at::isfinite(copied)).nonzero().select(1, 0)[0].item<int64_t>();
+  throw Error(what + ": tensor '" + name + "' holds NaN or infinite values (first at element " + std::to_string(first + at) +
+              (tensor_parallel ? " of this rank's tensor-parallel piece" : "") +
+              " as float32): a corrupt or diverged checkpoint");
+}
+
 }  // namespace
 
 WeightLoadReport load_whole_weights(EngineCore& engine, const std::map<std::string, at::Tensor>& whole,
@@ -39,6 +60,7 @@ WeightLoadReport load_whole_weights(EngineCore& engine, const std::map<std::stri
       const std::optional<nn::tp::ShardSpec> spec =
           mp && i < mp->tp_specs.size() ? mp->tp_specs[i] : std::nullopt;
       const at::Tensor& w = it->second;
+      check_weight_dtype(what, name, w);
       const std::vector<int64_t> shape = layout.specs()[i].shape;
       const auto mine = param_pieces(layout, pieces, static_cast<int>(i));
       report.parameters += 1;
@@ -53,7 +75,9 @@ WeightLoadReport load_whole_weights(EngineCore& engine, const std::map<std::stri
       for (const ParamPiece& p : mine) {
         const at::Tensor src = flat_range(local, p.param_offset, p.numel);
         if (!spec) report.bytes_copied += p.numel * static_cast<int64_t>(src.element_size());
-        strategy.segments()[static_cast<size_t>(p.segment)].master.narrow(0, p.segment_offset, p.numel).copy_(src);
+        at::Tensor dst = strategy.segments()[static_cast<size_t>(p.segment)].master.narrow(0, p.segment_offset, p.numel);
+        dst.copy_(src);
+        check_finite(what, name, dst, p.param_offset, spec.has_value());
       }
     }
   });

@@ -21,8 +21,11 @@ struct WeightLoadReport {
   int64_t bytes_whole = 0;   // the same parameters' source tensors, whole
 };
 
-// `whole`: each of the core's parameters by name, whole (a view of any dtype
-// and layout on the host; a tensor-parallel rank's piece is cut from it).
+// `whole`: each of the core's parameters by name, whole (a view of a float
+// dtype and any layout on the host; a tensor-parallel rank's piece is cut from
+// it). An integer or bool tensor is refused before copying, and the elements a
+// rank copied are checked finite after (NaN or infinity refused naming the
+// tensor and its first bad element).
 // Collective: an error on any rank of `world` (the job; agreed on
 // `world_device`) is every rank's, naming it and `what`; then the core's
 // data-parallel group publishes. Adam's moments and the step are untouched.

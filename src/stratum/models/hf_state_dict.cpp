@@ -4,12 +4,12 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <set>
 
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/io/safetensors.h"
+#include "stratum/io/safetensors_index.h"
 
 namespace stratum::models {
 
@@ -26,6 +26,31 @@ bool is_hf_buffer(const std::string& name) {
 }
 
 std::string shape_str(at::IntArrayRef s) { return c10::str(s); }
+
+// The dtypes a weight is copied from: converting an integer tensor (a
+// quantized checkpoint's int8 codes, bool masks) or fp8 (meaningless without
+// its scales) into float weights would make a different model.
+bool is_weight_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf || t == at::kDouble;
+}
+
+// torch's name ("int8", not c10's "Char").
+std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kChar: return "int8";
+    case at::kByte: return "uint8";
+    case at::kShort: return "int16";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    case at::kBool: return "bool";
+    default: return c10::toString(t);
+  }
+}
+
+std::string not_a_weight(const std::string& name, const at::Tensor& t) {
+  return "'" + name + "' is " + dtype_name(t.scalar_type()) +
+         ", not a floating-point weight (a quantized checkpoint? Stratum loads F32, BF16, F16 or F64 tensors)";
+}
 
 }  // namespace
 
@@ -78,6 +103,10 @@ std::map<std::string, at::Tensor> hf_whole_parameters(const CausalLMImpl& model,
     }
     const bool conv1d = is_hf_conv1d_weight(c, name);
     const at::Tensor& src = *t;
+    if (!is_weight_dtype(src.scalar_type())) {
+      problems.push_back(not_a_weight(name, src));
+      continue;
+    }
     // A tensor-parallel rank's parameter is a shard: the file holds the whole tensor.
     const auto spec = tp.enabled() ? model.shard_spec(name, tp.rank()) : std::nullopt;
     const std::vector<int64_t> shape = item.value().sizes().vec();
@@ -96,9 +125,11 @@ std::map<std::string, at::Tensor> hf_whole_parameters(const CausalLMImpl& model,
   if (c.tie_embeddings) {
     if (auto it = tensors.find("lm_head.weight"); it != tensors.end()) {
       used[it->first] = true;
+      if (!is_weight_dtype(it->second.scalar_type())) problems.push_back(not_a_weight(it->first, it->second));
       const at::Tensor* emb = find(c.arch == "gpt2" ? "transformer.wte.weight" : "model.embed_tokens.weight");
-      if (emb && (it->second.sizes() != emb->sizes() ||
-                  (checks.compare_tied_head && !at::equal(it->second.to(emb->dtype()), *emb))))
+      const bool comparable = emb && is_weight_dtype(it->second.scalar_type()) && is_weight_dtype(emb->scalar_type());
+      if (comparable && (it->second.sizes() != emb->sizes() ||
+                         (checks.compare_tied_head && !at::equal(it->second.to(emb->dtype()), *emb))))
         problems.push_back("'lm_head.weight' differs from the token embedding, but the model ties them "
                            "(tie_embeddings=false to load it untied)");
     }
@@ -130,29 +161,22 @@ std::map<std::string, at::Tensor> read_hf_checkpoint(const std::string& dir) {
   const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
   if (fs::exists(single)) return io::map_safetensors(single);
   if (!fs::exists(index)) throw Error(dir + ": neither model.safetensors nor model.safetensors.index.json");
-  nlohmann::json j;
-  try {
-    std::ifstream in(index);
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(index + ": bad JSON: " + e.what());
-  }
-  if (!j.contains("weight_map") || !j["weight_map"].is_object()) throw Error(index + ": no 'weight_map' object");
-  std::map<std::string, std::set<std::string>> by_shard;
-  for (const auto& item : j["weight_map"].items()) {
-    if (!item.value().is_string()) throw Error(index + ": weight_map['" + item.key() + "'] is not a file name");
-    const std::string shard = item.value().get<std::string>();
-    if (shard.find('/') != std::string::npos) throw Error(index + ": shard '" + shard + "' is outside " + dir);
-    by_shard[shard].insert(item.key());
-  }
   std::map<std::string, at::Tensor> out;
-  for (const auto& [shard, names] : by_shard) {
-    auto tensors = io::map_safetensors(dir + "/" + shard);
+  for (const auto& [shard, names] : io::read_safetensors_index(index)) {
+    const std::string file = dir + "/" + shard;
+    auto tensors = io::map_safetensors(file);
     for (const auto& n : names) {
       auto it = tensors.find(n);
-      if (it == tensors.end()) throw Error(dir + "/" + shard + ": no tensor '" + n + "' in the file (" + index + " names it)");
+      if (it == tensors.end()) throw Error(file + ": no tensor '" + n + "' in the file (" + index + " names it)");
       out.emplace(n, it->second);
+      tensors.erase(it);
     }
+    // transformers loads a shard whole, extras included (a second copy of a
+    // tensor in another shard would replace the first): refused, not guessed.
+    if (!tensors.empty())
+      throw Error(file + ": holds tensor '" + tensors.begin()->first + "'" +
+                  (tensors.size() > 1 ? " (and " + std::to_string(tensors.size() - 1) + " more)" : "") +
+                  " that " + index + " does not list for it; the index and the shards disagree");
   }
   return out;
 }

@@ -36,7 +36,9 @@ struct HfChecks {
 // (GPT-2's Conv1D weights a transposed view), so that a caller copies only
 // the elements it keeps. A tensor-parallel model's parameters are checked
 // against their whole shapes. Throws stratum::Error listing every missing,
-// unexpected or mis-shaped tensor by name (and `source`, e.g. the file).
+// unexpected or mis-shaped tensor by name (and `source`, e.g. the file), and
+// every one whose dtype is not a float weight's (F32, BF16, F16, F64: a
+// quantized checkpoint's integers are never cast into weights).
 std::map<std::string, at::Tensor> hf_whole_parameters(const CausalLMImpl& model,
                                                      const std::map<std::string, at::Tensor>& tensors,
                                                      const std::string& source = "", const HfChecks& checks = {});
@@ -51,8 +53,10 @@ void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Ten
 // the shards that model.safetensors.index.json's weight_map names (as the hub
 // stores large models). Memory-mapped (CPU, file dtypes, read-only): a rank
 // reads only the bytes it copies (a tensor-parallel rank's row slices), and
-// the ranks of a node share the page cache. Throws stratum::Error naming the
-// directory, index or shard at fault.
+// the ranks of a node share the page cache. The index is read as untrusted
+// (io/safetensors_index.h); a shard must hold exactly the tensors the index
+// lists for it (transformers would load a shard's extras too). Throws
+// stratum::Error naming the directory, index or shard at fault.
 std::map<std::string, at::Tensor> read_hf_checkpoint(const std::string& dir);
 
 // True for GPT-2's Conv1D weights (stored transposed in HF files).

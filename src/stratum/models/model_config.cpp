@@ -2,8 +2,10 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <set>
 
@@ -205,6 +207,34 @@ ModelConfig make_model_config(const std::string& preset_name,
   return c;
 }
 
+namespace {
+
+// "vocab_size 1000000000000 is above 4194304 (2^22), Stratum's limit: ..."
+std::string beyond_limit(const std::string& key, int64_t value, int64_t limit, int log2) {
+  return key + " " + std::to_string(value) + " is above " + std::to_string(limit) + " (2^" + std::to_string(log2) +
+         "), Stratum's limit and far beyond any published model's; a file giving it is probably not a model config";
+}
+
+// Saturating int64 arithmetic: parameter_count of a shape validate() has not
+// yet seen (or refused) must not overflow (undefined behaviour).
+int64_t sat_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) return (a < 0) != (b < 0) ? INT64_MIN : INT64_MAX;
+  return r;
+}
+int64_t sat_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) return a < 0 ? INT64_MIN : INT64_MAX;
+  return r;
+}
+int64_t sat_sum(std::initializer_list<int64_t> terms) {
+  int64_t s = 0;
+  for (int64_t t : terms) s = sat_add(s, t);
+  return s;
+}
+
+}  // namespace
+
 void validate(const ModelConfig& c) {
   std::vector<std::string> problems;
   auto need = [&](bool ok, const std::string& what) {
@@ -218,14 +248,21 @@ void validate(const ModelConfig& c) {
   need(c.heads > 0, "heads must be positive");
   need(c.kv_heads > 0, "kv_heads must be positive");
   need(c.ffn_hidden > 0, "ffn_hidden must be positive");
+  need(c.vocab_size <= kMaxVocabSize, beyond_limit("vocab_size", c.vocab_size, kMaxVocabSize, 22));
+  need(c.max_seq_len <= kMaxSeqLen, beyond_limit("max_seq_len", c.max_seq_len, kMaxSeqLen, 24));
+  need(c.hidden <= kMaxHidden, beyond_limit("hidden", c.hidden, kMaxHidden, 17));
+  need(c.layers <= kMaxLayers, beyond_limit("layers", c.layers, kMaxLayers, 12));
+  need(c.ffn_hidden <= kMaxFfnHidden, beyond_limit("ffn_hidden", c.ffn_hidden, kMaxFfnHidden, 20));
+  need(c.heads <= c.hidden || c.hidden <= 0, "heads (" + std::to_string(c.heads) + ") must be at most hidden (" +
+                                                 std::to_string(c.hidden) + "): a head has at least one dimension");
   if (c.hidden > 0 && c.heads > 0)
     need(c.hidden % c.heads == 0, "hidden (" + std::to_string(c.hidden) + ") must be a multiple of heads (" +
                                       std::to_string(c.heads) + ")");
   if (c.heads > 0 && c.kv_heads > 0)
     need(c.heads % c.kv_heads == 0, "heads (" + std::to_string(c.heads) + ") must be a multiple of kv_heads (" +
                                         std::to_string(c.kv_heads) + ")");
-  need(c.norm_eps > 0, "norm_eps must be positive");
-  need(c.init_std > 0, "init_std must be positive");
+  need(c.norm_eps > 0 && std::isfinite(c.norm_eps), "norm_eps must be positive and finite");
+  need(c.init_std > 0 && std::isfinite(c.init_std), "init_std must be positive and finite");
   need(c.dropout >= 0 && c.dropout < 1, "dropout must be in [0, 1)");
   need(c.attention_dropout < 1, "attention_dropout must be in [0, 1)");
   if (c.arch == "gpt2") {
@@ -233,17 +270,27 @@ void validate(const ModelConfig& c) {
                                     std::to_string(c.heads) + ") for gpt2: grouped-query attention is LLaMA's");
   }
   if (c.arch == "llama") {
-    need(c.rope_theta > 0, "rope_theta must be positive");
+    need(c.rope_theta > 0 && std::isfinite(c.rope_theta), "rope_theta must be positive and finite");
     if (c.rope_scaling_factor != 0) {
-      need(c.rope_scaling_factor > 0, "rope_scaling_factor must be positive (or 0: no scaling)");
-      need(c.rope_low_freq_factor > 0 && c.rope_high_freq_factor > c.rope_low_freq_factor,
-           "rope_high_freq_factor must be above rope_low_freq_factor, both positive");
+      need(c.rope_scaling_factor > 0 && std::isfinite(c.rope_scaling_factor),
+           "rope_scaling_factor must be positive and finite (or 0: no scaling)");
+      need(c.rope_low_freq_factor > 0 && c.rope_high_freq_factor > c.rope_low_freq_factor &&
+               std::isfinite(c.rope_high_freq_factor),
+           "rope_high_freq_factor must be above rope_low_freq_factor, both positive and finite");
       need(c.rope_original_max_seq_len > 0, "rope_original_max_seq_len must be positive");
+      need(c.rope_original_max_seq_len <= kMaxSeqLen,
+           beyond_limit("rope_original_max_seq_len", c.rope_original_max_seq_len, kMaxSeqLen, 24));
     }
     if (c.hidden > 0 && c.heads > 0 && c.hidden % c.heads == 0)
       need(c.head_dim() % 2 == 0, "head dimension hidden / heads (" + std::to_string(c.head_dim()) +
                                       ") must be even for rotary embeddings");
   }
+  // The whole model, once each dimension is known to be in range (then no product overflows).
+  if (problems.empty())
+    need(parameter_count(c) <= kMaxParameters,
+         std::to_string(parameter_count(c)) + " parameters are above " + std::to_string(kMaxParameters) +
+             " (2^41), Stratum's limit and far beyond any published model's; a file giving this shape is probably "
+             "not a model config");
   if (problems.empty()) return;
   std::string msg = "model '" + c.name + "' (" + c.arch + "): ";
   for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
@@ -252,22 +299,23 @@ void validate(const ModelConfig& c) {
 
 int64_t parameter_count(const ModelConfig& c) {
   const int64_t C = c.hidden, F = c.ffn_hidden, V = c.vocab_size, L = c.layers;
-  const int64_t kv = c.kv_heads * c.head_dim();
-  const int64_t head = c.tie_embeddings ? 0 : V * C;
+  const int64_t kv = sat_mul(c.kv_heads, c.head_dim());
+  const int64_t CC = sat_mul(C, C), CF = sat_mul(C, F);
+  const int64_t head = c.tie_embeddings ? 0 : sat_mul(V, C);
   if (c.arch == "gpt2") {
-    const int64_t block = 2 * C               // ln_1
-                          + 3 * C * C + 3 * C  // c_attn
-                          + C * C + C          // attn.c_proj
-                          + 2 * C              // ln_2
-                          + C * F + F          // c_fc
-                          + F * C + C;         // mlp.c_proj
-    return V * C + c.max_seq_len * C + L * block + 2 * C + head;
+    const int64_t block = sat_sum({sat_mul(2, C),                    // ln_1
+                                   sat_mul(3, CC), sat_mul(3, C),    // c_attn
+                                   CC, C,                            // attn.c_proj
+                                   sat_mul(2, C),                    // ln_2
+                                   CF, F,                            // c_fc
+                                   CF, C});                          // mlp.c_proj
+    return sat_sum({sat_mul(V, C), sat_mul(c.max_seq_len, C), sat_mul(L, block), sat_mul(2, C), head});
   }
-  const int64_t block = C                          // input_layernorm
-                        + C * C + 2 * C * kv + C * C  // q, k, v, o
-                        + C                           // post_attention_layernorm
-                        + 3 * C * F;                  // gate, up, down
-  return V * C + L * block + C + head;
+  const int64_t block = sat_sum({C,                                           // input_layernorm
+                                 CC, sat_mul(2, sat_mul(C, kv)), CC,          // q, k, v, o
+                                 C,                                           // post_attention_layernorm
+                                 sat_mul(3, CF)});                            // gate, up, down
+  return sat_sum({sat_mul(V, C), sat_mul(L, block), C, head});
 }
 
 int64_t tensor_parallel_param_count(const ModelConfig& c, int64_t t) {
@@ -297,7 +345,11 @@ std::string describe(const ModelConfig& c) {
   std::string s = c.name + " (" + c.arch + "): " + std::to_string(c.layers) + " layers, " + std::to_string(c.hidden) +
                   " hidden, " + std::to_string(c.heads) + " heads";
   if (c.kv_heads != c.heads) s += " (" + std::to_string(c.kv_heads) + " kv)";
-  if (c.arch == "llama" && c.rope_scaling_factor > 0) s += ", rope x" + std::to_string(static_cast<int64_t>(c.rope_scaling_factor));
+  if (c.arch == "llama" && c.rope_scaling_factor > 0) {
+    char factor[32];  // %g: a factor of any size (a cast to an integer overflows past 2^63)
+    std::snprintf(factor, sizeof factor, "%g", c.rope_scaling_factor);
+    s += std::string(", rope x") + factor;
+  }
   s += ", ffn " + std::to_string(c.ffn_hidden) + ", vocab " + std::to_string(c.vocab_size) + ", seq " +
        std::to_string(c.max_seq_len) + (c.tie_embeddings ? ", tied" : ", untied") + "; " +
        with_commas(parameter_count(c)) + " parameters";

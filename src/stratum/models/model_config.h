@@ -80,10 +80,25 @@ ModelConfig make_model_config(const std::string& preset_name,
 // Parses "key=value" (as given on a command line) into a pair; throws naming the text.
 std::pair<std::string, std::string> parse_override(const std::string& key_equals_value);
 
-// Throws stratum::Error listing every problem (hidden % heads, heads % kv_heads, ...).
+// The largest shape validate() admits: each far above any published model's
+// (Llama 3.1 405B: vocab 128256, hidden 16384, 126 layers, ffn 53248, 131072
+// positions; Gemma: vocab 256000), so that a value beyond one is a file that
+// is not a model's config rather than a model, refused before anything is
+// allocated. With these, every product parameter_count forms fits int64.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 22;     // 4,194,304
+inline constexpr int64_t kMaxHidden = int64_t{1} << 17;        // 131,072
+inline constexpr int64_t kMaxLayers = int64_t{1} << 12;        // 4,096
+inline constexpr int64_t kMaxFfnHidden = int64_t{1} << 20;     // 1,048,576
+inline constexpr int64_t kMaxSeqLen = int64_t{1} << 24;        // 16,777,216 positions
+inline constexpr int64_t kMaxParameters = int64_t{1} << 41;    // 2.2 trillion
+// heads: at most hidden (a head of at least one dimension); kv_heads: at most heads.
+
+// Throws stratum::Error listing every problem (hidden % heads, heads % kv_heads,
+// a dimension beyond its limit above, ...).
 void validate(const ModelConfig& config);
 
 // Trainable parameters, counted from the architecture (tied embeddings once).
+// Saturates at INT64_MAX rather than overflowing (meaningful after validate()).
 int64_t parameter_count(const ModelConfig& config);
 // What one rank of a tensor-parallel group of `size` holds (its shards, the
 // replicated rest, its rows of the padded vocabulary; models/tensor_parallel_plan.h).
