@@ -18,5 +18,6 @@ set(STRATUM_FUZZ_SOURCES
   data/token_file.cpp data/jsonl_record.cpp data/foreign_token_headers.cpp
   engine/checkpoint_tags.cpp engine/checkpoint_manifest.cpp
   distributed/launch/slurm_hostlist.cpp
-  data/tokenizer.cpp data/hf_tokenizer.cpp data/sentencepiece_tokenizer.cpp data/sentencepiece_model_check.cpp
+  data/tokenizer.cpp data/hf_tokenizer.cpp data/hf_tokenizer_file.cpp data/json_node.cpp data/bounded_regex.cpp
+  data/byte_level_bpe.cpp data/sentencepiece_tokenizer.cpp data/sentencepiece_model_check.cpp
   models/model_config.cpp models/hf_config.cpp)

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stratum/core/error.h"
+#include "stratum/data/bounded_regex.h"
 #include "stratum/data/bpe_tokenizer.h"
 #include "stratum/data/hf_tokenizer.h"
 #include "stratum/data/load_tokenizer.h"

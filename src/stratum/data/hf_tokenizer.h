@@ -78,12 +78,4 @@ class HfTokenizer final : public Tokenizer {
 // True when this build can load tokenizer.json files (it found PCRE2).
 bool hf_tokenizer_available();
 
-// The pieces a Split pattern (behaviour Isolated) cuts `text` into, matched as
-// encode() matches it: window by window of `window_bytes`, under the same
-// work budget. Throws stratum::Error naming `source`. Tests compare window
-// sizes with this; the tokenizer uses kRegexWindowBytes.
-std::vector<std::string> split_by_pattern(const std::string& pattern, std::string_view text, size_t window_bytes,
-                                          const std::string& source = "pattern");
-inline constexpr size_t kRegexWindowBytes = 256;
-
 }  // namespace stratum::data
