@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "../common/error_of.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/io/safetensors.h"
@@ -33,14 +34,7 @@ namespace {
 
 const std::string kFixtures = std::string(STRATUM_TEST_DATA_DIR) + "/hf";
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using stratum::test::error_of;
 
 Json fixture_config(const std::string& name) {
   std::ifstream in(kFixtures + "/" + name + "/config.json");
