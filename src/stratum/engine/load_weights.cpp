@@ -6,6 +6,7 @@
 #include "stratum/core/error.h"
 #include "stratum/distributed/agreement.h"
 #include "stratum/engine/param_runs.h"
+#include "stratum/models/hf_state_dict.h"
 
 namespace stratum {
 namespace {
@@ -20,13 +21,8 @@ at::Tensor flat_range(const at::Tensor& t, int64_t start, int64_t numel) {
   return t.narrow(0, first, last - first + 1).contiguous().view(-1).narrow(0, start - first * row, numel);
 }
 
-// The dtypes a weight is copied from (integers, bool or fp8 would be cast
-// into values the checkpoint never meant).
 void check_weight_dtype(const std::string& what, const std::string& name, const at::Tensor& t) {
-  const at::ScalarType d = t.scalar_type();
-  if (d != at::kFloat && d != at::kBFloat16 && d != at::kHalf && d != at::kDouble)
-    throw Error(what + ": tensor '" + name + "' is " + std::string(c10::toString(d)) +
-                ", not a floating-point weight (a quantized checkpoint? only F32, BF16, F16 or F64 load)");
+  if (!models::is_weight_dtype(t.scalar_type())) throw Error(what + ": tensor " + models::not_a_weight(name, t));
 }
 
 // After the copy: what this rank took must be finite (a float64 beyond

@@ -27,13 +27,6 @@ bool is_hf_buffer(const std::string& name) {
 
 std::string shape_str(at::IntArrayRef s) { return c10::str(s); }
 
-// The dtypes a weight is copied from: converting an integer tensor (a
-// quantized checkpoint's int8 codes, bool masks) or fp8 (meaningless without
-// its scales) into float weights would make a different model.
-bool is_weight_dtype(at::ScalarType t) {
-  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf || t == at::kDouble;
-}
-
 // torch's name ("int8", not c10's "Char").
 std::string dtype_name(at::ScalarType t) {
   switch (t) {
@@ -47,12 +40,17 @@ std::string dtype_name(at::ScalarType t) {
   }
 }
 
+}  // namespace
+
+bool is_weight_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf || t == at::kDouble;
+}
+
 std::string not_a_weight(const std::string& name, const at::Tensor& t) {
   return "'" + name + "' is " + dtype_name(t.scalar_type()) +
          ", not a floating-point weight (a quantized checkpoint? Stratum loads F32, BF16, F16 or F64 tensors)";
 }
 
-}  // namespace
 
 bool is_hf_conv1d_weight(const ModelConfig& config, const std::string& name) {
   return config.arch == "gpt2" && (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_proj.weight") ||

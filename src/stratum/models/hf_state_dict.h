@@ -62,4 +62,11 @@ std::map<std::string, at::Tensor> read_hf_checkpoint(const std::string& dir);
 // True for GPT-2's Conv1D weights (stored transposed in HF files).
 bool is_hf_conv1d_weight(const ModelConfig& config, const std::string& name);
 
+// The dtypes a weight loads from: F32, BF16, F16, F64. Integer tensors (a
+// quantized checkpoint's int8 codes, bool masks) and fp8 (meaningless without
+// its scales) cast into float weights would make a different model.
+bool is_weight_dtype(at::ScalarType t);
+// "'NAME' is int8, not a floating-point weight (...)".
+std::string not_a_weight(const std::string& name, const at::Tensor& t);
+
 }  // namespace stratum::models

@@ -7,7 +7,12 @@
 namespace stratum::distributed::launch {
 namespace {
 
-std::string quoted(const std::string& text) { return "'" + shorten_for_message(text, 200) + "'"; }
+std::string quoted(const std::string& text) {
+  std::string out(1, '\'');  // appended, not "'" + ...: GCC 12 warns falsely (-Wrestrict) on that form
+  out += shorten_for_message(text, 200);
+  out += '\'';
+  return out;
+}
 
 // Splits at `sep` outside brackets: "a[1,2],b" -> "a[1,2]", "b".
 std::vector<std::string> split_outside_brackets(const std::string& text, char sep, const std::string& what) {
