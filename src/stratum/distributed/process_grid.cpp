@@ -1,0 +1,203 @@
+#include "stratum/distributed/process_grid.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <map>
+
+#include "stratum/config/config.h"
+#include "stratum/core/error.h"
+#include "stratum/core/log.h"
+#include "stratum/distributed/init.h"
+
+namespace stratum::distributed {
+namespace {
+
+std::string s(int64_t v) { return std::to_string(v); }
+
+std::string join(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + s(v[i]);
+  return out + "]";
+}
+
+// The first tensor-parallel group not inside one block of `node` consecutive
+// ranks (empty: none). A group is evenly spaced, so its ends decide.
+std::vector<int64_t> group_across_nodes(const Topology& t, int64_t node) {
+  for (const auto& g : t.groups(Axis::tp))
+    if (g.front() / node != g.back() / node) return g;
+  return {};
+}
+
+}  // namespace
+
+std::vector<std::string> ProcessGrid::problems(const Config& config, int world_size, int fewest_ranks_per_node) {
+  if (world_size < 1 || fewest_ranks_per_node < 1)
+    throw Error("process grid: a job of " + s(world_size) + " ranks whose smallest node runs " +
+                s(fewest_ranks_per_node) + " of them; both must be at least 1");
+  const int64_t world = world_size, fewest = fewest_ranks_per_node;
+  const int64_t p = config.pipeline.stages, t = config.tensor_parallel.size;
+  std::vector<std::string> out;
+  // config/ reads both as >= 1; a Config built in code may not be.
+  if (p < 1) out.push_back("pipeline.stages: " + s(p) + "; use at least 1");
+  if (t < 1) out.push_back("tensor_parallel.autotp_size: " + s(t) + "; use 1 (off) or more");
+  if (!out.empty()) return out;
+
+  bool shape_fits = false;
+  if (world % p != 0) {
+    out.push_back("pipeline.stages: " + s(p) + " stages do not divide the " + s(world) +
+                  " ranks of the job; use a divisor of " + s(world));
+  } else if ((world / p) % t != 0) {
+    if (p == 1)
+      out.push_back("tensor_parallel.autotp_size: " + s(t) + " does not divide the " + s(world) +
+                    " ranks of the job; use a divisor of " + s(world));
+    else
+      out.push_back("pipeline.stages: " + s(p) + " stages x tensor_parallel.autotp_size " + s(t) + " = " +
+                    s(p * t) + " do not divide the " + s(world) + " ranks of the job; with " + s(p) +
+                    " stages use a tensor-parallel size dividing " + s(world / p));
+  } else {
+    shape_fits = true;
+  }
+
+  // A tensor-parallel group's collectives are on every layer's path: it stays
+  // inside a node, and the node with the fewest ranks decides.
+  if (t > 1 && fewest < world) {
+    if (fewest % t != 0) {
+      out.push_back("tensor_parallel.autotp_size: " + s(t) + " does not divide the " + s(fewest) +
+                    " ranks of a node (the fewest any node of the " + s(world) +
+                    "-rank job runs): a tensor-parallel group would span nodes; use a divisor of " + s(fewest));
+    } else if (shape_fits) {
+      // tp fastest keeps a group on consecutive ranks; another order may spread it.
+      try {
+        const Topology topology = Topology::from_model_parallel(world, p, t, config.topology.order);
+        const std::vector<int64_t> g = group_across_nodes(topology, fewest);
+        if (!g.empty())
+          out.push_back("topology.order: \"" + config.topology.order + "\" puts the tensor-parallel group " +
+                        join(g) + " on ranks " + s(g[1] - g[0]) + " apart, across nodes of " + s(fewest) +
+                        " ranks (the fewest any node of the " + s(world) + "-rank job runs); put tp first "
+                        "(\"tp-dp-pp\") so that each tensor-parallel group is consecutive ranks of one node");
+      } catch (const Error&) {
+        // An order that is not a permutation of tp, dp, pp is config/'s to report.
+      }
+    }
+  }
+
+  if (config.pipeline.virtual_stages > 1 && p == 1)
+    out.push_back("pipeline.virtual_stages: " + s(config.pipeline.virtual_stages) +
+                  " virtual stages interleave chunks over several pipeline stages, but pipeline.stages is 1; "
+                  "use pipeline.stages of 2 or more, or virtual_stages 1");
+  return out;
+}
+
+ProcessGrid::Groups ProcessGrid::leader_groups(const Topology& topology) {
+  Groups groups(1);
+  for (int64_t r = 0; r < topology.world_size(); ++r)
+    if (topology.coord_of(r).dp == 0) groups[0].push_back(r);
+    else groups.push_back({r});
+  std::sort(groups[0].begin(), groups[0].end(), [&](int64_t a, int64_t b) {
+    const Coord ca = topology.coord_of(a), cb = topology.coord_of(b);
+    return ca.pp != cb.pp ? ca.pp < cb.pp : ca.tp < cb.tp;
+  });
+  return groups;
+}
+
+ProcessGrid::Groups ProcessGrid::tied_groups(const Topology& topology, bool whole_gradients) {
+  const int64_t n = topology.world_size();
+  Groups groups;
+  std::vector<bool> placed(static_cast<size_t>(n), false);
+  if (topology.pp() > 1) {
+    std::map<int64_t, std::vector<int64_t>> by_tp;  // partitioned: one group per tp index
+    for (const auto& pipeline : topology.groups(Axis::pp)) {  // one per (dp, tp) index, in stage order
+      const int64_t first = pipeline.front(), last = pipeline.back();
+      placed[static_cast<size_t>(first)] = placed[static_cast<size_t>(last)] = true;
+      if (whole_gradients) {
+        groups.push_back({first, last});
+      } else {
+        auto& all = by_tp[topology.coord_of(first).tp];
+        all.push_back(first);
+        all.push_back(last);
+      }
+    }
+    // By rank: the lowest rank of a tp index has pp = 0, so the first member holds stage 0.
+    for (auto& [tp, all] : by_tp) {
+      std::sort(all.begin(), all.end());
+      groups.push_back(std::move(all));
+    }
+  }
+  for (int64_t r = 0; r < n; ++r)
+    if (!placed[static_cast<size_t>(r)]) groups.push_back({r});
+  std::sort(groups.begin(), groups.end());
+  return groups;
+}
+
+std::string ProcessGrid::summary(const Topology& t) {
+  return s(t.world_size()) + (t.world_size() == 1 ? " rank: " : " ranks: ") + s(t.dp()) + " data-parallel x " +
+         s(t.pp()) + (t.pp() == 1 ? " pipeline stage x " : " pipeline stages x ") + s(t.tp()) +
+         " tensor-parallel, order " + t.order();
+}
+
+ProcessGrid::ProcessGrid(Topology topology, int64_t rank, int fewest_ranks_per_node, int zero_stage)
+    : topology_(std::move(topology)),
+      coord_(topology_.coord_of(rank)),
+      rank_(rank),
+      fewest_ranks_per_node_(fewest_ranks_per_node),
+      zero_stage_(zero_stage) {}
+
+ProcessGrid ProcessGrid::create(const Config& config, const DistContext& ctx) {
+  if (!ctx.cpu_world) throw Error("process grid: the DistContext has no CPU world; make it with distributed::init()");
+  const std::shared_ptr<Communicator>& world = ctx.device_world();
+  if (world->size() != ctx.cpu_world->size())
+    throw Error("process grid: rank " + s(ctx.cpu_world->rank()) + ": the device world has " + s(world->size()) +
+                " ranks but the CPU world " + s(ctx.cpu_world->size()));
+  // The same number on every rank, so that every rank finds the same problems.
+  at::Tensor local = at::full({1}, static_cast<int64_t>(ctx.local_world_size), at::kLong);
+  ctx.cpu_world->all_reduce(local, ReduceOp::min)->wait();
+  const int fewest = static_cast<int>(local.item<int64_t>());
+  const std::vector<std::string> found = problems(config, world->size(), fewest);
+  if (!found.empty()) throw ConfigError(config.source, found);
+
+  ProcessGrid g(Topology::from_model_parallel(world->size(), config.pipeline.stages, config.tensor_parallel.size,
+                                              config.topology.order),
+                world->rank(), fewest, static_cast<int>(config.zero_optimization.stage));
+  const Topology& t = g.topology_;
+  // Every job states its grid once, at start, so a user can check placement
+  // (the programs print it at info level, with hosts and GPUs).
+  if (world->rank() == 0) log::debug(g.summary() + "\n" + t.table());
+
+  // Splits are collective: every rank makes the same ones, in the same order.
+  g.world_ = world;
+  g.dp_ = world->split(t.groups(Axis::dp), "dp");
+  g.pp_ = world->split(t.groups(Axis::pp), "pp");
+  g.tp_ = world->split(t.groups(Axis::tp), "tp");
+  g.dp_tp_ = world->split(t.dp_tp_groups(), "dp_tp");
+  if (t.pp() > 1) g.tied_ = world->split(tied_groups(t, g.zero_stage_ == 0), "tied");
+
+  g.cpu_world_ = ctx.cpu_world;
+  if (world.get() == ctx.cpu_world.get()) {
+    g.cpu_dp_ = g.dp_;
+    g.cpu_pp_ = g.pp_;
+    g.cpu_tp_ = g.tp_;
+  } else {
+    g.cpu_dp_ = ctx.cpu_world->split(t.groups(Axis::dp), "dp_control");
+    g.cpu_pp_ = ctx.cpu_world->split(t.groups(Axis::pp), "pp_control");
+    g.cpu_tp_ = ctx.cpu_world->split(t.groups(Axis::tp), "tp_control");
+  }
+  auto leaders = ctx.cpu_world->split(leader_groups(t), "leaders");
+  if (g.coord_.dp == 0) g.leaders_ = std::move(leaders);
+  return g;
+}
+
+const std::shared_ptr<Communicator>& ProcessGrid::tied(bool whole_gradients) const {
+  auto variant = [&](bool whole) {
+    return whole ? std::string("whole gradients (stage 0 and stage ") + s(pp() - 1) + " of each pipeline paired)"
+                 : std::string("partitioned gradients (every stage-0 and stage-") + s(pp() - 1) +
+                       " rank of a tensor-parallel index together)";
+  };
+  if (tied_ && whole_gradients != (zero_stage_ == 0))
+    throw Error("process grid: rank " + s(rank_) + ": the tied embedding's group was built for " +
+                variant(zero_stage_ == 0) + ", as zero_optimization.stage " + s(zero_stage_) + " needs, not for " +
+                variant(whole_gradients));
+  return tied_;
+}
+
+}  // namespace stratum::distributed

@@ -1,0 +1,123 @@
+#pragma once
+// The job's process grid: this rank's (dp, pp, tp) coordinates and every
+// communicator the layouts need, built once from the config and validated
+// once, identically on every rank. Engines and programs take their groups
+// from here rather than each building a Topology and splitting the world.
+//
+// Torch-free on purpose (communicators are forward-declared), so that
+// `stratum-config check` can call problems() without ATen's headers.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stratum/distributed/topology.h"
+
+namespace stratum {
+struct Config;
+}
+
+namespace stratum::distributed {
+
+class Communicator;
+struct DistContext;
+
+class ProcessGrid {
+ public:
+  using Groups = std::vector<std::vector<int64_t>>;
+
+  // Every problem with the grid's shape for a job of `world_size` ranks whose
+  // smallest node runs `fewest_ranks_per_node` of them (pass world_size when
+  // nodes are unknown: the node checks are then skipped). Each names its key,
+  // the numbers and what to use instead. Pure: the same answer on every rank.
+  // Left to others: what config/ checks already (topology.order naming tp, dp
+  // and pp once each, sequence parallelism without TP) and the rules across
+  // schedule and ZeRO. The node checks assume ranks fill nodes in order, as
+  // stratum-run and mpirun's default mapping place them.
+  static std::vector<std::string> problems(const Config& config, int world_size, int fewest_ranks_per_node);
+
+  // Collective over ctx.cpu_world and ctx.device_world(); every rank calls it
+  // with the same config. Agrees on the fewest ranks of a node (a min over the
+  // ranks' local_world_size), throws ConfigError(config.source, problems)
+  // identically on every rank when problems() finds any, then builds the
+  // Topology (pipeline.stages x tensor_parallel size, topology.order) and
+  // splits every group below.
+  static ProcessGrid create(const Config& config, const DistContext& ctx);
+
+  // --- pure helpers (no ranks needed) ---------------------------------------
+  // The partition the leaders' communicator is split by: first the ranks of
+  // data-parallel index 0 ordered by (pp, tp), then every other rank alone.
+  static Groups leader_groups(const Topology& topology);
+  // The partition the tied embedding's communicator is split by. Whole
+  // gradients (ZeRO-0: every data-parallel rank holds all of them): the ranks
+  // of stage 0 and stage p-1 of one (dp, tp) index, in stage order. Otherwise
+  // (each stage partitions its gradients over its data-parallel ranks, each
+  // stage differently): all stage-0 and stage-(p-1) ranks of one tp index,
+  // by rank. Every group's first rank holds stage 0; every rank of the
+  // stages between is alone; at pp = 1 every rank is alone.
+  static Groups tied_groups(const Topology& topology, bool whole_gradients);
+  // "8 ranks: 2 data-parallel x 2 pipeline stages x 2 tensor-parallel, order tp-dp-pp".
+  static std::string summary(const Topology& topology);
+
+  // --- this rank in the grid ------------------------------------------------
+  const Topology& topology() const { return topology_; }
+  Coord coord() const { return coord_; }
+  int64_t rank() const { return rank_; }  // in the device world (the same as in the CPU world)
+  int64_t world_size() const { return topology_.world_size(); }
+  int64_t dp() const { return topology_.dp(); }
+  int64_t pp() const { return topology_.pp(); }
+  int64_t tp() const { return topology_.tp(); }
+  bool is_first_stage() const { return coord_.pp == 0; }
+  bool is_last_stage() const { return coord_.pp == topology_.pp() - 1; }
+  // The fewest ranks any node of the job runs, as the ranks agreed.
+  int fewest_ranks_per_node() const { return fewest_ranks_per_node_; }
+
+  // --- communicators: this rank's group along each axis (never null) --------
+  // On the training device (NCCL with GPUs, else MPI): for tensors there.
+  const std::shared_ptr<Communicator>& world() const { return world_; }
+  const std::shared_ptr<Communicator>& dp_group() const { return dp_; }
+  const std::shared_ptr<Communicator>& pp_group() const { return pp_; }
+  const std::shared_ptr<Communicator>& tp_group() const { return tp_; }
+  const std::shared_ptr<Communicator>& dp_tp_group() const { return dp_tp_; }  // the stage's ranks
+  // Their CPU (MPI) twins, for control messages and host tensors: the same
+  // objects as the device ones when the device world is the CPU world.
+  const std::shared_ptr<Communicator>& cpu_world() const { return cpu_world_; }
+  const std::shared_ptr<Communicator>& cpu_dp_group() const { return cpu_dp_; }
+  const std::shared_ptr<Communicator>& cpu_pp_group() const { return cpu_pp_; }
+  const std::shared_ptr<Communicator>& cpu_tp_group() const { return cpu_tp_; }
+
+  // CPU communicator of every (stage, tp index) of data-parallel index 0,
+  // ranked by (pp, tp): who writes and gathers the parts of a checkpoint
+  // (at pp = 1 the tp ranks of dp 0, at tp = 1 the stages of dp 0). Null on
+  // ranks whose data-parallel index is not 0.
+  const std::shared_ptr<Communicator>& leaders() const { return leaders_; }
+
+  // Device communicator over which the tied embedding's gradient is summed
+  // (tied_groups: a middle stage's rank gets its group of one). Built at
+  // create() when pp > 1, for the variant zero_optimization.stage needs
+  // (whole gradients at stage 0) rather than both: a split is collective, so
+  // it cannot wait for the first call, and an unused NCCL communicator costs
+  // a stream, a thread and device memory. Throws Error when `whole_gradients`
+  // is not that variant; null at pp = 1.
+  const std::shared_ptr<Communicator>& tied(bool whole_gradients) const;
+
+  // Topology::table: one line per rank, with hosts and GPUs when given.
+  std::string table(const std::vector<Topology::Place>& places = {}) const { return topology_.table(places); }
+  std::string summary() const { return summary(topology_); }
+
+ private:
+  ProcessGrid(Topology topology, int64_t rank, int fewest_ranks_per_node, int zero_stage);
+
+  // Expert or context parallelism would join as axes of Topology, with their
+  // groups (and CPU twins) beside these.
+  Topology topology_;
+  Coord coord_;
+  int64_t rank_ = 0;
+  int fewest_ranks_per_node_ = 1;
+  int zero_stage_ = 0;  // what the tied group was built for
+  std::shared_ptr<Communicator> world_, dp_, pp_, tp_, dp_tp_;
+  std::shared_ptr<Communicator> cpu_world_, cpu_dp_, cpu_pp_, cpu_tp_;
+  std::shared_ptr<Communicator> leaders_, tied_;
+};
+
+}  // namespace stratum::distributed
