@@ -88,16 +88,51 @@ double memory_gib(const distributed::DistContext& ctx) {
   return 0.0;
 }
 
-// The largest of every rank's memory_gib and the rank holding it (collective
-// over the job's CPU ranks; no rank on a job of one).
-std::pair<double, std::optional<int>> largest_memory(const distributed::DistContext& ctx) {
-  const double mine = memory_gib(ctx);
-  if (ctx.world_size == 1) return {mine, std::nullopt};
+// The largest of every rank's `mine` and the rank holding it (collective
+// over the job's CPU ranks; no rank on a job of one), and the smallest.
+struct RankExtremes {
+  double largest = 0, smallest = 0;
+  std::optional<int> rank;
+};
+RankExtremes rank_extremes(const distributed::DistContext& ctx, double mine) {
+  if (ctx.world_size == 1) return {mine, mine, std::nullopt};
   at::Tensor all = at::empty({ctx.world_size}, at::kDouble);
   at::Tensor one = at::full({1}, mine, at::kDouble);
   ctx.cpu_world->all_gather(all, one)->wait();
   const int64_t rank = all.argmax().item<int64_t>();
-  return {all[rank].item<double>(), static_cast<int>(rank)};
+  return {all[rank].item<double>(), all.min().item<double>(), static_cast<int>(rank)};
+}
+std::pair<double, std::optional<int>> largest_memory(const distributed::DistContext& ctx) {
+  const RankExtremes e = rank_extremes(ctx, memory_gib(ctx));
+  return {e.largest, e.rank};
+}
+
+// The start-up peak, once the engine holds the model: the GPU allocator's
+// peak, or on CPU ranks the process's resident high-water mark (VmHWM), the
+// largest rank's and the smallest; then the GPU's peak starts afresh, so the
+// memory column shows training.
+void report_startup_peak(const distributed::DistContext& ctx, bool lead) {
+  double mine = 0;
+#ifdef STRATUM_WITH_CUDA
+  if (ctx.cuda_device >= 0) mine = memory_gib(ctx);
+#endif
+  if (ctx.cuda_device < 0) {
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("VmHWM:", 0) == 0) mine = std::stod(line.substr(6)) / (1024.0 * 1024.0);  // kB
+  }
+  const RankExtremes e = rank_extremes(ctx, mine);
+  char text[200];
+  if (e.rank)
+    std::snprintf(text, sizeof text, "start-up peak memory %.3f GiB (rank %d; the smallest rank's %.3f GiB)", e.largest,
+                  *e.rank, e.smallest);
+  else
+    std::snprintf(text, sizeof text, "start-up peak memory %.3f GiB", e.largest);
+  if (lead) log::info(std::string(text) + (ctx.cuda_device >= 0 ? "" : ", resident high-water mark"));
+#ifdef STRATUM_WITH_CUDA
+  if (ctx.cuda_device >= 0)
+    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(ctx.cuda_device));
+#endif
 }
 
 // The dataset on every rank: local rank 0 tokenizes (and writes the default
@@ -278,6 +313,7 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
   const auto& dp = engine->core().dp();
   const bool lead = engine->is_last_stage() && dp->rank() == 0 && model->tensor_parallel().rank() == 0;
   if (init) apply_init_weights(engine->core(), *init, o, ctx, lead);
+  report_startup_peak(ctx, ctx.rank == 0);
   const int64_t seq = mcfg.max_seq_len;
   data::TokenFile file = open_training_data(o, ctx, tokenizer, mcfg);
   const data::TrainEvalSplit split = data::split_train_eval(file.size(), seq, o.eval_fraction, file.path());
@@ -412,23 +448,19 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   }
 
   torch::manual_seed(o.seed);
-  // ZeRO-3 is for models too large to init comfortably on the host: they are
-  // built in the training dtype (half the host bytes; the engine casts to it
-  // anyway) and their weights drawn on the GPU, from which the engine
-  // partitions them one layer at a time.
-  const bool stage3 = config.zero_optimization.stage == 3;
-  const at::ScalarType default_dtype = at::typeMetaToScalarType(at::get_default_dtype());
-  if (stage3) at::set_default_dtype(c10::scalarTypeToTypeMeta(engine_detail::training_dtype(config)));
-  const c10::Device init_device = stage3 ? ctx.device() : c10::Device(c10::kCPU);
-  // tensor_parallel.autotp_size: each rank builds its shards (the whole model
-  // is drawn on every rank first, so TP = t starts from TP = 1's weights).
+  // Born sharded: tensor_parallel.autotp_size ranks each draw only their
+  // pieces; under a pipeline, and at ZeRO-3 (on the training device, one
+  // layer at a time as it is partitioned), the model is a skeleton (shapes
+  // only) of which the engine draws only what the rank keeps. Every layout
+  // starts from the single process's weights: each parameter is drawn by
+  // name (models/causal_lm.h).
   nn::tp::TensorParallel tp;
   distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the model", [&] {
     tp = tensor_parallel_group(config, ctx);
     models::validate_tensor_parallel(mcfg, tp.size());
   });
-  auto model = models::build_model(mcfg, init_device, tp);
-  at::set_default_dtype(c10::scalarTypeToTypeMeta(default_dtype));
+  const bool skeleton = config.pipeline.stages > 1 || config.zero_optimization.stage == 3;
+  auto model = skeleton ? models::construct_model(mcfg, tp, c10::kMeta) : models::build_model(mcfg, c10::kCPU, tp);
   // --init-from: the Hugging Face weights replace the drawn ones once the
   // engine holds its parts, unless a checkpoint is resumed.
   std::optional<InitWeights> init;
@@ -440,14 +472,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     apply_init_weights(engine.core(), *init, o, ctx, lead);
     init.reset();  // unmaps the files
   }
-#ifdef STRATUM_WITH_CUDA
-  // The memory column shows training; start-up (ZeRO-3 partitions a model first
-  // drawn whole on the GPU) has its own peak, reported once.
-  if (ctx.cuda_device >= 0) {
-    if (lead) log::info("start-up peak memory " + std::to_string(memory_gib(ctx)) + " GiB");
-    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(ctx.cuda_device));
-  }
-#endif
+  report_startup_peak(ctx, lead);
   const auto& batch = engine.core().batch();
   const auto& dp = engine.core().dp();
   const c10::Device device = ctx.device();

@@ -241,7 +241,7 @@ TEST(ConfigValid, UnsupportedKeysAtDeepSpeedDefaultsAreAccepted) {
 TEST(ConfigValid, ParallelismAndDiagnosticsSections) {
   Config c = parse(R"({"train_micro_batch_size_per_gpu": 2,
       "pipeline": {"stages": 2, "partition_method": "type:TransformerBlock", "schedule": "interleaved",
-                   "virtual_stages": 2, "activation_checkpoint_interval": 1},
+                   "virtual_stages": 2},
       "tensor_parallel": {"autotp_size": 2, "sequence_parallel": true}, "topology": {"order": "pp-tp-dp"},
       "activation_checkpointing": {"number_checkpoints": 4, "cpu_checkpointing": true},
       "comms_logger": {"enabled": true, "verbose": true, "prof_all": false, "prof_ops": ["all_reduce", "all_gather"],

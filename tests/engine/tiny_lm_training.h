@@ -34,6 +34,7 @@ struct Options {
   std::string checkpointing;  // an activation_checkpointing section, or empty
   std::string top_extra;      // more top-level keys, each followed by a comma
   std::string optimizer;      // the "optimizer" section, or empty for the AdamW below
+  bool skeleton = false;      // born sharded: the engine draws the parameters (nn/deferred_init.h)
 };
 
 inline std::string config_json(const Options& o) {
@@ -67,7 +68,8 @@ inline TrainRun train(const Options& o, const std::shared_ptr<distributed::Commu
                       c10::Device device = c10::Device(c10::kCPU)) {
   Config config = Config::from_string(config_json(o), "zero3-test");
   torch::manual_seed(42);
-  auto model = models::build_model(models::make_model_config(o.model, o.overrides));
+  const auto model_config = models::make_model_config(o.model, o.overrides);
+  auto model = o.skeleton ? models::construct_model(model_config, {}, c10::kMeta) : models::build_model(model_config);
   auto engine = initialize(config, model, dp, device);
   const auto& b = engine.core().batch();
   const int n = dp->size(), r = dp->rank();

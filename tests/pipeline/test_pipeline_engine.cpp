@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <set>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -132,12 +133,13 @@ TrainRun train_reference(const std::string& arch, Layout l, const Span& span = {
 }
 
 // The pipeline engine on `world` (pp x dp ranks): DP rank r of n takes rows
-// [(k·n + r)·m, ...) of micro-batch k, m = global / (gas·n).
+// [(k·n + r)·m, ...) of micro-batch k, m = global / (gas·n). The model is
+// born sharded: a skeleton of which the engine draws only its stage's pieces.
 TrainRun train_pipeline(const std::string& arch, const Layout& l, const std::shared_ptr<distributed::Communicator>& world,
                         const Span& span = {}) {
   Config config = Config::from_string(config_json(l), "pipeline");
   torch::manual_seed(42);
-  auto model = models::build_model(model_config(arch), c10::kCPU, tensor_parallel_group(config, sub_context(world)));
+  auto model = models::construct_model(model_config(arch), tensor_parallel_group(config, sub_context(world)), c10::kMeta);
   auto engine = initialize_pipeline(config, model, sub_context(world));
   if (!span.load_dir.empty()) engine->load_checkpoint(span.load_dir);
   const int n = l.dp, r = static_cast<int>(engine->core().dp()->rank());
@@ -160,8 +162,8 @@ TrainRun train_pipeline(const std::string& arch, const Layout& l, const std::sha
   run.tp = model->tensor_parallel().size();
   run.tp_rank = model->tensor_parallel().rank();
   engine->core().sync_params();
-  for (auto& p : model->named_parameters())
-    if (p.value().numel() > 0) run.weights[p.key()] = p.value().detach().to(torch::kFloat).clone();
+  for (auto& p : model->named_parameters())  // this stage's: the others are never drawn (meta) or freed
+    if (p.value().numel() > 0 && !nn::is_unmaterialized(p.value())) run.weights[p.key()] = p.value().detach().to(torch::kFloat).clone();
   return run;
 }
 
@@ -546,12 +548,14 @@ TEST(PipelineEngine, Bf16MatchesSingleProcessWithinTwoPercent) {
 TEST(PipelineEngine, BadConfigsFailOnEveryRankWithTheNumbers) {
   auto group = groups_of(2);
   auto error = [&](Layout l, const std::string& extra_model = "") {
-    Config config = Config::from_string(config_json(l), "bad.json");
-    torch::manual_seed(42);
-    auto mc = model_config("gpt2");
-    if (!extra_model.empty()) mc = models::make_model_config("tiny-gpt2", {{"layers", extra_model}, {"max_seq_len", "16"}});
-    auto model = models::build_model(mc);
-    return test::error_of([&] { initialize_pipeline(config, model, sub_context(group)); });
+    return test::error_of([&] {
+      Config config = Config::from_string(config_json(l), "bad.json");
+      torch::manual_seed(42);
+      auto mc = model_config("gpt2");
+      if (!extra_model.empty()) mc = models::make_model_config("tiny-gpt2", {{"layers", extra_model}, {"max_seq_len", "16"}});
+      auto model = models::build_model(mc);
+      initialize_pipeline(config, model, sub_context(group));
+    });
   };
   Layout three;
   three.pp = 3;
@@ -575,13 +579,9 @@ TEST(PipelineEngine, BadConfigsFailOnEveryRankWithTheNumbers) {
   Layout interval;
   interval.pp = 1;
   interval.checkpoint_interval = 2;
-  {
-    Config config = Config::from_string(config_json(interval), "interval.json");
-    auto model = models::build_model(model_config("gpt2"));
-    EXPECT_NE(test::error_of([&] { initialize(config, model, groups_of(1), c10::Device(c10::kCPU)); })
-                  .find("applies to a pipeline's stages (pipeline.stages > 1)"),
-              std::string::npos);
-  }
+  EXPECT_NE(test::error_of([&] { Config::from_string(config_json(interval), "interval.json"); })
+                .find("applies to a pipeline's stages (pipeline.stages > 1)"),
+            std::string::npos);
   Layout data_parallel_only;
   data_parallel_only.pp = 2;
   Config config = Config::from_string(config_json(data_parallel_only), "dp.json");
@@ -660,4 +660,46 @@ TEST(PipelineEngine, CheckpointsResumeAtAnyLayout) {
                        1e-5, "pp 1 checkpoint resumed at pp 2", true, 1e-5, kResumedWeightTol);
   world->barrier()->wait();
   if (world->rank() == 0) fs::remove_tree(dir);
+}
+
+// Born sharded: a stage of a skeleton draws only its own parameters (the
+// others stay unmaterialized, never allocated) and each holds exactly the
+// values of the whole model built in one process from the same seed; with
+// tensor parallelism inside the stages, its pieces of them.
+TEST(PipelineEngine, BornShardedStageDrawsOnlyItsParametersWithTheWholeModelsValues) {
+  const int world = test::context().cpu_world->size();
+  for (const std::string arch : {"gpt2", "llama"})
+    for (const int tp : {1, 2}) {
+      if (world % (2 * tp) != 0) continue;
+      Layout l;
+      l.pp = 2;
+      l.tp = tp;
+      auto group = groups_of(2 * tp);
+      const Config config = Config::from_string(config_json(l), "pipeline");
+      torch::manual_seed(42);
+      const auto whole = models::build_model(model_config(arch));
+      const auto ctx = sub_context(group);
+      auto model = models::construct_model(model_config(arch), tensor_parallel_group(config, ctx), c10::kMeta);
+      for (const auto& p : model->parameters()) ASSERT_TRUE(nn::is_unmaterialized(p)) << "a skeleton allocates nothing";
+      auto engine = initialize_pipeline(config, model, ctx);
+      const std::set<std::string> mine(engine->parameter_names().begin(), engine->parameter_names().end());
+      const auto whole_params = whole->named_parameters();
+      int64_t held = 0;
+      for (const auto& p : model->named_parameters()) {
+        const std::string what = arch + " tp " + std::to_string(tp) + " stage " + std::to_string(engine->stage()) +
+                                 ": " + p.key();
+        if (!mine.count(p.key())) {
+          EXPECT_TRUE(nn::is_unmaterialized(p.value())) << what << " belongs to another stage but was drawn";
+          continue;
+        }
+        ASSERT_FALSE(nn::is_unmaterialized(p.value())) << what;
+        held += p.value().numel();
+        const at::Tensor& w = *whole_params.find(p.key());
+        const auto spec = model->shard_spec(p.key(), model->tensor_parallel().rank());
+        const at::Tensor expected = spec ? nn::tp::take_shard(w, *spec) : w;
+        EXPECT_TRUE(at::equal(p.value().detach().to(at::kFloat), expected)) << what;
+      }
+      EXPECT_GT(held, 0);
+      EXPECT_LT(held, models::parameter_count(model_config(arch))) << "a stage holds less than the whole model";
+    }
 }

@@ -43,6 +43,26 @@ TEST(Zero3, MatchesStage0AtOneRank) {
     }
 }
 
+// Born sharded: a skeleton's layers drawn one at a time by data-parallel rank
+// 0 as ZeRO-3 partitions them (and, at stage 1, drawn whole by the engine)
+// train exactly as the model built whole does.
+TEST(Zero3, BornShardedMatchesTheModelBuiltWhole) {
+  const int world = test::context().cpu_world->size();
+  for (const std::string model : {"tiny-gpt2", "tiny-llama"}) {
+    Options ref_opts{model, {{"tie_embeddings", model == "tiny-llama" ? "false" : "true"}}, 0, 2};
+    const TrainRun ref = train(ref_opts, groups_of(1));
+    for (int stage : {1, 3})
+      for (int dp = 1; dp <= world; dp *= 2) {
+        Options o = ref_opts;
+        o.stage = stage;
+        o.skeleton = true;
+        const TrainRun got = train(o, dp == world ? test::context().cpu_world : groups_of(dp));
+        expect_same_training(got, ref, 1e-5, model + " born sharded, stage " + std::to_string(stage) + " dp " +
+                                                 std::to_string(dp));
+      }
+  }
+}
+
 // 16Ψ/N per rank with nothing persistent (T: the padded size); the working set
 // when layers are released at once stays within the two largest layers.
 TEST(Zero3, ModelStateBytesAre16PsiOverN) {

@@ -26,6 +26,7 @@
 #include "stratum/engine/flops_profiler.h"
 #include "stratum/engine/layer_runner.h"
 #include "stratum/engine/tensor_parallel_setup.h"
+#include "stratum/nn/deferred_init.h"
 
 namespace stratum {
 
@@ -112,17 +113,27 @@ Engine<Model> initialize_core(const Config& config, std::shared_ptr<Model> model
   const at::ScalarType dtype = training_dtype(config);
   nn::LayerStackImpl* stack = as_layer_stack(*model);
   const bool stage3 = stack && config.zero_optimization.stage == 3;
+  // A model born sharded (nn/deferred_init.h): ZeRO-3 draws a layer's
+  // parameters when it partitions them; the other stages hold them whole.
+  const bool skeleton = nn::has_unmaterialized_parameters(*model);
+  if (skeleton && !stage3) nn::materialize(*model, device, dtype);
   prepare_module(*model, device, dtype, /*keep_trainable_params=*/stage3);
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
   trainable_parameters(*model, params, names);
+  std::function<at::Tensor(int)> initial_value;
+  if (skeleton && stage3) {
+    const auto* source = dynamic_cast<const nn::DeferredInit*>(model.get());
+    if (!source) nn::materialize(*model, device, dtype);  // names the parameter it cannot draw
+    initial_value = [source, names, device, dtype](int p) { return source->initial_value(names[p], device, dtype); };
+  }
   std::optional<zero::LayerParams> layers;
   if (stack) layers = layer_params(*stack, params);
   // The profiler's parameter counts, before ZeRO-3 partitions the parameters.
   std::optional<ModelOutline> outline;
   if (config.flops_profiler.enabled) outline = model_outline(*model, stack);
   auto core = std::make_unique<EngineCore>(config, std::move(params), std::move(names), dtype, std::move(dp), device,
-                                           std::move(layers), std::move(model_parallel));
+                                           std::move(layers), std::move(model_parallel), std::move(initial_value));
   if (outline) core->attach_flops_profiler(std::move(*outline));
   auto guard = install_layer_runner(stack, *core, config);
   return Engine<Model>(std::move(model), std::move(core), std::move(guard));

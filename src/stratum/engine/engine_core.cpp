@@ -67,22 +67,7 @@ void check_supported(const Config& c, const std::vector<at::Tensor>& params, boo
     throw ConfigError(c.source, {"pipeline.stages: " + std::to_string(c.pipeline.stages) +
                                  " stages need the pipeline engine (stratum::initialize_pipeline and "
                                  "train_batch); stratum::initialize runs data parallelism only"});
-  if (!pipeline_stage && c.pipeline.activation_checkpoint_interval > 0)
-    throw ConfigError(c.source, {"pipeline.activation_checkpoint_interval: " +
-                                 std::to_string(c.pipeline.activation_checkpoint_interval) +
-                                 " applies to a pipeline's stages (pipeline.stages > 1); with one stage use the "
-                                 "activation_checkpointing section"});
-  if (pipeline_stage) {
-    if (c.zero_optimization.stage == 3)
-      throw ConfigError(c.source, {"zero_optimization.stage: 3 is not available under a pipeline (each stage would "
-                                   "gather its layers once per micro-batch and chunk); use stage 1 or 2, which "
-                                   "partition the optimizer states (and gradients) over each stage's data-parallel "
-                                   "ranks, with offload_optimizer for more room"});
-    if (c.wall_clock_breakdown || c.flops_profiler.enabled)
-      throw ConfigError(c.source, {std::string(c.wall_clock_breakdown ? "wall_clock_breakdown" : "flops_profiler") +
-                                   ": not available under a pipeline yet (its timers bracket engine.forward, which "
-                                   "train_batch does not call); the progress line reports the measured bubble"});
-  }
+  // What a pipeline cannot do is refused when the config is read (config::check_pipeline_rules).
   if (c.tensor_parallel.size != tensor_parallel_size)
     throw ConfigError(c.source, {"tensor_parallel.autotp_size: " + std::to_string(c.tensor_parallel.size) +
                                  " but the model is sharded over " + std::to_string(tensor_parallel_size) +
@@ -106,13 +91,15 @@ void check_supported(const Config& c, const std::vector<at::Tensor>& params, boo
 
 EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std::vector<std::string> names,
                        at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp, c10::Device device,
-                       std::optional<zero::LayerParams> layers, std::optional<ModelParallelPlace> model_parallel)
+                       std::optional<zero::LayerParams> layers, std::optional<ModelParallelPlace> model_parallel,
+                       std::function<at::Tensor(int)> initial_value)
     : config_(config), mp_(std::move(model_parallel)), model_dtype_(model_dtype), dp_(std::move(dp)), device_(device) {
   check_supported(config_, params, layers.has_value(), pipeline_stage(),
                   mp_ && mp_->tensor_parallel ? mp_->tensor_parallel->size() : 1);
   // Under model parallelism the data-parallel group is world / (stages x tensor parallel).
   batch_ = config_.resolve_batch(dp_->size() * (mp_ ? config_.model_parallel_size() : 1));
   zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
+  options.initial_value = std::move(initial_value);
   // LayerStack models, for the layers that declare the fused GEMM's contract
   // (StackLayer::linear_weights_fusable).
   // Parameters another layer reads too (a tied embedding): never fused; their

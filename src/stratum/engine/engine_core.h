@@ -88,13 +88,16 @@ class EngineCore {
   // `params`/`names`: the trainable parameters in registration order, on
   // `device` (at ZeRO stage 3 they may still be on the host: the strategy moves
   // them one layer at a time). `layers`: which of them each layer of a
-  // LayerStack model uses; stage 3 needs it. Collective over `dp`. Throws
+  // LayerStack model uses; stage 3 needs it. `initial_value`: at stage 3, the
+  // whole value of parameter p of a model born sharded (zero::ZeroOptions).
+  // Collective over `dp`. Throws
   // stratum::Error / ConfigError on bad input before any collective,
   // identically on every rank.
   EngineCore(const Config& config, std::vector<at::Tensor> params, std::vector<std::string> names,
              at::ScalarType model_dtype, std::shared_ptr<distributed::Communicator> dp, c10::Device device,
              std::optional<zero::LayerParams> layers = std::nullopt,
-             std::optional<ModelParallelPlace> model_parallel = std::nullopt);
+             std::optional<ModelParallelPlace> model_parallel = std::nullopt,
+             std::function<at::Tensor(int)> initial_value = nullptr);
   ~EngineCore();
 
   // loss.backward() with the loss scaled for fp16 and divided by the accumulation steps.

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "stratum/engine/engine.h"
+#include "stratum/nn/deferred_init.h"
 #include "stratum/distributed/logged_communicator.h"
 
 namespace stratum::engine_detail {
@@ -23,7 +24,7 @@ void prepare_module(torch::nn::Module& module, c10::Device device, at::ScalarTyp
   // Module::to(dtype) would cast integer buffers too; only floating tensors change.
   c10::AutoGradMode no_grad(false);
   auto move = [&](at::Tensor& t) {
-    if (!t.defined()) return;
+    if (!t.defined() || nn::is_unmaterialized(t)) return;  // a skeleton's part drawn later or elsewhere (nn/deferred_init.h)
     const bool cast = at::isFloatingType(t.scalar_type()) && t.scalar_type() != dtype;
     if (t.device() != device || cast) t.set_data(t.to(device, cast ? dtype : t.scalar_type()));
   };

@@ -17,6 +17,7 @@
 #include "stratum/engine/param_runs.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/nn/checkpoint.h"
+#include "stratum/nn/deferred_init.h"
 
 namespace stratum {
 namespace {
@@ -33,15 +34,7 @@ void check_pipeline_config(const Config& c, int world_size) {
   else if (world_size % (p * t) != 0)
     problems.push_back("pipeline.stages: " + std::to_string(p) + " stages x tensor_parallel.autotp_size " +
                        std::to_string(t) + " do not divide the " + std::to_string(world_size) + " ranks of the job");
-  if (c.pipeline.schedule == config::PipelineSchedule::zb_h1 && c.zero_optimization.stage == 2)
-    problems.push_back("pipeline.schedule: \"zb-h1\" defers weight gradients past their micro-batch's backward, "
-                       "and ZeRO-2 reduce-scatters each micro-batch's gradients at its end; use zero_optimization."
-                       "stage 0 or 1 with zb-h1, or \"1f1b\" with stage 2");
-  if (c.pipeline.activation_checkpoint_interval > 0 && c.activation_checkpointing.enabled)
-    problems.push_back("pipeline.activation_checkpoint_interval: " +
-                       std::to_string(c.pipeline.activation_checkpoint_interval) +
-                       " checkpoints groups of layers, and the activation_checkpointing section checkpoints "
-                       "blocks one by one: choose one (they would recompute twice)");
+  // The rules the config alone decides are checked when it is read (config::check_pipeline_rules).
   if (!problems.empty()) throw ConfigError(c.source, problems);
 }
 
@@ -85,13 +78,15 @@ struct StageParameters {
   bool any_tied = false;           // some parameter spans two stages (on any rank)
 };
 
-// This stage's parameters; the other stages' are freed (their storage set
-// empty). Throws ConfigError when a parameter spans stages other than the
-// first and the last (the tied embedding and head is the one sharing allowed).
+// This stage's parameters, drawn here when the model is a skeleton (born
+// sharded: nn/deferred_init.h); the other stages' stay unmaterialized, or
+// are freed (their storage set empty) when the model was built whole. Throws
+// ConfigError when a parameter spans stages other than the first and the last
+// (the tied embedding and head is the one sharing allowed).
 StageParameters take_stage_parameters(nn::LayerStackImpl& model, std::vector<at::Tensor>& all_params,
                                       const std::vector<std::string>& all_names, const zero::LayerParams& layers,
                                       const pipeline::Partition& partition, int stage, int stages,
-                                      const std::string& source) {
+                                      const std::string& source, c10::Device device, at::ScalarType dtype) {
   std::vector<std::set<int>> holders(all_params.size());  // the stages whose layers read each parameter
   for (size_t l = 0; l < model.size(); ++l) {
     const int s = partition.part_of(l) % stages;
@@ -113,10 +108,13 @@ StageParameters take_stage_parameters(nn::LayerStackImpl& model, std::vector<at:
       if (h.size() > 1) out.tied.push_back(static_cast<int>(out.params.size()));
       out.params.push_back(all_params[i]);
       out.names.push_back(all_names[i]);
-    } else {
+    } else if (!nn::is_unmaterialized(all_params[i])) {
       all_params[i].set_data(at::empty({0}, all_params[i].options()));  // another stage's: freed
     }
   }
+  // Born sharded: only this stage's parameters are ever drawn, one at a time.
+  const std::set<std::string> mine(out.names.begin(), out.names.end());
+  nn::materialize(model, device, dtype, [&](const std::string& name) { return mine.count(name) > 0; });
   return out;
 }
 
@@ -174,8 +172,9 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
     throw ConfigError(config_.source, {std::string("pipeline.schedule: ") + e.what()});
   }
 
+  const at::ScalarType dtype = engine_detail::training_dtype(config_);
   StageParameters mine = take_stage_parameters(*model_, all_params, all_names, all_layers, partition_, stage_, stages_,
-                                               config_.source);
+                                               config_.source, device_, dtype);
   std::vector<at::Tensor>& params = mine.params;
   names_ = std::move(mine.names);
   tied_ = std::move(mine.tied);
@@ -184,7 +183,6 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
     throw ConfigError(config_.source, {"pipeline: stage " + std::to_string(stage_) + " holds layers " +
                                        pipeline::describe(partition_) + " but no trainable parameter"});
 
-  const at::ScalarType dtype = engine_detail::training_dtype(config_);
   engine_detail::prepare_module(*model_, device_, dtype, /*keep_trainable_params=*/false);
   const auto groups = distributed::make_parallel_groups(topology, world);
   pp_ = groups.pp;

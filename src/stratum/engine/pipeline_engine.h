@@ -8,8 +8,10 @@
 //   auto engine = stratum::initialize_pipeline(config, model, ctx);
 //   for (...) double loss = engine->train_batch(next_batch);  // one optimizer step
 //
-// Every rank builds the whole model with the same seed (so that any layout
-// starts from the same weights), then keeps only its stage's parameters.
+// A model built as a skeleton (models::construct_model on the meta device) is
+// born sharded: each rank draws only its stage's parameters, with the values
+// the whole model has (nn/deferred_init.h), so any layout starts from the same
+// weights. A model built whole keeps only its stage's parameters.
 // A parameter two stages hold (GPT-2's tied embedding and head, on the first
 // and the last stage) starts equal (broadcast from the first stage); its
 // gradient is summed over those stages before the step, and the gradient norm

@@ -2,19 +2,22 @@
 
 #include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 
 #include "stratum/core/error.h"
+#include "stratum/core/splitmix.h"
 #include "stratum/nn/cross_entropy.h"
 
 namespace stratum::models {
 
-CausalLMImpl::CausalLMImpl(ModelConfig config, nn::tp::TensorParallel tp)
+CausalLMImpl::CausalLMImpl(ModelConfig config, nn::tp::TensorParallel tp, uint64_t init_seed)
     : nn::LayerStackImpl(config.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel"),
       config_(std::move(config)),
       tp_(std::move(tp)),
-      vocab_(nn::tp::vocab_shard(config_.vocab_size, tp_.size(), tp_.rank())) {}
+      vocab_(nn::tp::vocab_shard(config_.vocab_size, tp_.size(), tp_.rank())),
+      init_seed_(init_seed) {}
 
 namespace {
 void check_tokens(const ModelConfig& c, const at::Tensor& tokens) {
@@ -66,15 +69,18 @@ at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
 }
 
 std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config, c10::Device init_device) {
-  if (config.arch == "gpt2") return build_gpt2(config, init_device);
-  if (config.arch == "llama") return build_llama(config, init_device);
-  throw Error("model '" + config.name + "': unknown arch '" + config.arch + "' (gpt2, llama)");
+  auto model = construct_model(config, {}, c10::kMeta);
+  nn::materialize(*model, init_device, at::typeMetaToScalarType(at::get_default_dtype()));
+  return model;
 }
 
-std::shared_ptr<CausalLMImpl> construct_model(const ModelConfig& config, const nn::tp::TensorParallel& tp) {
+uint64_t default_init_seed() { return at::detail::getDefaultCPUGenerator().current_seed(); }
+
+std::shared_ptr<CausalLMImpl> construct_model(const ModelConfig& config, const nn::tp::TensorParallel& tp,
+                                              c10::Device device) {
   validate(config);
-  if (config.arch == "gpt2") return construct_gpt2(config, tp);
-  if (config.arch == "llama") return construct_llama(config, tp);
+  if (config.arch == "gpt2") return construct_gpt2(config, tp, device);
+  if (config.arch == "llama") return construct_llama(config, tp, device);
   throw Error("model '" + config.name + "': unknown arch '" + config.arch + "' (gpt2, llama)");
 }
 
@@ -82,27 +88,43 @@ namespace {
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
+}
 }  // namespace
 
+at::Tensor initial_whole_value(const ModelConfig& c, const std::string& name, at::IntArrayRef shape, uint64_t seed,
+                               c10::Device device) {
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
+  if (ends_with(name, ".bias")) return at::zeros(shape, options);
+  if (shape.size() == 1) return at::ones(shape, options);  // LayerNorm / RMSNorm scales
+  const bool residual = ends_with(name, "attn.c_proj.weight") || ends_with(name, "mlp.c_proj.weight") ||
+                        ends_with(name, "self_attn.o_proj.weight") || ends_with(name, "mlp.down_proj.weight");
+  const double std = residual ? c.init_std / std::sqrt(2.0 * static_cast<double>(c.layers)) : c.init_std;
+  // A generator of the device's kind of its own, seeded by the name: the
+  // value depends on nothing else (not on which parameters were drawn before).
+  at::Generator gen = at::globalContext().defaultGenerator(device).clone();
+  gen.set_current_seed(splitmix64(seed ^ fnv1a(name)));
+  return at::empty(shape, options).normal_(0.0, std, gen);
+}
+
+at::Tensor CausalLMImpl::initial_value(const std::string& name, c10::Device device, at::ScalarType dtype) const {
+  const at::Tensor* param = named_parameters(/*recurse=*/true).find(name);
+  if (!param) throw Error("model '" + config_.name + "' has no parameter '" + name + "' to draw");
+  const auto spec = shard_spec(name, tp_.rank());
+  const std::vector<int64_t> whole_shape = spec ? nn::tp::whole_shape(param->sizes().vec(), *spec) : param->sizes().vec();
+  at::Tensor value = initial_whole_value(config_, name, whole_shape, init_seed_, device);
+  if (spec) value = nn::tp::take_shard(value, *spec);
+  return value.to(dtype);
+}
+
 void init_weights(CausalLMImpl& model, c10::Device device) {
-  const ModelConfig& c = model.config();
-  const double residual_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.layers));
   c10::AutoGradMode no_grad(false);
-  for (auto& item : model.named_parameters(/*recurse=*/true)) {
-    const std::string& name = item.key();
-    at::Tensor& p = item.value();
-    if (p.device() != device) p.set_data(p.to(device));
-    if (ends_with(name, ".bias")) {
-      p.zero_();
-    } else if (p.dim() == 1) {  // LayerNorm / RMSNorm scales
-      p.fill_(1.0);
-    } else if (ends_with(name, "attn.c_proj.weight") || ends_with(name, "mlp.c_proj.weight") ||
-               ends_with(name, "self_attn.o_proj.weight") || ends_with(name, "mlp.down_proj.weight")) {
-      p.normal_(0.0, residual_std);
-    } else {
-      p.normal_(0.0, c.init_std);
-    }
-  }
+  for (auto& item : model.named_parameters(/*recurse=*/true))
+    item.value().set_data(model.initial_value(item.key(), device, item.value().scalar_type()));
 }
 
 }  // namespace stratum::models

@@ -9,21 +9,29 @@
 // Parameter names are Hugging Face's (transformer.h.0.attn.c_attn.weight,
 // model.layers.0.self_attn.q_proj.weight, ...). With tied embeddings the LM
 // head borrows the token embedding and there is no lm_head.weight parameter.
+//
+// Initial values are drawn per parameter from a generator seeded by (the
+// model's seed, the parameter's name): any rank can draw any parameter alone,
+// so a model is born sharded (a skeleton of shapes, each rank
+// materialising only its stage, its tensor-parallel pieces, its ZeRO-3
+// partition) with the values the whole model has in one process.
 #include <memory>
 
 #include <ATen/core/Tensor.h>
 
 #include "stratum/models/model_config.h"
+#include "stratum/nn/deferred_init.h"
 #include "stratum/nn/layer_stack.h"
 #include "stratum/nn/tensor_parallel/layers.h"
 #include "stratum/nn/tensor_parallel/shard_spec.h"
 
 namespace stratum::models {
 
-class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule {
+class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule, public nn::DeferredInit {
  public:
   // `tp`: the layers are tensor-parallel shards over it (models/tensor_parallel_plan.h).
-  explicit CausalLMImpl(ModelConfig config, nn::tp::TensorParallel tp = {});
+  // `init_seed`: the seed of every parameter's initial value.
+  CausalLMImpl(ModelConfig config, nn::tp::TensorParallel tp, uint64_t init_seed);
 
   // Mean next-token cross-entropy of logits(tokens) against targets (fp32).
   // tokens, targets: int64 [B, T]; targets equal to -100 are ignored. Under
@@ -45,32 +53,47 @@ class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule {
   std::optional<nn::tp::ShardSpec> shard_spec(const std::string& name, int64_t rank) const override;
   // The rows of the vocabulary this rank's embedding and head hold.
   const nn::tp::VocabShard& vocab_shard() const { return vocab_; }
+  // Parameter `name`'s initial value: the whole parameter drawn as the whole
+  // model draws it, then this rank's tensor-parallel piece of it.
+  at::Tensor initial_value(const std::string& name, c10::Device device, at::ScalarType dtype) const override;
+  uint64_t init_seed() const { return init_seed_; }
 
  private:
   ModelConfig config_;
   nn::tp::TensorParallel tp_;
   nn::tp::VocabShard vocab_;
+  uint64_t init_seed_;
 };
 
 // GPT-2 or LLaMA after config.arch; validates the config and initializes the
-// weights (init_weights) from torch's global generator (seed it for repeatability).
-// `init_device`: where the parameters are moved before init_weights (a GPU
-// draws billions of values in moments; the host takes minutes for a 10B+ model).
+// weights (initial_value) on `init_device` (a GPU draws billions of values in
+// moments; the host takes minutes for a 10B+ model). The seed is that of
+// torch's global CPU generator (torch::manual_seed); the generator itself is
+// not drawn from. Nothing but the parameters is ever allocated: the model is
+// made as a skeleton, then each parameter drawn.
 std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config, c10::Device init_device = c10::kCPU);
-std::shared_ptr<CausalLMImpl> build_gpt2(const ModelConfig& config, c10::Device init_device = c10::kCPU);
-std::shared_ptr<CausalLMImpl> build_llama(const ModelConfig& config, c10::Device init_device = c10::kCPU);
-// The layers alone, each with torch's own initialization, sharded over `tp`:
-// for build_model (which then runs init_weights) and the sharded build
-// (models/tensor_parallel_plan.h).
-std::shared_ptr<CausalLMImpl> construct_model(const ModelConfig& config, const nn::tp::TensorParallel& tp = {});
-std::shared_ptr<CausalLMImpl> construct_gpt2(const ModelConfig& config, const nn::tp::TensorParallel& tp);
-std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& config, const nn::tp::TensorParallel& tp);
+// The seed build_model and construct_model give a model: that of torch's
+// global CPU generator (torch::manual_seed).
+uint64_t default_init_seed();
+// The layers alone, on `device`, sharded over `tp`, seeded as build_model
+// seeds. For the meta device: a skeleton (shapes only, nn/deferred_init.h) that allocates nothing;
+// nn::materialize then draws what a rank keeps. On another device each layer
+// starts with torch's own initialization (init_weights replaces it).
+std::shared_ptr<CausalLMImpl> construct_model(const ModelConfig& config, const nn::tp::TensorParallel& tp = {},
+                                              c10::Device device = c10::kCPU);
+std::shared_ptr<CausalLMImpl> construct_gpt2(const ModelConfig& config, const nn::tp::TensorParallel& tp,
+                                             c10::Device device);
+std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& config, const nn::tp::TensorParallel& tp,
+                                              c10::Device device);
 
 // GPT-2's initialization for either architecture, by parameter name: weights
 // normal(0, init_std), the residual projections (attn.c_proj, mlp.c_proj,
 // self_attn.o_proj, mlp.down_proj) normal(0, init_std / sqrt(2 layers)),
-// biases 0, norm weights 1.
-// Parameters not on `device` are moved there first.
+// biases 0, norm weights 1; each parameter from its own generator, seeded by
+// `seed` and its name. `shape` is the whole parameter's. fp32.
+at::Tensor initial_whole_value(const ModelConfig& config, const std::string& name, at::IntArrayRef shape, uint64_t seed,
+                               c10::Device device);
+// Every parameter of `model` (skeleton or not) set to its initial value on `device`.
 void init_weights(CausalLMImpl& model, c10::Device device = c10::kCPU);
 
 // Mean cross-entropy in fp32 of logits [..., V] (any float dtype) against

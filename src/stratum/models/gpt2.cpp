@@ -2,8 +2,6 @@
 // Pre-LayerNorm blocks, learned positions, tanh-GELU MLP, causal SDPA; names
 // and semantics of Hugging Face's GPT2LMHeadModel.
 #include <ATen/ATen.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/normalization.h>
 
 #include "stratum/core/error.h"
 #include "stratum/models/causal_lm.h"
@@ -12,24 +10,23 @@
 #include "stratum/nn/layer_norm.h"
 #include "stratum/nn/lm_head.h"
 #include "stratum/nn/mlp.h"
+#include "stratum/nn/parameter_modules.h"
 #include "stratum/nn/tensor_parallel/random.h"
 
 namespace stratum::models {
 
 namespace {
 
-torch::nn::LayerNorm layer_norm(const ModelConfig& c) {
-  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps));
-}
+nn::LayerNorm layer_norm(const ModelConfig& c, c10::Device device) { return nn::LayerNorm(c.hidden, c.norm_eps, device); }
 
 // tokens [B, T] -> wte(tokens) + wpe(0..T-1)
 class GPT2Embedding : public nn::StackLayer {
  public:
-  GPT2Embedding(const ModelConfig& c, nn::tp::TensorParallel tp)
+  GPT2Embedding(const ModelConfig& c, nn::tp::TensorParallel tp, c10::Device device)
       : StackLayer("GPT2Embedding"), dropout_(c.dropout), tp_(std::move(tp)),
         vocab_(nn::tp::vocab_shard(c.vocab_size, tp_.size(), tp_.rank())) {
-    wte = register_module("wte", torch::nn::Embedding(vocab_.rows, c.hidden));
-    wpe = register_module("wpe", torch::nn::Embedding(c.max_seq_len, c.hidden));
+    wte = register_module("wte", nn::Embedding(vocab_.rows, c.hidden, device));
+    wpe = register_module("wpe", nn::Embedding(c.max_seq_len, c.hidden, device));
   }
   at::Tensor forward(const at::Tensor& tokens) override {
     const int64_t T = tokens.size(-1);
@@ -41,12 +38,12 @@ class GPT2Embedding : public nn::StackLayer {
     const int64_t first = tp_.sequence_parallel ? tp_.rank() * local : 0;
     const at::Tensor rows = tp_.enabled() ? nn::tp::vocab_parallel_embedding(tokens, wte->weight, vocab_, tp_)
                                           : nn::embedding_lookup(wte->weight, tokens);
-    const at::Tensor x = rows + wpe(at::arange(first, first + local, tokens.options().dtype(at::kLong)));
+    const at::Tensor x = rows + nn::embedding_lookup(wpe->weight, at::arange(first, first + local, tokens.options().dtype(at::kLong)));
     return is_training() ? nn::tp::dropout_outside_region(x, dropout_, tp_) : x;
   }
   // The token embedding's lookup gradient (tied or not: a tied head adds a dense part).
   std::vector<at::Tensor> row_gradient_parameters() const override { return {wte->weight}; }
-  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  nn::Embedding wte{nullptr}, wpe{nullptr};
 
  private:
   double dropout_;
@@ -57,56 +54,48 @@ class GPT2Embedding : public nn::StackLayer {
 // x + attn(ln_1(x)), then + mlp(ln_2(.)): HF's GPT2Block.
 class GPT2Block : public nn::StackLayer {
  public:
-  GPT2Block(const ModelConfig& c, const nn::tp::TensorParallel& tp) : StackLayer("GPT2Block") {
-    ln_1 = register_module("ln_1", layer_norm(c));
+  GPT2Block(const ModelConfig& c, const nn::tp::TensorParallel& tp, c10::Device device) : StackLayer("GPT2Block") {
+    ln_1 = register_module("ln_1", layer_norm(c, device));
     attn = register_module("attn", std::make_shared<nn::FusedQKVAttentionImpl>(c.hidden, c.heads, c.attention_dropout_p(),
-                                                                               c.dropout, tp));
-    ln_2 = register_module("ln_2", layer_norm(c));
+                                                                               c.dropout, tp, device));
+    ln_2 = register_module("ln_2", layer_norm(c, device));
     mlp = register_module("mlp", std::make_shared<nn::GeluMLPImpl>(c.hidden, c.ffn_hidden, c.dropout,
-                                                                    c.recompute_mlp_activation, tp));
+                                                                    c.recompute_mlp_activation, tp, device));
   }
   at::Tensor forward(const at::Tensor& x) override {
     // The attention's residual add and ln_2 as one function (one backward pass for both).
-    const at::Tensor attended = attn->forward(nn::layer_norm(x, ln_1->weight, ln_1->bias, ln_1->options.eps()));
-    const auto [h, normed] = nn::add_layer_norm(x, attended, ln_2->weight, ln_2->bias, ln_2->options.eps());
+    const at::Tensor attended = attn->forward(nn::layer_norm(x, ln_1->weight, ln_1->bias, ln_1->eps));
+    const auto [h, normed] = nn::add_layer_norm(x, attended, ln_2->weight, ln_2->bias, ln_2->eps);
     return h + mlp->forward(normed);
   }
   bool linear_weights_fusable() const override { return true; }
-  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   std::shared_ptr<nn::FusedQKVAttentionImpl> attn;
   std::shared_ptr<nn::GeluMLPImpl> mlp;
 };
 
 class GPT2FinalNorm : public nn::StackLayer {
  public:
-  explicit GPT2FinalNorm(const ModelConfig& c) : StackLayer("GPT2FinalNorm") {
-    ln_f = register_module("ln_f", layer_norm(c));
+  GPT2FinalNorm(const ModelConfig& c, c10::Device device) : StackLayer("GPT2FinalNorm") {
+    ln_f = register_module("ln_f", layer_norm(c, device));
   }
-  at::Tensor forward(const at::Tensor& x) override {
-    return nn::layer_norm(x, ln_f->weight, ln_f->bias, ln_f->options.eps());
-  }
-  torch::nn::LayerNorm ln_f{nullptr};
+  at::Tensor forward(const at::Tensor& x) override { return nn::layer_norm(x, ln_f->weight, ln_f->bias, ln_f->eps); }
+  nn::LayerNorm ln_f{nullptr};
 };
 
 }  // namespace
 
-std::shared_ptr<CausalLMImpl> construct_gpt2(const ModelConfig& c, const nn::tp::TensorParallel& tp) {
+std::shared_ptr<CausalLMImpl> construct_gpt2(const ModelConfig& c, const nn::tp::TensorParallel& tp, c10::Device device) {
   validate(c);
   if (c.arch != "gpt2") throw Error("build_gpt2: model '" + c.name + "' is arch '" + c.arch + "'");
-  auto model = std::make_shared<CausalLMImpl>(c, tp);
-  auto embedding = std::make_shared<GPT2Embedding>(c, tp);
+  auto model = std::make_shared<CausalLMImpl>(c, tp, default_init_seed());
+  auto embedding = std::make_shared<GPT2Embedding>(c, tp, device);
   model->append(embedding, "transformer");
   for (int64_t i = 0; i < c.layers; ++i)
-    model->append(std::make_shared<GPT2Block>(c, tp), "transformer.h." + std::to_string(i));
-  model->append(std::make_shared<GPT2FinalNorm>(c), "transformer");
+    model->append(std::make_shared<GPT2Block>(c, tp, device), "transformer.h." + std::to_string(i));
+  model->append(std::make_shared<GPT2FinalNorm>(c, device), "transformer");
   if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->wte.ptr(), tp), "");
-  else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp), "");
-  return model;
-}
-
-std::shared_ptr<CausalLMImpl> build_gpt2(const ModelConfig& c, c10::Device init_device) {
-  auto model = construct_gpt2(c, {});
-  init_weights(*model, init_device);
+  else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp, device), "");
   return model;
 }
 

@@ -2,7 +2,6 @@
 // Pre-RMSNorm blocks, RoPE (rotate_half), grouped-query attention, SwiGLU MLP;
 // names and semantics of Hugging Face's LlamaForCausalLM.
 #include <ATen/ATen.h>
-#include <torch/nn/modules/embedding.h>
 
 #include "stratum/core/error.h"
 #include "stratum/models/causal_lm.h"
@@ -10,6 +9,7 @@
 #include "stratum/nn/embedding.h"
 #include "stratum/nn/lm_head.h"
 #include "stratum/nn/mlp.h"
+#include "stratum/nn/parameter_modules.h"
 #include "stratum/nn/rms_norm.h"
 
 namespace stratum::models {
@@ -18,10 +18,10 @@ namespace {
 
 class LlamaEmbedding : public nn::StackLayer {
  public:
-  LlamaEmbedding(const ModelConfig& c, nn::tp::TensorParallel tp)
+  LlamaEmbedding(const ModelConfig& c, nn::tp::TensorParallel tp, c10::Device device)
       : StackLayer("LlamaEmbedding"), max_seq_len_(c.max_seq_len), tp_(std::move(tp)),
         vocab_(nn::tp::vocab_shard(c.vocab_size, tp_.size(), tp_.rank())) {
-    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(vocab_.rows, c.hidden));
+    embed_tokens = register_module("embed_tokens", nn::Embedding(vocab_.rows, c.hidden, device));
   }
   at::Tensor forward(const at::Tensor& tokens) override {
     if (tokens.size(-1) > max_seq_len_)
@@ -32,7 +32,7 @@ class LlamaEmbedding : public nn::StackLayer {
   }
   // The token embedding's lookup gradient (tied or not: a tied head adds a dense part).
   std::vector<at::Tensor> row_gradient_parameters() const override { return {embed_tokens->weight}; }
-  torch::nn::Embedding embed_tokens{nullptr};
+  nn::Embedding embed_tokens{nullptr};
 
  private:
   int64_t max_seq_len_;
@@ -43,15 +43,17 @@ class LlamaEmbedding : public nn::StackLayer {
 // x + self_attn(input_layernorm(x)), then + mlp(post_attention_layernorm(.)).
 class LlamaDecoderLayer : public nn::StackLayer {
  public:
-  LlamaDecoderLayer(const ModelConfig& c, std::shared_ptr<nn::RotaryEmbedding> rope, const nn::tp::TensorParallel& tp)
+  LlamaDecoderLayer(const ModelConfig& c, std::shared_ptr<nn::RotaryEmbedding> rope, const nn::tp::TensorParallel& tp,
+                    c10::Device device)
       : StackLayer("LlamaDecoderLayer") {
-    input_layernorm = register_module("input_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps));
+    input_layernorm = register_module("input_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps, device));
     self_attn = register_module("self_attn", std::make_shared<nn::GroupedQueryAttentionImpl>(
-                                                 c.hidden, c.heads, c.kv_heads, std::move(rope), c.attention_dropout_p(), tp));
+                                                 c.hidden, c.heads, c.kv_heads, std::move(rope), c.attention_dropout_p(),
+                                                 tp, device));
     post_attention_layernorm =
-        register_module("post_attention_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps));
+        register_module("post_attention_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps, device));
     mlp = register_module("mlp", std::make_shared<nn::SwiGLUMLPImpl>(c.hidden, c.ffn_hidden,
-                                                                      c.recompute_mlp_activation, tp));
+                                                                      c.recompute_mlp_activation, tp, device));
   }
   at::Tensor forward(const at::Tensor& x) override {
     const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x));
@@ -65,8 +67,8 @@ class LlamaDecoderLayer : public nn::StackLayer {
 
 class LlamaFinalNorm : public nn::StackLayer {
  public:
-  explicit LlamaFinalNorm(const ModelConfig& c) : StackLayer("LlamaFinalNorm") {
-    norm = register_module("norm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps));
+  LlamaFinalNorm(const ModelConfig& c, c10::Device device) : StackLayer("LlamaFinalNorm") {
+    norm = register_module("norm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps, device));
   }
   at::Tensor forward(const at::Tensor& x) override { return norm->forward(x); }
   std::shared_ptr<nn::RMSNormImpl> norm;
@@ -74,17 +76,11 @@ class LlamaFinalNorm : public nn::StackLayer {
 
 }  // namespace
 
-std::shared_ptr<CausalLMImpl> build_llama(const ModelConfig& c, c10::Device init_device) {
-  auto model = construct_llama(c, {});
-  init_weights(*model, init_device);
-  return model;
-}
-
-std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& c, const nn::tp::TensorParallel& tp) {
+std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& c, const nn::tp::TensorParallel& tp, c10::Device device) {
   validate(c);
   if (c.arch != "llama") throw Error("build_llama: model '" + c.name + "' is arch '" + c.arch + "'");
-  auto model = std::make_shared<CausalLMImpl>(c, tp);
-  auto embedding = std::make_shared<LlamaEmbedding>(c, tp);
+  auto model = std::make_shared<CausalLMImpl>(c, tp, default_init_seed());
+  auto embedding = std::make_shared<LlamaEmbedding>(c, tp, device);
   model->append(embedding, "model");
   nn::RopeScaling scaling;
   scaling.factor = c.rope_scaling_factor;
@@ -93,10 +89,10 @@ std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& c, const nn::tp
   scaling.original_max_seq_len = c.rope_original_max_seq_len;
   auto rope = std::make_shared<nn::RotaryEmbedding>(c.head_dim(), c.rope_theta, scaling);
   for (int64_t i = 0; i < c.layers; ++i)
-    model->append(std::make_shared<LlamaDecoderLayer>(c, rope, tp), "model.layers." + std::to_string(i));
-  model->append(std::make_shared<LlamaFinalNorm>(c), "model");
+    model->append(std::make_shared<LlamaDecoderLayer>(c, rope, tp, device), "model.layers." + std::to_string(i));
+  model->append(std::make_shared<LlamaFinalNorm>(c, device), "model");
   if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->embed_tokens.ptr(), tp), "");
-  else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp), "");
+  else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp, device), "");
   return model;
 }
 

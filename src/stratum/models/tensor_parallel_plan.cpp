@@ -1,8 +1,6 @@
 #include "stratum/models/tensor_parallel_plan.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <c10/core/GradMode.h>
 
 #include <vector>
 
@@ -66,23 +64,10 @@ std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config, c10::Device
   if (!tp.enabled()) return build_model(config, init_device);
   validate(config);
   validate_tensor_parallel(config, tp.size());
-  const std::shared_ptr<CausalLMImpl> whole = build_model(config, init_device);
-  at::Generator cpu = at::detail::getDefaultCPUGenerator();
-  const at::Tensor state = cpu.get_state();
-  const std::shared_ptr<CausalLMImpl> model = construct_model(config, tp);  // its layers' own init draws
-  cpu.set_state(state);
-  const auto whole_params = whole->named_parameters(/*recurse=*/true);
-  c10::AutoGradMode no_grad(false);
-  for (auto& item : model->named_parameters(/*recurse=*/true)) {
-    const at::Tensor* w = whole_params.find(item.key());
-    if (!w) throw Error("tensor parallel: the sharded model has a parameter '" + item.key() + "' the whole one lacks");
-    const auto spec = shard_spec(config, item.key(), tp.size(), tp.rank());
-    const at::Tensor piece = spec ? nn::tp::take_shard(*w, *spec) : w->clone();
-    if (piece.sizes() != item.value().sizes())
-      throw Error("tensor parallel: '" + item.key() + "' is " + c10::str(item.value().sizes()) +
-                  " on this rank but its shard of " + c10::str(w->sizes()) + " is " + c10::str(piece.sizes()));
-    item.value().set_data(piece);
-  }
+  // Born sharded: a skeleton of this rank's pieces, each drawn whole then cut
+  // (one whole parameter at a time on the rank).
+  const std::shared_ptr<CausalLMImpl> model = construct_model(config, tp, c10::kMeta);
+  nn::materialize(*model, init_device, at::typeMetaToScalarType(at::get_default_dtype()));
   return model;
 }
 

@@ -28,11 +28,11 @@ void validate_tensor_parallel(const ModelConfig& config, int64_t size);
 std::optional<nn::tp::ShardSpec> shard_spec(const ModelConfig& config, const std::string& name, int64_t size,
                                             int64_t rank);
 
-// GPT-2 or LLaMA sharded over `tp`: the whole model is built and initialized
-// as build_model(config, init_device) builds it (the same weights from the
-// same seed), each rank keeps its shards (the whole model is on each rank
-// while it is built), and the CPU generator is left as the whole build
-// leaves it. tp of one rank: build_model itself.
+// GPT-2 or LLaMA sharded over `tp`, born sharded: each rank draws only its
+// pieces (each parameter drawn whole, as build_model(config, init_device)
+// draws it, then cut), so TP = t starts from TP = 1's weights and a rank
+// never holds more than its pieces and one whole parameter. tp of one rank:
+// build_model itself.
 std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config, c10::Device init_device,
                                           const nn::tp::TensorParallel& tp);
 

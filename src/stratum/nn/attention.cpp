@@ -28,15 +28,15 @@ at::Tensor merge_heads(const at::Tensor& x) {
 }  // namespace
 
 FusedQKVAttentionImpl::FusedQKVAttentionImpl(int64_t hidden, int64_t heads, double dropout, double residual_dropout,
-                                             tp::TensorParallel tp)
+                                             tp::TensorParallel tp, c10::Device device)
     : torch::nn::Module("FusedQKVAttention"),
       heads(heads / tp.size()),
       dropout(dropout),
       residual_dropout(residual_dropout),
       tp(std::move(tp)) {
   const int64_t local = hidden / this->tp.size();
-  c_attn = register_module("c_attn", torch::nn::Linear(hidden, 3 * local));
-  c_proj = register_module("c_proj", torch::nn::Linear(local, hidden));
+  c_attn = register_module("c_attn", Linear(hidden, 3 * local, /*bias=*/true, device));
+  c_proj = register_module("c_proj", Linear(local, hidden, /*bias=*/true, device));
 }
 
 at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
@@ -55,7 +55,7 @@ at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
 
 GroupedQueryAttentionImpl::GroupedQueryAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads,
                                                      std::shared_ptr<RotaryEmbedding> rope, double dropout,
-                                                     tp::TensorParallel tp)
+                                                     tp::TensorParallel tp, c10::Device device)
     : torch::nn::Module("GroupedQueryAttention"),
       heads(heads / tp.size()),
       // Fewer key/value heads than ranks: each rank holds the one its query heads read.
@@ -64,7 +64,7 @@ GroupedQueryAttentionImpl::GroupedQueryAttentionImpl(int64_t hidden, int64_t hea
       dropout(dropout),
       tp(std::move(tp)),
       rope(std::move(rope)) {
-  auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  auto linear = [device](int64_t in, int64_t out) { return Linear(in, out, /*bias=*/false, device); };
   q_proj = register_module("q_proj", linear(hidden, this->heads * head_dim));
   k_proj = register_module("k_proj", linear(hidden, this->kv_heads * head_dim));
   v_proj = register_module("v_proj", linear(hidden, this->kv_heads * head_dim));

@@ -14,8 +14,9 @@
 #include <memory>
 
 #include <ATen/core/Tensor.h>
-#include <torch/nn/modules/linear.h>
+#include <torch/nn/module.h>
 
+#include "stratum/nn/parameter_modules.h"
 #include "stratum/nn/rope.h"
 #include "stratum/nn/tensor_parallel/mappings.h"
 
@@ -29,11 +30,12 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 class FusedQKVAttentionImpl : public torch::nn::Module {
  public:
   // `dropout`: on the attention probabilities; `residual_dropout`: on the output.
+  // `device`: where the parameters are made (meta: shapes only, nn/parameter_modules.h).
   FusedQKVAttentionImpl(int64_t hidden, int64_t heads, double dropout, double residual_dropout,
-                        tp::TensorParallel tp = {});
+                        tp::TensorParallel tp = {}, c10::Device device = c10::kCPU);
   at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
 
-  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  Linear c_attn{nullptr}, c_proj{nullptr};
   int64_t heads;  // this rank's
   double dropout, residual_dropout;
   tp::TensorParallel tp;
@@ -42,10 +44,10 @@ class FusedQKVAttentionImpl : public torch::nn::Module {
 class GroupedQueryAttentionImpl : public torch::nn::Module {
  public:
   GroupedQueryAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, std::shared_ptr<RotaryEmbedding> rope,
-                            double dropout, tp::TensorParallel tp = {});
+                            double dropout, tp::TensorParallel tp = {}, c10::Device device = c10::kCPU);
   at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
 
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   int64_t heads, kv_heads, head_dim;  // this rank's heads
   double dropout;
   tp::TensorParallel tp;

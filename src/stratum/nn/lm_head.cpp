@@ -7,12 +7,12 @@
 
 namespace stratum::nn {
 
-LMHeadLayer::LMHeadLayer(std::shared_ptr<torch::nn::EmbeddingImpl> embedding, tp::TensorParallel tp)
+LMHeadLayer::LMHeadLayer(std::shared_ptr<EmbeddingImpl> embedding, tp::TensorParallel tp)
     : StackLayer("LMHead"), embedding_(std::move(embedding)), tp_(std::move(tp)) {}
 
-LMHeadLayer::LMHeadLayer(int64_t hidden, int64_t vocab_rows, tp::TensorParallel tp)
+LMHeadLayer::LMHeadLayer(int64_t hidden, int64_t vocab_rows, tp::TensorParallel tp, c10::Device device)
     : StackLayer("LMHead"), tp_(std::move(tp)) {
-  lm_head_ = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(hidden, vocab_rows).bias(false)));
+  lm_head_ = register_module("lm_head", Linear(hidden, vocab_rows, /*bias=*/false, device));
 }
 
 at::Tensor LMHeadLayer::forward(const at::Tensor& x) {

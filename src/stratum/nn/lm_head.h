@@ -8,10 +8,8 @@
 // (column parallel; nn/tensor_parallel/layers.h).
 #include <memory>
 
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
-
 #include "stratum/nn/layer_stack.h"
+#include "stratum/nn/parameter_modules.h"
 #include "stratum/nn/tensor_parallel/mappings.h"
 
 namespace stratum::nn {
@@ -19,9 +17,9 @@ namespace stratum::nn {
 class LMHeadLayer : public StackLayer {
  public:
   // Tied to `embedding`.
-  explicit LMHeadLayer(std::shared_ptr<torch::nn::EmbeddingImpl> embedding, tp::TensorParallel tp = {});
-  // Untied: `vocab_rows` rows (this rank's under tensor parallelism).
-  LMHeadLayer(int64_t hidden, int64_t vocab_rows, tp::TensorParallel tp = {});
+  explicit LMHeadLayer(std::shared_ptr<EmbeddingImpl> embedding, tp::TensorParallel tp = {});
+  // Untied: `vocab_rows` rows (this rank's under tensor parallelism), made on `device`.
+  LMHeadLayer(int64_t hidden, int64_t vocab_rows, tp::TensorParallel tp = {}, c10::Device device = c10::kCPU);
 
   at::Tensor forward(const at::Tensor& x) override;
   std::vector<at::Tensor> borrowed_parameters() const override;
@@ -31,8 +29,8 @@ class LMHeadLayer : public StackLayer {
   bool tied() const { return embedding_ != nullptr; }
 
  private:
-  std::shared_ptr<torch::nn::EmbeddingImpl> embedding_;  // tied: not registered here
-  torch::nn::Linear lm_head_{nullptr};                    // untied
+  std::shared_ptr<EmbeddingImpl> embedding_;  // tied: not registered here
+  Linear lm_head_{nullptr};                    // untied
   tp::TensorParallel tp_;
 };
 

@@ -273,10 +273,10 @@ at::Tensor gelu_mlp(const at::Tensor& x, const at::Tensor& w1, const at::Tensor&
 }
 
 GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, bool recompute_activation,
-                         tp::TensorParallel tp)
+                         tp::TensorParallel tp, c10::Device device)
     : torch::nn::Module("GeluMLP"), dropout(dropout), recompute_activation(recompute_activation), tp(std::move(tp)) {
-  c_fc = register_module("c_fc", torch::nn::Linear(hidden, ffn_hidden / this->tp.size()));
-  c_proj = register_module("c_proj", torch::nn::Linear(ffn_hidden / this->tp.size(), hidden));
+  c_fc = register_module("c_fc", Linear(hidden, ffn_hidden / this->tp.size(), /*bias=*/true, device));
+  c_proj = register_module("c_proj", Linear(ffn_hidden / this->tp.size(), hidden, /*bias=*/true, device));
 }
 
 at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
@@ -290,9 +290,10 @@ at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
   return is_training() ? tp::dropout_outside_region(y, dropout, tp) : y;
 }
 
-SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_activation, tp::TensorParallel tp)
+SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_activation, tp::TensorParallel tp,
+                             c10::Device device)
     : torch::nn::Module("SwiGLUMLP"), recompute_activation(recompute_activation), tp(std::move(tp)) {
-  auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  auto linear = [device](int64_t in, int64_t out) { return Linear(in, out, /*bias=*/false, device); };
   const int64_t local = ffn_hidden / this->tp.size();
   gate_proj = register_module("gate_proj", linear(hidden, local));
   up_proj = register_module("up_proj", linear(hidden, local));

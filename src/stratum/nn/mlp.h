@@ -11,8 +11,9 @@
 // the tests compare against). The weights' gradients go to their sinks
 // (nn/linear.h).
 #include <ATen/core/Tensor.h>
-#include <torch/nn/modules/linear.h>
+#include <torch/nn/module.h>
 
+#include "stratum/nn/parameter_modules.h"
 #include "stratum/nn/tensor_parallel/mappings.h"
 
 namespace stratum::nn {
@@ -49,10 +50,10 @@ class GeluMLPImpl : public torch::nn::Module {
   // Under tensor parallelism c_fc is column parallel, c_proj row parallel
   // (this rank's ffn_hidden / size of the inner width).
   GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, bool recompute_activation = false,
-              tp::TensorParallel tp = {});
+              tp::TensorParallel tp = {}, c10::Device device = c10::kCPU);
   at::Tensor forward(const at::Tensor& x);
 
-  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+  Linear c_fc{nullptr}, c_proj{nullptr};
   double dropout;
   bool recompute_activation;
   tp::TensorParallel tp;
@@ -61,10 +62,11 @@ class GeluMLPImpl : public torch::nn::Module {
 class SwiGLUMLPImpl : public torch::nn::Module {
  public:
   // Under tensor parallelism gate and up are column parallel, down row parallel.
-  SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_activation = false, tp::TensorParallel tp = {});
+  SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_activation = false, tp::TensorParallel tp = {},
+                c10::Device device = c10::kCPU);
   at::Tensor forward(const at::Tensor& x);
 
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   bool recompute_activation;
   tp::TensorParallel tp;
 };

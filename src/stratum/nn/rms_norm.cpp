@@ -2,10 +2,15 @@
 
 #include <ATen/ATen.h>
 
+#include "stratum/nn/deferred_init.h"
+
 namespace stratum::nn {
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : torch::nn::Module("RMSNorm"), eps(eps) {
-  weight = register_parameter("weight", at::ones({dim}));
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, c10::Device device) : torch::nn::Module("RMSNorm"), eps(eps) {
+  // The meta device asks for a skeleton's weight (nn/deferred_init.h).
+  const auto options = at::TensorOptions().dtype(at::get_default_dtype()).device(device);
+  weight = register_parameter("weight", device.is_meta() ? unmaterialized({dim}, at::typeMetaToScalarType(at::get_default_dtype()))
+                                                        : at::ones({dim}, options));
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {

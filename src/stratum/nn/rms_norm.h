@@ -12,7 +12,8 @@ namespace stratum::nn {
 
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps);
+  // `device`: where the weight is made (meta: its shape only).
+  RMSNormImpl(int64_t dim, double eps, c10::Device device = c10::kCPU);
   at::Tensor forward(const at::Tensor& x);
 
   at::Tensor weight;  // [dim], ones at construction

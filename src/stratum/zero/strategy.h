@@ -44,6 +44,12 @@ struct ZeroOptions {
   bool offload_optimizer = false;
   // offload_param (stage 3): the 16-bit parameter shard in host memory too.
   bool offload_param = false;
+  // Stage 3 over a model born sharded (parameters unmaterialized,
+  // nn/deferred_init.h): parameter p's whole initial value, in the model dtype
+  // on the device. Data-parallel rank 0 draws a unit's parameters when the
+  // unit is partitioned and broadcasts them, so no rank ever holds more than
+  // its shard and one whole layer.
+  std::function<at::Tensor(int)> initial_value;
   bool pin_memory = true;
   // The engine's optimizer writes each segment's updated parameters, rounded to
   // the model dtype, into segment.params16 on the device (optim::adam_step_mixed):

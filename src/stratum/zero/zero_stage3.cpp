@@ -21,6 +21,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "stratum/nn/deferred_init.h"
 #include "stratum/zero/flat_strategy.h"
 #include "stratum/zero/zero_stages.h"
 
@@ -107,13 +108,21 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     shard_params_ = options_.offload_param ? host_empty(layout_.shard_numel(), model_dtype_)
                                            : at::empty({layout_.shard_numel()}, opts);
     empty_ = at::empty({0}, opts);
-    // One unit at a time onto the device: rank 0's values, this rank's slice.
+    // One unit at a time onto the device: rank 0's values (drawn there when the
+    // model is a skeleton), this rank's slice.
     c10::AutoGradMode no_grad(false);
     for (size_t u = 0; u < buckets.size(); ++u) {
       at::Tensor full = at::zeros({buckets[u].numel}, opts);
       for (int p : buckets[u].params) {
         const ParamSlot& s = layout_.params()[p];
-        full.narrow(0, s.offset - buckets[u].offset, s.numel).copy_(params_[p].detach().reshape(-1));
+        if (!nn::is_unmaterialized(params_[p])) {
+          full.narrow(0, s.offset - buckets[u].offset, s.numel).copy_(params_[p].detach().reshape(-1));
+        } else if (!options_.initial_value) {
+          throw Error("ZeRO-3: parameter '" + layout_.specs()[p].name + "' is not drawn yet (a skeleton's) and nothing "
+                      "draws it");
+        } else if (dp_->rank() == 0) {
+          full.narrow(0, s.offset - buckets[u].offset, s.numel).copy_(options_.initial_value(p).reshape(-1));
+        }
       }
       dp_->broadcast(full, 0)->wait();
       slice_of_shard(shard_params_, static_cast<int>(u)).copy_(full.narrow(0, rank_offset(u), slice_numel(u)));
@@ -125,6 +134,7 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
         for (int p : buckets[u].params) params_[p].set_data(empty_);
       }
     }
+    options_.initial_value = nullptr;  // drawn: what it reads (the model) is not needed again
     // After the partition: start-up holds the model and the parameter shard, not the gradient shard too.
     grad_shard_ = at::zeros({layout_.shard_numel()}, opts);
     if (int u = persistent_unit(); u >= 0) {

@@ -1,0 +1,40 @@
+#pragma once
+// The parameter holders the built-in models are made of: Linear, Embedding
+// and LayerNorm with torch's names (weight, bias) and torch's initial values,
+// made on any device. Made for the meta device they hold shapes only
+// (unmaterialized tensors: nothing allocated or drawn): a model's skeleton, of
+// which each rank then materialises only what it keeps (nn/deferred_init.h). The math lives in
+// nn/linear.h, nn/embedding.h and nn/layer_norm.h; these hold the tensors.
+#include <c10/core/Device.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+namespace stratum::nn {
+
+// weight [out, in], bias [out] unless `bias` is false. On a device with
+// storage: torch::nn::Linear's values (kaiming-uniform weight, uniform bias).
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in, int64_t out, bool bias = true, c10::Device device = c10::kCPU);
+  at::Tensor weight, bias;
+};
+TORCH_MODULE(Linear);
+
+// weight [rows, dim]; on a device with storage: normal(0, 1), as torch's.
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(int64_t rows, int64_t dim, c10::Device device = c10::kCPU);
+  at::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
+// weight [dim] (ones), bias [dim] (zeros).
+class LayerNormImpl : public torch::nn::Module {
+ public:
+  LayerNormImpl(int64_t dim, double eps, c10::Device device = c10::kCPU);
+  at::Tensor weight, bias;
+  double eps;
+};
+TORCH_MODULE(LayerNorm);
+
+}  // namespace stratum::nn
