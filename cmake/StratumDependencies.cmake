@@ -31,8 +31,26 @@ list(APPEND CMAKE_PREFIX_PATH "${STRATUM_TORCH_PREFIX}")
 
 if(STRATUM_TORCH_CUDA)
   set(STRATUM_WITH_CUDA ON)
+  # CUDA architectures: those of the GPUs on this machine (nvidia-smi), else
+  # (a build machine without one) every one from Ampere to Hopper. Either is
+  # overridden by CMAKE_CUDA_ARCHITECTURES / TORCH_CUDA_ARCH_LIST.
+  set(_stratum_cuda_caps "")
+  execute_process(COMMAND nvidia-smi --query-gpu=compute_cap --format=csv,noheader
+                  OUTPUT_VARIABLE _smi_caps RESULT_VARIABLE _smi_status OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(_smi_status EQUAL 0 AND _smi_caps MATCHES "^[0-9]")
+    string(REPLACE "\n" ";" _smi_caps "${_smi_caps}")
+    foreach(_cap IN LISTS _smi_caps)
+      string(STRIP "${_cap}" _cap)
+      list(APPEND _stratum_cuda_caps "${_cap}")
+    endforeach()
+    list(REMOVE_DUPLICATES _stratum_cuda_caps)
+  else()
+    set(_stratum_cuda_caps 8.0 8.6 8.9 9.0)
+  endif()
+  string(REPLACE "." "" _stratum_cuda_archs "${_stratum_cuda_caps}")
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
-    set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
+    list(JOIN _stratum_cuda_caps ";" _torch_arch_list)
+    set(ENV{TORCH_CUDA_ARCH_LIST} "${_torch_arch_list}")
   endif()
   # Stratum's own kernels (optim/mixed_adam_cuda.cu) need nvcc; without it the
   # build still works and the optimizer takes torch's fused kernels.
@@ -43,8 +61,9 @@ if(STRATUM_TORCH_CUDA)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 90)  # Hopper (H100/H200)
+      set(CMAKE_CUDA_ARCHITECTURES ${_stratum_cuda_archs})
     endif()
+    message(STATUS "Stratum: CUDA kernels for architectures ${CMAKE_CUDA_ARCHITECTURES}")
     enable_language(CUDA)
     set(STRATUM_WITH_CUDA_KERNELS ON)
     # cuBLASLt (nn/gemm_epilogue_cuda.cu): the library torch itself loads (its

@@ -108,8 +108,9 @@ grep -q '^mpi.h: ' "$logs/env.log" && mpi_missing= || mpi_missing=1
 
 # ---- configure and build -------------------------------------------------------
 step "configure"
-# No CMAKE_CUDA_ARCHITECTURES: cmake/StratumDependencies.cmake picks 90 (H200)
-# for Stratum's .cu files and TORCH_CUDA_ARCH_LIST=9.0 for torch's CMake.
+# No CMAKE_CUDA_ARCHITECTURES: cmake/StratumDependencies.cmake takes the
+# machine's GPUs' (nvidia-smi; 90 on an H200) for Stratum's .cu files and
+# torch's CMake.
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATUM_PYTHON=python3 \
   -DSTRATUM_DEPS_DIR="$PWD/.deps" -DSTRATUM_GTEST_SOURCE_DIR="$PWD/.deps/usr/src/googletest" \
   -DCMAKE_POLICY_VERSION_MINIMUM=3.5 2>&1 | tee "$logs/configure.log"
