@@ -259,7 +259,7 @@ json run_about(const models::ModelConfig& mcfg, const Config& config, const dist
           {"dtype", config::dtype_name(config.precision())},
           {"train_batch_size", batch.train_batch_size},
           {"sequence_length", seq},
-          {"device", ctx.gpu_world ? "cuda" : "cpu"}};
+          {"device", ctx.on_gpu() ? "cuda" : "cpu"}};
 }
 
 // --init-from: the directory's tensors (memory-mapped), checked against the
@@ -361,7 +361,7 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
     m.lr = engine->lr();
     m.loss_scale = engine->loss_scale();
     m.tokens_per_second = tokens_per_step / seconds;
-    m.mfu = ctx.gpu_world ? m.tokens_per_second / ctx.world_size * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
+    m.mfu = ctx.on_gpu() ? m.tokens_per_second / ctx.world_size * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
     std::tie(m.memory_gib, m.memory_rank) = largest_memory(ctx);
     m.skipped = engine->last_step_skipped();
     m.bubble = engine->last_timing().bubble();
@@ -544,7 +544,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     m.lr = engine.lr();
     m.loss_scale = engine.loss_scale();
     m.tokens_per_second = tokens_per_step / seconds;
-    m.mfu = ctx.gpu_world ? m.tokens_per_second / ctx.world_size * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
+    m.mfu = ctx.on_gpu() ? m.tokens_per_second / ctx.world_size * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
     std::tie(m.memory_gib, m.memory_rank) = largest_memory(ctx);
     m.skipped = engine.last_step_skipped();
     // Decided on every rank alike (a rank may hold no eval window when there are fewer than ranks).

@@ -40,8 +40,7 @@ int main(int argc, char** argv) {
   DistContext ctx = init();
   auto comm = ctx.device_world();
   const int n = comm->size();
-  const auto opts = at::TensorOptions().dtype(dtype).device(ctx.gpu_world ? c10::Device(c10::kCUDA, ctx.cuda_device)
-                                                                           : c10::Device(c10::kCPU));
+  const auto opts = at::TensorOptions().dtype(dtype).device(ctx.device());
   const int64_t elem = at::elementSize(dtype);
   if (ctx.rank == 0) std::printf("system,op,bytes,time_us,algbw_GBps,busbw_GBps\n");
   for (CommOp op : {CommOp::all_reduce, CommOp::reduce_scatter, CommOp::all_gather}) {

@@ -191,8 +191,7 @@ void run(const distributed::DistContext& ctx, const Options& o) {
   auto model = models::build_model(mcfg);
   const int64_t n_params = models::parameter_count(mcfg);
   auto engine = initialize(config, model, ctx);
-  const c10::Device device = ctx.gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx.cuda_device))
-                                           : c10::Device(c10::kCPU);
+  const c10::Device device = ctx.device();
   const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
 #ifdef STRATUM_WITH_NCCL
   distributed::set_exposed_comm_timing(ctx.gpu_world != nullptr);
@@ -229,14 +228,14 @@ void run(const distributed::DistContext& ctx, const Options& o) {
     return loss;
   };
   {
-    PhaseTimeline warm(ctx.gpu_world != nullptr);
+    PhaseTimeline warm(ctx.on_gpu());
     for (int64_t s = 0; s < o.warmup; ++s) train_step(warm);
     device_sync();
   }
 #ifdef STRATUM_WITH_NCCL
   if (ctx.gpu_world) distributed::take_exposed_comm_seconds();  // the warm-up's
 #endif
-  PhaseTimeline timeline(ctx.gpu_world != nullptr);
+  PhaseTimeline timeline(ctx.on_gpu());
   at::Tensor last_loss;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < o.steps; ++s) last_loss = train_step(timeline);
@@ -283,9 +282,9 @@ void run(const distributed::DistContext& ctx, const Options& o) {
   }
   if (ctx.rank == 0) std::printf("%s\n", out.dump().c_str());
   if (!o.profile.empty()) {
-    PhaseTimeline untimed(ctx.gpu_world != nullptr);
+    PhaseTimeline untimed(ctx.on_gpu());
     auto step = [&] { train_step(untimed); };
-    if (ctx.rank == 0) profile_step(o.profile, ctx.gpu_world != nullptr, step);
+    if (ctx.rank == 0) profile_step(o.profile, ctx.on_gpu(), step);
     else step();  // the other ranks join the collectives untraced
     device_sync();
   }

@@ -1,19 +1,33 @@
 // Every collective x dtype, on whatever world size mpirun gives (CTest runs
-// this at 1, 2, 3 and 4 ranks), over MPI (CPU) and, on GPU machines, NCCL.
+// this at 1, 2, 3 and 4 ranks), over MPI (CPU) and, on GPU machines, NCCL
+// and MPI carrying the GPU's tensors (staged through host memory, as when
+// ranks share a GPU).
 // Values are small integers so that sums are exact even in bf16; the 16-bit
 // rounding test checks that a sum is rounded once, as fp32 then bf16.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
+#ifdef STRATUM_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #include "distributed_test_context.h"
 #include "stratum/distributed/parallel_groups.h"
 
 using namespace stratum;
 using namespace stratum::distributed;
-using stratum::test::backends;
 
 namespace {
+
+// The shared backends, and MPI with this rank's GPU's tensors wherever it has one.
+std::vector<stratum::test::Backend> backends() {
+  std::vector<stratum::test::Backend> out = stratum::test::backends();
+  const DistContext& ctx = stratum::test::context();
+  if (ctx.on_gpu()) out.push_back({"mpi-cuda", ctx.cpu_world, ctx.device()});
+  return out;
+}
 
 const std::vector<at::ScalarType> kFloatTypes = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf};
 
@@ -72,11 +86,11 @@ TEST(Collectives, SixteenBitSumIsRoundedOnce) {
   // Rank 0 holds 256, every other rank 1. In bf16, 256 + 1 rounds back to 256
   // at every hop; staged in fp32 the sum is 256 + (n-1), rounded once.
   for (const auto& b : backends()) {
-    if (b.name != "mpi") continue;  // NCCL's own bf16 reduction rounds per hop by design
+    if (b.name == "nccl") continue;  // NCCL's own bf16 reduction rounds per hop by design
     const int n = b.world->size(), r = b.world->rank();
     for (auto dtype : {at::kBFloat16, at::kHalf}) {
       const double mine = r == 0 ? (dtype == at::kBFloat16 ? 256.0 : 2048.0) : 1.0;
-      at::Tensor t = at::full({4}, mine, at::TensorOptions().dtype(dtype));
+      at::Tensor t = at::full({4}, mine, at::TensorOptions().dtype(dtype).device(b.device));
       b.world->all_reduce(t, ReduceOp::sum)->wait();
       const double exact = (dtype == at::kBFloat16 ? 256.0 : 2048.0) + (n - 1);
       at::Tensor want = at::full({4}, exact, at::kFloat).to(dtype);
@@ -250,17 +264,86 @@ TEST(Collectives, BadArgumentsAreClearErrors) {
   }
 }
 
-TEST(Collectives, MpiRejectsCudaTensorsByName) {
-  const auto& ctx = stratum::test::context();
-  if (!ctx.gpu_world) GTEST_SKIP() << "no GPU here";
-  at::Tensor t = at::zeros({2}, at::TensorOptions().device(c10::Device(c10::kCUDA, ctx.cuda_device)));
-  try {
-    ctx.cpu_world->all_reduce(t, ReduceOp::sum);
-    ADD_FAILURE();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("the MPI backend takes CPU tensors"), std::string::npos) << e.what();
+// The training device's communicator with tensors on the training device:
+// NCCL with one GPU a rank, MPI through host memory when ranks share a GPU.
+TEST(Collectives, DeviceWorldCarriesDeviceTensors) {
+  const DistContext& ctx = stratum::test::context();
+  if (!ctx.on_gpu()) GTEST_SKIP() << "this rank trains on the CPU";
+  const auto& world = ctx.device_world();
+  EXPECT_STREQ(world->backend(), ctx.gpu_world ? "nccl" : "mpi");
+  EXPECT_EQ(ctx.device_comm, ctx.gpu_world ? DeviceComm::nccl : DeviceComm::mpi_staged);
+  const int n = world->size(), r = world->rank();
+  const std::string on = std::string(" on ") + world->backend() + " with " + ctx.device().str();
+  auto opts = at::TensorOptions().dtype(at::kBFloat16).device(ctx.device());
+
+  at::Tensor t = at::full({1000}, r + 1, opts);
+  world->all_reduce(t, ReduceOp::avg)->wait();
+  EXPECT_EQ(t.device(), ctx.device());
+  expect_equal(t, at::full({1000}, (n + 1) / 2.0, at::kFloat).to(at::kBFloat16), "all_reduce avg" + on);
+
+  at::Tensor in = rank_values(3 * n, r, at::kFloat, ctx.device()), out = at::empty({3}, in.options());
+  world->reduce_scatter(out, in, ReduceOp::sum)->wait();
+  at::Tensor all = at::arange(3 * n, at::kDouble).remainder(5) * n + n * (n + 1) / 2;
+  expect_equal(out, all.slice(0, r * 3, (r + 1) * 3), "reduce_scatter" + on);
+
+  at::Tensor mine = at::full({5}, r + 1, opts), gathered = at::zeros({5 * n}, opts);
+  world->all_gather(gathered, mine)->wait();
+  expect_equal(gathered, at::arange(1, n + 1, at::kDouble).repeat_interleave(5), "all_gather" + on);
+
+  at::Tensor b = at::full({17}, r == n - 1 ? 7 : -1, opts.dtype(at::kLong));
+  world->broadcast(b, n - 1)->wait();
+  expect_equal(b, at::full({17}, 7, at::kDouble), "broadcast" + on);
+
+  if (n > 1) {
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    at::Tensor to_next = at::full({333}, r, opts), from_prev = at::empty({333}, opts);
+    world->batch_p2p({{P2POp::Kind::send, to_next, next}, {P2POp::Kind::recv, from_prev, prev}})->wait();
+    expect_equal(from_prev, at::full({333}, prev, at::kDouble), "batch_p2p" + on);
+    at::Tensor ring = at::empty({64}, opts.dtype(at::kFloat));
+    WorkPtr s, q;
+    if (r % 2 == 0) {
+      s = world->send(at::full({64}, 10 + r, opts.dtype(at::kFloat)), next);
+      q = world->recv(ring, prev);
+    } else {
+      q = world->recv(ring, prev);
+      s = world->send(at::full({64}, 10 + r, opts.dtype(at::kFloat)), next);
+    }
+    s->wait();
+    q->wait();
+    expect_equal(ring, at::full({64}, 10 + prev, at::kDouble), "send/recv" + on);
   }
+  world->barrier()->wait();
 }
+
+#ifdef STRATUM_WITH_CUDA
+// MPI copies a CUDA tensor out on its current stream: values a side stream is
+// still writing when the collective is issued are the ones reduced.
+TEST(Collectives, MpiStagesAfterTheCurrentStreamsWork) {
+  const DistContext& ctx = stratum::test::context();
+  if (!ctx.on_gpu()) GTEST_SKIP() << "this rank trains on the CPU";
+  const int n = ctx.cpu_world->size(), r = ctx.cpu_world->rank();
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, static_cast<c10::DeviceIndex>(ctx.cuda_device));
+  c10::cuda::CUDAStreamGuard guard(side);
+  at::Tensor t = at::zeros({1 << 22}, at::TensorOptions().dtype(at::kFloat).device(ctx.device()));
+  for (int i = 0; i < 20; ++i) t.add_(1.0).mul_(1.0);  // queued work the copy must come after
+  t.add_(r);
+  WorkPtr w = ctx.cpu_world->all_reduce(t, ReduceOp::sum);
+  w->wait();
+  expect_equal(t.slice(0, 0, 1 << 12), at::full({1 << 12}, 20.0 * n + n * (n - 1) / 2.0, at::kDouble),
+               "all_reduce after side-stream work");
+  // Many in flight at once: each holds its own host buffer until it completes.
+  std::vector<at::Tensor> ts;
+  std::vector<WorkPtr> works;
+  for (int i = 0; i < 8; ++i) {
+    ts.push_back(at::full({4096 << i}, i + r, t.options()));
+    works.push_back(ctx.cpu_world->all_reduce(ts.back(), ReduceOp::sum));
+  }
+  for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+  for (int i = 0; i < 8; ++i)
+    expect_equal(ts[i].slice(0, 0, 16), at::full({16}, n * i + n * (n - 1) / 2.0, at::kDouble),
+                 "outstanding staged all_reduce " + std::to_string(i));
+}
+#endif
 
 // Sub-communicators of a DP x TP grid: each group reduces only over its members.
 TEST(Collectives, SubGroupsOfAGrid) {

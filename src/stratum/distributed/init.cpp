@@ -10,6 +10,8 @@
 #include "stratum/distributed/launch/slurm_env.h"
 #include "stratum/distributed/mpi_communicator.h"
 #ifdef STRATUM_WITH_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+
 #include "stratum/distributed/nccl_communicator.h"
 #endif
 
@@ -25,7 +27,51 @@ int env_int(const char* name, int fallback) {
   return static_cast<int>(x);
 }
 
+// STRATUM_SHARED_GPU: 1 (default) shares GPUs among more ranks than there are, 0 keeps those ranks on the CPU.
+[[maybe_unused]] bool shared_gpu_from_env() {
+  const char* v = std::getenv("STRATUM_SHARED_GPU");
+  if (!v || !*v || std::string(v) == "1") return true;
+  if (std::string(v) == "0") return false;
+  throw Error(std::string("STRATUM_SHARED_GPU='") + v +
+              "': expected 1 (ranks beyond the GPUs share them, over MPI) or 0 (those ranks run on the CPU)");
+}
+
 }  // namespace
+
+const char* device_comm_name(DeviceComm comm) {
+  switch (comm) {
+    case DeviceComm::none: return "none";
+    case DeviceComm::nccl: return "nccl";
+    case DeviceComm::mpi_staged: return "mpi_staged";
+  }
+  return "?";
+}
+
+DevicePlan plan_devices(int local_rank, int local_world_size, int gpus, bool nccl_disabled, bool shared_disabled) {
+  DevicePlan plan;
+  if (gpus <= 0 || nccl_disabled) return plan;
+  if (local_rank < 0 || local_rank >= local_world_size)
+    throw Error("local rank " + std::to_string(local_rank) + " is not one of this node's " +
+                std::to_string(local_world_size) + " ranks, so it has no GPU: LOCAL_RANK and LOCAL_WORLD_SIZE (or "
+                "OMPI_COMM_WORLD_LOCAL_RANK and _SIZE) disagree; start ranks with stratum-run or mpirun");
+  if (local_world_size <= gpus) {
+    plan.cuda_device = local_rank;
+    plan.comm = DeviceComm::nccl;
+    return plan;
+  }
+  const std::string ranks = std::to_string(local_world_size) + " ranks";
+  const std::string gpu_count = std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs");
+  if (shared_disabled) {
+    plan.message = ranks + " on this node but " + gpu_count +
+                   ": every rank on the CPU, tensors over MPI (STRATUM_SHARED_GPU=0)";
+    return plan;
+  }
+  plan.cuda_device = local_rank % gpus;
+  plan.comm = DeviceComm::mpi_staged;
+  plan.message = ranks + " share " + gpu_count + " on this node: tensors travel over MPI staged through host " +
+                 "memory (NCCL needs one GPU a rank; STRATUM_SHARED_GPU=0 keeps these ranks on the CPU)";
+  return plan;
+}
 
 DistContext init(const InitOptions& options) {
   int initialized = 0, finalized = 0;
@@ -71,17 +117,16 @@ DistContext init(const InitOptions& options) {
   ctx.cpu_world = MpiCommunicator::world(ctx.options);
 #ifdef STRATUM_WITH_NCCL
   const char* disable = std::getenv("STRATUM_DISABLE_NCCL");
-  const int gpus = cuda_device_count();
-  if (options.use_nccl && !(disable && std::string(disable) == "1") && gpus > 0) {
-    if (ctx.local_world_size > gpus) {
-      // NCCL refuses two ranks on one GPU; such runs (CPU tests on a GPU box) get MPI only.
-      log::warn(std::to_string(ctx.local_world_size) + " ranks on this node but " + std::to_string(gpus) +
-                " GPUs: no NCCL communicator, CPU (MPI) only");
-      return ctx;
-    }
-    ctx.cuda_device = ctx.local_rank;
+  const bool nccl_disabled = !options.use_nccl || (disable && std::string(disable) == "1");
+  const DevicePlan plan =
+      plan_devices(ctx.local_rank, ctx.local_world_size, cuda_device_count(), nccl_disabled, !shared_gpu_from_env());
+  if (!plan.message.empty() && ctx.local_rank == 0) log::warn(plan.message);
+  ctx.cuda_device = plan.cuda_device;
+  ctx.device_comm = plan.comm;
+  if (plan.comm == DeviceComm::nccl)
     ctx.gpu_world = NcclCommunicator::world(*ctx.cpu_world, ctx.cuda_device, ctx.options);
-  }
+  else if (plan.comm == DeviceComm::mpi_staged)
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(ctx.cuda_device));
 #endif
   return ctx;
 }

@@ -15,33 +15,66 @@ namespace stratum::distributed {
 // Exit status of a job ended by a collective timeout (like timeout(1)).
 constexpr int kExitCommTimeout = 124;
 
+// How tensors on the training device travel between ranks.
+enum class DeviceComm {
+  none,        // no GPU for this rank: it trains on the CPU, MPI carries everything
+  nccl,        // one GPU a rank: the NCCL world
+  mpi_staged,  // ranks share GPUs: MPI carries CUDA tensors staged through pinned host memory
+};
+const char* device_comm_name(DeviceComm comm);
+
 struct DistContext {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
   std::string launcher;  // "stratum-run", "mpirun", "srun" or "none"
-  int cuda_device = -1;  // the GPU of this rank (LOCAL_RANK), -1 without CUDA
+  // This rank's GPU: LOCAL_RANK with NCCL, LOCAL_RANK % GPUs when ranks share
+  // them; -1 when it trains on the CPU.
+  int cuda_device = -1;
+  DeviceComm device_comm = DeviceComm::none;
   CommOptions options;
   std::shared_ptr<Communicator> cpu_world;  // MPI, always
-  std::shared_ptr<Communicator> gpu_world;  // NCCL, when CUDA is available (else null)
-  // The communicator for tensors on the training device.
+  std::shared_ptr<Communicator> gpu_world;  // the NCCL world (DeviceComm::nccl), else null
+  bool on_gpu() const { return cuda_device >= 0; }
+  // The communicator for tensors on the training device: NCCL's, else MPI's
+  // (which stages CUDA tensors through host memory when ranks share a GPU).
   const std::shared_ptr<Communicator>& device_world() const { return gpu_world ? gpu_world : cpu_world; }
-  // The training device: this rank's GPU when NCCL is up, else the CPU (where
+  // The training device: this rank's GPU when it has one, else the CPU (where
   // stratum::initialize puts the model; inputs go there too).
   c10::Device device() const {
-    return gpu_world ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device)) : c10::Device(c10::kCPU);
+    return on_gpu() ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device)) : c10::Device(c10::kCPU);
   }
 };
 
 struct InitOptions {
   CommOptions comm = CommOptions::from_env();
-  // Create the NCCL world when this build and machine have CUDA (STRATUM_DISABLE_NCCL=1 turns it off).
+  // Put ranks on GPUs when this build and machine have CUDA; false (or
+  // STRATUM_DISABLE_NCCL=1) keeps every rank on the CPU.
   bool use_nccl = true;
 };
 
+// Where a rank trains and how its device tensors travel: the rule init()
+// applies (pure, for tests). `gpus` is what this node has (0 without CUDA).
+//   - no GPU, or `nccl_disabled`: the CPU, MPI;
+//   - ranks <= GPUs: GPU `local_rank`, NCCL;
+//   - more ranks than GPUs: GPU `local_rank % gpus`, MPI through host memory
+//     (NCCL refuses two ranks on one GPU); `shared_disabled` (STRATUM_SHARED_GPU=0)
+//     puts them on the CPU instead.
+// `message` is what local rank 0 says about it at start ("" when nothing).
+struct DevicePlan {
+  int cuda_device = -1;
+  DeviceComm comm = DeviceComm::none;
+  std::string message;
+};
+DevicePlan plan_devices(int local_rank, int local_world_size, int gpus, bool nccl_disabled, bool shared_disabled);
+
 // Initializes MPI (and NCCL), checks RANK/WORLD_SIZE against MPI when a launcher
-// set them, sets the log prefix to the rank. Throws stratum::Error on mismatch.
+// set them, sets the log prefix to the rank, picks the rank's GPU by
+// plan_devices. Throws stratum::Error on mismatch.
+// Environment: STRATUM_DISABLE_NCCL=1: CPU ranks only. STRATUM_SHARED_GPU: when
+// a node runs more ranks than it has GPUs, 1 (the default) shares the GPUs
+// round-robin, tensors over MPI through host memory; 0 puts those ranks on the CPU.
 DistContext init(const InitOptions& options = InitOptions());
 // MPI_Finalize, once; safe to call twice. Not needed: MPI finalizes itself when
 // the last communicator (the context's, the engine's) is destroyed
