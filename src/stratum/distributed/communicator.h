@@ -1,10 +1,11 @@
 #pragma once
 // The one interface every parallel algorithm talks to. Two real backends:
-// MPI for CPU tensors (mpi_communicator.h) and NCCL for CUDA tensors
+// MPI (mpi_communicator.h) for CPU tensors, and for CUDA tensors of ranks that
+// share a GPU (staged through host memory), and NCCL for CUDA tensors
 // (nccl_communicator.h); the comms logger decorates either.
 //
 // Every operation is asynchronous and returns a Work handle. wait() completes
-// it: on the CPU the call returns once the data is in place; with NCCL it makes
+// it: with MPI the call returns once the data is in place; with NCCL it makes
 // the caller's current CUDA stream wait (stream-ordered, no host sync).
 // A Work that does not complete within the communicator's timeout reports the
 // operation, its sequence number and the group's ranks, then ends the job
