@@ -3,7 +3,7 @@
 // estimate_zero{2,3}_model_states_mem_needs_all_live, with activations added;
 // with --pp, per pipeline stage. With --plan, every layout (dp x pp x tp,
 // ZeRO, offload, micro-batch, schedule, checkpointing) the cluster can run,
-// those that fit ranked by an estimated step time (monitor/layout_planner.h).
+// those that fit ranked by an estimated step time (planning/layout_planner.h).
 //
 //   stratum-estimate --params 7.5e9 --num_nodes 8 --num_gpus 8
 //   stratum-estimate --model llama-8b --num_gpus 2 --micro-batch 1 --seq 8192 --checkpointing
@@ -19,9 +19,9 @@
 #include "stratum/core/error.h"
 #include "stratum/models/model_config.h"
 #include "stratum/models/tensor_parallel_plan.h"
-#include "stratum/monitor/layout_planner.h"
-#include "stratum/monitor/memory_estimator.h"
-#include "stratum/monitor/plan_config.h"
+#include "stratum/planning/layout_planner.h"
+#include "stratum/planning/memory_estimator.h"
+#include "stratum/planning/plan_config.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Estimate memory per device for every ZeRO stage and offload choice"};
@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   std::string model;
   std::vector<std::string> overrides;
   double largest_layer = 0;
-  stratum::monitor::EstimateInput in;
+  stratum::planning::EstimateInput in;
   bool fp32 = false;
   int zero = 1;
   std::string schedule = "1f1b";
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     return o;
   };
   plan_option("--gpu", gpu, "the GPU's figures: a100-40gb, a100-80gb (default), h100, h200")
-      ->check(CLI::IsMember(stratum::monitor::hardware_names()));
+      ->check(CLI::IsMember(stratum::planning::hardware_names()));
   plan_option("--gpu-memory", gpu_memory, "memory a GPU, e.g. 80GiB (default: --gpu's)");
   plan_option("--host-memory", host_memory, "host memory a node for offloaded states, e.g. 1TiB (default: not checked)");
   plan_option("--global-batch", global_batch, "sequences a step (train_batch_size)")->check(CLI::Range(1, 1 << 30));
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
       mc = stratum::models::make_model_config(model, kv);
     }
     if (plan) {
-      namespace mon = stratum::monitor;
+      namespace mon = stratum::planning;
       mon::PlanRequest request;
       request.hardware = mon::hardware_preset(gpu);
       mon::Hardware& h = request.hardware;
@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
       throw stratum::Error("--sequence-parallel needs --tp > 1: it splits the sequence over tensor-parallel ranks");
     if (mc) {
       stratum::models::validate_tensor_parallel(*mc, in.tensor_parallel);
-      stratum::monitor::set_model_shape(in, *mc);
+      stratum::planning::set_model_shape(in, *mc);
     } else {
       in.params = static_cast<int64_t>(params);
       in.largest_layer_params = static_cast<int64_t>(largest_layer);
@@ -213,10 +213,10 @@ int main(int argc, char** argv) {
       if (model.empty())
         throw stratum::Error("--pp " + std::to_string(in.pipeline_stages) +
                              " needs --model: a pipeline splits the model's layers");
-      std::cout << stratum::monitor::format_pipeline_estimate(in, zero);
+      std::cout << stratum::planning::format_pipeline_estimate(in, zero);
       return 0;
     }
-    std::cout << stratum::monitor::format_estimate(in);
+    std::cout << stratum::planning::format_estimate(in);
     if (in.largest_layer_params == 0)
       std::cout << "  (ZeRO-3 working set not counted: give --largest-layer or --model)\n";
     if (in.layers == 0) std::cout << "  (activations not estimated: give --model for the shape)\n";

@@ -1,7 +1,7 @@
 // Activation bytes a block keeps for backward on one tensor-parallel rank,
 // measured on the CPU (the heap's bytes in use after the forward, less before:
 // PyTorch's CPU allocator returns what it frees at once) against the
-// estimator's per-block formula (monitor/memory_estimator.h), which is
+// estimator's per-block formula (planning/memory_estimator.h), which is
 // Korthikanti et al.'s without dropout masks and the attention scores (flash
 // attention keeps none); LLaMA with what it keeps beyond it, named below. A block's share is the difference
 // between a model of 4 blocks and one of 2. GPT-2 and LLaMA at every
@@ -16,7 +16,7 @@
 
 #include "../distributed/distributed_test_context.h"
 #include "stratum/models/tensor_parallel_plan.h"
-#include "stratum/monitor/memory_estimator.h"
+#include "stratum/planning/memory_estimator.h"
 
 using namespace stratum;
 
@@ -65,15 +65,15 @@ TEST(TensorParallelActivations, PerBlockBytesMatchTheEstimate) {
       if (sp && world->size() == 1) continue;
       const nn::tp::TensorParallel tp{world, sp};
       const double measured = (kept_by_forward(preset, 4, tp) - kept_by_forward(preset, 2, tp)) / 2;
-      monitor::EstimateInput in;
+      planning::EstimateInput in;
       in.tensor_parallel = tp.size();
       in.sequence_parallel = sp;
       in.micro_batch = kBatch;
       in.seq_len = kSeq;
       in.param_bytes = 4;  // fp32 on the CPU
-      monitor::set_model_shape(in, config_of(preset, 1));
+      planning::set_model_shape(in, config_of(preset, 1));
       in.vocab = 0;  // the block alone: no loss
-      double estimate = monitor::estimate_activation_bytes(in);
+      double estimate = planning::estimate_activation_bytes(in);
       if (preset == "tiny-llama") {
         // What LLaMA keeps beyond the formula, per token: on the CPU each
         // RMSNorm's normalized input besides its input (2 x h, or 2 x h / t of

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "stratum/core/error.h"
-#include "stratum/monitor/memory_estimator.h"
+#include "stratum/planning/memory_estimator.h"
 
-using namespace stratum::monitor;
+using namespace stratum::planning;
 
 namespace {
 const StateEstimate& find(const std::vector<StateEstimate>& v, int stage, bool opt, bool param) {

@@ -1,4 +1,4 @@
-#include "stratum/monitor/memory_estimator.h"
+#include "stratum/planning/memory_estimator.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "stratum/nn/tensor_parallel/vocab_padding.h"
 #include "stratum/pipeline/simulate.h"
 
-namespace stratum::monitor {
+namespace stratum::planning {
 namespace {
 
 // Every stage x offload choice for `psi` parameters over `n` data-parallel ranks.
@@ -364,4 +364,4 @@ std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
   return out;
 }
 
-}  // namespace stratum::monitor
+}  // namespace stratum::planning

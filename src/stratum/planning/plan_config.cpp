@@ -1,4 +1,4 @@
-#include "stratum/monitor/plan_config.h"
+#include "stratum/planning/plan_config.h"
 
 #include <cctype>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "stratum/config/json_source.h"
 #include "stratum/core/error.h"
 
-namespace stratum::monitor {
+namespace stratum::planning {
 namespace {
 
 // Sets `slot` to `value`, refusing a different value fixed before (by a flag).
@@ -103,4 +103,4 @@ double parse_byte_size(const std::string& text, const std::string& what) {
   return value * scale;
 }
 
-}  // namespace stratum::monitor
+}  // namespace stratum::planning

@@ -40,9 +40,9 @@
 #include <vector>
 
 #include "stratum/models/model_config.h"
-#include "stratum/monitor/memory_estimator.h"
+#include "stratum/planning/memory_estimator.h"
 
-namespace stratum::monitor {
+namespace stratum::planning {
 
 struct Hardware {
   std::string gpu = "a100-80gb";
@@ -159,4 +159,4 @@ std::vector<FewestGpus> fewest_gpus_data_parallel(const PlanRequest& request, in
 // and the fewest GPUs for data parallelism alone.
 std::string format_plan(const PlanRequest& request, const Plan& plan, size_t rows);
 
-}  // namespace stratum::monitor
+}  // namespace stratum::planning

@@ -11,10 +11,10 @@
 #include "../common/run_command.h"
 #include "stratum/core/error.h"
 #include "stratum/models/model_config.h"
-#include "stratum/monitor/layout_planner.h"
-#include "stratum/monitor/plan_config.h"
+#include "stratum/planning/layout_planner.h"
+#include "stratum/planning/plan_config.h"
 
-using namespace stratum::monitor;
+using namespace stratum::planning;
 using stratum::models::ModelConfig;
 using stratum::models::parameter_count;
 using stratum::models::preset;

@@ -14,7 +14,7 @@
 #include "stratum/pipeline/partition.h"
 #include "stratum/pipeline/schedule.h"
 
-namespace stratum::monitor {
+namespace stratum::planning {
 
 struct EstimateInput {
   int64_t params = 0;                // Ψ, trainable parameters
@@ -101,4 +101,4 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in);
 // stage for every ZeRO stage and offload choice.
 std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage);
 
-}  // namespace stratum::monitor
+}  // namespace stratum::planning

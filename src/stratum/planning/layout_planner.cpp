@@ -1,4 +1,4 @@
-#include "stratum/monitor/layout_planner.h"
+#include "stratum/planning/layout_planner.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include "stratum/models/tensor_parallel_plan.h"
 #include "stratum/pipeline/simulate.h"
 
-namespace stratum::monitor {
+namespace stratum::planning {
 
 Hardware hardware_preset(const std::string& gpu) {
   const double gib = double(1ull << 30);
@@ -506,4 +506,4 @@ std::string format_plan(const PlanRequest& r, const Plan& plan, size_t rows) {
   return out;
 }
 
-}  // namespace stratum::monitor
+}  // namespace stratum::planning

@@ -3,9 +3,9 @@
 // ds_config.json's fixed choices, and memory sizes written with units.
 #include <string>
 
-#include "stratum/monitor/layout_planner.h"
+#include "stratum/planning/layout_planner.h"
 
-namespace stratum::monitor {
+namespace stratum::planning {
 
 // Fixes in `request` what the config at `path` says: the precision (always: a
 // config without fp16 or bf16 trains in fp32), the gradients' dtype
@@ -23,4 +23,4 @@ void apply_plan_config(PlanRequest& request, const std::string& path);
 // KiB ... PiB of 1024, no unit: bytes). Throws Error naming `what`.
 double parse_byte_size(const std::string& text, const std::string& what);
 
-}  // namespace stratum::monitor
+}  // namespace stratum::planning
