@@ -1,6 +1,7 @@
 #include "stratum/distributed/launch/hostfile.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -102,6 +103,12 @@ bool is_valid_hostname(std::string_view name) {
   bool numeric = false;
   if (!labels_valid(name, numeric)) return false;
   return !numeric || is_ipv4_dotted_quad(name);
+}
+
+std::string this_host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0 || !is_valid_hostname(buf)) return "127.0.0.1";
+  return buf;
 }
 
 void check_hostname(std::string_view name, const std::string& what) {

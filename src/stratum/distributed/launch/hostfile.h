@@ -33,6 +33,8 @@ struct HostfileEntry {
 // dotted quad a.b.c.d (each 0-255, no leading zeros).
 bool is_valid_hostname(std::string_view name);
 bool is_ipv6_literal(std::string_view name);
+// This machine's name (gethostname), or "127.0.0.1" when that is not a valid host name.
+std::string this_host_name();
 
 // Throws stratum::Error "<what>: 'name' is not a valid host name (...)" unless
 // is_valid_hostname(name). `what` says where the name came from.

@@ -6,6 +6,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,13 +25,15 @@ namespace {
 // The signals stratum-run catches; children get them back at their defaults.
 constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD, SIGPIPE, SIGALRM};
 
-long long now_ms() {
+}  // namespace
+
+long long monotonic_ms() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<long long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
-}  // namespace
+void say(const std::string& line) { write_all(STDERR_FILENO, "stratum-run: " + line + "\n"); }
 
 std::string signal_name(int sig) {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
@@ -116,6 +119,32 @@ std::string LinePrefixer::finish() {
 void set_nonblocking(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+}
+
+std::pair<int, int> output_channel(bool want_pty) {
+  if (want_pty) {
+    const int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master >= 0 && grantpt(master) == 0 && unlockpt(master) == 0) {
+      if (const char* name = ptsname(master)) {
+        const int slave = ::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (slave >= 0) {
+          termios t{};
+          if (tcgetattr(slave, &t) == 0) {
+            t.c_oflag &= ~static_cast<tcflag_t>(OPOST);  // no "\n" -> "\r\n"
+            t.c_lflag &= ~static_cast<tcflag_t>(ECHO | ICANON | ISIG | IEXTEN);
+            tcsetattr(slave, TCSANOW, &t);
+          }
+          set_nonblocking(master);
+          return {master, slave};
+        }
+      }
+    }
+    if (master >= 0) ::close(master);
+  }
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
+  set_nonblocking(p[0]);
+  return {p[0], p[1]};
 }
 
 bool write_all(int fd, std::string_view data) {
@@ -236,10 +265,10 @@ std::optional<std::string> capture_output(const std::vector<std::string>& argv, 
     return std::nullopt;
   }
   std::string text;
-  const long long deadline = now_ms() + 1000LL * timeout_s;
+  const long long deadline = monotonic_ms() + 1000LL * timeout_s;
   bool timed_out = false;
   while (true) {
-    const long long left = deadline - now_ms();
+    const long long left = deadline - monotonic_ms();
     if (left <= 0) {
       timed_out = true;
       break;

@@ -87,4 +87,17 @@ class SignalPipe {
 // Sets O_NONBLOCK and FD_CLOEXEC on fd.
 void set_nonblocking(int fd);
 
+// A channel for a child's output: a pty when `want_pty` and one can be had (a
+// program keeps line-buffered output on a terminal), else a pipe. Returns
+// {read end (non-blocking), write end}; both close on exec.
+std::pair<int, int> output_channel(bool want_pty);
+
+// Milliseconds of CLOCK_MONOTONIC, for the supervision loops' deadlines.
+long long monotonic_ms();
+
+// Writes "stratum-run: <line>" to stderr: how stratum-run and its shims speak.
+void say(const std::string& line);
+// The exit status for bad input (flags, hostfile), before mpirun/srun starts.
+inline constexpr int kBadInput = 2;
+
 }  // namespace stratum::distributed::launch

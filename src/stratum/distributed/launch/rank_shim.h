@@ -6,7 +6,7 @@
 // MASTER_ADDR/MASTER_PORT come exported from the launcher), sets
 // CUDA_VISIBLE_DEVICES to the host's chosen devices (mpirun), runs the program, prefixes
 // its output with "[rank N] " and names it when it fails. The pure parts are
-// here (tested without processes); the process loop is in apps/stratum_run.cpp.
+// here (tested without processes); the process loop is rank_shim_run.h.
 #include <functional>
 #include <optional>
 #include <string>
