@@ -1,6 +1,7 @@
 // stratum-run --launcher slurm without SLURM: the srun command line, DeepSpeed's
 // --include/--exclude as srun host lists, SLURM hostlists, MASTER_ADDR's
-// default, and the rank shim's --slurm mode read from srun's variables.
+// default, the rank shim's --slurm mode read from srun's variables, and the
+// launcher's flag checks and plan summaries shared with mpirun.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 
 #include "../../common/error_of.h"
 #include "stratum/core/error.h"
+#include "stratum/distributed/launch/launch_plan.h"
+#include "stratum/distributed/launch/launch_request.h"
 #include "stratum/distributed/launch/rank_shim.h"
 #include "stratum/distributed/launch/slurm_hostlist.h"
 #include "stratum/distributed/launch/srun_command.h"
@@ -320,6 +323,56 @@ TEST(RankShimUnderSrun, NotATaskOfSrun) {
   mpirun_args.node = "n";
   EXPECT_NE(error_of([&] { shim_rank_info(mpirun_args, lookup(env), "h"); }).find("OMPI_COMM_WORLD_RANK is not set"),
             std::string::npos);
+}
+
+// The launcher's flags, checked before mpirun or srun starts (stratum-run's exit 2).
+TEST(LaunchRequest, LauncherNameIsMpirunOrSlurmInAnyCase) {
+  EXPECT_EQ(launcher_name("SLURM"), "slurm");
+  EXPECT_EQ(launcher_name("mpirun"), "mpirun");
+  EXPECT_FALSE(launcher_name("pdsh"));
+}
+
+TEST(LaunchRequest, RankSettingsNameTheBadFlag) {
+  LaunchRequest r;
+  EXPECT_NE(error_of([&] { rank_settings(r); }).find("no program given"), std::string::npos);
+  r.program = {"true"};
+  r.num_gpus = 2;
+  r.num_procs = 2;
+  EXPECT_NE(error_of([&] { rank_settings(r); }).find("--num_gpus and --num_procs cannot be used together"),
+            std::string::npos);
+  r.num_procs.reset();
+  r.num_gpus = 0;
+  EXPECT_NE(error_of([&] { rank_settings(r); }).find("--num_gpus must be at least 1, got 0"), std::string::npos);
+  r.num_gpus.reset();
+  r.master_port = 70000;
+  EXPECT_NE(error_of([&] { rank_settings(r); }).find("--master_port must be in 1..65535"), std::string::npos);
+  r.master_port = 29500;
+  r.heartbeat_timeout = -1;
+  EXPECT_NE(error_of([&] { rank_settings(r); }).find("--heartbeat_timeout must be 0 (off)"), std::string::npos);
+  r.heartbeat_timeout = 30;
+  r.launcher_args = " --a  b ";
+  const RankSettings s = rank_settings(r);
+  EXPECT_EQ(s.launcher_args, (std::vector<std::string>{"--a", "b"}));
+  EXPECT_EQ(s.heartbeat_timeout_s, 30);
+}
+
+TEST(LaunchPlan, SummaryLines) {
+  SrunPlan srun;
+  srun.tasks = 8;
+  srun.tasks_per_node = 4;
+  srun.nodes = 2;
+  srun.nodelist = {"node1", "node2"};
+  srun.master_addr = "node1";
+  EXPECT_EQ(describe_srun_plan(srun),
+            "8 ranks through srun, 4 per node, 2 nodes, on node1 node2; MASTER_ADDR=node1 MASTER_PORT=29500");
+  srun = SrunPlan{};
+  EXPECT_EQ(describe_srun_plan(srun), "the allocation's ranks through srun; MASTER_ADDR=127.0.0.1 MASTER_PORT=29500");
+  LaunchPlan mpirun;
+  mpirun.gpu = true;
+  mpirun.hosts = {{"node1", {0, 2}, {"0", "2"}}, {"node2", {1}, {"1"}}};
+  mpirun.master_addr = "node1";
+  EXPECT_EQ(describe_mpirun_plan(mpirun),
+            "3 ranks on 2 hosts (GPU slots): node1 [0,2], node2 [1]; MASTER_ADDR=node1 MASTER_PORT=29500");
 }
 
 }  // namespace
