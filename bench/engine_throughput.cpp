@@ -25,6 +25,7 @@
 #include "stratum/engine/engine.h"
 #include "stratum/nn/weight_grad_deferral.h"
 #include "stratum/models/causal_lm.h"
+#include "stratum/models/flops.h"
 #ifdef STRATUM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -249,7 +250,7 @@ void run(const distributed::DistContext& ctx, const Options& o) {
   const auto [forward, backward, optimizer] = timeline.totals();
   const double loss_value = last_loss.item<double>();
   const double tokens_per_gpu = o.micro * o.gas * o.seq * o.steps / wall;
-  const double flops_per_token = 6.0 * n_params + 12.0 * mcfg.layers * mcfg.hidden * o.seq;
+  const double flops_per_token = models::training_flops_per_token(static_cast<double>(n_params), mcfg.layers, mcfg.hidden, o.seq);
   const double tflops = tokens_per_gpu * flops_per_token / 1e12;
   // "-tuned": zero_optimization keys beyond the defaults (named in the row's zero_extra).
   const std::string system = "stratum-zero" + std::to_string(o.stage) + (o.checkpointing ? "-ckpt" : "") +

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "stratum/core/error.h"
+#include "stratum/models/flops.h"
 #include "stratum/models/tensor_parallel_plan.h"
 #include "stratum/pipeline/simulate.h"
 
@@ -114,9 +115,9 @@ void check_layout(const PlanRequest& r, const Layout& l) {
 }
 
 // FLOPs a token (forward and backward) of each layer of the stack, the whole
-// model's (not a shard's): 6 a parameter, and 12·h·s a block for attention.
+// model's (not a shard's): models/flops.h's count, split by layer.
 std::vector<double> layer_flops(const PlanRequest& r) {
-  if (!r.model) return {6.0 * static_cast<double>(r.shape.params)};
+  if (!r.model) return {models::kTrainingFlopsPerParameter * static_cast<double>(r.shape.params)};
   EstimateInput whole = r.shape;
   whole.tensor_parallel = 1;
   set_model_shape(whole, *r.model);
@@ -128,7 +129,8 @@ std::vector<double> layer_flops(const PlanRequest& r) {
     if (i == 0) p -= tied;          // a tied matrix is counted where it multiplies: at the head
     if (i + 1 == n) p += tied;
     const bool block = i >= 1 && i + 2 < n;
-    out.push_back(6.0 * p + (block ? 12.0 * static_cast<double>(whole.hidden * whole.seq_len) : 0.0));
+    out.push_back(models::kTrainingFlopsPerParameter * p +
+                  (block ? models::attention_training_flops(whole.hidden, whole.seq_len) : 0.0));
   }
   return out;
 }
