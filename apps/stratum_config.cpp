@@ -1,7 +1,9 @@
 // stratum-config check FILE [--world-size N]: validates a DeepSpeed ds_config.json
 // and prints the resolved config (exit 0), or every problem (exit 1). Notes
 // (keys accepted with what they mean here) go to stderr apart from the errors
-// and do not fail the check.
+// and do not fail the check. With --world-size, the process grid's shape is
+// checked for one node of N ranks (ProcessGrid::problems, the engine's words):
+// what check accepts, training starts.
 // stratum-config schedule [FILE] [--stages P --micro-batches M --schedule S
 // --virtual-stages V --forward F --backward-input B --backward-weight W]: the
 // pipeline schedule as a time-by-stage table (costs per stage, default 1 each;
@@ -10,12 +12,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "stratum/config/config.h"
 #include "stratum/core/error.h"
+#include "stratum/distributed/process_grid.h"
 #include "stratum/pipeline/schedule.h"
 #include "stratum/pipeline/simulate.h"
 
@@ -38,7 +42,7 @@ int main(int argc, char** argv) {
   check->add_option("--world-size,-n", world_size,
                     "total number of ranks; resolves the batch triple for data-parallel size = "
                     "world size / (pipeline stages x tensor parallel size)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, int64_t{std::numeric_limits<int>::max()}));
   auto* schedule = app.add_subcommand("schedule", "Print a pipeline schedule as a time-by-stage table");
   std::string schedule_config, kind_name;
   int stages = 0, micro_batches = 0, virtual_stages = 0;
@@ -109,6 +113,19 @@ int main(int argc, char** argv) {
     print_notes(path, config.notes);
     std::optional<int64_t> world;
     if (world_size > 0) world = world_size;
+    if (world) {
+      // The grid's problems first, then the batch's (which cannot resolve on a shape that does not fit).
+      std::vector<std::string> problems = stratum::distributed::ProcessGrid::problems(
+          config, static_cast<int>(*world), static_cast<int>(*world));
+      if (!problems.empty()) {
+        try {
+          config.resolve_batch(*world);
+        } catch (const stratum::ConfigError& e) {
+          problems.insert(problems.end(), e.problems().begin(), e.problems().end());
+        }
+        throw stratum::ConfigError(config.source, problems);  // the notes are printed above
+      }
+    }
     nlohmann::json resolved = stratum::to_json(config, world);
     std::cout << resolved.dump(2) << "\n";
     const auto& b = config.batch;

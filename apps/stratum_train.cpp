@@ -35,7 +35,7 @@
 #include "stratum/distributed/agreement.h"
 #include "stratum/distributed/job.h"
 #include "stratum/distributed/parallel_groups.h"
-#include "stratum/distributed/topology.h"
+#include "stratum/distributed/process_grid.h"
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/engine/engine.h"
@@ -302,12 +302,13 @@ void apply_init_weights(EngineCore& core, const InitWeights& w, const Options& o
 // pipeline.stages > 1: the model split over stages, one train_batch a step.
 // The progress line comes from the last stage's first data-parallel (and tensor-parallel) rank,
 // which has the loss first, with the share of the step it waited (the bubble).
-int train_pipelined(const Options& o, const distributed::DistContext& ctx, const Config& config,
-                    const models::ModelConfig& mcfg, std::shared_ptr<models::CausalLMImpl> model,
-                    const data::Tokenizer& tokenizer, const ResumePoint& resume, const InitWeights* init) {
+int train_pipelined(const Options& o, const distributed::DistContext& ctx, const distributed::ProcessGrid& grid,
+                    const Config& config, const models::ModelConfig& mcfg,
+                    std::shared_ptr<models::CausalLMImpl> model, const data::Tokenizer& tokenizer,
+                    const ResumePoint& resume, const InitWeights* init) {
   std::unique_ptr<PipelineEngine> engine;
   distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the pipeline", [&] {
-    engine = initialize_pipeline(config, model, ctx);
+    engine = initialize_pipeline(config, model, grid);
   });
   const auto& batch = engine->core().batch();
   const auto& dp = engine->core().dp();
@@ -432,16 +433,13 @@ int train(const Options& o, const distributed::DistContext& ctx) {
               std::to_string(tokenizer.vocab_size()) + " ids)");
   for (const auto& note : config.notes)
     if (lead) log::info(o.config_path + ": note: " + note);
-  // The grid, once: every rank's coordinates, host and GPU.
-  std::optional<distributed::Topology> grid;
-  try {  // the same on every rank; a grid that does not fit is named by the engine, with its keys
-    grid.emplace(distributed::Topology::from_model_parallel(ctx.world_size, config.pipeline.stages,
-                                                             config.tensor_parallel.size, config.topology.order));
-  } catch (const Error&) {
-  }
-  const auto places = grid ? distributed::rank_places(*ctx.cpu_world, ctx.cuda_device)
-                           : std::vector<distributed::Topology::Place>{};
-  if (grid && lead && ctx.world_size > 1) {
+  // The grid, once: every rank's coordinates and the job's communicators; a
+  // shape that does not fit is refused here, by key, on every rank alike.
+  std::optional<distributed::ProcessGrid> grid;
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the process grid",
+                                [&] { grid.emplace(distributed::ProcessGrid::create(config, ctx)); });
+  const auto places = distributed::rank_places(*ctx.cpu_world, ctx.cuda_device);
+  if (lead && ctx.world_size > 1) {
     std::string table = grid->table(places);
     if (!table.empty() && table.back() == '\n') table.pop_back();
     log::info(table);
@@ -456,7 +454,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   // name (models/causal_lm.h).
   nn::tp::TensorParallel tp;
   distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the model", [&] {
-    tp = tensor_parallel_group(config, ctx);
+    tp = tensor_parallel_group(config, *grid);
     models::validate_tensor_parallel(mcfg, tp.size());
   });
   const bool skeleton = config.pipeline.stages > 1 || config.zero_optimization.stage == 3;
@@ -466,8 +464,8 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   std::optional<InitWeights> init;
   if (!o.init_from.empty() && resume.kind != ResumePoint::Kind::resume) init = read_init_weights(o, ctx, *model);
   if (config.pipeline.stages > 1)
-    return train_pipelined(o, ctx, config, mcfg, std::move(model), tokenizer, resume, init ? &*init : nullptr);
-  auto engine = initialize(config, model, ctx);
+    return train_pipelined(o, ctx, *grid, config, mcfg, std::move(model), tokenizer, resume, init ? &*init : nullptr);
+  auto engine = initialize(config, model, *grid);
   if (init) {
     apply_init_weights(engine.core(), *init, o, ctx, lead);
     init.reset();  // unmaps the files

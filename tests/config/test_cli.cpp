@@ -65,6 +65,36 @@ TEST(StratumConfigCli, BatchThatDoesNotFitTheWorldExits1) {
   std::remove(p.c_str());
 }
 
+// With --world-size the process grid's shape is checked, in the engine's words,
+// each problem on its own line: what check accepts, training starts.
+TEST(StratumConfigCli, GridThatDoesNotFitTheWorldExits1WithTheEnginesMessages) {
+  const std::string stages = write_temp("stages.json", R"({"train_batch_size": 8, "pipeline": {"stages": 3}})");
+  RunResult r = run("check " + stages + " --world-size 4");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("\n  pipeline.stages: 3 stages do not divide the 4 ranks of the job; use a divisor of 4\n"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(": OK"), std::string::npos) << r.output;
+
+  const std::string tp = write_temp("tp.json", R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 3}})");
+  r = run("check " + tp + " --world-size 4");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("\n  tensor_parallel.autotp_size: 3 does not divide the 4 ranks of the job; use a divisor "
+                          "of 4\n"),
+            std::string::npos) << r.output;
+
+  const std::string both =
+      write_temp("both.json", R"({"train_batch_size": 8, "pipeline": {"stages": 2}, "tensor_parallel": {"autotp_size": 3}})");
+  r = run("check " + both + " --world-size 8");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("pipeline.stages: 2 stages x tensor_parallel.autotp_size 3 = 6 do not divide the 8 ranks "
+                          "of the job; with 2 stages use a tensor-parallel size dividing 4"),
+            std::string::npos) << r.output;
+  // The same shapes fit another world.
+  EXPECT_EQ(run("check " + stages + " --world-size 6").status, 0);
+  EXPECT_EQ(run("check " + tp + " --world-size 6").status, 0);
+  for (const auto& p : {stages, tp, both}) std::remove(p.c_str());
+}
+
 TEST(StratumConfigCli, MissingFileExits1) {
   RunResult r = run("check /nonexistent/ds_config.json");
   EXPECT_EQ(r.status, 1);

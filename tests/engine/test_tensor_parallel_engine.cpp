@@ -352,7 +352,15 @@ TEST(TensorParallelEngine, MismatchedConfigsAndModelsFailOnEveryRankWithTheKey) 
   Layout three;
   three.tp = 3;
   e = test::error_of([&] { tensor_parallel_group(Config::from_string(config_json(three), "tp.json"), ctx); });
-  EXPECT_NE(e.find("tensor parallel 3"), std::string::npos) << e;
+  EXPECT_NE(e.find("tensor_parallel.autotp_size: 3 does not divide the 2 ranks of the job"), std::string::npos) << e;
+  // A grid built from another config is refused, naming both shapes.
+  {
+    const distributed::ProcessGrid grid = distributed::ProcessGrid::create(two_config, ctx);
+    e = test::error_of([&] { tensor_parallel_group(Config::from_string(config_json(Layout{}), "one.json"), grid); });
+    EXPECT_NE(e.find("the grid was built for 2 ranks: 1 data-parallel x 1 pipeline stage x 2 tensor-parallel, order "
+                     "tp-dp-pp but one.json asks for pipeline.stages 1 x tensor_parallel.autotp_size 1"),
+              std::string::npos) << e;
+  }
 }
 
 // A checkpoint saved at TP = 2 (x DP at 4 ranks, ZeRO-1, sequence parallel)

@@ -1,7 +1,8 @@
 #pragma once
-// One communicator per parallel axis of a Topology, split from a world
-// communicator: what ZeRO (dp), tensor-parallel layers (tp), pipeline P2P (pp)
-// and the global gradient norm (dp x tp within a stage, then pp) talk over.
+// One communicator per parallel axis of a Topology, split from any world
+// communicator (a logged one, a test's backend). The job's own groups come
+// from ProcessGrid (process_grid.h), which engines and programs take theirs
+// from; rank_places says where each rank of the job runs.
 #include <memory>
 #include <vector>
 

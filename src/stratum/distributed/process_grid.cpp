@@ -160,6 +160,7 @@ ProcessGrid ProcessGrid::create(const Config& config, const DistContext& ctx) {
                                               config.topology.order),
                 world->rank(), fewest, static_cast<int>(config.zero_optimization.stage));
   const Topology& t = g.topology_;
+  if (ctx.device().is_cuda()) g.cuda_device_ = ctx.device().index();
   // Every job states its grid once, at start, so a user can check placement
   // (the programs print it at info level, with hosts and GPUs).
   if (world->rank() == 0) log::debug(g.summary() + "\n" + t.table());

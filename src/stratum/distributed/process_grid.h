@@ -71,6 +71,9 @@ class ProcessGrid {
   bool is_last_stage() const { return coord_.pp == topology_.pp() - 1; }
   // The fewest ranks any node of the job runs, as the ranks agreed.
   int fewest_ranks_per_node() const { return fewest_ranks_per_node_; }
+  // The GPU this rank trains on (DistContext::device()), -1: the CPU. Kept
+  // here so that an engine given the grid needs nothing else of the context.
+  int cuda_device() const { return cuda_device_; }
 
   // --- communicators: this rank's group along each axis (never null) --------
   // On the training device (NCCL with GPUs, else MPI): for tensors there.
@@ -115,6 +118,7 @@ class ProcessGrid {
   int64_t rank_ = 0;
   int fewest_ranks_per_node_ = 1;
   int zero_stage_ = 0;  // what the tied group was built for
+  int cuda_device_ = -1;
   std::shared_ptr<Communicator> world_, dp_, pp_, tp_, dp_tp_;
   std::shared_ptr<Communicator> cpu_world_, cpu_dp_, cpu_pp_, cpu_tp_;
   std::shared_ptr<Communicator> leaders_, tied_;

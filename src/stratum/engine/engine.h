@@ -1,7 +1,7 @@
 #pragma once
 // The engine API, DeepSpeed's shape in C++:
 //
-//   auto engine = stratum::initialize(config, model, dist_context);
+//   auto engine = stratum::initialize(config, model, grid);  // or dist_context
 //   for (...) {
 //     auto loss = engine.forward(batch...);   // calls model->forward(batch...)
 //     engine.backward(loss);
@@ -22,6 +22,7 @@
 
 #include "stratum/core/heartbeat.h"
 #include "stratum/distributed/init.h"
+#include "stratum/distributed/process_grid.h"
 #include "stratum/engine/engine_core.h"
 #include "stratum/engine/flops_profiler.h"
 #include "stratum/engine/layer_runner.h"
@@ -49,6 +50,11 @@ std::shared_ptr<distributed::Communicator> logged_data_parallel(const Config& co
                                                                 std::shared_ptr<distributed::Communicator> dp,
                                                                 std::shared_ptr<distributed::Communicator> control);
 at::Tensor cast_input(const at::Tensor& t, at::ScalarType dtype);
+// The grid's training device: its rank's GPU, else the CPU.
+c10::Device device_of(const distributed::ProcessGrid& grid);
+// Throws Error (naming the rank and both shapes) when `grid` was built for
+// another pipeline x tensor-parallel shape or order than `config` asks for.
+void check_grid(const Config& config, const distributed::ProcessGrid& grid);
 }  // namespace engine_detail
 
 template <class Model>
@@ -150,22 +156,33 @@ Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, std
   return engine_detail::initialize_core(config, std::move(model), std::move(dp), device, std::nullopt);
 }
 
-// Over the whole job: the NCCL world and this rank's GPU when there is one,
-// else the MPI world on the CPU. Data parallel over every rank; with
-// tensor_parallel.autotp_size t > 1 the model must be sharded over
-// tensor_parallel_group(config, ctx) (engine/tensor_parallel_setup.h) and the
-// data-parallel group is the world / t ranks of this rank's TP index.
+// Over the process grid (distributed/process_grid.h, built from this config):
+// data parallel over its data-parallel group, on its rank's training device;
+// with tensor_parallel.autotp_size t > 1 the model must be sharded over
+// tensor_parallel_group(config, grid) (engine/tensor_parallel_setup.h) and the
+// data-parallel group is the world / t ranks of this rank's TP index. The
+// engine keeps its own references to the grid's communicators.
 template <class Model>
-Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, const distributed::DistContext& ctx) {
-  const c10::Device device = ctx.device();
+Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, const distributed::ProcessGrid& grid) {
+  engine_detail::check_grid(config, grid);
+  const c10::Device device = engine_detail::device_of(grid);
   if (config.tensor_parallel.size > 1 || engine_detail::tensor_parallel_size(*model) > 1) {
-    engine_detail::TensorParallelEngineGroups g = engine_detail::tensor_parallel_engine_groups(config, *model, ctx);
+    engine_detail::TensorParallelEngineGroups g = engine_detail::tensor_parallel_engine_groups(config, *model, grid);
     return engine_detail::initialize_core(config, std::move(model),
                                           engine_detail::logged_data_parallel(config, g.dp, g.dp_control), device,
                                           std::move(g.place));
   }
-  return initialize(config, std::move(model), engine_detail::logged_data_parallel(config, ctx.device_world(), ctx.cpu_world),
-                    device);
+  return initialize(config, std::move(model),
+                    engine_detail::logged_data_parallel(config, grid.dp_group(), grid.cpu_dp_group()), device);
+}
+
+// Over the whole job: the grid built here (ProcessGrid::create, collective;
+// ConfigError on every rank when the shape does not fit). A tensor-parallel
+// model built over tensor_parallel_group(config, ctx) keeps its own group of
+// the same ranks.
+template <class Model>
+Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, const distributed::DistContext& ctx) {
+  return initialize(config, std::move(model), distributed::ProcessGrid::create(config, ctx));
 }
 
 }  // namespace stratum

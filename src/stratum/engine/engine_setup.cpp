@@ -76,4 +76,19 @@ at::Tensor cast_input(const at::Tensor& t, at::ScalarType dtype) {
   return t.to(dtype);
 }
 
+c10::Device device_of(const distributed::ProcessGrid& grid) {
+  return grid.cuda_device() >= 0 ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(grid.cuda_device()))
+                                 : c10::Device(c10::kCPU);
+}
+
+void check_grid(const Config& config, const distributed::ProcessGrid& grid) {
+  const distributed::Topology& t = grid.topology();
+  if (t.pp() == config.pipeline.stages && t.tp() == config.tensor_parallel.size && t.order() == config.topology.order)
+    return;
+  throw Error("process grid: rank " + std::to_string(grid.rank()) + ": the grid was built for " + grid.summary() +
+              " but " + config.source + " asks for pipeline.stages " + std::to_string(config.pipeline.stages) +
+              " x tensor_parallel.autotp_size " + std::to_string(config.tensor_parallel.size) + ", topology.order " +
+              config.topology.order + "; build the grid from the config the engine is given");
+}
+
 }  // namespace stratum::engine_detail

@@ -10,8 +10,6 @@
 #include "stratum/core/heartbeat.h"
 #include "stratum/core/log.h"
 #include "stratum/distributed/logged_communicator.h"
-#include "stratum/distributed/parallel_groups.h"
-#include "stratum/distributed/topology.h"
 #include "stratum/distributed/wait_context.h"
 #include "stratum/engine/engine.h"
 #include "stratum/engine/param_runs.h"
@@ -21,54 +19,6 @@
 
 namespace stratum {
 namespace {
-
-using distributed::Axis;
-
-// Checks that need no communication, identical on every rank.
-void check_pipeline_config(const Config& c, int world_size) {
-  const int64_t p = c.pipeline.stages, t = c.tensor_parallel.size;
-  std::vector<std::string> problems;
-  if (world_size % p != 0)
-    problems.push_back("pipeline.stages: " + std::to_string(p) + " stages do not divide the " +
-                       std::to_string(world_size) + " ranks of the job; use a divisor of " + std::to_string(world_size));
-  else if (world_size % (p * t) != 0)
-    problems.push_back("pipeline.stages: " + std::to_string(p) + " stages x tensor_parallel.autotp_size " +
-                       std::to_string(t) + " do not divide the " + std::to_string(world_size) + " ranks of the job");
-  // The rules the config alone decides are checked when it is read (config::check_pipeline_rules).
-  if (!problems.empty()) throw ConfigError(c.source, problems);
-}
-
-// The groups of ranks holding stage 0 and stage p-1 (one per data-parallel
-// and tensor-parallel index, or, when each stage's gradients are partitioned
-// over its data-parallel ranks, all of them of one tensor-parallel index
-// together: a TP index's shard of the embedding is its own), every other rank alone.
-std::vector<std::vector<int64_t>> tied_groups(const distributed::Topology& t, bool per_dp_index) {
-  std::vector<std::vector<int64_t>> groups;
-  std::vector<bool> placed(t.world_size(), false);
-  for (const auto& pp : t.groups(Axis::pp)) {  // one pipeline per (dp, tp) index
-    if (per_dp_index) {
-      groups.push_back({pp.front(), pp.back()});
-      placed[pp.front()] = placed[pp.back()] = true;
-    }
-  }
-  if (!per_dp_index) {
-    std::map<int64_t, std::vector<int64_t>> by_tp;
-    for (const auto& pp : t.groups(Axis::pp)) {
-      auto& all = by_tp[t.coord_of(pp.front()).tp];
-      all.push_back(pp.front());
-      all.push_back(pp.back());
-    }
-    for (auto& [tp, all] : by_tp) {
-      std::sort(all.begin(), all.end());
-      for (int64_t r : all) placed[r] = true;
-      groups.push_back(all);
-    }
-  }
-  for (int64_t r = 0; r < t.world_size(); ++r)
-    if (!placed[r]) groups.push_back({r});
-  std::sort(groups.begin(), groups.end());
-  return groups;
-}
 
 // One stage's share of the model's trainable parameters.
 struct StageParameters {
@@ -122,24 +72,25 @@ StageParameters take_stage_parameters(nn::LayerStackImpl& model, std::vector<at:
 
 PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerStackImpl> model, StageLoss loss,
                                const distributed::DistContext& ctx)
+    : PipelineEngine(config, std::move(model), std::move(loss), distributed::ProcessGrid::create(config, ctx)) {}
+
+PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerStackImpl> model, StageLoss loss,
+                               const distributed::ProcessGrid& grid)
     : config_(config),
       model_(std::move(model)),
       loss_(std::move(loss)),
-      device_(ctx.device()) {
+      device_(engine_detail::device_of(grid)) {
   if (!model_) throw Error("stratum::initialize_pipeline: no model");
-  const auto& world = ctx.device_world();
-  check_pipeline_config(config_, world->size());
-  stages_ = static_cast<int>(config_.pipeline.stages);
+  // The grid checked the shape (ProcessGrid::problems): stages and TP divide the world, TP stays in a node.
+  engine_detail::check_grid(config_, grid);
+  const auto& world = grid.world();
+  stages_ = static_cast<int>(grid.pp());
   chunks_ = static_cast<int>(config_.pipeline.virtual_stages);
-  const auto topology =
-      distributed::Topology::from_model_parallel(world->size(), stages_, config_.tensor_parallel.size,
-                                                 config_.topology.order);
-  const distributed::Coord me = topology.coord_of(world->rank());
-  stage_ = static_cast<int>(me.pp);
+  stage_ = static_cast<int>(grid.coord().pp);
   // Tensor parallelism inside the stages: the model is built sharded over the grid's TP groups.
   const nn::tp::ShardedModule* sharded =
       config_.tensor_parallel.size > 1 || engine_detail::tensor_parallel_size(*model_) > 1
-          ? &engine_detail::sharded_as_configured(config_, *model_, world->rank(), me.tp)
+          ? &engine_detail::sharded_as_configured(config_, *model_, grid.rank(), grid.coord().tp)
           : nullptr;
 
   // Partition the whole model's layers (every rank alike, before any collective).
@@ -184,16 +135,15 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
                                        pipeline::describe(partition_) + " but no trainable parameter"});
 
   engine_detail::prepare_module(*model_, device_, dtype, /*keep_trainable_params=*/false);
-  const auto groups = distributed::make_parallel_groups(topology, world);
-  pp_ = groups.pp;
-  control_ = ctx.gpu_world ? ctx.cpu_world->split(topology.groups(Axis::pp), "pp_control") : pp_;
-  auto cpu_dp = ctx.gpu_world ? ctx.cpu_world->split(topology.groups(Axis::dp), "dp_control") : groups.dp;
-  dp_ = engine_detail::logged_data_parallel(config_, groups.dp, cpu_dp);
+  pp_ = grid.pp_group();
+  control_ = grid.cpu_pp_group();
+  dp_ = engine_detail::logged_data_parallel(config_, grid.dp_group(), grid.cpu_dp_group());
   // comms_logger: the stage transfers (send/recv rows) and the step's
   // reductions over the stages go into the same log as the data-parallel ones.
+  // Not the grid's: with_comms_logger splits the CPU twin for the desync check
+  // alone, apart from the executor's control messages on it.
   if (auto* logged = dynamic_cast<distributed::LoggedCommunicator*>(dp_.get()))
-    pp_ = std::make_shared<distributed::LoggedCommunicator>(
-        pp_, ctx.cpu_world->split(topology.groups(Axis::pp), "pp_log"), config_.comms_logger, logged->comms_log());
+    pp_ = distributed::with_comms_logger(pp_, grid.cpu_pp_group(), config_.comms_logger, logged->comms_log());
 
   // Tied parameters: equal from the start (the first stage's values, before
   // the core copies them into its masters); their gradients summed each step.
@@ -201,10 +151,9 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
     // ZeRO-0 keeps whole gradients on every data-parallel rank: pair stage 0
     // and stage p-1 of each pipeline. Stages 1-2 partition them, each stage
     // differently: all ranks of both stages sum the pieces they hold.
-    const bool whole = config_.zero_optimization.stage == 0;
-    tied_group_ = world->split(tied_groups(topology, whole), "tied");
+    tied_group_ = grid.tied(config_.zero_optimization.stage == 0);
     c10::AutoGradMode no_grad(false);
-    for (int i : tied_) {  // the group's first rank is a stage-0 rank (pp is the slowest axis)
+    for (int i : tied_) {  // the group's first rank is a stage-0 rank (ProcessGrid::tied_groups)
       at::Tensor value = params[i].detach().clone();
       tied_group_->broadcast(value, 0)->wait();
       params[i].copy_(value);
@@ -224,30 +173,17 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
   place_.stage = stage_;
   place_.stages = stages_;
   place_.world = world;
-  if (!sharded) {
-    if (dp_->rank() == 0) place_.leaders = control_;  // the stages of data-parallel index 0
-  } else {
-    // Every (stage, tensor-parallel index) of data-parallel index 0, in shard order.
-    std::vector<std::vector<int64_t>> groups(1);
-    for (int64_t r = 0; r < topology.world_size(); ++r)
-      if (topology.coord_of(r).dp == 0) groups[0].push_back(r);
-      else groups.push_back({r});
-    std::sort(groups[0].begin(), groups[0].end(), [&](int64_t a, int64_t b) {
-      const distributed::Coord ca = topology.coord_of(a), cb = topology.coord_of(b);
-      return ca.pp != cb.pp ? ca.pp < cb.pp : ca.tp < cb.tp;
-    });
-    auto leaders = ctx.cpu_world->split(groups, "part_leaders");
-    if (me.dp == 0) place_.leaders = std::move(leaders);
-  }
+  // Every (stage, tensor-parallel index) of data-parallel index 0, in shard order.
+  place_.leaders = grid.leaders();
   if (stage_ == stages_ - 1 && stages_ > 1)
     for (int i : tied_) place_.written_elsewhere.insert(names_[i]);  // the first stage writes it
   place_.model_params = all_names;
   for (size_t l = 0; l < model_->size(); ++l) place_.layer_stages.push_back(partition_.part_of(l) % stages_);
   executor_ = std::make_unique<pipeline::ScheduleExecutor>(std::move(schedule), pp_, control_, device_);
   if (world->rank() == 0)
-    log::info("pipeline: " + std::to_string(stages_) + " stages x " + std::to_string(topology.dp()) +
+    log::info("pipeline: " + std::to_string(stages_) + " stages x " + std::to_string(grid.dp()) +
               " data-parallel" +
-              (topology.tp() > 1 ? " x " + std::to_string(topology.tp()) + " tensor-parallel" : std::string()) +
+              (grid.tp() > 1 ? " x " + std::to_string(grid.tp()) + " tensor-parallel" : std::string()) +
               ", schedule " + config::pipeline_schedule_name(config_.pipeline.schedule) + ", " +
               std::to_string(executor_->schedule().micro_batches) + " micro-batches a step; layers by stage " +
               pipeline::describe(partition_));
@@ -423,10 +359,15 @@ nlohmann::json PipelineEngine::load_checkpoint(const std::string& load_dir, cons
 }
 
 std::unique_ptr<PipelineEngine> initialize_pipeline(const Config& config, std::shared_ptr<models::CausalLMImpl> model,
-                                                    const distributed::DistContext& ctx) {
+                                                    const distributed::ProcessGrid& grid) {
   models::CausalLMImpl* lm = model.get();  // the engine holds the model: it outlives the loss
   return std::make_unique<PipelineEngine>(
-      config, model, [lm](const at::Tensor& out, const at::Tensor& labels) { return lm->loss(out, labels); }, ctx);
+      config, model, [lm](const at::Tensor& out, const at::Tensor& labels) { return lm->loss(out, labels); }, grid);
+}
+
+std::unique_ptr<PipelineEngine> initialize_pipeline(const Config& config, std::shared_ptr<models::CausalLMImpl> model,
+                                                    const distributed::DistContext& ctx) {
+  return initialize_pipeline(config, std::move(model), distributed::ProcessGrid::create(config, ctx));
 }
 
 }  // namespace stratum

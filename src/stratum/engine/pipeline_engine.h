@@ -5,7 +5,7 @@
 // and its own EngineCore; the step's micro-batches run through a schedule
 // (pipeline/schedule.h) by the executor (pipeline/executor.h).
 //
-//   auto engine = stratum::initialize_pipeline(config, model, ctx);
+//   auto engine = stratum::initialize_pipeline(config, model, grid);  // or ctx
 //   for (...) double loss = engine->train_batch(next_batch);  // one optimizer step
 //
 // A model built as a skeleton (models::construct_model on the meta device) is
@@ -25,6 +25,7 @@
 
 #include "stratum/config/config.h"
 #include "stratum/distributed/init.h"
+#include "stratum/distributed/process_grid.h"
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine_core.h"
 #include "stratum/nn/layer_stack.h"
@@ -47,9 +48,15 @@ using StageLoss = std::function<at::Tensor(const at::Tensor& output, const at::T
 
 class PipelineEngine : private pipeline::StageOps {
  public:
-  // Collective over ctx's world. Throws ConfigError (the same on every rank,
-  // before any collective) when the stages do not divide the world, a stage
-  // would hold no layer, or the config asks for what pipelines lack.
+  // Collective over the grid's world; the grid (built from this config)
+  // checked its shape, and the engine keeps its own references to the grid's
+  // communicators. Throws ConfigError (the same on every rank, before any
+  // collective) when a stage would hold no layer or the config asks for what
+  // pipelines lack.
+  PipelineEngine(const Config& config, std::shared_ptr<nn::LayerStackImpl> model, StageLoss loss,
+                 const distributed::ProcessGrid& grid);
+  // Over a grid built here (ProcessGrid::create: collective; ConfigError on
+  // every rank when the stages or TP do not divide the world).
   PipelineEngine(const Config& config, std::shared_ptr<nn::LayerStackImpl> model, StageLoss loss,
                  const distributed::DistContext& ctx);
   ~PipelineEngine() override;
@@ -125,6 +132,8 @@ class PipelineEngine : private pipeline::StageOps {
 };
 
 // A causal LM (GPT-2, LLaMA) with next-token cross-entropy on the last stage.
+std::unique_ptr<PipelineEngine> initialize_pipeline(const Config& config, std::shared_ptr<models::CausalLMImpl> model,
+                                                    const distributed::ProcessGrid& grid);
 std::unique_ptr<PipelineEngine> initialize_pipeline(const Config& config, std::shared_ptr<models::CausalLMImpl> model,
                                                     const distributed::DistContext& ctx);
 

@@ -7,30 +7,20 @@
 #include <map>
 
 #include "stratum/core/error.h"
-#include "stratum/distributed/topology.h"
 #include "stratum/engine/engine.h"
 
 namespace stratum {
 
-using distributed::Axis;
+nn::tp::TensorParallel tensor_parallel_group(const Config& config, const distributed::ProcessGrid& grid) {
+  engine_detail::check_grid(config, grid);
+  if (config.tensor_parallel.size <= 1) return {};
+  return {grid.tp_group(), config.tensor_parallel.sequence_parallel};
+}
 
 nn::tp::TensorParallel tensor_parallel_group(const Config& config, const distributed::DistContext& ctx) {
-  const auto& world = ctx.device_world();
-  const int64_t t = config.tensor_parallel.size;
-  if (t <= 1) return {};
-  // A group stays inside a node (its collectives are on every layer's path):
-  // the node with the fewest ranks decides, the same on every rank.
-  at::Tensor local = at::full({1}, static_cast<int64_t>(ctx.local_world_size), at::kLong);
-  ctx.cpu_world->all_reduce(local, distributed::ReduceOp::min)->wait();
-  const int64_t fewest = local.item<int64_t>();
-  if (fewest < world->size() && fewest % t != 0)
-    throw ConfigError(config.source, {"tensor_parallel.autotp_size: " + std::to_string(t) + " does not divide the " +
-                                      std::to_string(fewest) + " ranks of a node (the fewest any node of the " +
-                                      std::to_string(world->size()) + "-rank job runs): a tensor-parallel group "
-                                      "would span nodes; use a divisor of " + std::to_string(fewest)});
-  const auto topology =
-      distributed::Topology::from_model_parallel(world->size(), config.pipeline.stages, t, config.topology.order);
-  return {world->split(topology.groups(Axis::tp), "tp"), config.tensor_parallel.sequence_parallel};
+  if (config.tensor_parallel.size <= 1) return {};
+  // The group outlives the grid: it holds its communicator.
+  return tensor_parallel_group(config, distributed::ProcessGrid::create(config, ctx));
 }
 
 TensorParallelGradPlan plan_tensor_parallel_grads(const nn::tp::ShardedModule& model,
@@ -114,6 +104,8 @@ void add_tensor_parallel(ModelParallelPlace& place, const nn::tp::ShardedModule&
   const TensorParallelGradPlan plan = plan_tensor_parallel_grads(model, names, tp.size(), tp.rank(), tp.sequence_parallel);
   place.tensor_parallel = tp.group;
   place.tp_duplicates = plan.duplicates;
+  // Not the grid's: these groups follow the model (which ranks share a
+  // key/value head), so they are split here, from the model's tp group.
   for (const auto& partial : plan.partial)  // the same list on every rank of the group: the splits match
     place.partial.push_back(
         {partial.groups.size() == 1 ? tp.group : tp.group->split(partial.groups, "tp_shared"), partial.params});
@@ -122,23 +114,17 @@ void add_tensor_parallel(ModelParallelPlace& place, const nn::tp::ShardedModule&
 }
 
 TensorParallelEngineGroups tensor_parallel_engine_groups(const Config& config, torch::nn::Module& module,
-                                                         const distributed::DistContext& ctx) {
-  const auto& world = ctx.device_world();
-  const auto topology = distributed::Topology::from_model_parallel(world->size(), 1, config.tensor_parallel.size,
-                                                                   config.topology.order);
-  const distributed::Coord me = topology.coord_of(world->rank());
-  const nn::tp::ShardedModule& sharded = sharded_as_configured(config, module, world->rank(), me.tp);
-
+                                                         const distributed::ProcessGrid& grid) {
+  const nn::tp::ShardedModule& sharded = sharded_as_configured(config, module, grid.rank(), grid.coord().tp);
   TensorParallelEngineGroups out;
-  out.dp = world->split(topology.groups(Axis::dp), "dp");
-  if (ctx.gpu_world && config.comms_logger.debug) out.dp_control = ctx.cpu_world->split(topology.groups(Axis::dp), "dp_control");
+  out.dp = grid.dp_group();
+  out.dp_control = grid.cpu_dp_group();
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
   trainable_parameters(module, params, names);
   add_tensor_parallel(out.place, sharded, names);
-  out.place.world = world;
-  auto leaders = ctx.cpu_world->split(topology.groups(Axis::tp), "tp_leaders");
-  if (me.dp == 0) out.place.tp_leaders = std::move(leaders);
+  out.place.world = grid.world();
+  out.place.tp_leaders = grid.leaders();  // at pp = 1: the tp ranks of dp 0, in tp order
   return out;
 }
 

@@ -1,12 +1,13 @@
 #pragma once
 // What the engine needs to train a tensor-parallel model (nn::tp::ShardedModule)
-// over TP x DP ranks: the groups of Topology's grid, and which gradients the
+// over TP x DP ranks: the process grid's groups, and which gradients the
 // step must treat apart (counted once in the norm, or summed over the ranks
 // that each computed part of them).
 //
-//   auto tp = stratum::tensor_parallel_group(config, ctx);
+//   auto grid = distributed::ProcessGrid::create(config, ctx);
+//   auto tp = stratum::tensor_parallel_group(config, grid);
 //   auto model = models::build_model(model_config, device, tp);
-//   auto engine = stratum::initialize(config, model, ctx);  // data parallel over world / tp
+//   auto engine = stratum::initialize(config, model, grid);  // data parallel over world / tp
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "stratum/config/config.h"
 #include "stratum/distributed/init.h"
+#include "stratum/distributed/process_grid.h"
 #include "stratum/engine/engine_core.h"
 #include "stratum/nn/tensor_parallel/shard_spec.h"
 
@@ -23,11 +25,13 @@ class Module;
 
 namespace stratum {
 
-// This rank's tensor-parallel group for `config` (tensor_parallel.autotp_size
-// consecutive ranks, Topology's order; sequence_parallel as configured), on
-// the training device's communicator. Collective over the job. A size of 1:
-// no group (the model is built whole). A size that does not divide the ranks
-// of every node (a group would span nodes) is a ConfigError on every rank.
+// This rank's tensor-parallel group for `config`: the grid's (on the training
+// device), sequence_parallel as configured. A size of 1: no group (the model
+// is built whole). Throws Error when the grid was built for another shape.
+nn::tp::TensorParallel tensor_parallel_group(const Config& config, const distributed::ProcessGrid& grid);
+// The same over a grid built here (ProcessGrid::create: collective over the
+// job, ConfigError on every rank when the shape does not fit, e.g. a group
+// that would span nodes); a size of 1 returns no group without communicating.
 nn::tp::TensorParallel tensor_parallel_group(const Config& config, const distributed::DistContext& ctx);
 
 // Pure: how the step treats each of `names` (a ShardedModule's trainable
@@ -65,17 +69,16 @@ const nn::tp::ShardedModule& sharded_as_configured(const Config& config, torch::
 void add_tensor_parallel(ModelParallelPlace& place, const nn::tp::ShardedModule& model,
                          const std::vector<std::string>& names);
 
-// initialize()'s groups for a tensor-parallel model: the data-parallel group
-// (and its CPU twin for comms_logger.debug), and the core's place in the
-// model's group. Throws ConfigError (identically on every rank, before any
-// collective) when `module` is not sharded as the config says.
-
+// initialize()'s groups for a tensor-parallel model, the grid's: the
+// data-parallel group (and its CPU twin for comms_logger.debug), and the
+// core's place in the model's group. Throws ConfigError (identically on every
+// rank, before any collective) when `module` is not sharded as the config says.
 struct TensorParallelEngineGroups {
   std::shared_ptr<distributed::Communicator> dp, dp_control;
   ModelParallelPlace place;
 };
 TensorParallelEngineGroups tensor_parallel_engine_groups(const Config& config, torch::nn::Module& module,
-                                                         const distributed::DistContext& ctx);
+                                                         const distributed::ProcessGrid& grid);
 
 }  // namespace engine_detail
 }  // namespace stratum
