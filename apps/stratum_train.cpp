@@ -43,6 +43,7 @@
 #include "stratum/engine/pipeline_engine.h"
 #include "stratum/engine/tensor_parallel_setup.h"
 #include "stratum/models/causal_lm.h"
+#include "stratum/models/flops.h"
 #include "stratum/models/generate.h"
 #include "stratum/models/hf_config.h"
 #include "stratum/models/hf_state_dict.h"
@@ -335,8 +336,7 @@ int train_pipelined(const Options& o, const distributed::DistContext& ctx, const
     save_tokenizer_files(tokenizer, o.save_dir + "/" + tag, ctx);
     if (lead) progress.note("saved checkpoint " + o.save_dir + "/" + tag);
   };
-  const double flops_per_token =
-      6.0 * models::parameter_count(mcfg) + 12.0 * mcfg.layers * mcfg.hidden * static_cast<double>(seq);
+  const double flops_per_token = models::training_flops_per_token(mcfg, seq);
   const int64_t tokens_per_step = batch.train_batch_size * seq;
   if (lead)
     log::info(models::describe(mcfg) + " | data " + file.path() + " | batch " + std::to_string(batch.train_batch_size) +
@@ -497,8 +497,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   // wall_clock_breakdown's timer lines and the flops profile (rank 0) as lines that stay above the progress line.
   if (lead) engine.core().set_report_sink([&progress](const std::string& text) { progress.note(text); });
   monitor::RunRecords records(config, o.log_dir, batch.train_batch_size, lead);
-  const double flops_per_token =
-      6.0 * models::parameter_count(mcfg) + 12.0 * mcfg.layers * mcfg.hidden * static_cast<double>(seq);
+  const double flops_per_token = models::training_flops_per_token(mcfg, seq);
   const int64_t tokens_per_step = batch.train_batch_size * seq;
   if (lead)
     log::info(models::describe(mcfg) + " | data " + file.path() + " (" + std::to_string(file.size()) + " tokens, " +
