@@ -446,19 +446,19 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   }
 
   torch::manual_seed(o.seed);
-  // Born sharded: tensor_parallel.autotp_size ranks each draw only their
-  // pieces; under a pipeline, and at ZeRO-3 (on the training device, one
-  // layer at a time as it is partitioned), the model is a skeleton (shapes
-  // only) of which the engine draws only what the rank keeps. Every layout
-  // starts from the single process's weights: each parameter is drawn by
-  // name (models/causal_lm.h).
+  // Born sharded: the model is a skeleton (shapes only) of which the engine
+  // draws, on the training device, only what the rank keeps: its stage, its
+  // tensor-parallel pieces, at ZeRO-3 one layer at a time as it partitions
+  // it. Every layout starts from the single process's weights: each
+  // parameter is drawn by name (models/causal_lm.h), and always on the
+  // training device, whose generator the values follow (a GPU's differ from
+  // the host's).
   nn::tp::TensorParallel tp;
   distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the model", [&] {
     tp = tensor_parallel_group(config, *grid);
     models::validate_tensor_parallel(mcfg, tp.size());
   });
-  const bool skeleton = config.pipeline.stages > 1 || config.zero_optimization.stage == 3;
-  auto model = skeleton ? models::construct_model(mcfg, tp, c10::kMeta) : models::build_model(mcfg, c10::kCPU, tp);
+  auto model = models::construct_model(mcfg, tp, c10::kMeta);
   // --init-from: the Hugging Face weights replace the drawn ones once the
   // engine holds its parts, unless a checkpoint is resumed.
   std::optional<InitWeights> init;
