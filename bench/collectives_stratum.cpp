@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  ctx.gpu_world.reset();  // NCCL's CUDA state before MPI finalizes (and may release the context)
   ctx.cpu_world.reset();
-  ctx.gpu_world.reset();
   finalize();
   return 0;
 }

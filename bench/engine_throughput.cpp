@@ -304,8 +304,10 @@ int main(int argc, char** argv) {
     distributed::DistContext ctx = distributed::init();
     // Every CUDA object dies inside run(), before distributed::finalize() (see init.h).
     run(ctx, options);
-    ctx.cpu_world.reset();
+    // NCCL first: its CUDA state must go while the context lives, and the last
+    // MPI communicator finalizes MPI, which may release the context.
     ctx.gpu_world.reset();
+    ctx.cpu_world.reset();
     distributed::finalize();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_engine: error: %s\n", e.what());

@@ -43,8 +43,10 @@ int run_distributed_job(const std::string& program, const std::function<int(Dist
   } catch (...) {
     abort_job("rank " + std::to_string(ctx.rank) + " failed with an exception that is not a std::exception", 1);
   }
-  ctx.cpu_world.reset();
+  // NCCL's CUDA state goes while the context lives: the last MPI
+  // communicator finalizes MPI, which may release the CUDA context.
   ctx.gpu_world.reset();
+  ctx.cpu_world.reset();
   finalize();
   return rc;
 }
