@@ -4,6 +4,9 @@
 // ones are named.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,7 +91,12 @@ TEST_F(TrainCli, Zero3OffloadCheckpointingTrainsAndResumes) {
   EXPECT_NE(info.output.find("at ZeRO stage 3 with the optimizer offloaded"), std::string::npos) << info.output;
   auto want = losses(dir_ + "/log/metrics.csv");
   ASSERT_EQ(want.size(), 20u);
-  EXPECT_LT(want[20], want[1] - 0.5);
+  // Learns: the median of the last five steps well below the first (one
+  // batch of the default corpus, step 20's at seed 1234, scores near 7.9 on a
+  // model that reads the others at 3.7).
+  std::vector<double> last{want[16], want[17], want[18], want[19], want[20]};
+  std::nth_element(last.begin(), last.begin() + 2, last.end());
+  EXPECT_LT(last[2], want[1] - 0.5);
   const std::string second = stratum::fs::make_temp_directory("stratum_resume3_");
   ASSERT_EQ(run(train_cmd(second, 10, "--sample-tokens 0", cfg)).status, 0);
   Result part2 = run(train_cmd(second, 20, "--sample-tokens 0 --resume", cfg));
