@@ -331,3 +331,33 @@ TEST(PipelineSchedule, HugeCountsAreRefusedBeforeAnythingIsBuilt) {
   EXPECT_NE(e.find("use fewer micro-batches (gradient_accumulation_steps) or stages"), std::string::npos) << e;
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.5);
 }
+
+// Evaluation and generation: every micro-batch through every chunk once,
+// forward alone, at any p, m (not only multiples of p) and v; at v = 1 the
+// micro-batches pipeline (makespan m + p - 1 forwards), and a rank holds one
+// activation at a time.
+TEST(PipelineSchedule, ForwardScheduleRunsEveryChunkOnceAndPipelines) {
+  for (int p = 1; p <= 6; ++p)
+    for (int m = 1; m <= 13; ++m)
+      for (int v = 1; v <= 3; ++v) {
+        const Schedule s = make_forward_schedule(p, m, v);
+        const Simulation sim = simulate(s, Costs{1.0, 1.0, 1.0});
+        for (int r = 0; r < p; ++r) {
+          int forwards = 0;
+          for (const Action& a : s.ranks[r]) {
+            ASSERT_TRUE(a.op == Op::forward || a.op == Op::send_act || a.op == Op::recv_act)
+                << to_string(a) << " p=" << p << " m=" << m << " v=" << v;
+            forwards += a.op == Op::forward;
+          }
+          ASSERT_EQ(forwards, m * v) << "rank " << r;
+          ASSERT_EQ(sim.peak_activations[r], 1);
+        }
+        if (v == 1) ASSERT_NEAR(sim.makespan, m + p - 1, 1e-12) << "p=" << p << " m=" << m;
+      }
+  // A backward slipped into it is named.
+  Schedule s = make_forward_schedule(2, 2);
+  s.ranks[1].push_back(Action{Op::backward, 0, 0, -1});
+  const std::string e = error_of([&] { simulate(s); });
+  EXPECT_NE(e.find("a backward in a forward-only schedule"), std::string::npos) << e;
+  EXPECT_NE(error_of([] { make_forward_schedule(2, 0); }).find("at least 1"), std::string::npos);
+}

@@ -81,6 +81,15 @@ std::vector<Compute> interleaved_order(int p, int m, int v, int rank) {
   return out;
 }
 
+// Forwards only: micro-batches in groups of p through chunk 0..v-1.
+std::vector<Compute> forward_order(int p, int m, int v) {
+  std::vector<Compute> out;
+  for (int group = 0; group < m; group += p)
+    for (int c = 0; c < v; ++c)
+      for (int i = group; i < std::min(m, group + p); ++i) out.push_back({Op::forward, i, c});
+  return out;
+}
+
 // Each compute with the transfers around it (a W's input gradient has already
 // gone with its B), then the step's end.
 std::vector<Action> lower(const Schedule& s, int rank, const std::vector<Compute>& order) {
@@ -100,6 +109,7 @@ std::vector<Action> lower(const Schedule& s, int rank, const std::vector<Compute
       if (vs > 0) out.push_back({Op::send_grad, c.micro, c.chunk, s.rank_of(vs - 1)});
     }
   }
+  if (s.forward_only) return out;
   // The first and last stages hold the tied embedding (input and output).
   if (s.stages > 1 && (rank == 0 || rank == s.stages - 1)) out.push_back({Op::reduce_tied, -1, 0, -1});
   out.push_back({Op::optimizer_step, -1, 0, -1});
@@ -175,6 +185,27 @@ Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int vir
     }
     s.ranks.push_back(lower(s, r, order));
   }
+  return s;
+}
+
+Schedule make_forward_schedule(int stages, int micro_batches, int virtual_stages) {
+  if (stages < 1 || micro_batches < 1 || virtual_stages < 1)
+    throw Error("forward schedule: stages (" + std::to_string(stages) + "), micro-batches (" +
+                std::to_string(micro_batches) + ") and virtual stages (" + std::to_string(virtual_stages) +
+                ") must each be at least 1");
+  constexpr int64_t kMaxComputes = int64_t{1} << 24;
+  if (int64_t{stages} * micro_batches * virtual_stages > kMaxComputes)
+    throw Error("forward schedule: " + std::to_string(stages) + " stages x " + std::to_string(micro_batches) +
+                " micro-batches x " + std::to_string(virtual_stages) + " virtual stages is over the " +
+                std::to_string(kMaxComputes) + " forward passes a schedule may hold");
+  Schedule s;
+  s.kind = virtual_stages > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+  s.stages = stages;
+  s.micro_batches = micro_batches;
+  s.virtual_stages = virtual_stages;
+  s.forward_only = true;
+  const std::vector<Compute> order = forward_order(stages, micro_batches, virtual_stages);
+  for (int r = 0; r < stages; ++r) s.ranks.push_back(lower(s, r, order));
   return s;
 }
 

@@ -53,6 +53,8 @@ struct Schedule {
   int stages = 1;          // p: pipeline ranks
   int micro_batches = 1;   // m: per step
   int virtual_stages = 1;  // v: model chunks per rank
+  // Forwards alone (evaluation, generation): no backward, no reduce_tied, no optimizer_step.
+  bool forward_only = false;
   std::vector<std::vector<Action>> ranks;  // by pipeline rank, in execution order
 
   int virtual_stage(int rank, int chunk) const { return chunk * stages + rank; }
@@ -82,5 +84,13 @@ struct Schedule {
 //                holds at most min(p, m) micro-batches between F and W: 1F1B's
 //                peak on rank 0, the paper's bound (the most over all ranks).
 Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int virtual_stages = 1);
+
+// Forwards alone, for evaluation and generation: micro-batches in groups of p,
+// each group through chunk 0..v-1 (v = 1: every micro-batch in order), each
+// forward between its receive and its send. Every dependency points to an
+// earlier item of every rank's order, so it never deadlocks, and at v = 1
+// rank r runs micro-batch i while rank r + 1 runs i - 1. Any m >= 1 (the
+// training schedules' multiple-of-p rule does not apply).
+Schedule make_forward_schedule(int stages, int micro_batches, int virtual_stages = 1);
 
 }  // namespace stratum::pipeline

@@ -96,7 +96,10 @@ Simulation simulate(const Schedule& s, const std::vector<Costs>& per_rank) {
   std::map<std::tuple<int, int, bool>, std::deque<Message>> links;
   std::map<std::tuple<int, int, int>, Progress> state;  // (rank, chunk, micro)
 
-  auto finished = [&](Progress st) { return st == Progress::weight || st == Progress::backward; };
+  // A forward-only schedule's micro-batches are done once forward.
+  auto finished = [&](Progress st) {
+    return st == Progress::weight || st == Progress::backward || (s.forward_only && st == Progress::forward);
+  };
   // The step's closing actions need every gradient of the rank.
   auto require_all_computes = [&](int r) {
     for (int c = 0; c < s.virtual_stages; ++c)
@@ -113,6 +116,8 @@ Simulation simulate(const Schedule& s, const std::vector<Costs>& per_rank) {
       while (pc[r] < s.ranks[r].size()) {
         const Action& a = s.ranks[r][pc[r]];
         if (stepped[r]) throw Error(where(s, r, pc[r]) + ": after optimizer_step, which ends the step");
+        if (s.forward_only && (a.op == Op::reduce_tied || a.op == Op::optimizer_step))
+          throw Error(where(s, r, pc[r]) + ": a step's end in a forward-only schedule");
         if (a.op == Op::reduce_tied) {
           if (p == 1) throw Error(where(s, r, pc[r]) + ": one stage holds both ends of the tied embedding");
           if (r != 0 && r != p - 1)
@@ -157,6 +162,10 @@ Simulation simulate(const Schedule& s, const std::vector<Costs>& per_rank) {
           } else {
             std::string error;
             Progress& st = state[{r, a.chunk, a.micro}];
+            if (s.forward_only && a.op != Op::forward)
+              throw Error(where(s, r, pc[r]) + ": a backward in a forward-only schedule");
+            if (s.forward_only && st != Progress::none)
+              throw Error(where(s, r, pc[r]) + ": forward run twice");
             st = advance(a.op, st, error);
             if (!error.empty()) throw Error(where(s, r, pc[r]) + ": " + error);
             if (a.op == Op::forward) sim.peak_activations[r] = std::max(sim.peak_activations[r], ++live[r]);
@@ -192,7 +201,8 @@ Simulation simulate(const Schedule& s, const std::vector<Costs>& per_rank) {
                       (st == Progress::none ? "forward" : st == Progress::input ? "backward_weight" : "backward") +
                       " of micro-batch " + std::to_string(i) + " on chunk " + std::to_string(c));
       }
-    if (!stepped[r]) throw Error(name(s) + ": rank " + std::to_string(r) + " never runs optimizer_step");
+    if (!stepped[r] && !s.forward_only)
+      throw Error(name(s) + ": rank " + std::to_string(r) + " never runs optimizer_step");
   }
   sim.makespan = p > 0 ? *std::max_element(clock.begin(), clock.end()) : 0.0;
   for (int r = 0; r < p; ++r) sim.idle.push_back(sim.makespan - sim.busy[r]);

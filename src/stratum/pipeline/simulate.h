@@ -12,7 +12,9 @@
 //     on the rank that holds the chunk: either one full backward, or a
 //     backward_input and after it a backward_weight, never both kinds;
 //   - reduce_tied only on ranks 0 and p - 1 (p > 1), optimizer_step once on
-//     every rank, last, and both after all of the rank's computes.
+//     every rank, last, and both after all of the rank's computes;
+//   - a forward-only schedule (make_forward_schedule) runs each forward once
+//     and nothing else.
 #include <vector>
 
 #include "stratum/pipeline/schedule.h"
