@@ -176,7 +176,10 @@ struct NcclCommunicator::State {
       cudaStreamSynchronize(stream);
       ncclCommDestroy(comm);
     }
-    if (stream) cudaStreamDestroy(stream);
+    // The stream itself stays (as torch's pool streams do): a tensor the
+    // caching allocator saw used on it (record_stream) may be freed after the
+    // communicator goes, and that free records an event on this stream; on a
+    // destroyed stream it crashes (a model outliving the engine's groups).
   }
 };
 
