@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   auto* tp = app.add_option("--tp", in.tensor_parallel, "tensor-parallel size (dividing the GPUs of a node; needs --model)")
                  ->check(CLI::Range(1, 1 << 10));
   auto* sequence_parallel = app.add_flag("--sequence-parallel", in.sequence_parallel, "sequence parallelism with --tp");
-  auto* zero_opt = app.add_option("--zero", zero, "ZeRO stage of the per-stage table with --pp (0-2; default 1)")
+  auto* zero_opt = app.add_option("--zero", zero, "ZeRO stage of the per-stage table with --pp (0-3; default 1)")
                        ->check(CLI::Range(0, 3));
   // The layout planner; with --plan the layout flags above (--pp, --tp, --zero,
   // --micro-batch, --micro-batches, --schedule, --virtual-stages,

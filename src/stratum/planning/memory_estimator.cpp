@@ -278,21 +278,21 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
       }
     }
     e.states = model_states(in, static_cast<double>(e.params), dp);
-    std::erase_if(e.states, [](const StateEstimate& x) { return x.stage == 3; });
     out.push_back(std::move(e));
   }
   return out;
 }
 
 std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
-  if (zero_stage < 0 || zero_stage > 2)
-    throw Error("ZeRO-" + std::to_string(zero_stage) +
-                " is not available with pipeline parallelism (the engine refuses it); use ZeRO 0, 1 or 2");
+  if (zero_stage < 0 || zero_stage > 3) throw Error("ZeRO-" + std::to_string(zero_stage) + " is not a stage (0-3)");
+  if (zero_stage >= 2 && in.schedule == pipeline::ScheduleKind::zb_h1)
+    throw Error("ZeRO-" + std::to_string(zero_stage) + " with schedule zb-h1: the engine refuses it (zb-h1 defers "
+                "weight gradients past the micro-batch's reduce-scatter); use ZeRO 0 or 1, or 1f1b");
   const std::vector<StageEstimate> stages = estimate_pipeline_stages(in);
   auto gib = [](double bytes) { return bytes / double(1ull << 30); };
-  auto states_of = [](const StageEstimate& e, int zero, bool offload) {
+  auto states_of = [](const StageEstimate& e, int zero, bool offload, bool offload_param = false) {
     for (const auto& x : e.states)
-      if (x.stage == zero && x.offload_optimizer == offload) return x;
+      if (x.stage == zero && x.offload_optimizer == offload && x.offload_param == offload_param) return x;
     return StateEstimate{};
   };
   const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
@@ -344,7 +344,7 @@ std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
     double gpu = 0, cpu = 0;
     int busiest = 0;
     for (const auto& e : stages) {
-      const StateEstimate x = states_of(e, row.stage, row.offload_optimizer);
+      const StateEstimate x = states_of(e, row.stage, row.offload_optimizer, row.offload_param);
       if (x.gpu_bytes + e.activation_bytes > gpu) gpu = x.gpu_bytes + e.activation_bytes, busiest = e.stage;
     }
     // Ranks are stage-major (the pipeline the slowest axis): GPU g holds stage
@@ -352,15 +352,14 @@ std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
     for (int64_t node = 0; node < in.nodes; ++node) {
       double host = 0;
       for (int64_t g = node * in.gpus_per_node; g < (node + 1) * in.gpus_per_node; ++g)
-        host += states_of(stages[g / (dp * t)], row.stage, row.offload_optimizer).cpu_bytes_per_node /
+        host += states_of(stages[g / (dp * t)], row.stage, row.offload_optimizer, row.offload_param).cpu_bytes_per_node /
                 in.gpus_per_node;
       cpu = std::max(cpu, host);
     }
     std::snprintf(line, sizeof line, "  %4d  %-17s  %-13s   %13d   %13.2f   %18.2f\n", row.stage,
-                  row.offload_optimizer ? "cpu" : "none", "none", busiest, gib(gpu), gib(cpu));
+                  row.offload_optimizer ? "cpu" : "none", row.offload_param ? "cpu" : "none", busiest, gib(gpu), gib(cpu));
     out += line;
   }
-  out += "     3  not available: the engine refuses ZeRO-3 under a pipeline\n";
   return out;
 }
 

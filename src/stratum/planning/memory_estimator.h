@@ -87,7 +87,7 @@ struct StageEstimate {
   int64_t params = 0;   // its layers' own, plus the tied embedding on the head's stage
   int in_flight = 0;    // most micro-batch chunks held between a forward and the end of its backward
   double activation_bytes = 0;        // per GPU at the stage's peak over the step
-  std::vector<StateEstimate> states;  // ZeRO 0-2 x offload over the data-parallel ranks (a pipeline refuses ZeRO-3)
+  std::vector<StateEstimate> states;  // ZeRO 0-3 x offload over the stage's data-parallel ranks
 };
 
 // Every pipeline stage, the layers split by "parameters" as the engine does and
@@ -97,7 +97,7 @@ struct StageEstimate {
 // (virtual stages outside interleaved, interleaved micro-batches not a
 // multiple of the stages).
 std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in);
-// The per-stage table at `zero_stage` (0-2), its maximum, and the busiest
+// The per-stage table at `zero_stage` (0-3; 2 and 3 not with zb-h1), its maximum, and the busiest
 // stage for every ZeRO stage and offload choice.
 std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage);
 
