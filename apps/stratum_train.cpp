@@ -9,7 +9,7 @@
 // (csv_monitor or --log-dir; TensorBoard events with the tensorboard section;
 // summary.json and loss_curve.svg at the end), evaluates on held-out data,
 // saves checkpoints that --resume continues exactly, and prints a sample of
-// generated text at the end.
+// generated text at the end; every layout through one engine and one loop.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -40,7 +40,6 @@
 #include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/engine/engine.h"
 #include "stratum/engine/load_weights.h"
-#include "stratum/engine/pipeline_engine.h"
 #include "stratum/engine/tensor_parallel_setup.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/flops.h"
@@ -209,35 +208,39 @@ void restore_data_position(const json& client, data::DistributedSampler& sampler
   });
 }
 
+// Held-out windows, the same count on every data-parallel rank (ZeRO-3's
+// and the stages' forwards are collective), in micro-batches of one size, so
+// that the mean of their means is the mean over the windows.
 struct Evaluator {
-  std::vector<int64_t> offsets;  // this rank's eval windows
-  int64_t seq_len;
-  // Every rank runs as many forwards as the rank with the most windows (ZeRO-3's
-  // forwards gather collectively): a rank out of windows runs `spare` unweighted.
-  int64_t per_rank = 0;
-  int64_t spare = 0;
-  double run(Engine<models::CausalLMImpl>& engine, const data::TokenFile& file, int64_t micro, c10::Device device,
-             const std::shared_ptr<distributed::Communicator>& dp) {
-    c10::AutoGradMode no_grad(false);
-    engine.module().eval();
-    double sum = 0;
-    int64_t count = 0;
-    for (size_t i = 0; i < static_cast<size_t>(per_rank); i += micro) {
-      std::vector<int64_t> chunk(offsets.begin() + std::min(offsets.size(), i),
-                                 offsets.begin() + std::min(offsets.size(), i + micro));
-      const bool padding = chunk.empty();
-      if (padding) chunk = {spare};
-      data::Batch b = data::make_batch(file, chunk, seq_len);
-      at::Tensor loss = engine.forward(b.tokens.to(device), b.targets.to(device));
-      if (padding) continue;
-      sum += loss.item<double>() * chunk.size();
-      count += chunk.size();
-    }
-    engine.module().train();
-    at::Tensor t = at::tensor({sum, static_cast<double>(count)}, at::TensorOptions().dtype(at::kDouble).device(device));
-    dp->all_reduce(t, distributed::ReduceOp::sum)->wait();
-    t = t.cpu();
-    return t[0].item<double>() / std::max(1.0, t[1].item<double>());
+  std::vector<int64_t> offsets;  // this rank's windows
+  int64_t seq_len = 0, micro = 1;
+  int micro_batches = 0;
+  int64_t windows = 0;  // over every rank
+  Evaluator(const data::TrainEvalSplit& split, int64_t seq, int64_t micro_batch, int64_t eval_batches, int64_t dp_rank,
+            int64_t dp_size)
+      : seq_len(seq) {
+    const int64_t available = split.eval.num_windows(seq);
+    if (available == 0) return;
+    // Each rank's share; a corpus with fewer windows than ranks lends some ranks a window twice.
+    int64_t per_rank = std::min(eval_batches * micro_batch, std::max<int64_t>(1, available / dp_size));
+    micro = std::min(micro_batch, per_rank);
+    per_rank -= per_rank % micro;
+    micro_batches = static_cast<int>(per_rank / micro);
+    windows = std::min(available, per_rank * dp_size);
+    for (int64_t i = 0; i < per_rank; ++i)
+      offsets.push_back(split.eval.begin + ((dp_rank + i * dp_size) % available) * seq);
+  }
+  bool enabled() const { return micro_batches > 0; }
+  double run(Engine<models::CausalLMImpl>& engine, const data::TokenFile& file) const {
+    size_t next = 0;
+    return engine.eval_batch(
+        [&] {
+          const std::vector<int64_t> chunk(offsets.begin() + next, offsets.begin() + next + micro);
+          next += micro;
+          data::Batch b = data::make_batch(file, chunk, seq_len);
+          return MicroBatch{b.tokens, b.targets};
+        },
+        micro_batches);
   }
 };
 
@@ -298,84 +301,6 @@ void apply_init_weights(EngineCore& core, const InitWeights& w, const Options& o
                 w.file.size(), file_bytes / 1e6, most.item<double>() / 1e6,
                 100.0 * most.item<double>() / std::max(1.0, file_bytes), seconds);
   if (lead) log::info("initialized from " + o.init_from + line);
-}
-
-// pipeline.stages > 1: the model split over stages, one train_batch a step.
-// The progress line comes from the last stage's first data-parallel (and tensor-parallel) rank,
-// which has the loss first, with the share of the step it waited (the bubble).
-int train_pipelined(const Options& o, const distributed::DistContext& ctx, const distributed::ProcessGrid& grid,
-                    const Config& config, const models::ModelConfig& mcfg,
-                    std::shared_ptr<models::CausalLMImpl> model, const data::Tokenizer& tokenizer,
-                    const ResumePoint& resume, const InitWeights* init) {
-  std::unique_ptr<PipelineEngine> engine;
-  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the pipeline", [&] {
-    engine = initialize_pipeline(config, model, grid);
-  });
-  const auto& batch = engine->core().batch();
-  const auto& dp = engine->core().dp();
-  const bool lead = engine->is_last_stage() && dp->rank() == 0 && model->tensor_parallel().rank() == 0;
-  if (init) apply_init_weights(engine->core(), *init, o, ctx, lead);
-  report_startup_peak(ctx, ctx.rank == 0);
-  const int64_t seq = mcfg.max_seq_len;
-  data::TokenFile file = open_training_data(o, ctx, tokenizer, mcfg);
-  const data::TrainEvalSplit split = data::split_train_eval(file.size(), seq, o.eval_fraction, file.path());
-  data::DistributedSampler sampler(split.train, seq, dp->rank(), dp->size(), o.seed);
-  // Checkpoints: every layout loads them (the data position is the first stage's).
-  if (resume.kind == ResumePoint::Kind::resume) {
-    restore_data_position(engine->load_checkpoint(o.save_dir, resume.tag), sampler, o, resume, ctx);
-    if (lead) log::info("resumed at step " + std::to_string(engine->global_steps()) + ", data " + data::to_string(sampler.state()));
-  } else if ((o.resume || !o.resume_tag.empty()) && lead) {
-    log::info("--resume: " + resume.reason + "; starting fresh");
-  }
-  const int64_t print_every = o.print_every > 0 ? o.print_every : config.steps_per_print.value_or(10);
-  monitor::ProgressReporter progress(print_every);
-  auto save = [&]() {
-    const json client = client_state(sampler, mcfg, o, tokenizer);
-    const std::string tag = "global_step" + std::to_string(engine->global_steps());
-    engine->save_checkpoint(o.save_dir, tag, client);
-    save_tokenizer_files(tokenizer, o.save_dir + "/" + tag, ctx);
-    if (lead) progress.note("saved checkpoint " + o.save_dir + "/" + tag);
-  };
-  const double flops_per_token = models::training_flops_per_token(mcfg, seq);
-  const int64_t tokens_per_step = batch.train_batch_size * seq;
-  if (lead)
-    log::info(models::describe(mcfg) + " | data " + file.path() + " | batch " + std::to_string(batch.train_batch_size) +
-              " = " + std::to_string(batch.micro_batch_per_gpu) + " x " +
-              std::to_string(batch.gradient_accumulation_steps) + " micro-batches x " + std::to_string(dp->size()) +
-              " data-parallel | " + std::to_string(engine->stages()) + " stages, " +
-              config::pipeline_schedule_name(config.pipeline.schedule) + " | ZeRO " +
-              std::to_string(config.zero_optimization.stage) + " | " + c10::toString(engine->core().model_dtype()));
-  if (lead && o.eval_every > 0) log::info("evaluation is not available under a pipeline yet; training only");
-  monitor::RunRecords records(config, o.log_dir, batch.train_batch_size, lead);
-  const auto started = std::chrono::steady_clock::now();
-  while (engine->global_steps() < o.steps) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const double loss = engine->train_batch([&] {
-      data::Batch b = data::make_batch(file, sampler.next(batch.micro_batch_per_gpu), seq);
-      return MicroBatch{b.tokens, b.targets};
-    });
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    monitor::StepMetrics m;
-    m.step = engine->global_steps();
-    m.total_steps = o.steps;
-    m.loss = loss;
-    m.lr = engine->lr();
-    m.loss_scale = engine->loss_scale();
-    m.tokens_per_second = tokens_per_step / seconds;
-    m.mfu = ctx.on_gpu() ? m.tokens_per_second / ctx.world_size * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
-    std::tie(m.memory_gib, m.memory_rank) = largest_memory(ctx);
-    m.skipped = engine->last_step_skipped();
-    m.bubble = engine->last_timing().bubble();
-    if (lead) progress.update(m);
-    records.step(m, engine->core().last_grad_norm(), std::nullopt);
-    if (!o.save_dir.empty() && o.save_every > 0 && m.step % o.save_every == 0 && m.step < o.steps) save();
-  }
-  if (!o.save_dir.empty()) save();
-  if (lead) progress.finish();
-  records.finish(run_about(mcfg, config, ctx, batch, seq), mcfg.name + ", " + std::to_string(ctx.world_size) + " ranks",
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  if (lead && o.sample_tokens > 0) log::info("no sample: the model is split over pipeline stages");
-  return 0;
 }
 
 // --tokenizer, else the tokenizer of the --init-from directory, else bytes.
@@ -463,9 +388,11 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   // engine holds its parts, unless a checkpoint is resumed.
   std::optional<InitWeights> init;
   if (!o.init_from.empty() && resume.kind != ResumePoint::Kind::resume) init = read_init_weights(o, ctx, *model);
-  if (config.pipeline.stages > 1)
-    return train_pipelined(o, ctx, *grid, config, mcfg, std::move(model), tokenizer, resume, init ? &*init : nullptr);
-  auto engine = initialize(config, model, *grid);
+  // One engine for every layout: under a pipeline each rank holds its stage.
+  std::optional<Engine<models::CausalLMImpl>> built;
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the engine",
+                                [&] { built.emplace(initialize(config, model, *grid)); });
+  Engine<models::CausalLMImpl>& engine = *built;
   if (init) {
     apply_init_weights(engine.core(), *init, o, ctx, lead);
     init.reset();  // unmaps the files
@@ -473,20 +400,16 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   report_startup_peak(ctx, lead);
   const auto& batch = engine.core().batch();
   const auto& dp = engine.core().dp();
-  const c10::Device device = ctx.device();
   const int64_t seq = mcfg.max_seq_len;
 
   data::TokenFile file = open_training_data(o, ctx, tokenizer, mcfg);
   const data::TrainEvalSplit split = data::split_train_eval(file.size(), seq, o.eval_fraction, file.path());
   data::DistributedSampler sampler(split.train, seq, dp->rank(), dp->size(), o.seed);
-  Evaluator eval{{}, seq};
-  const int64_t eval_windows = std::min<int64_t>(split.eval.num_windows(seq), o.eval_batches * batch.micro_batch_per_gpu * dp->size());
-  for (int64_t w = dp->rank(); w < eval_windows; w += dp->size()) eval.offsets.push_back(split.eval.begin + w * seq);
-  eval.per_rank = (eval_windows + dp->size() - 1) / dp->size();
-  eval.spare = split.eval.begin;
+  const Evaluator eval(split, seq, batch.micro_batch_per_gpu, o.eval_batches, dp->rank(), dp->size());
 
+  // Checkpoints: every layout loads them (the data position is the first stage's).
   if (resume.kind == ResumePoint::Kind::resume) {
-    restore_data_position(load_checkpoint(engine.core(), o.save_dir, resume.tag), sampler, o, resume, ctx);
+    restore_data_position(engine.load_checkpoint(o.save_dir, resume.tag), sampler, o, resume, ctx);
     if (lead) log::info("resumed at step " + std::to_string(engine.global_steps()) + ", data " + data::to_string(sampler.state()));
   } else if ((o.resume || !o.resume_tag.empty()) && lead) {
     log::info("--resume: " + resume.reason + "; starting fresh");
@@ -494,17 +417,29 @@ int train(const Options& o, const distributed::DistContext& ctx) {
 
   const int64_t print_every = o.print_every > 0 ? o.print_every : config.steps_per_print.value_or(10);
   monitor::ProgressReporter progress(print_every);
-  // wall_clock_breakdown's timer lines and the flops profile (rank 0) as lines that stay above the progress line.
-  if (lead) engine.core().set_report_sink([&progress](const std::string& text) { progress.note(text); });
+  // wall_clock_breakdown's timer lines, the flops profile and the communication
+  // summary as lines that stay above the progress line (rank 0); another
+  // stage's first rank prints its own timer lines, named by stage.
+  if (lead) {
+    engine.core().set_report_sink([&progress](const std::string& text) { progress.note(text); });
+  } else if (engine.stages() > 1 && grid->coord().tp == 0) {
+    const std::string prefix = "pipeline stage " + std::to_string(engine.stage()) + ": ";
+    engine.core().set_report_sink([prefix](const std::string& text) { std::cout << prefix << text << std::endl; });
+  } else {
+    engine.core().set_report_sink([](const std::string&) {});  // another tensor-parallel rank's copy
+  }
   monitor::RunRecords records(config, o.log_dir, batch.train_batch_size, lead);
   const double flops_per_token = models::training_flops_per_token(mcfg, seq);
   const int64_t tokens_per_step = batch.train_batch_size * seq;
   if (lead)
     log::info(models::describe(mcfg) + " | data " + file.path() + " (" + std::to_string(file.size()) + " tokens, " +
-              std::to_string(split.train.num_windows(seq)) + " train / " + std::to_string(eval_windows) +
+              std::to_string(split.train.num_windows(seq)) + " train / " + std::to_string(eval.windows) +
               " eval sequences) | batch " + std::to_string(batch.train_batch_size) + " = " +
               std::to_string(batch.micro_batch_per_gpu) + " x " + std::to_string(batch.gradient_accumulation_steps) +
-              " x " + std::to_string(dp->size()) + " ranks" +
+              " x " + std::to_string(dp->size()) + " data-parallel" +
+              (engine.stages() > 1 ? " | " + std::to_string(engine.stages()) + " pipeline stages, " +
+                                         config::pipeline_schedule_name(config.pipeline.schedule)
+                                   : "") +
               (tp.enabled() ? " | tensor parallel " + std::to_string(tp.size()) +
                                   (tp.sequence_parallel ? " with sequence parallelism" : "")
                             : "") +
@@ -514,25 +449,18 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   auto save = [&]() {
     const json client = client_state(sampler, mcfg, o, tokenizer);
     const std::string tag = "global_step" + std::to_string(engine.global_steps());
-    save_checkpoint(engine.core(), o.save_dir, tag, client);
+    engine.save_checkpoint(o.save_dir, tag, client);
     save_tokenizer_files(tokenizer, o.save_dir + "/" + tag, ctx);
     if (lead) progress.note("saved checkpoint " + o.save_dir + "/" + tag);
   };
 
-  double last_eval = NAN;
   const auto started = std::chrono::steady_clock::now();
   while (engine.global_steps() < o.steps) {
     const auto t0 = std::chrono::steady_clock::now();
-    at::Tensor step_loss = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
-    for (int64_t k = 0; k < batch.gradient_accumulation_steps; ++k) {
+    const double loss = engine.train_batch([&] {
       data::Batch b = data::make_batch(file, sampler.next(batch.micro_batch_per_gpu), seq);
-      at::Tensor loss = engine.forward(b.tokens.to(device), b.targets.to(device));
-      engine.backward(loss);
-      engine.step();
-      step_loss += loss.detach().to(at::kFloat) / static_cast<double>(batch.gradient_accumulation_steps);
-    }
-    dp->all_reduce(step_loss, distributed::ReduceOp::avg)->wait();
-    const double loss = step_loss.item<double>();
+      return MicroBatch{b.tokens, b.targets};
+    });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     monitor::StepMetrics m;
     m.step = engine.global_steps();
@@ -544,14 +472,16 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     m.mfu = ctx.on_gpu() ? m.tokens_per_second / ctx.world_size * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
     std::tie(m.memory_gib, m.memory_rank) = largest_memory(ctx);
     m.skipped = engine.last_step_skipped();
-    // Decided on every rank alike (a rank may hold no eval window when there are fewer than ranks).
-    const bool do_eval = o.eval_every > 0 && (m.step % o.eval_every == 0 || m.step == o.steps) && eval_windows > 0;
-    if (do_eval) last_eval = eval.run(engine, file, batch.micro_batch_per_gpu, device, dp);
+    if (engine.pipeline()) m.bubble = engine.pipeline()->last_timing().bubble();
+    // Decided on every rank alike.
+    const bool do_eval = o.eval_every > 0 && (m.step % o.eval_every == 0 || m.step == o.steps) && eval.enabled();
+    std::optional<double> eval_loss;
+    if (do_eval) eval_loss = eval.run(engine, file);
     if (lead) {
       progress.update(m);
-      if (do_eval) progress.note("step " + std::to_string(m.step) + ": eval loss " + std::to_string(last_eval));
+      if (eval_loss) progress.note("step " + std::to_string(m.step) + ": eval loss " + std::to_string(*eval_loss));
     }
-    records.step(m, engine.core().last_grad_norm(), do_eval ? std::optional<double>(last_eval) : std::nullopt);
+    records.step(m, engine.core().last_grad_norm(), eval_loss);
     if (!o.save_dir.empty() && o.save_every > 0 && m.step % o.save_every == 0 && m.step < o.steps) save();
   }
   if (!o.save_dir.empty()) save();
@@ -559,7 +489,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   records.finish(run_about(mcfg, config, ctx, batch, seq), mcfg.name + ", " + std::to_string(ctx.world_size) + " ranks",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 
-  // Every rank generates (the same tokens: same seed): at ZeRO-3 each forward gathers collectively.
+  // Every rank generates (the same tokens: same seed): ZeRO-3's gathers and the stages' forwards are collective.
   // Pretokenized data (llm.c, Megatron) came with a tokenizer this program does not load: no text to show.
   if (o.sample_tokens > 0 && file.tokenizer_name() != tokenizer.name()) {
     if (lead)
@@ -567,7 +497,8 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   } else if (o.sample_tokens > 0) {
     std::vector<int64_t> prompt;
     for (int32_t id : tokenizer.encode(o.prompt)) prompt.push_back(id);
-    auto out = models::generate(*model, prompt, o.sample_tokens, o.temperature, o.top_k, o.seed);
+    const std::vector<int64_t> out =
+        engine.generate(prompt, models::GenerateOptions{o.sample_tokens, o.temperature, o.top_k, o.seed});
     std::vector<int32_t> ids(out.begin(), out.end());
     if (lead)
       std::cout << "--- sample (" << o.sample_tokens << " tokens, temperature " << o.temperature << ") ---\n"

@@ -14,7 +14,7 @@
 #include <torch/torch.h>
 
 #include "stratum/distributed/job.h"
-#include "stratum/engine/pipeline_engine.h"
+#include "stratum/engine/engine.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/pipeline/simulate.h"
 
@@ -46,7 +46,7 @@ int run(const Options& o, distributed::DistContext& ctx) {
     torch::manual_seed(1);
     auto model = models::build_model(models::make_model_config(
         o.model, {{"layers", std::to_string(o.layers)}, {"max_seq_len", std::to_string(o.seq)}, {"dropout", "0"}}));
-    auto engine = initialize_pipeline(config, model, ctx);
+    auto engine = initialize(config, model, ctx);
     const auto next = [&] {
       at::Tensor t = torch::randint(0, 256, {o.micro, o.seq + 1}, torch::kLong);
       return MicroBatch{t.narrow(1, 0, o.seq), t.narrow(1, 1, o.seq)};
@@ -54,9 +54,9 @@ int run(const Options& o, distributed::DistContext& ctx) {
     // Per rank, summed over the timed steps: forward, full backward, B, W, schedule time (without the step).
     at::Tensor sums = at::zeros({5}, at::kDouble);
     for (int s = 0; s < o.warmup + o.steps; ++s) {
-      engine->train_batch(next);
+      engine.train_batch(next);
       if (s < o.warmup) continue;
-      const pipeline::StepTiming& t = engine->last_timing();
+      const pipeline::StepTiming& t = engine.pipeline()->last_timing();
       sums += at::tensor({t.forward, t.backward, t.backward_input, t.backward_weight, t.total - t.step}, at::kDouble);
     }
     at::Tensor all = at::empty({5 * p}, at::kDouble);
@@ -74,7 +74,7 @@ int run(const Options& o, distributed::DistContext& ctx) {
       b += costs[r].backward_input / p;
       w += costs[r].backward_weight / p;
     }
-    const double simulated = pipeline::simulate(engine->schedule(), costs).bubble();
+    const double simulated = pipeline::simulate(engine.pipeline()->schedule(), costs).bubble();
     const double measured = (slowest - busiest) / busiest;
     if (o.json) {
       std::printf("{\"system\": \"stratum-pipeline\", \"schedule\": \"%s\", \"virtual_stages\": %d, \"stages\": %d, "
@@ -82,7 +82,7 @@ int run(const Options& o, distributed::DistContext& ctx) {
                   "\"backward_input_ms\": %.4f, \"backward_weight_ms\": %.4f, \"simulated_bubble\": %.5f, "
                   "\"measured_bubble\": %.5f, \"theory_bubble\": %.5f}\n",
                   schedule.c_str(), v, p, o.micro_batches, o.model.c_str(), o.layers, 1e3 * f, 1e3 * b, 1e3 * w,
-                  simulated, measured, pipeline::simulate(engine->schedule()).bubble());
+                  simulated, measured, pipeline::simulate(engine.pipeline()->schedule()).bubble());
       std::fflush(stdout);
       continue;
     }

@@ -5,6 +5,9 @@
 # the host), against the one-rank run of the same model, data and seed: the
 # per-step losses of each layout beside the reference's, fp32 within 1e-5
 # relative and bf16 within 2e-2 (bf16 sums in another order on each layout).
+# The held-out loss after the last step (within the same tolerance) and, in
+# fp32, the greedy sample at the end (the same text) are compared too: under a
+# pipeline both run through the stages.
 # Prints one line per layout (ranks, the largest relative loss difference,
 # the final loss, the start-up peak) and PASS / FAIL; goes on after a failure.
 #   STEPS=20 (default), LAYOUTS="name ..." to run some only.
@@ -28,11 +31,14 @@ layouts=(
   "pp2 2 fp32 \"pipeline\": {\"stages\": 2},"
   "pp4-interleaved 4 fp32 \"pipeline\": {\"stages\": 4, \"schedule\": \"interleaved\", \"virtual_stages\": 2, \"partition_method\": \"uniform\"},"
   "tp2-sp 2 fp32 \"tensor_parallel\": {\"autotp_size\": 2, \"sequence_parallel\": true},"
+  "pp2-dp2-zero3 4 fp32 \"pipeline\": {\"stages\": 2}, \"zero_optimization\": {\"stage\": 3},"
+  "pp2-zero3-offload 2 fp32 \"pipeline\": {\"stages\": 2}, \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}},"
   "pp2-tp2 4 fp32 \"pipeline\": {\"stages\": 2}, \"tensor_parallel\": {\"autotp_size\": 2},"
   "dp2-pp2-tp2-zero1 8 fp32 \"pipeline\": {\"stages\": 2}, \"tensor_parallel\": {\"autotp_size\": 2}, \"zero_optimization\": {\"stage\": 1},"
   "reference-bf16 1 bf16 "
   "dp2-pp2-tp2-zero1-bf16 8 bf16 \"pipeline\": {\"stages\": 2}, \"tensor_parallel\": {\"autotp_size\": 2}, \"zero_optimization\": {\"stage\": 1},"
   "dp4-zero3-bf16 4 bf16 \"zero_optimization\": {\"stage\": 3},"
+  "pp2-dp2-zero3-bf16 4 bf16 \"pipeline\": {\"stages\": 2}, \"zero_optimization\": {\"stage\": 3},"
 )
 
 for entry in "${layouts[@]}"; do
@@ -46,7 +52,8 @@ for entry in "${layouts[@]}"; do
 EOF
   start=$(date +%s.%N)
   "$bin/stratum-run" --num_procs "$ranks" "$bin/stratum-train" --config "$work/$name.json" "${model[@]}" \
-    --data default --cache-dir "$work/cache" --steps "$steps" --eval-every 0 --sample-tokens 0 --print-every 1000 \
+    --data default --cache-dir "$work/cache" --steps "$steps" --eval-every "$steps" --sample-tokens 32 --temperature 0 \
+    --print-every 1000 \
     --seed 7 --log-dir "$work/$name" > "$work/$name.log" 2>&1
   status=$?
   seconds=$(python3 -c "import time; print(round(time.time() - $start, 1))")
@@ -55,12 +62,16 @@ EOF
   python3 - "$work" "$name" "$ranks" "$precision" "$status" "$seconds" "${peak:-?}" "${shares:-}" <<'PY'
 import csv, sys
 work, name, ranks, precision, status, seconds, peak, shares = sys.argv[1:]
-def losses(n):
+def losses(n, column="loss"):
     try:
         with open(f"{work}/{n}/metrics.csv") as f:
-            return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(f)}
+            return {int(r["step"]): float(r[column]) for r in csv.DictReader(f) if r.get(column)}
     except OSError:
         return {}
+def sample(n):
+    text = open(f"{work}/{n}.log").read()
+    begin, end = text.find("--- sample"), text.find("--- end of sample ---")
+    return text[begin:end] if begin >= 0 and end > begin else None
 got = losses(name)
 if status != "0" or not got:
     print(f"FAIL {name:26s} {ranks} ranks {precision}: exit {status}, no losses; log tail:")
@@ -74,7 +85,13 @@ if name == ref_name:
     sys.exit(0)
 ref = losses(ref_name)
 diff = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in ref if s in got)
+worst = max((s for s in ref if s in got), key=lambda s: abs(got[s] - ref[s]) / abs(ref[s]))
 tol = 1e-5 if precision == "fp32" else 2e-2
-print(f"{'PASS' if diff <= tol else 'FAIL'} {line}, largest relative loss difference {diff:.2e} (tolerance {tol:g})")
+eval_got, eval_ref = losses(name, "eval_loss"), losses(ref_name, "eval_loss")
+eval_diff = abs(eval_got[max(eval_got)] - eval_ref[max(eval_ref)]) / eval_ref[max(eval_ref)] if eval_got and eval_ref else float("inf")
+same_sample = sample(name) is not None and sample(name) == sample(ref_name)
+ok = diff <= tol and eval_diff <= tol and (same_sample or precision != "fp32")
+print(f"{'PASS' if ok else 'FAIL'} {line}, largest relative loss difference {diff:.2e} at step {worst} "
+      f"(tolerance {tol:g}), eval loss {eval_diff:.2e}, sample {'the same' if same_sample else 'differs'}")
 PY
 done

@@ -18,7 +18,7 @@
 #include "stratum/distributed/mpi_session.h"
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
-#include "stratum/engine/pipeline_engine.h"
+#include "stratum/engine/pipeline_stages.h"
 #include "stratum/engine/tensor_parallel_setup.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/model_config.h"

@@ -1,11 +1,17 @@
 // stratum-train with pipeline.stages: the seed guide's first config (4 stages,
 // ZeRO-2 with the optimizer on the host, fp16; DeepSpeed refuses ZeRO-2 under
-// a pipeline) trains on 4 CPU ranks and the progress line, printed by the last
-// stage, reports the measured bubble; its checkpoints resume at another
-// layout and export; stages that do not divide the ranks are refused by name.
+// a pipeline) trains on 4 CPU ranks and the progress line reports the
+// measured bubble; a pipeline trains, evaluates and samples as the single
+// process does, with every diagnostic the data-parallel path has; its
+// checkpoints resume at another layout and export; stages that do not divide
+// the ranks are refused by name.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "train_cli.h"
 
@@ -135,3 +141,87 @@ TEST_F(TrainCli, PipelineCheckpointResumesAtAnotherLayoutAndExports) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(stratum::fs::exists(dir_ + "/hf/model.safetensors")) << r.output;
 }
+
+namespace {
+// "step 3: eval loss 5.123456" -> 5.123456 (NaN when absent).
+double eval_loss_of(const std::string& output) {
+  const std::string tag = "step 3: eval loss ";
+  const size_t at = output.find(tag);
+  return at == std::string::npos ? std::nan("") : std::stod(output.substr(at + tag.size()));
+}
+std::string sample_of(const std::string& output) {
+  const size_t begin = output.find("--- sample"), end = output.find("--- end of sample ---");
+  return begin == std::string::npos || end == std::string::npos ? "" : output.substr(begin, end - begin);
+}
+}  // namespace
+
+// One engine, one loop: 2 stages (ZeRO-3 over 2 data-parallel ranks too)
+// train as the single process does (losses within 1e-4), evaluate on the
+// held-out data to the same loss, and generate the same greedy sample; with
+// wall_clock_breakdown (every stage's lines, named), the flops profile (rank
+// 0's stage), TensorBoard events and the comms logger's tensor-parallel rows.
+TEST_F(TrainCli, PipelineTrainsEvaluatesAndSamplesAsTheSingleProcess) {
+  auto config = [&](const std::string& name, const nlohmann::json& extra) {
+    nlohmann::json c = {{"train_micro_batch_size_per_gpu", 2},
+                        {"gradient_accumulation_steps", 2},
+                        {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.003}}}}}};
+    c.update(extra);
+    std::ofstream(dir_ + "/" + name + ".json") << c.dump();
+    return dir_ + "/" + name + ".json";
+  };
+  auto train = [&](const std::string& name, int ranks, const nlohmann::json& extra) {
+    return run(kBin + "/stratum-run --num_procs " + std::to_string(ranks) + " " + kBin + "/stratum-train --config " +
+               config(name, extra) + " --model gpt2-tiny-bytes --set layers=4 --set max_seq_len=32 --data default " +
+               "--cache-dir " + dir_ + "/cache --steps 3 --eval-every 3 --eval-batches 2 --sample-tokens 24 " +
+               "--temperature 0 --print-every 1 --log-dir " + dir_ + "/" + name + "_log");
+  };
+  Result single = train("single", 1, nlohmann::json::object());
+  ASSERT_EQ(single.status, 0) << single.output;
+  Result pp = train("pp", 2, {{"pipeline", {{"stages", 2}}},
+                              {"wall_clock_breakdown", true},
+                              {"steps_per_print", 1},
+                              {"flops_profiler", {{"enabled", true}, {"profile_step", 1}}},
+                              {"tensorboard", {{"enabled", true}, {"output_path", dir_ + "/tb"}, {"job_name", "pp"}}}});
+  ASSERT_EQ(pp.status, 0) << pp.output;
+  // ZeRO-3 at 2 stages x 2 data-parallel: each rank a quarter of the batch; the same global batch.
+  Result z3 = train("z3", 4, {{"train_micro_batch_size_per_gpu", 1},
+                              {"pipeline", {{"stages", 2}}},
+                              {"zero_optimization", {{"stage", 3}}}});
+  ASSERT_EQ(z3.status, 0) << z3.output;
+  const auto want = losses(dir_ + "/single_log/metrics.csv");
+  ASSERT_EQ(want.size(), 3u) << single.output;
+  for (const auto& [name, r] : std::map<std::string, const Result*>{{"pp", &pp}, {"z3", &z3}}) {
+    const auto got = losses(dir_ + "/" + name + "_log/metrics.csv");
+    ASSERT_EQ(got.size(), 3u) << r->output;
+    for (const auto& [step, loss] : want)
+      EXPECT_NEAR(got.at(step), loss, 1e-4 * loss) << name << " step " << step;
+    EXPECT_NEAR(eval_loss_of(r->output), eval_loss_of(single.output), 1e-4 * eval_loss_of(single.output))
+        << name << "\n" << r->output;
+    EXPECT_FALSE(sample_of(single.output).empty()) << single.output;
+    EXPECT_EQ(sample_of(r->output), sample_of(single.output)) << name;
+  }
+  EXPECT_NE(pp.output.find("[rank 0] time (ms) | fwd_microstep: "), std::string::npos) << pp.output;
+  EXPECT_NE(pp.output.find("[rank 1] pipeline stage 1: time (ms) | fwd_microstep: "), std::string::npos) << pp.output;
+  EXPECT_NE(pp.output.find("Profile Summary at step 1:"), std::string::npos) << pp.output;
+  EXPECT_NE(pp.output.find("(layers.0): GPT2Embedding("), std::string::npos) << pp.output;
+  EXPECT_EQ(pp.output.find("(layers.5)"), std::string::npos) << "rank 0 profiles its own stage\n" << pp.output;
+  bool events = false;
+  for (const auto& f : std::filesystem::directory_iterator(dir_ + "/tb/pp"))
+    events |= f.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  EXPECT_TRUE(events) << "no TensorBoard events in " << dir_ << "/tb/pp";
+}
+
+// The comms logger's summary under PP x TP: the stage transfers and the
+// model's own tensor-parallel collectives in the one summary.
+TEST_F(TrainCli, CommsLoggerListsTensorParallelAndStageRowsTogether) {
+  const std::string config = write_config(dir_, R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+    "optimizer": {"type": "AdamW"}, "pipeline": {"stages": 2}, "tensor_parallel": {"autotp_size": 2},
+    "comms_logger": {"enabled": true}})");
+  Result r = run(kBin + "/stratum-run --num_procs 4 " + train_args(dir_, config, 2));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const size_t summary = r.output.find("communication summary at step 2");
+  ASSERT_NE(summary, std::string::npos) << r.output;
+  const std::string rows = r.output.substr(summary);
+  for (const char* op : {"all_reduce", "send", "recv"}) EXPECT_NE(rows.find(op), std::string::npos) << op << "\n" << rows;
+}
+

@@ -72,18 +72,12 @@ void check_pipeline_rules(const Config& c, Diagnostics& diag) {
                  "> 1); with one stage use the activation_checkpointing section");
     return;
   }
-  if (c.zero_optimization.stage == 3)
-    diag.error("zero_optimization.stage", "3 is not available under a pipeline (each stage would gather its layers "
-               "once per micro-batch and chunk); use stage 1 or 2, which partition the optimizer states (and "
-               "gradients) over each stage's data-parallel ranks, with offload_optimizer for more room");
-  if (c.wall_clock_breakdown || c.flops_profiler.enabled)
-    diag.error(c.wall_clock_breakdown ? "wall_clock_breakdown" : "flops_profiler",
-               "not available under a pipeline yet (its timers bracket engine.forward, which train_batch does not "
-               "call); the progress line reports the measured bubble");
-  if (p.schedule == PipelineSchedule::zb_h1 && c.zero_optimization.stage == 2)
-    diag.error("pipeline.schedule", "\"zb-h1\" defers weight gradients past their micro-batch's backward, and "
-               "ZeRO-2 reduce-scatters each micro-batch's gradients at its end; use zero_optimization.stage 0 or 1 "
-               "with zb-h1, or \"1f1b\" with stage 2");
+  if (p.schedule == PipelineSchedule::zb_h1 && c.zero_optimization.stage >= 2)
+    diag.error("pipeline.schedule", "\"zb-h1\" defers weight gradients past their micro-batch's backward, and ZeRO-" +
+               std::to_string(c.zero_optimization.stage) + " reduce-scatters each micro-batch's gradients at its end" +
+               (c.zero_optimization.stage == 3 ? " (and releases the layer it gathered)" : "") +
+               "; use zero_optimization.stage 0 or 1 with zb-h1, or \"1f1b\" / \"interleaved\" with stage " +
+               std::to_string(c.zero_optimization.stage));
   if (p.activation_checkpoint_interval > 0 && c.activation_checkpointing.enabled)
     diag.error("pipeline.activation_checkpoint_interval",
                std::to_string(p.activation_checkpoint_interval) + " checkpoints groups of layers, and the "

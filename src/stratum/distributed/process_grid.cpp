@@ -8,6 +8,7 @@
 #include "stratum/config/config.h"
 #include "stratum/core/error.h"
 #include "stratum/core/log.h"
+#include "stratum/distributed/comms_logger.h"
 #include "stratum/distributed/init.h"
 
 namespace stratum::distributed {
@@ -185,6 +186,7 @@ ProcessGrid ProcessGrid::create(const Config& config, const DistContext& ctx) {
   }
   auto leaders = ctx.cpu_world->split(leader_groups(t), "leaders");
   if (g.coord_.dp == 0) g.leaders_ = std::move(leaders);
+  if (config.comms_logger.enabled || config.comms_logger.debug) g.comms_log_ = std::make_shared<CommsLog>();
   return g;
 }
 

@@ -20,6 +20,7 @@ struct Config;
 namespace stratum::distributed {
 
 class Communicator;
+class CommsLog;
 struct DistContext;
 
 class ProcessGrid {
@@ -104,6 +105,11 @@ class ProcessGrid {
   // is not that variant; null at pp = 1.
   const std::shared_ptr<Communicator>& tied(bool whole_gradients) const;
 
+  // With the comms_logger section on (enabled or debug): the one log every
+  // group's logger records into (data-parallel, pipeline, tensor-parallel
+  // rows in one summary); null when it is off.
+  const std::shared_ptr<CommsLog>& comms_log() const { return comms_log_; }
+
   // Topology::table: one line per rank, with hosts and GPUs when given.
   std::string table(const std::vector<Topology::Place>& places = {}) const { return topology_.table(places); }
   std::string summary() const { return summary(topology_); }
@@ -122,6 +128,7 @@ class ProcessGrid {
   std::shared_ptr<Communicator> world_, dp_, pp_, tp_, dp_tp_;
   std::shared_ptr<Communicator> cpu_world_, cpu_dp_, cpu_pp_, cpu_tp_;
   std::shared_ptr<Communicator> leaders_, tied_;
+  std::shared_ptr<CommsLog> comms_log_;
 };
 
 }  // namespace stratum::distributed

@@ -30,7 +30,7 @@ namespace stratum {
 struct CheckpointManifest;
 
 // A checkpoint that the stages of a pipeline write together
-// (engine/pipeline_engine.h): every stage's data-parallel ranks write their
+// (engine/pipeline_stages.h): every stage's data-parallel ranks write their
 // shards (shard index stage x dp + dp rank), the stages' first ranks send
 // their part of the manifest to rank 0, which writes it whole. Fragments stay
 // keyed by parameter name, so any layout (stages, data-parallel size, ZeRO

@@ -1,5 +1,5 @@
 #pragma once
-// The engine API, DeepSpeed's shape in C++:
+// The engine API, DeepSpeed's shape in C++, one engine type for every layout:
 //
 //   auto engine = stratum::initialize(config, model, grid);  // or dist_context
 //   for (...) {
@@ -7,6 +7,15 @@
 //     engine.backward(loss);
 //     engine.step();                           // updates at accumulation boundaries
 //   }
+//   // or, a whole optimizer step (every layout; the only way with pipeline stages):
+//   for (...) double loss = engine.train_batch(next_micro_batch);
+//   double eval_loss = engine.eval_batch(next_eval_micro_batch, micro_batches);
+//
+// A step is a schedule of micro-batches: with pipeline.stages > 1 the model
+// (a LayerStack with loss(output, labels), as the built-in causal LMs are) is
+// cut into stages that run the config's pipeline schedule
+// (engine/pipeline_stages.h); with one stage it is data parallelism's
+// schedule, each micro-batch's forward and backward in turn, then the step.
 //
 // Any torch::nn::Module works for ZeRO stages 0-2 (only gradient hooks are
 // needed). ZeRO-3 and activation checkpointing need a stratum::nn::LayerStack
@@ -14,19 +23,27 @@
 // arguments of forward() are cast to the training dtype (bf16/fp16), integer
 // ones (token ids) are passed as they are.
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+#include <nlohmann/json_fwd.hpp>
 #include <torch/nn/module.h>
 
 #include "stratum/core/heartbeat.h"
 #include "stratum/distributed/init.h"
 #include "stratum/distributed/process_grid.h"
+#include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine_core.h"
 #include "stratum/engine/flops_profiler.h"
 #include "stratum/engine/layer_runner.h"
+#include "stratum/engine/pipeline_stages.h"
 #include "stratum/engine/tensor_parallel_setup.h"
+#include "stratum/models/causal_lm.h"
+#include "stratum/models/generate.h"
 #include "stratum/nn/deferred_init.h"
 
 namespace stratum {
@@ -46,15 +63,38 @@ at::ScalarType training_dtype(const Config& config);
 // `dp` through the comms logger when config.comms_logger asks (dp itself
 // otherwise, or when it is logged already); `control`: the CPU communicator of
 // the same ranks for the desync check (null: dp itself, which must then be MPI).
+// `log`: the job's (ProcessGrid::comms_log), null: a log of its own.
 std::shared_ptr<distributed::Communicator> logged_data_parallel(const Config& config,
                                                                 std::shared_ptr<distributed::Communicator> dp,
-                                                                std::shared_ptr<distributed::Communicator> control);
+                                                                std::shared_ptr<distributed::Communicator> control,
+                                                                std::shared_ptr<distributed::CommsLog> log = nullptr);
 at::Tensor cast_input(const at::Tensor& t, at::ScalarType dtype);
 // The grid's training device: its rank's GPU, else the CPU.
 c10::Device device_of(const distributed::ProcessGrid& grid);
 // Throws Error (naming the rank and both shapes) when `grid` was built for
 // another pipeline x tensor-parallel shape or order than `config` asks for.
 void check_grid(const Config& config, const distributed::ProcessGrid& grid);
+// Throws Error for `what` (forward, backward, step) under pipeline stages.
+[[noreturn]] void refuse_under_pipeline(const char* what, int stages);
+// Checks a micro-batch train_batch / eval_batch read (`what` names the call).
+void check_micro_batch(const MicroBatch& b, int index, const char* what);
+// The mean of a window's summed losses over its `count` micro-batches and `dp`.
+double mean_over_data_parallel(at::Tensor sum, int64_t count, distributed::Communicator& dp);
+
+// What the ends of a pipeline make of a model's tokens and output: its
+// loss(output, labels) and, for a built-in causal LM, generation's input and logits.
+template <class Model>
+StageHead stage_head(const std::shared_ptr<Model>& model) {
+  Model* m = model.get();  // the engine holds the model: it outlives the head
+  StageHead head;
+  if constexpr (requires(Model& x, const at::Tensor& t) { x.loss(t, t); })
+    head.loss = [m](const at::Tensor& out, const at::Tensor& labels) { return m->loss(out, labels); };
+  if constexpr (std::is_base_of_v<models::CausalLMImpl, Model>) {
+    head.input = [m](const at::Tensor& tokens) { return m->stack_input(tokens); };
+    head.logits = [m](const at::Tensor& out, int64_t length) { return m->logits_of_output(out, length); };
+  }
+  return head;
+}
 }  // namespace engine_detail
 
 template <class Model>
@@ -62,11 +102,15 @@ class Engine {
  public:
   Engine(std::shared_ptr<Model> model, std::unique_ptr<EngineCore> core, std::shared_ptr<void> runner_guard = nullptr)
       : model_(std::move(model)), core_(std::move(core)), runner_guard_(std::move(runner_guard)) {}
+  // pipeline.stages > 1: this rank's stage of the model.
+  Engine(std::shared_ptr<Model> model, std::unique_ptr<PipelineStages> stages)
+      : model_(std::move(model)), pipeline_(std::move(stages)) {}
 
-  // Timed (wall_clock_breakdown) and, in the profiled step, observed by the
-  // flops profiler (engine/flops_profiler.h).
+  // DeepSpeed's first API, with one pipeline stage. Timed (wall_clock_breakdown)
+  // and, in the profiled step, observed by the flops profiler (engine/flops_profiler.h).
   template <class... Args>
   auto forward(Args&&... args) {
+    if (pipeline_) engine_detail::refuse_under_pipeline("forward", pipeline_->stages());
     heartbeat::beat();
     ForwardBracket bracket(*core_);
     if constexpr (std::is_void_v<decltype(model_->forward(cast(std::forward<Args>(args))...))>) {
@@ -78,22 +122,105 @@ class Engine {
       return out;
     }
   }
-  void backward(const at::Tensor& loss) { core_->backward(loss); }
-  bool step() { return core_->step(); }
+  void backward(const at::Tensor& loss) {
+    if (pipeline_) engine_detail::refuse_under_pipeline("backward", pipeline_->stages());
+    core_->backward(loss);
+  }
+  bool step() {
+    if (pipeline_) engine_detail::refuse_under_pipeline("step", pipeline_->stages());
+    return core_->step();
+  }
 
-  // The model with its parameters final (see EngineCore::sync_params).
-  Model& module() {
+  // The second API, every layout: one optimizer step over
+  // gradient_accumulation_steps micro-batches read from `next_batch` (under a
+  // pipeline only on its first and last stage: the first reads the inputs,
+  // the last the labels). Returns the step's mean loss over its micro-batches
+  // and the data-parallel ranks, on every rank. With one stage the model's
+  // forward(inputs, labels) returns the loss.
+  double train_batch(const NextBatch& next_batch) {
+    if (pipeline_) return pipeline_->train_batch(next_batch);
+    const int64_t m = core_->batch().gradient_accumulation_steps;
+    if (core_->micro_steps() % m != 0)
+      throw Error("train_batch: " + std::to_string(core_->micro_steps() % m) + " of the window's " +
+                  std::to_string(m) + " micro-steps were taken with forward/backward/step; finish the window first");
+    at::Tensor sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(core_->device()));
+    for (int64_t i = 0; i < m; ++i) {
+      const at::Tensor loss = forward_loss(next_batch, static_cast<int>(i), "train_batch");
+      backward(loss);
+      step();
+      sum += loss.detach().to(at::kFloat);
+    }
+    return engine_detail::mean_over_data_parallel(sum, m, *core_->dp());
+  }
+  // The mean loss of `micro_batches` micro-batches (0: gradient_accumulation_steps)
+  // over them and the data-parallel ranks, on every rank: forwards alone, in
+  // eval mode, without autograd; nothing is trained. Every rank passes the same count.
+  double eval_batch(const NextBatch& next_batch, int micro_batches = 0) {
+    const int m = micro_batches > 0 ? micro_batches : static_cast<int>(core().batch().gradient_accumulation_steps);
+    if (pipeline_) return pipeline_->eval_batch(next_batch, m);
     core_->sync_params();
+    c10::AutoGradMode no_grad(false);
+    const bool was_training = model_->is_training();
+    model_->eval();
+    at::Tensor sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(core_->device()));
+    try {
+      for (int i = 0; i < m; ++i) sum += forward_loss(next_batch, i, "eval_batch").to(at::kFloat);
+    } catch (...) {
+      model_->train(was_training);
+      throw;
+    }
+    model_->train(was_training);
+    return engine_detail::mean_over_data_parallel(sum, m, *core_->dp());
+  }
+
+  // Text from a built-in causal LM (models/generate.h), through the stages
+  // under a pipeline. Every rank of the job calls it (ZeRO-3's gathers and the
+  // stages' forwards are collective) and gets the same tokens.
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, const models::GenerateOptions& options)
+    requires std::is_base_of_v<models::CausalLMImpl, Model>
+  {
+    if (!pipeline_) return models::generate(module(), prompt, options);
+    PipelineStages& stages = *pipeline_;
+    return models::generate([&stages](const at::Tensor& tokens) { return stages.next_token_logits(tokens); },
+                            model_->config(), prompt, options);
+  }
+
+  // Collective over the job: every rank writes its shards (under a pipeline
+  // every stage its own, rank 0 the manifest with the layer -> stage map); any
+  // layout (stages, tensor and data parallel sizes, ZeRO stage) loads them.
+  void save_checkpoint(const std::string& save_dir, const std::string& tag, const nlohmann::json& client_state,
+                       const CheckpointSaveOptions& options = {}) {
+    stratum::save_checkpoint(core(), save_dir, tag, client_state, options, pipeline_ ? &pipeline_->place() : nullptr);
+  }
+  // Loads what any layout saved (empty tag: the one `latest` names); returns
+  // the client state. (A template only so that this header needs nlohmann's
+  // forward declarations alone.)
+  template <class Json = nlohmann::json>
+  Json load_checkpoint(const std::string& load_dir, const std::string& tag = "") {
+    return stratum::load_checkpoint(core(), load_dir, tag, pipeline_ ? &pipeline_->place() : nullptr);
+  }
+
+  // The model with its parameters final (see EngineCore::sync_params); under a
+  // pipeline only this stage's parameters are materialized.
+  Model& module() {
+    core().sync_params();
     return *model_;
   }
   const std::shared_ptr<Model>& model() const { return model_; }
-  EngineCore& core() { return *core_; }
-  const EngineCore& core() const { return *core_; }
-  int64_t global_steps() const { return core_->global_steps(); }
-  double lr() const { return core_->lr(); }
-  double loss_scale() const { return core_->loss_scale(); }
-  bool last_step_skipped() const { return core_->last_step_skipped(); }
-  bool is_gradient_accumulation_boundary() const { return core_->is_gradient_accumulation_boundary(); }
+  EngineCore& core() { return pipeline_ ? pipeline_->core() : *core_; }
+  const EngineCore& core() const { return pipeline_ ? pipeline_->core() : *core_; }
+  // This rank's pipeline stage (null with one stage): its partition, schedule, timing.
+  PipelineStages* pipeline() { return pipeline_.get(); }
+  const PipelineStages* pipeline() const { return pipeline_.get(); }
+  int stages() const { return pipeline_ ? pipeline_->stages() : 1; }
+  int stage() const { return pipeline_ ? pipeline_->stage() : 0; }
+  bool is_first_stage() const { return stage() == 0; }
+  bool is_last_stage() const { return stage() == stages() - 1; }
+  int64_t global_steps() const { return core().global_steps(); }
+  double lr() const { return core().lr(); }
+  double loss_scale() const { return core().loss_scale(); }
+  bool last_step_skipped() const { return core().last_step_skipped(); }
+  bool is_gradient_accumulation_boundary() const { return core().is_gradient_accumulation_boundary(); }
 
  private:
   template <class T>
@@ -101,8 +228,22 @@ class Engine {
     if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) return engine_detail::cast_input(v, core_->model_dtype());
     else return std::forward<T>(v);
   }
+  // Micro-batch `index` of a window through the model's forward(inputs, labels).
+  at::Tensor forward_loss(const NextBatch& next_batch, int index, const char* what) {
+    if constexpr (requires(Model& m, const at::Tensor& t) {
+                    { m.forward(t, t) } -> std::convertible_to<at::Tensor>;
+                  }) {
+      const MicroBatch b = next_batch();
+      engine_detail::check_micro_batch(b, index, what);
+      return forward(b.inputs.to(core_->device()), b.labels.to(core_->device()));
+    } else {
+      throw Error(std::string(what) + " needs a model whose forward(inputs, labels) returns the loss; call forward, "
+                  "backward and step yourself");
+    }
+  }
 
   std::shared_ptr<Model> model_;
+  std::unique_ptr<PipelineStages> pipeline_;  // pipeline.stages > 1: it holds the core
   std::unique_ptr<EngineCore> core_;
   std::shared_ptr<void> runner_guard_;  // declared last: the runner goes before the core it points into
 };
@@ -156,24 +297,45 @@ Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, std
   return engine_detail::initialize_core(config, std::move(model), std::move(dp), device, std::nullopt);
 }
 
-// Over the process grid (distributed/process_grid.h, built from this config):
-// data parallel over its data-parallel group, on its rank's training device;
-// with tensor_parallel.autotp_size t > 1 the model must be sharded over
+// Over the process grid (distributed/process_grid.h, built from this config),
+// on its rank's training device. With pipeline.stages > 1 the model (a
+// LayerStack with loss(output, labels)) is cut into the grid's stages, each
+// data parallel over its group (engine/pipeline_stages.h). With
+// tensor_parallel.autotp_size t > 1 the model must be sharded over
 // tensor_parallel_group(config, grid) (engine/tensor_parallel_setup.h) and the
-// data-parallel group is the world / t ranks of this rank's TP index. The
-// engine keeps its own references to the grid's communicators.
+// data-parallel group is the world / (stages x t) ranks of this rank's
+// stage and TP index. The engine keeps its own references to the grid's
+// communicators.
 template <class Model>
 Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, const distributed::ProcessGrid& grid) {
   engine_detail::check_grid(config, grid);
   const c10::Device device = engine_detail::device_of(grid);
+  if (config.pipeline.stages > 1) {
+    if constexpr (std::is_base_of_v<nn::LayerStackImpl, Model>) {
+      StageHead head = engine_detail::stage_head(model);
+      if (!head.loss)
+        throw ConfigError(config.source, {"pipeline.stages: " + std::to_string(config.pipeline.stages) +
+                                          " stages: the last one computes the loss from the stack's output, so the "
+                                          "model needs loss(output, labels)"});
+      auto stages = std::make_unique<PipelineStages>(config, model, std::move(head), grid);
+      return Engine<Model>(std::move(model), std::move(stages));
+    } else {
+      throw ConfigError(config.source, {"pipeline.stages: " + std::to_string(config.pipeline.stages) +
+                                        " stages cut a stratum::nn::LayerStack model by its layers; this model "
+                                        "is not one"});
+    }
+  }
   if (config.tensor_parallel.size > 1 || engine_detail::tensor_parallel_size(*model) > 1) {
     engine_detail::TensorParallelEngineGroups g = engine_detail::tensor_parallel_engine_groups(config, *model, grid);
     return engine_detail::initialize_core(config, std::move(model),
-                                          engine_detail::logged_data_parallel(config, g.dp, g.dp_control), device,
-                                          std::move(g.place));
+                                          engine_detail::logged_data_parallel(config, g.dp, g.dp_control,
+                                                                              grid.comms_log()),
+                                          device, std::move(g.place));
   }
-  return initialize(config, std::move(model),
-                    engine_detail::logged_data_parallel(config, grid.dp_group(), grid.cpu_dp_group()), device);
+  return engine_detail::initialize_core(
+      config, std::move(model),
+      engine_detail::logged_data_parallel(config, grid.dp_group(), grid.cpu_dp_group(), grid.comms_log()), device,
+      std::nullopt);
 }
 
 // Over the whole job: the grid built here (ProcessGrid::create, collective;

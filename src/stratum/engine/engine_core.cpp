@@ -65,8 +65,8 @@ void check_supported(const Config& c, const std::vector<at::Tensor>& params, boo
     throw ConfigError(c.source, {"optimizer: missing; the engine needs an \"optimizer\" section (Adam, AdamW or Lamb)"});
   if (c.pipeline.stages > 1 && !pipeline_stage)
     throw ConfigError(c.source, {"pipeline.stages: " + std::to_string(c.pipeline.stages) +
-                                 " stages need the pipeline engine (stratum::initialize_pipeline and "
-                                 "train_batch); stratum::initialize runs data parallelism only"});
+                                 " stages: build the engine with stratum::initialize over the process grid, which "
+                                 "cuts the model into its stages, and train with train_batch"});
   // What a pipeline cannot do is refused when the config is read (config::check_pipeline_rules).
   if (c.tensor_parallel.size != tensor_parallel_size)
     throw ConfigError(c.source, {"tensor_parallel.autotp_size: " + std::to_string(c.tensor_parallel.size) +
@@ -204,6 +204,8 @@ void EngineCore::backward(const at::Tensor& loss) {
 
 void EngineCore::backward_pass(const at::Tensor& output, const at::Tensor& grad, bool boundary) {
   heartbeat::beat();
+  const bool timed = timing();
+  if (timed) timers_->start(Phase::bwd_inner);
   strategy_->prepare_backward(boundary);
   if (grad.defined()) {
     torch::autograd::backward({output}, {grad});
@@ -214,28 +216,56 @@ void EngineCore::backward_pass(const at::Tensor& output, const at::Tensor& grad,
     const double factor = scaler_->scale() / static_cast<double>(batch_.gradient_accumulation_steps);
     torch::autograd::backward({factor == 1.0 ? output : output * factor});
   }
+  if (timed) {
+    timers_->stop(Phase::bwd_inner);
+    timers_->start(Phase::bwd_allreduce);
+  }
   strategy_->finish_backward();
+  if (timed) timers_->stop(Phase::bwd_allreduce);
+}
+
+void EngineCore::backward_weight_pass(const std::function<void()>& run) {
+  const bool timed = timing();
+  if (timed) timers_->start(Phase::bwd_inner);
+  run();
+  if (timed) timers_->stop(Phase::bwd_inner);
 }
 
 void EngineCore::close_backward_window() {
+  const bool timed = timing();
+  if (timed) timers_->start(Phase::bwd_allreduce);
   strategy_->prepare_backward(/*boundary=*/true);
   strategy_->finish_backward();
+  if (timed) timers_->stop(Phase::bwd_allreduce);
 }
 
 void EngineCore::finish_gradients() {
   if (gradients_finished_) return;
   heartbeat::start_watch();
   heartbeat::beat();
+  const bool timed = timing();
+  // Waiting for the window's reductions is backward's time (phase_timers.h).
+  if (timed) timers_->start(Phase::bwd_allreduce);
   micro_steps_ += batch_.gradient_accumulation_steps;
   strategy_->wait_gradients();
   reduce_partial_gradients();
+  if (timed) timers_->stop(Phase::bwd_allreduce);
   gradients_finished_ = true;
 }
 
 bool EngineCore::pipeline_step() {
+  // Decided before the step counts: the step in progress is global_steps_.
+  const bool timed = timing(), profiled = profiling();
   finish_gradients();
   gradients_finished_ = false;
-  return optimizer_step();
+  if (timed) timers_->start(Phase::step);
+  const bool updated = optimizer_step();
+  if (timed) {
+    timers_->stop(Phase::step);
+    for (int64_t i = 0; i < batch_.gradient_accumulation_steps; ++i) timers_->end_micro_step();
+  }
+  if (timed || profiled) finish_step_diagnostics(profiled);
+  return updated;
 }
 
 bool EngineCore::step() {

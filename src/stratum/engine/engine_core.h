@@ -111,6 +111,9 @@ class EngineCore {
   // undefined: scaled as backward() scales it) or from `output` with the next
   // stage's gradient (already scaled); `boundary`: the step's last pass.
   void backward_pass(const at::Tensor& output, const at::Tensor& grad, bool boundary);
+  // ZB-H1's W: `run` computes weight gradients a backward_pass deferred
+  // (timed as backward with wall_clock_breakdown).
+  void backward_weight_pass(const std::function<void()>& run);
   // Split backwards (ZB-H1): every pass ran with `boundary` false and the
   // deferred weight gradients are in place; the window's reductions start.
   void close_backward_window();
@@ -144,6 +147,8 @@ class EngineCore {
   double last_grad_norm() const;
   const config::BatchSizes& batch() const { return batch_; }
   at::ScalarType model_dtype() const { return model_dtype_; }
+  // Where the model's parameters and activations live.
+  c10::Device device() const { return device_; }
   const std::shared_ptr<distributed::Communicator>& dp() const { return dp_; }
   const std::optional<ModelParallelPlace>& model_parallel() const { return mp_; }
   // The model's tensor-parallel group's size (1: none).

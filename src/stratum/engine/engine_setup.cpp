@@ -49,7 +49,8 @@ std::shared_ptr<void> install_layer_runner(nn::LayerStackImpl* stack, EngineCore
 
 std::shared_ptr<distributed::Communicator> logged_data_parallel(const Config& config,
                                                                 std::shared_ptr<distributed::Communicator> dp,
-                                                                std::shared_ptr<distributed::Communicator> control) {
+                                                                std::shared_ptr<distributed::Communicator> control,
+                                                                std::shared_ptr<distributed::CommsLog> log) {
   const config::CommsLoggerConfig& cl = config.comms_logger;
   if ((!cl.enabled && !cl.debug) || dynamic_cast<distributed::LoggedCommunicator*>(dp.get())) return dp;
   if (!control) {
@@ -59,7 +60,7 @@ std::shared_ptr<distributed::Communicator> logged_data_parallel(const Config& co
                                         "communicator), not a '" + std::string(dp->backend()) + "' one alone"});
     control = dp;
   }
-  return distributed::with_comms_logger(std::move(dp), std::move(control), cl);
+  return distributed::with_comms_logger(std::move(dp), std::move(control), cl, std::move(log));
 }
 
 at::ScalarType training_dtype(const Config& config) {
@@ -89,6 +90,24 @@ void check_grid(const Config& config, const distributed::ProcessGrid& grid) {
               " but " + config.source + " asks for pipeline.stages " + std::to_string(config.pipeline.stages) +
               " x tensor_parallel.autotp_size " + std::to_string(config.tensor_parallel.size) + ", topology.order " +
               config.topology.order + "; build the grid from the config the engine is given");
+}
+
+void refuse_under_pipeline(const char* what, int stages) {
+  throw Error(std::string("engine.") + what + ": the model is cut into " + std::to_string(stages) +
+              " pipeline stages, whose micro-batches run through a schedule: train with engine.train_batch "
+              "(evaluate with eval_batch), as DeepSpeed's PipelineEngine");
+}
+
+void check_micro_batch(const MicroBatch& b, int index, const char* what) {
+  if (!b.inputs.defined() || !b.labels.defined())
+    throw Error(std::string(what) + ": micro-batch " + std::to_string(index) + " has no " +
+                (b.inputs.defined() ? "labels" : "inputs"));
+}
+
+double mean_over_data_parallel(at::Tensor sum, int64_t count, distributed::Communicator& dp) {
+  at::Tensor mean = sum / static_cast<double>(count);
+  if (dp.size() > 1) dp.all_reduce(mean, distributed::ReduceOp::avg)->wait();
+  return mean.item<double>();
 }
 
 }  // namespace stratum::engine_detail

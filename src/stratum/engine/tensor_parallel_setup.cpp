@@ -7,6 +7,7 @@
 #include <map>
 
 #include "stratum/core/error.h"
+#include "stratum/distributed/logged_communicator.h"
 #include "stratum/engine/engine.h"
 
 namespace stratum {
@@ -14,7 +15,9 @@ namespace stratum {
 nn::tp::TensorParallel tensor_parallel_group(const Config& config, const distributed::ProcessGrid& grid) {
   engine_detail::check_grid(config, grid);
   if (config.tensor_parallel.size <= 1) return {};
-  return {grid.tp_group(), config.tensor_parallel.sequence_parallel};
+  // comms_logger: the model's own collectives are rows of the job's summary too.
+  return {distributed::with_comms_logger(grid.tp_group(), grid.cpu_tp_group(), config.comms_logger, grid.comms_log()),
+          config.tensor_parallel.sequence_parallel};
 }
 
 nn::tp::TensorParallel tensor_parallel_group(const Config& config, const distributed::DistContext& ctx) {

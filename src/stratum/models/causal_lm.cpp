@@ -36,13 +36,20 @@ int64_t sequence_padding(const nn::tp::TensorParallel& tp, int64_t length) {
 }
 }  // namespace
 
-at::Tensor CausalLMImpl::logits(const at::Tensor& tokens) {
+at::Tensor CausalLMImpl::stack_input(const at::Tensor& tokens) const {
   check_tokens(config_, tokens);
   const int64_t pad = sequence_padding(tp_, tokens.size(1));
-  const at::Tensor out = nn::LayerStackImpl::forward(pad ? at::constant_pad_nd(tokens, {0, pad}, 0) : tokens);
-  if (!tp_.enabled()) return out;
-  const at::Tensor whole = nn::tp::gather_from_last(out, tp_).narrow(-1, 0, config_.vocab_size);
-  return pad ? whole.narrow(1, 0, tokens.size(1)) : whole;
+  return pad ? at::constant_pad_nd(tokens, {0, pad}, 0) : tokens;
+}
+
+at::Tensor CausalLMImpl::logits_of_output(const at::Tensor& output, int64_t length) const {
+  if (!tp_.enabled()) return output;
+  const at::Tensor whole = nn::tp::gather_from_last(output, tp_).narrow(-1, 0, config_.vocab_size);
+  return whole.size(1) != length ? whole.narrow(1, 0, length) : whole;
+}
+
+at::Tensor CausalLMImpl::logits(const at::Tensor& tokens) {
+  return logits_of_output(nn::LayerStackImpl::forward(stack_input(tokens)), tokens.size(1));
 }
 
 at::Tensor CausalLMImpl::loss(const at::Tensor& output, const at::Tensor& targets) {

@@ -46,6 +46,12 @@ class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule, pu
   // [B, T, vocab] in the model's dtype (gathered over the tensor-parallel
   // group, padding dropped). T may not exceed max_seq_len.
   at::Tensor logits(const at::Tensor& tokens);
+  // logits() in two halves, for a pipeline whose first stage reads the tokens
+  // and whose last holds the stack's output: the stack's input (tokens padded
+  // for sequence parallelism), and the whole logits [B, length, vocab] of the
+  // stack's output (gathered over the tensor-parallel group, padding dropped).
+  at::Tensor stack_input(const at::Tensor& tokens) const;
+  at::Tensor logits_of_output(const at::Tensor& output, int64_t length) const;
 
   const ModelConfig& config() const { return config_; }
   const nn::tp::TensorParallel& tensor_parallel() const override { return tp_; }

@@ -3,7 +3,10 @@
 // (cropped) sequence: no KV cache, meant for samples during and after
 // training, not for serving.
 #include <cstdint>
+#include <functional>
 #include <vector>
+
+#include <ATen/core/Tensor.h>
 
 #include "stratum/models/causal_lm.h"
 
@@ -21,6 +24,13 @@ struct GenerateOptions {
 // restores the model's training flag afterwards. Throws stratum::Error for an
 // empty prompt or a token outside the vocabulary.
 std::vector<int64_t> generate(CausalLMImpl& model, const std::vector<int64_t>& prompt, const GenerateOptions& options);
+
+// The same from any source of logits (a model cut into pipeline stages):
+// `next` gives the last position's logits ([vocab] fp32 on the CPU) of a
+// window of tokens (int64 [1, n] on the CPU, n <= config.max_seq_len).
+using NextTokenLogits = std::function<at::Tensor(const at::Tensor& tokens)>;
+std::vector<int64_t> generate(const NextTokenLogits& next, const ModelConfig& config,
+                              const std::vector<int64_t>& prompt, const GenerateOptions& options);
 
 inline std::vector<int64_t> generate(CausalLMImpl& model, const std::vector<int64_t>& prompt, int64_t new_tokens,
                                      double temperature, int64_t top_k, uint64_t seed) {

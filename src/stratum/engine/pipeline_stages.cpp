@@ -1,4 +1,4 @@
-#include "stratum/engine/pipeline_engine.h"
+#include "stratum/engine/pipeline_stages.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -12,8 +12,9 @@
 #include "stratum/distributed/logged_communicator.h"
 #include "stratum/distributed/wait_context.h"
 #include "stratum/engine/engine.h"
+#include "stratum/engine/flops_profiler.h"
 #include "stratum/engine/param_runs.h"
-#include "stratum/models/causal_lm.h"
+#include "stratum/pipeline/schedule.h"
 #include "stratum/nn/checkpoint.h"
 #include "stratum/nn/deferred_init.h"
 
@@ -28,15 +29,15 @@ struct StageParameters {
   bool any_tied = false;           // some parameter spans two stages (on any rank)
 };
 
-// This stage's parameters, drawn here when the model is a skeleton (born
-// sharded: nn/deferred_init.h); the other stages' stay unmaterialized, or
+// This stage's parameters, drawn here (`draw`) when the model is a skeleton
+// (born sharded: nn/deferred_init.h); the other stages' stay unmaterialized, or
 // are freed (their storage set empty) when the model was built whole. Throws
 // ConfigError when a parameter spans stages other than the first and the last
 // (the tied embedding and head is the one sharing allowed).
 StageParameters take_stage_parameters(nn::LayerStackImpl& model, std::vector<at::Tensor>& all_params,
                                       const std::vector<std::string>& all_names, const zero::LayerParams& layers,
                                       const pipeline::Partition& partition, int stage, int stages,
-                                      const std::string& source, c10::Device device, at::ScalarType dtype) {
+                                      const std::string& source, c10::Device device, at::ScalarType dtype, bool draw) {
   std::vector<std::set<int>> holders(all_params.size());  // the stages whose layers read each parameter
   for (size_t l = 0; l < model.size(); ++l) {
     const int s = partition.part_of(l) % stages;
@@ -62,7 +63,9 @@ StageParameters take_stage_parameters(nn::LayerStackImpl& model, std::vector<at:
       all_params[i].set_data(at::empty({0}, all_params[i].options()));  // another stage's: freed
     }
   }
-  // Born sharded: only this stage's parameters are ever drawn, one at a time.
+  // Born sharded: only this stage's parameters are ever drawn, one at a time
+  // (at ZeRO-3 by the core, one layer at a time as it partitions them).
+  if (!draw) return out;
   const std::set<std::string> mine(out.names.begin(), out.names.end());
   nn::materialize(model, device, dtype, [&](const std::string& name) { return mine.count(name) > 0; });
   return out;
@@ -70,17 +73,14 @@ StageParameters take_stage_parameters(nn::LayerStackImpl& model, std::vector<at:
 
 }  // namespace
 
-PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerStackImpl> model, StageLoss loss,
-                               const distributed::DistContext& ctx)
-    : PipelineEngine(config, std::move(model), std::move(loss), distributed::ProcessGrid::create(config, ctx)) {}
-
-PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerStackImpl> model, StageLoss loss,
+PipelineStages::PipelineStages(const Config& config, std::shared_ptr<nn::LayerStackImpl> model, StageHead head,
                                const distributed::ProcessGrid& grid)
     : config_(config),
       model_(std::move(model)),
-      loss_(std::move(loss)),
+      head_(std::move(head)),
       device_(engine_detail::device_of(grid)) {
-  if (!model_) throw Error("stratum::initialize_pipeline: no model");
+  if (!model_) throw Error("stratum::initialize: no model");
+  if (!head_.loss) throw Error("stratum::initialize: a pipeline's last stage needs the model's loss");
   // The grid checked the shape (ProcessGrid::problems): stages and TP divide the world, TP stays in a node.
   engine_detail::check_grid(config_, grid);
   const auto& world = grid.world();
@@ -122,10 +122,15 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
   } catch (const Error& e) {
     throw ConfigError(config_.source, {std::string("pipeline.schedule: ") + e.what()});
   }
+  // The flops profiler's outline: rank 0's stage, counted before anything is freed or partitioned.
+  std::optional<ModelOutline> outline;
+  if (config_.flops_profiler.enabled && grid.rank() == 0) outline = model_outline(*model_, model_.get());
 
   const at::ScalarType dtype = engine_detail::training_dtype(config_);
+  // ZeRO-3: the stage's parameters are drawn one layer at a time as the core partitions them.
+  const bool stage3 = config_.zero_optimization.stage == 3;
   StageParameters mine = take_stage_parameters(*model_, all_params, all_names, all_layers, partition_, stage_, stages_,
-                                               config_.source, device_, dtype);
+                                               config_.source, device_, dtype, /*draw=*/!stage3);
   std::vector<at::Tensor>& params = mine.params;
   names_ = std::move(mine.names);
   tied_ = std::move(mine.tied);
@@ -133,11 +138,30 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
   if (params.empty())
     throw ConfigError(config_.source, {"pipeline: stage " + std::to_string(stage_) + " holds layers " +
                                        pipeline::describe(partition_) + " but no trainable parameter"});
+  std::function<at::Tensor(int)> initial_value;
+  if (stage3 && std::any_of(params.begin(), params.end(), [](const at::Tensor& p) { return nn::is_unmaterialized(p); })) {
+    const auto* source = dynamic_cast<const nn::DeferredInit*>(model_.get());
+    const std::set<std::string> names(names_.begin(), names_.end());
+    if (!source)  // names the parameter it cannot draw
+      nn::materialize(*model_, device_, dtype, [&](const std::string& name) { return names.count(name) > 0; });
+    else
+      initial_value = [source, names = names_, device = device_, dtype](int p) {
+        return source->initial_value(names[p], device, dtype);
+      };
+  }
+  if (outline) {
+    std::vector<ProfiledModule> kept;
+    for (size_t l = 0; l < outline->layers.size(); ++l)
+      if (partition_.part_of(l) % stages_ == stage_) kept.push_back(std::move(outline->layers[l]));
+    outline->layers = std::move(kept);
+    outline->model.params = 0;
+    for (const at::Tensor& p : params) outline->model.params += p.numel();
+  }
 
-  engine_detail::prepare_module(*model_, device_, dtype, /*keep_trainable_params=*/false);
+  engine_detail::prepare_module(*model_, device_, dtype, /*keep_trainable_params=*/stage3);
   pp_ = grid.pp_group();
   control_ = grid.cpu_pp_group();
-  dp_ = engine_detail::logged_data_parallel(config_, grid.dp_group(), grid.cpu_dp_group());
+  dp_ = engine_detail::logged_data_parallel(config_, grid.dp_group(), grid.cpu_dp_group(), grid.comms_log());
   // comms_logger: the stage transfers (send/recv rows) and the step's
   // reductions over the stages go into the same log as the data-parallel ones.
   // Not the grid's: with_comms_logger splits the CPU twin for the desync check
@@ -149,11 +173,13 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
   // the core copies them into its masters); their gradients summed each step.
   if (any_tied) {
     // ZeRO-0 keeps whole gradients on every data-parallel rank: pair stage 0
-    // and stage p-1 of each pipeline. Stages 1-2 partition them, each stage
+    // and stage p-1 of each pipeline. Stages 1-3 partition them, each stage
     // differently: all ranks of both stages sum the pieces they hold.
     tied_group_ = grid.tied(config_.zero_optimization.stage == 0);
     c10::AutoGradMode no_grad(false);
     for (int i : tied_) {  // the group's first rank is a stage-0 rank (ProcessGrid::tied_groups)
+      // Born sharded at ZeRO-3: both stages draw it by name, the same values; nothing to send.
+      if (nn::is_unmaterialized(params[i])) continue;
       at::Tensor value = params[i].detach().clone();
       tied_group_->broadcast(value, 0)->wait();
       params[i].copy_(value);
@@ -164,7 +190,9 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
   if (stage_ == stages_ - 1 && stages_ > 1) reduction.stage_duplicates = tied_;
   if (sharded) engine_detail::add_tensor_parallel(reduction, *sharded, names_);
   zero::LayerParams layers = layer_params(*model_, params);
-  core_ = std::make_unique<EngineCore>(config_, params, names_, dtype, dp_, device_, std::move(layers), reduction);
+  core_ = std::make_unique<EngineCore>(config_, params, names_, dtype, dp_, device_, std::move(layers), reduction,
+                                       std::move(initial_value));
+  if (outline) core_->attach_flops_profiler(std::move(*outline));
   if (any_tied && core_->strategy().partitioned() != (config_.zero_optimization.stage != 0))
     throw Error("pipeline: the tied gradients' group assumed ZeRO stage " +
                 std::to_string(config_.zero_optimization.stage) + " to " +
@@ -185,32 +213,31 @@ PipelineEngine::PipelineEngine(const Config& config, std::shared_ptr<nn::LayerSt
               " data-parallel" +
               (grid.tp() > 1 ? " x " + std::to_string(grid.tp()) + " tensor-parallel" : std::string()) +
               ", schedule " + config::pipeline_schedule_name(config_.pipeline.schedule) + ", " +
-              std::to_string(executor_->schedule().micro_batches) + " micro-batches a step; layers by stage " +
-              pipeline::describe(partition_));
+              std::to_string(executor_->schedule().micro_batches) + " micro-batches a step, ZeRO " +
+              std::to_string(config_.zero_optimization.stage) + "; layers by stage " + pipeline::describe(partition_));
 }
 
-PipelineEngine::~PipelineEngine() = default;
+PipelineStages::~PipelineStages() = default;
 
-double PipelineEngine::train_batch(const NextBatch& next_batch) {
-  heartbeat::beat();
-  const int m = executor_->schedule().micro_batches;
+void PipelineStages::read_batches(const NextBatch& next_batch, int m, const char* what) {
   batches_.clear();
-  if (is_first_stage() || is_last_stage()) {
-    for (int i = 0; i < m; ++i) {
-      MicroBatch b = next_batch();
-      if (!b.inputs.defined() || (is_last_stage() && !b.labels.defined()))
-        throw Error("train_batch: micro-batch " + std::to_string(i) + " has no " +
-                    (b.inputs.defined() ? "labels" : "inputs"));
-      if (i > 0 && b.inputs.sizes() != batches_.front().inputs.sizes())
-        throw Error("train_batch: micro-batch " + std::to_string(i) + " has inputs " + c10::str(b.inputs.sizes()) +
-                    " but micro-batch 0 " + c10::str(batches_.front().inputs.sizes()) +
-                    "; a step's micro-batches share one shape");
-      b.inputs = engine_detail::cast_input(b.inputs.to(device_), core_->model_dtype());
-      if (b.labels.defined()) b.labels = b.labels.to(device_);
-      batches_.push_back(std::move(b));
-    }
+  if (!is_first_stage() && !is_last_stage()) return;
+  for (int i = 0; i < m; ++i) {
+    MicroBatch b = next_batch();
+    if (!b.inputs.defined() || (is_last_stage() && !b.labels.defined()))
+      throw Error(std::string(what) + ": micro-batch " + std::to_string(i) + " has no " +
+                  (b.inputs.defined() ? "labels" : "inputs"));
+    if (i > 0 && b.inputs.sizes() != batches_.front().inputs.sizes())
+      throw Error(std::string(what) + ": micro-batch " + std::to_string(i) + " has inputs " +
+                  c10::str(b.inputs.sizes()) + " but micro-batch 0 " + c10::str(batches_.front().inputs.sizes()) +
+                  "; a step's micro-batches share one shape");
+    b.inputs = engine_detail::cast_input(b.inputs.to(device_), core_->model_dtype());
+    if (b.labels.defined()) b.labels = b.labels.to(device_);
+    batches_.push_back(std::move(b));
   }
-  // The first stage's input shape decides whether the links agree on shapes again.
+}
+
+bool PipelineStages::input_shape_changed() {
   at::Tensor shape = at::zeros({8}, at::kLong);
   if (is_first_stage()) {
     const auto sizes = batches_.front().inputs.sizes();
@@ -224,7 +251,24 @@ double PipelineEngine::train_batch(const NextBatch& next_batch) {
   std::vector<int64_t> input_shape(shape.data_ptr<int64_t>(), shape.data_ptr<int64_t>() + 8);
   const bool changed = input_shape != last_input_shape_;
   last_input_shape_ = input_shape;
+  return changed;
+}
 
+double PipelineStages::mean_loss(int m) {
+  at::Tensor loss = loss_sum_ / static_cast<double>(m);
+  distributed::WaitContext context(where() + "the loss from the last stage");
+  if (is_last_stage() && dp_->size() > 1) dp_->all_reduce(loss, distributed::ReduceOp::avg)->wait();
+  if (stages_ > 1) pp_->broadcast(loss, stages_ - 1)->wait();
+  return loss.item<double>();
+}
+
+double PipelineStages::train_batch(const NextBatch& next_batch) {
+  heartbeat::beat();
+  const int m = executor_->schedule().micro_batches;
+  read_batches(next_batch, m, "train_batch");
+  // The first stage's input shape decides whether the links agree on shapes again.
+  const bool changed = input_shape_changed();
+  mode_ = Mode::train;
   loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
   passes_ = weight_passes_ = 0;
   deferred_gemms_ = 0;  // read after the step: its count
@@ -236,17 +280,72 @@ double PipelineEngine::train_batch(const NextBatch& next_batch) {
     deferred_.clear();
     throw;
   }
-  // The loss: the last stage's mean over its micro-batches, averaged over data parallel, sent to every stage.
-  at::Tensor loss = loss_sum_ / static_cast<double>(m);
-  distributed::WaitContext context(where() + "the step's loss from the last stage");
-  if (is_last_stage() && dp_->size() > 1) dp_->all_reduce(loss, distributed::ReduceOp::avg)->wait();
-  if (stages_ > 1) pp_->broadcast(loss, stages_ - 1)->wait();
-  return loss.item<double>();
+  return mean_loss(m);
 }
 
-at::Tensor PipelineEngine::forward(int micro, int chunk, const at::Tensor& input) {
+void PipelineStages::run_forwards(const pipeline::Schedule& schedule, Mode mode) {
+  heartbeat::beat();
+  // A fresh executor: its links announce every shape (evaluation and each
+  // generated token may differ from the step's), apart from training's.
+  pipeline::ScheduleExecutor executor(schedule, pp_, control_, device_);
+  const bool was_training = model_->is_training();
+  model_->eval();
+  c10::AutoGradMode no_grad(false);
+  mode_ = mode;
+  try {
+    executor.run(*this, /*shapes_changed=*/true);
+  } catch (...) {
+    mode_ = Mode::train;
+    model_->train(was_training);
+    throw;
+  }
+  mode_ = Mode::train;
+  model_->train(was_training);
+}
+
+double PipelineStages::eval_batch(const NextBatch& next_batch, int micro_batches) {
+  if (micro_batches < 1) throw Error("eval_batch: " + std::to_string(micro_batches) + " micro-batches; at least 1");
+  read_batches(next_batch, micro_batches, "eval_batch");
+  loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  run_forwards(pipeline::make_forward_schedule(stages_, micro_batches, chunks_), Mode::eval);
+  return mean_loss(micro_batches);
+}
+
+at::Tensor PipelineStages::next_token_logits(const at::Tensor& tokens) {
+  if (!head_.input || !head_.logits)
+    throw Error("generation under a pipeline needs the model's input and logits (a built-in causal LM)");
+  if (tokens.dim() != 2 || tokens.size(0) != 1)
+    throw Error("generation: tokens must be [1, n], got " + c10::str(tokens.sizes()));
+  batches_.clear();
+  if (is_first_stage()) batches_.push_back({head_.input(tokens).to(device_), at::Tensor()});
+  logits_length_ = tokens.size(1);
+  logits_ = at::Tensor();
+  run_forwards(pipeline::make_forward_schedule(stages_, 1, chunks_), Mode::logits);
+  // The last stage's row to every stage: its size first, then the values.
+  at::Tensor size = at::zeros({1}, at::kLong);
+  if (is_last_stage()) size[0] = logits_.numel();
+  distributed::WaitContext context(where() + "the generated token's logits from the last stage");
+  if (stages_ > 1) control_->broadcast(size, stages_ - 1)->wait();
+  at::Tensor row = is_last_stage() ? logits_ : at::empty({size.item<int64_t>()}, at::kFloat);
+  if (stages_ > 1) control_->broadcast(row, stages_ - 1)->wait();
+  logits_ = at::Tensor();
+  return row;
+}
+
+at::Tensor PipelineStages::forward(int micro, int chunk, const at::Tensor& input) {
   const int vs = chunk * stages_ + stage_;
   const bool first = vs == 0, last = vs == stages_ * chunks_ - 1;
+  if (mode_ != Mode::train) {  // forwards alone, without autograd (run_forwards)
+    at::Tensor out = model_->run(first ? batches_.at(micro).inputs : input, partition_.begin(vs), partition_.end(vs));
+    if (!last) return out;
+    if (mode_ == Mode::eval)
+      loss_sum_ += head_.loss(out, batches_.at(micro).labels).to(at::kFloat);
+    else
+      logits_ = head_.logits(out, logits_length_).select(1, logits_length_ - 1).squeeze(0).to(at::kFloat).cpu();
+    return at::Tensor();
+  }
+  // Timed (wall_clock_breakdown) and, in the profiled step, observed by the flops profiler.
+  ForwardBracket bracket(*core_);
   at::Tensor x;
   if (first) {
     x = batches_.at(micro).inputs;
@@ -256,16 +355,18 @@ at::Tensor PipelineEngine::forward(int micro, int chunk, const at::Tensor& input
   }
   at::Tensor out = run_chunk(x, partition_.begin(vs), partition_.end(vs));
   if (last) {
-    at::Tensor l = loss_(out, batches_.at(micro).labels);
+    at::Tensor l = head_.loss(out, batches_.at(micro).labels);
+    bracket.close();
     loss_sum_ += l.detach().to(at::kFloat);
     outputs_[{micro, chunk}] = l;
     return at::Tensor();
   }
+  bracket.close();
   outputs_[{micro, chunk}] = out;
   return out;
 }
 
-at::Tensor PipelineEngine::run_chunk(const at::Tensor& input, size_t begin, size_t end) {
+at::Tensor PipelineStages::run_chunk(const at::Tensor& input, size_t begin, size_t end) {
   const size_t interval = static_cast<size_t>(config_.pipeline.activation_checkpoint_interval);
   if (interval == 0) return model_->run(input, begin, end);
   // DeepSpeed's activation_checkpoint_interval: the chunk's layers in groups of
@@ -285,7 +386,7 @@ at::Tensor PipelineEngine::run_chunk(const at::Tensor& input, size_t begin, size
   return x;
 }
 
-at::Tensor PipelineEngine::backward(int micro, int chunk, const at::Tensor& output_grad, bool input_only) {
+at::Tensor PipelineStages::backward(int micro, int chunk, const at::Tensor& output_grad, bool input_only) {
   const int vs = chunk * stages_ + stage_;
   auto out_it = outputs_.find({micro, chunk});
   if (out_it == outputs_.end())
@@ -311,17 +412,17 @@ at::Tensor PipelineEngine::backward(int micro, int chunk, const at::Tensor& outp
   return g;
 }
 
-void PipelineEngine::backward_weight(int micro, int chunk) {
+void PipelineStages::backward_weight(int micro, int chunk) {
   auto it = deferred_.find({micro, chunk});
   if (it == deferred_.end())
     throw Error("pipeline stage " + std::to_string(stage_) + ": W of micro-batch " + std::to_string(micro) +
                 " before its B");
-  it->second.run();
+  core_->backward_weight_pass([&] { it->second.run(); });
   deferred_.erase(it);
   if (++weight_passes_ == executor_->schedule().micro_batches * chunks_) core_->close_backward_window();
 }
 
-void PipelineEngine::reduce_tied() {
+void PipelineStages::reduce_tied() {
   distributed::WaitContext context(where() + "the data-parallel reductions and the tied gradients");
   core_->finish_gradients();
   if (!tied_group_ || tied_.empty()) return;
@@ -342,32 +443,11 @@ void PipelineEngine::reduce_tied() {
   }
 }
 
-void PipelineEngine::optimizer_step() {
+void PipelineStages::optimizer_step() {
   distributed::WaitContext context(where() + "the optimizer step (overflow and norm over every stage)");
   core_->pipeline_step();
 }
 
-std::string PipelineEngine::where() const { return "pipeline stage " + std::to_string(stage_) + ": "; }
-
-void PipelineEngine::save_checkpoint(const std::string& save_dir, const std::string& tag,
-                                     const nlohmann::json& client_state) {
-  stratum::save_checkpoint(*core_, save_dir, tag, client_state, {}, &place_);
-}
-
-nlohmann::json PipelineEngine::load_checkpoint(const std::string& load_dir, const std::string& tag) {
-  return stratum::load_checkpoint(*core_, load_dir, tag, &place_);
-}
-
-std::unique_ptr<PipelineEngine> initialize_pipeline(const Config& config, std::shared_ptr<models::CausalLMImpl> model,
-                                                    const distributed::ProcessGrid& grid) {
-  models::CausalLMImpl* lm = model.get();  // the engine holds the model: it outlives the loss
-  return std::make_unique<PipelineEngine>(
-      config, model, [lm](const at::Tensor& out, const at::Tensor& labels) { return lm->loss(out, labels); }, grid);
-}
-
-std::unique_ptr<PipelineEngine> initialize_pipeline(const Config& config, std::shared_ptr<models::CausalLMImpl> model,
-                                                    const distributed::DistContext& ctx) {
-  return initialize_pipeline(config, std::move(model), distributed::ProcessGrid::create(config, ctx));
-}
+std::string PipelineStages::where() const { return "pipeline stage " + std::to_string(stage_) + ": "; }
 
 }  // namespace stratum

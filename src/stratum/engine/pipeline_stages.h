@@ -1,30 +1,32 @@
 #pragma once
-// DeepSpeed's PipelineEngine in C++: a LayerStack model cut into
-// pipeline.stages stages (pipeline/partition.h), one per rank of each
-// pipeline group, each stage data parallel over its own group with ZeRO 0-2
-// and its own EngineCore; the step's micro-batches run through a schedule
-// (pipeline/schedule.h) by the executor (pipeline/executor.h).
-//
-//   auto engine = stratum::initialize_pipeline(config, model, grid);  // or ctx
-//   for (...) double loss = engine->train_batch(next_batch);  // one optimizer step
+// One rank's share of a LayerStack model cut into pipeline.stages stages
+// (pipeline/partition.h), one per rank of each pipeline group, and the
+// schedules that run it: a training step's micro-batches through the
+// config's schedule (pipeline/schedule.h) by the executor
+// (pipeline/executor.h), evaluation and generation through a forward-only
+// one. Each stage is data parallel over its own group with any ZeRO stage and
+// its own EngineCore. The engine (engine.h) holds one when pipeline.stages > 1;
+// nothing else does.
 //
 // A model built as a skeleton (models::construct_model on the meta device) is
 // born sharded: each rank draws only its stage's parameters, with the values
 // the whole model has (nn/deferred_init.h), so any layout starts from the same
-// weights. A model built whole keeps only its stage's parameters.
+// weights; at ZeRO-3 a stage's parameters are drawn one layer at a time as they
+// are partitioned over the stage's data-parallel group, then gathered layer by
+// layer in every micro-batch's forward and backward (prefetched). A model
+// built whole keeps only its stage's parameters.
 // A parameter two stages hold (GPT-2's tied embedding and head, on the first
-// and the last stage) starts equal (broadcast from the first stage); its
-// gradient is summed over those stages before the step, and the gradient norm
-// counts it once.
+// and the last stage) starts equal; its gradient is summed over those stages
+// before the step, and the gradient norm counts it once.
 #include <functional>
 #include <map>
 #include <memory>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
 
 #include "stratum/config/config.h"
-#include "stratum/distributed/init.h"
 #include "stratum/distributed/process_grid.h"
 #include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine_core.h"
@@ -34,9 +36,6 @@
 #include "stratum/pipeline/partition.h"
 
 namespace stratum {
-namespace models {
-class CausalLMImpl;
-}
 
 struct MicroBatch {
   at::Tensor inputs;  // read by the first stage
@@ -46,20 +45,24 @@ using NextBatch = std::function<MicroBatch()>;
 // The last stage's loss of one micro-batch, from the model's output and the labels.
 using StageLoss = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& labels)>;
 
-class PipelineEngine : private pipeline::StageOps {
+// What the ends of the pipeline make of the model's tokens and output.
+struct StageHead {
+  StageLoss loss;
+  // Generation (optional): the stack's input from tokens [B, T] on the first
+  // stage (sequence parallelism pads them), and on the last the whole logits
+  // [B, length, vocab] from the stack's output (gathered over tensor parallelism).
+  std::function<at::Tensor(const at::Tensor& tokens)> input;
+  std::function<at::Tensor(const at::Tensor& output, int64_t length)> logits;
+};
+
+class PipelineStages : private pipeline::StageOps {
  public:
   // Collective over the grid's world; the grid (built from this config)
-  // checked its shape, and the engine keeps its own references to the grid's
-  // communicators. Throws ConfigError (the same on every rank, before any
-  // collective) when a stage would hold no layer or the config asks for what
-  // pipelines lack.
-  PipelineEngine(const Config& config, std::shared_ptr<nn::LayerStackImpl> model, StageLoss loss,
+  // checked its shape. Throws ConfigError (the same on every rank, before any
+  // collective) when a stage would hold no layer or no parameter.
+  PipelineStages(const Config& config, std::shared_ptr<nn::LayerStackImpl> model, StageHead head,
                  const distributed::ProcessGrid& grid);
-  // Over a grid built here (ProcessGrid::create: collective; ConfigError on
-  // every rank when the stages or TP do not divide the world).
-  PipelineEngine(const Config& config, std::shared_ptr<nn::LayerStackImpl> model, StageLoss loss,
-                 const distributed::DistContext& ctx);
-  ~PipelineEngine() override;
+  ~PipelineStages() override;
 
   // One optimizer step over gradient_accumulation_steps micro-batches:
   // `next_batch` is called that many times on the first and the last stage
@@ -67,6 +70,15 @@ class PipelineEngine : private pipeline::StageOps {
   // every micro-batch of a step has the same shape. Returns the step's mean
   // loss over its micro-batches and the data-parallel ranks, on every rank.
   double train_batch(const NextBatch& next_batch);
+  // The mean loss of `micro_batches` micro-batches (read as train_batch reads
+  // them) over them and the data-parallel ranks, on every rank: forwards
+  // alone, in eval mode, without autograd, through a forward-only schedule.
+  // Every rank of the job passes the same count.
+  double eval_batch(const NextBatch& next_batch, int micro_batches);
+  // Generation's step: the logits of the last position of `tokens` (int64
+  // [1, n] on the CPU, the same on every rank of the pipeline) as fp32 [vocab]
+  // on the CPU, on every rank. Needs the head's input and logits.
+  at::Tensor next_token_logits(const at::Tensor& tokens);
 
   int stage() const { return stage_; }
   int stages() const { return stages_; }
@@ -80,23 +92,16 @@ class PipelineEngine : private pipeline::StageOps {
   EngineCore& core() { return *core_; }
   const EngineCore& core() const { return *core_; }
   const std::shared_ptr<nn::LayerStackImpl>& model() const { return model_; }
-  int64_t global_steps() const { return core_->global_steps(); }
-  double lr() const { return core_->lr(); }
-  double loss_scale() const { return core_->loss_scale(); }
-  bool last_step_skipped() const { return core_->last_step_skipped(); }
   // ZB-H1: the weight-gradient GEMMs this rank deferred from B to W in the last step.
   int64_t deferred_weight_gemms() const { return deferred_gemms_; }
   // The names of the parameters this stage trains, in the core's order.
   const std::vector<std::string>& parameter_names() const { return names_; }
-
-  // Collective over the job: every stage writes its shards, rank 0 the
-  // manifest with the layer -> stage map; any layout (stages, data-parallel
-  // size, ZeRO stage, or the data-parallel engine) loads it.
-  void save_checkpoint(const std::string& save_dir, const std::string& tag, const nlohmann::json& client_state);
-  // Loads what any layout saved; returns the client state (engine/checkpoint.h).
-  nlohmann::json load_checkpoint(const std::string& load_dir, const std::string& tag = "");
+  // This rank's place in a checkpoint the stages write together (engine/checkpoint.h).
+  const PipelinePlace& place() const { return place_; }
 
  private:
+  // What a forward through the stages is for.
+  enum class Mode { train, eval, logits };
   at::Tensor forward(int micro, int chunk, const at::Tensor& input) override;
   at::Tensor backward(int micro, int chunk, const at::Tensor& output_grad, bool input_only) override;
   void backward_weight(int micro, int chunk) override;
@@ -106,10 +111,18 @@ class PipelineEngine : private pipeline::StageOps {
   std::string where() const;
   // Layers [begin, end), in groups of pipeline.activation_checkpoint_interval recomputed in backward.
   at::Tensor run_chunk(const at::Tensor& input, size_t begin, size_t end);
+  // `m` micro-batches from `next_batch` on the first and the last stage, on the device, checked.
+  void read_batches(const NextBatch& next_batch, int m, const char* what);
+  // The first stage's input shape, agreed by every stage: whether it changed since the last step.
+  bool input_shape_changed();
+  // The last stage's mean loss over `m` micro-batches, averaged over data parallel, on every rank.
+  double mean_loss(int m);
+  // Runs `schedule` forward-only in `mode`, in eval mode without autograd.
+  void run_forwards(const pipeline::Schedule& schedule, Mode mode);
 
   Config config_;
   std::shared_ptr<nn::LayerStackImpl> model_;
-  StageLoss loss_;
+  StageHead head_;
   int stage_ = 0, stages_ = 1, chunks_ = 1;
   c10::Device device_;
   pipeline::Partition partition_;
@@ -120,21 +133,18 @@ class PipelineEngine : private pipeline::StageOps {
   std::shared_ptr<void> runner_guard_;
   std::shared_ptr<distributed::Communicator> dp_, pp_, control_, tied_group_;
   std::unique_ptr<pipeline::ScheduleExecutor> executor_;
-  // The step in progress.
+  // The step (or forward-only run) in progress.
+  Mode mode_ = Mode::train;
   std::vector<MicroBatch> batches_;
   std::map<std::pair<int, int>, at::Tensor> inputs_, outputs_;  // by (micro, chunk)
   std::map<std::pair<int, int>, nn::DeferredWeightGrads> deferred_;  // ZB-H1: B's weight GEMMs awaiting W
   int weight_passes_ = 0;
   int64_t deferred_gemms_ = 0;
   at::Tensor loss_sum_;
+  at::Tensor logits_;  // Mode::logits: the last position's, on the last stage
+  int64_t logits_length_ = 0;
   int passes_ = 0;
   std::vector<int64_t> last_input_shape_;
 };
-
-// A causal LM (GPT-2, LLaMA) with next-token cross-entropy on the last stage.
-std::unique_ptr<PipelineEngine> initialize_pipeline(const Config& config, std::shared_ptr<models::CausalLMImpl> model,
-                                                    const distributed::ProcessGrid& grid);
-std::unique_ptr<PipelineEngine> initialize_pipeline(const Config& config, std::shared_ptr<models::CausalLMImpl> model,
-                                                    const distributed::DistContext& ctx);
 
 }  // namespace stratum
