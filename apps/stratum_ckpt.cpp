@@ -11,11 +11,11 @@
 #include <fstream>
 #include <iostream>
 
+#include "stratum/checkpoint/checkpoint.h"
+#include "stratum/checkpoint/manifest.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/distributed/job.h"
-#include "stratum/engine/checkpoint.h"
-#include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/io/safetensors.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/hf_config.h"

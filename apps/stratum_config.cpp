@@ -110,7 +110,9 @@ int main(int argc, char** argv) {
 
   try {
     const stratum::Config config = stratum::Config::from_file(path);
-    print_notes(path, config.notes);
+    std::vector<std::string> notes = config.notes;
+    if (!config.optimizer) notes.push_back(stratum::config::default_optimizer_note());  // as stratum-train says it
+    print_notes(path, notes);
     std::optional<int64_t> world;
     if (world_size > 0) world = world_size;
     if (world) {

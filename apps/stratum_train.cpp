@@ -22,24 +22,25 @@
 #include <optional>
 #include <tuple>
 
+#include "stratum/checkpoint/checkpoint.h"
+#include "stratum/checkpoint/engine_checkpoint.h"
+#include "stratum/checkpoint/load_weights.h"
+#include "stratum/checkpoint/manifest.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/log.h"
 #include "stratum/data/batch.h"
 #include "stratum/data/blend.h"
 #include "stratum/data/dataset.h"
 #include "stratum/data/default_corpus.h"
+#include "stratum/data/load_tokenizer.h"
 #include "stratum/data/sampler.h"
 #include "stratum/data/split.h"
-#include "stratum/data/load_tokenizer.h"
 #include "stratum/data/tokenizer.h"
 #include "stratum/distributed/agreement.h"
 #include "stratum/distributed/job.h"
 #include "stratum/distributed/parallel_groups.h"
 #include "stratum/distributed/process_grid.h"
-#include "stratum/engine/checkpoint.h"
-#include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/engine/engine.h"
-#include "stratum/engine/load_weights.h"
 #include "stratum/engine/tensor_parallel_setup.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/flops.h"
@@ -48,8 +49,8 @@
 #include "stratum/models/hf_state_dict.h"
 #include "stratum/models/model_config.h"
 #include "stratum/models/tensor_parallel_plan.h"
-#include "stratum/monitor/run_records.h"
 #include "stratum/monitor/progress.h"
+#include "stratum/monitor/run_records.h"
 #ifdef STRATUM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
@@ -358,6 +359,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
               std::to_string(tokenizer.vocab_size()) + " ids)");
   for (const auto& note : config.notes)
     if (lead) log::info(o.config_path + ": note: " + note);
+  if (lead && !config.optimizer) log::info(o.config_path + ": note: " + config::default_optimizer_note());
   // The grid, once: every rank's coordinates and the job's communicators; a
   // shape that does not fit is refused here, by key, on every rank alike.
   std::optional<distributed::ProcessGrid> grid;
@@ -409,7 +411,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
 
   // Checkpoints: every layout loads them (the data position is the first stage's).
   if (resume.kind == ResumePoint::Kind::resume) {
-    restore_data_position(engine.load_checkpoint(o.save_dir, resume.tag), sampler, o, resume, ctx);
+    restore_data_position(load_checkpoint(engine, o.save_dir, resume.tag), sampler, o, resume, ctx);
     if (lead) log::info("resumed at step " + std::to_string(engine.global_steps()) + ", data " + data::to_string(sampler.state()));
   } else if ((o.resume || !o.resume_tag.empty()) && lead) {
     log::info("--resume: " + resume.reason + "; starting fresh");
@@ -449,7 +451,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   auto save = [&]() {
     const json client = client_state(sampler, mcfg, o, tokenizer);
     const std::string tag = "global_step" + std::to_string(engine.global_steps());
-    engine.save_checkpoint(o.save_dir, tag, client);
+    save_checkpoint(engine, o.save_dir, tag, client);
     save_tokenizer_files(tokenizer, o.save_dir + "/" + tag, ctx);
     if (lead) progress.note("saved checkpoint " + o.save_dir + "/" + tag);
   };

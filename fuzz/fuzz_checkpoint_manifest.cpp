@@ -1,12 +1,12 @@
-// The checkpoint manifest reader (engine/checkpoint_manifest.h, torch-free):
+// The checkpoint manifest reader (checkpoint/manifest.h, torch-free):
 // text -> the validated manifest. An accepted manifest must survive what the
 // loader does with it: its element total, and written back out, read again.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "stratum/checkpoint/manifest.h"
 #include "stratum/core/error.h"
-#include "stratum/engine/checkpoint_manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

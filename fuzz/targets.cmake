@@ -16,7 +16,7 @@ set(STRATUM_FUZZ_SOURCES
   config/batch.cpp config/to_json.cpp
   distributed/launch/hostfile.cpp distributed/launch/resources.cpp distributed/launch/process.cpp
   data/token_file.cpp data/jsonl_record.cpp data/foreign_token_headers.cpp
-  engine/checkpoint_tags.cpp engine/checkpoint_manifest.cpp
+  checkpoint/tags.cpp checkpoint/manifest.cpp
   distributed/launch/slurm_hostlist.cpp
   data/tokenizer.cpp data/hf_tokenizer.cpp data/hf_tokenizer_file.cpp data/json_node.cpp data/bounded_regex.cpp
   data/byte_level_bpe.cpp data/sentencepiece_tokenizer.cpp data/sentencepiece_model_check.cpp

@@ -11,12 +11,13 @@
 // Installed with `cmake --install build --prefix P`; a project uses it with
 // find_package(Stratum REQUIRED) and target_link_libraries(app Stratum::stratum).
 #include "stratum/build_info.h"
+#include "stratum/checkpoint/checkpoint.h"
+#include "stratum/checkpoint/engine_checkpoint.h"
 #include "stratum/config/config.h"
 #include "stratum/core/error.h"
 #include "stratum/core/log.h"
 #include "stratum/distributed/init.h"
 #include "stratum/distributed/mpi_session.h"
-#include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
 #include "stratum/engine/pipeline_stages.h"
 #include "stratum/engine/tensor_parallel_setup.h"

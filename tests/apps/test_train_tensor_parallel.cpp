@@ -39,7 +39,7 @@ TEST_F(TrainCli, TensorParallelTrainsResumesAndMatchesTheWholeModel) {
   Result r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, tp, 4, "tp_log") + " --save-dir " + dir_ +
                  "/ckpt --save-every 2");
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("x 1 ranks | tensor parallel 2 with sequence parallelism"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("x 1 data-parallel | tensor parallel 2 with sequence parallelism"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("step 4/4 | loss"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("eval loss"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--- sample (8 tokens"), std::string::npos) << r.output;

@@ -57,6 +57,18 @@ TEST(StratumConfigCli, InvalidConfigPrintsEveryProblemAndExits1) {
   std::remove(p.c_str());
 }
 
+// The seed guide's config has no optimizer (DeepSpeed takes the script's):
+// check accepts it, as the engine does, and notes what training will use.
+TEST(StratumConfigCli, ConfigWithoutAnOptimizerNotesTheDefaultTheEngineUses) {
+  std::string p = write_temp("seed.json", kUserConfig);
+  RunResult r = run("check " + p + " --world-size 8");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("note: optimizer: not set; training uses AdamW at the section's defaults (lr 0.001"),
+            std::string::npos)
+      << r.output;
+  std::remove(p.c_str());
+}
+
 TEST(StratumConfigCli, BatchThatDoesNotFitTheWorldExits1) {
   std::string p = write_temp("user2.json", kUserConfig);
   RunResult r = run("check " + p + " --world-size 6");

@@ -149,12 +149,6 @@ const InvalidCase kCases[] = {
       "did you mean 'parameters'", "pipeline.schedule: expected one of 1f1b, gpipe, interleaved"},
      3},
     // What the pipeline engine cannot do is refused here too, so stratum-config check refuses what stratum-train would.
-    {"ZeroBubbleWithZero3",
-     R"({"train_batch_size": 8, "pipeline": {"stages": 2, "schedule": "zb-h1"}, "zero_optimization": {"stage": 3}})",
-     {"pipeline.schedule: \"zb-h1\" defers weight gradients", "ZeRO-3 reduce-scatters", "releases the layer"}, 1},
-    {"ZeroBubbleWithZero2",
-     R"({"train_batch_size": 8, "pipeline": {"stages": 2, "schedule": "zb-h1"}, "zero_optimization": {"stage": 2}})",
-     {"pipeline.schedule: \"zb-h1\" defers weight gradients", "use zero_optimization.stage 0 or 1"}, 1},
     {"CheckpointIntervalAndSection",
      R"({"train_batch_size": 8, "pipeline": {"stages": 2, "activation_checkpoint_interval": 2},
          "activation_checkpointing": {"partition_activations": false}})",

@@ -58,6 +58,16 @@ TEST(ConfigValid, TheConfigOurUsersStartFrom) {
   EXPECT_EQ(b.gradient_accumulation_steps, 2);
 }
 
+// ZB-H1 composes with every ZeRO stage (stages 2 and 3 reduce when the window closes).
+TEST(ConfigValid, ZeroBubbleScheduleWithEveryZeroStage) {
+  for (int stage : {0, 1, 2, 3}) {
+    Config c = parse(R"({"train_batch_size": 8, "pipeline": {"stages": 2, "schedule": "zb-h1"},
+        "zero_optimization": {"stage": )" + std::to_string(stage) + "}}");
+    EXPECT_EQ(c.pipeline.schedule, PipelineSchedule::zb_h1);
+    EXPECT_EQ(static_cast<int>(c.zero_optimization.stage), stage);
+  }
+}
+
 TEST(ConfigValid, IntegersWrittenAsFloats) {
   Config c = parse(R"({"train_batch_size": 3.2e1, "zero_optimization": {"stage": 3,
       "reduce_bucket_size": 5e8, "allgather_bucket_size": 2e8, "stage3_prefetch_bucket_size": 5e7,

@@ -257,6 +257,31 @@ TEST(Engine, LearningRateFollowsTheScheduleAndStepsCount) {
   EXPECT_LT(engine.lr(), 0.01);
 }
 
+// A config without an optimizer section (as Hugging Face's and Megatron's
+// often are) trains with AdamW at the section's defaults: the same step as
+// {"optimizer": {"type": "AdamW"}}.
+TEST(Engine, NoOptimizerSectionTrainsWithAdamWAtItsDefaults) {
+  auto world = test::context().cpu_world;
+  const int64_t n = world->size();
+  auto one_step = [&](const std::string& json) {
+    torch::manual_seed(7);
+    auto model = Mlp();
+    auto engine = initialize(Config::from_string(json, "opt.json"), model.ptr(), world, torch::kCPU);
+    torch::manual_seed(8);
+    const at::Tensor x = torch::randn({4, 16}), y = torch::randn({4, 4});
+    engine.backward(torch::mse_loss(engine.forward(x), y));
+    EXPECT_TRUE(engine.step());
+    return torch::cat({model->fc1->weight.detach().flatten(), model->fc2->weight.detach().flatten()});
+  };
+  const std::string batch = R"({"train_batch_size": )" + std::to_string(4 * n);
+  const at::Tensor defaulted = one_step(batch + "}");
+  const at::Tensor explicit_adamw = one_step(batch + R"(, "optimizer": {"type": "AdamW"}})");
+  EXPECT_TRUE(torch::equal(defaulted, explicit_adamw));
+  EXPECT_NE(stratum::config::default_optimizer_note().find("training uses AdamW at the section's defaults (lr 0.001"),
+            std::string::npos)
+      << stratum::config::default_optimizer_note();
+}
+
 TEST(Engine, BadInputIsAClearErrorOnEveryRank) {
   auto world = test::context().cpu_world;
   const int n = world->size();
@@ -270,14 +295,6 @@ TEST(Engine, BadInputIsAClearErrorOnEveryRank) {
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find("train_batch_size 6 is not divisible"), std::string::npos) << e.what();
     }
-  }
-  // No optimizer section.
-  Config none = Config::from_string(R"({"train_batch_size": 16})", "noopt.json");
-  try {
-    initialize(none, Mlp().ptr(), world, torch::kCPU);
-    ADD_FAILURE();
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("optimizer: missing"), std::string::npos) << e.what();
   }
   // An optimizer type it does not know never gets past the config.
   EXPECT_THROW(Config::from_string(R"({"train_batch_size": 16, "optimizer": {"type": "Adafactor"}})"), ConfigError);

@@ -23,8 +23,8 @@
 #include "mlp.h"
 #include "shared_temp_dir.h"
 #include "tiny_lm_training.h"
+#include "stratum/checkpoint/checkpoint.h"
 #include "stratum/core/fs.h"
-#include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
 #include "stratum/engine/param_runs.h"
 

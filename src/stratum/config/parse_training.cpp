@@ -242,6 +242,13 @@ void parse_precision(KeyReader& root, Config& config) {
 
 }  // namespace
 
+std::string default_optimizer_note() {
+  const OptimizerConfig d;
+  return "optimizer: not set; training uses AdamW at the section's defaults (lr " + show(Json(d.lr)) + ", betas [" +
+         show(Json(d.beta1)) + ", " + show(Json(d.beta2)) + "], eps " + show(Json(d.eps)) + ", weight_decay " +
+         show(Json(d.weight_decay)) + "); add an \"optimizer\" section to choose";
+}
+
 void parse_training(KeyReader& root, Config& config) {
   // int's range: the engine counts micro-batches in int.
   constexpr int64_t kMaxBatch = std::numeric_limits<int32_t>::max();

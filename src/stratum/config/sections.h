@@ -41,6 +41,12 @@ struct OptimizerConfig {
   double min_coeff = 0.01;
 };
 
+// With no "optimizer" section (DeepSpeed then takes the script's optimizer;
+// Hugging Face's and Megatron's configs often leave it out) the engine trains
+// with AdamW at OptimizerConfig's defaults, and says so in this note, as
+// stratum-config check does.
+std::string default_optimizer_note();
+
 // --- scheduler ----------------------------------------------------------------
 enum class WarmupType { log, linear };
 

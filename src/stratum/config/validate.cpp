@@ -72,12 +72,6 @@ void check_pipeline_rules(const Config& c, Diagnostics& diag) {
                  "> 1); with one stage use the activation_checkpointing section");
     return;
   }
-  if (p.schedule == PipelineSchedule::zb_h1 && c.zero_optimization.stage >= 2)
-    diag.error("pipeline.schedule", "\"zb-h1\" defers weight gradients past their micro-batch's backward, and ZeRO-" +
-               std::to_string(c.zero_optimization.stage) + " reduce-scatters each micro-batch's gradients at its end" +
-               (c.zero_optimization.stage == 3 ? " (and releases the layer it gathered)" : "") +
-               "; use zero_optimization.stage 0 or 1 with zb-h1, or \"1f1b\" / \"interleaved\" with stage " +
-               std::to_string(c.zero_optimization.stage));
   if (p.activation_checkpoint_interval > 0 && c.activation_checkpointing.enabled)
     diag.error("pipeline.activation_checkpoint_interval",
                std::to_string(p.activation_checkpoint_interval) + " checkpoints groups of layers, and the "

@@ -30,13 +30,11 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/GradMode.h>
-#include <nlohmann/json_fwd.hpp>
 #include <torch/nn/module.h>
 
 #include "stratum/core/heartbeat.h"
 #include "stratum/distributed/init.h"
 #include "stratum/distributed/process_grid.h"
-#include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine_core.h"
 #include "stratum/engine/flops_profiler.h"
 #include "stratum/engine/layer_runner.h"
@@ -183,21 +181,6 @@ class Engine {
     PipelineStages& stages = *pipeline_;
     return models::generate([&stages](const at::Tensor& tokens) { return stages.next_token_logits(tokens); },
                             model_->config(), prompt, options);
-  }
-
-  // Collective over the job: every rank writes its shards (under a pipeline
-  // every stage its own, rank 0 the manifest with the layer -> stage map); any
-  // layout (stages, tensor and data parallel sizes, ZeRO stage) loads them.
-  void save_checkpoint(const std::string& save_dir, const std::string& tag, const nlohmann::json& client_state,
-                       const CheckpointSaveOptions& options = {}) {
-    stratum::save_checkpoint(core(), save_dir, tag, client_state, options, pipeline_ ? &pipeline_->place() : nullptr);
-  }
-  // Loads what any layout saved (empty tag: the one `latest` names); returns
-  // the client state. (A template only so that this header needs nlohmann's
-  // forward declarations alone.)
-  template <class Json = nlohmann::json>
-  Json load_checkpoint(const std::string& load_dir, const std::string& tag = "") {
-    return stratum::load_checkpoint(core(), load_dir, tag, pipeline_ ? &pipeline_->place() : nullptr);
   }
 
   // The model with its parameters final (see EngineCore::sync_params); under a

@@ -48,6 +48,7 @@ zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype, c10:
   o.overlap_param_gather = c.zero_optimization.overlap_param_gather;
   o.fuse_weight_grads = c.zero_optimization.gradient_accumulation_fusion;
   o.grad_accum_fp32 = c.grad_accum_fp32;
+  o.reduce_at_window_end = c.pipeline.stages > 1 && c.pipeline.schedule == config::PipelineSchedule::zb_h1;
   // 16-bit gradients travel in fp32 unless communication_data_type says otherwise.
   if (c.communication_data_type)
     o.comm_dtype = *c.communication_data_type == config::DType::bf16   ? at::kBFloat16
@@ -61,8 +62,6 @@ zero::ZeroOptions zero_options(const Config& c, at::ScalarType model_dtype, c10:
 // Checks that need no communication, so every rank fails the same way before any collective.
 void check_supported(const Config& c, const std::vector<at::Tensor>& params, bool layer_stack, bool pipeline_stage,
                      int64_t tensor_parallel_size) {
-  if (!c.optimizer)
-    throw ConfigError(c.source, {"optimizer: missing; the engine needs an \"optimizer\" section (Adam, AdamW or Lamb)"});
   if (c.pipeline.stages > 1 && !pipeline_stage)
     throw ConfigError(c.source, {"pipeline.stages: " + std::to_string(c.pipeline.stages) +
                                  " stages: build the engine with stratum::initialize over the process grid, which "
@@ -94,6 +93,7 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
                        std::optional<zero::LayerParams> layers, std::optional<ModelParallelPlace> model_parallel,
                        std::function<at::Tensor(int)> initial_value)
     : config_(config), mp_(std::move(model_parallel)), model_dtype_(model_dtype), dp_(std::move(dp)), device_(device) {
+  if (!config_.optimizer) config_.optimizer = config::OptimizerConfig{};  // config::default_optimizer_note
   check_supported(config_, params, layers.has_value(), pipeline_stage(),
                   mp_ && mp_->tensor_parallel ? mp_->tensor_parallel->size() : 1);
   // Under model parallelism the data-parallel group is world / (stages x tensor parallel).

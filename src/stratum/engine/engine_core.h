@@ -28,7 +28,7 @@ class LambRuns;
 struct AdamState;
 }  // namespace optim
 
-// What a checkpoint (engine/checkpoint.h) saves and restores of the core: the
+// What a checkpoint (checkpoint/checkpoint.h) saves and restores of the core: the
 // strategy's segments (fp32 masters, the flat layout, this rank's pieces),
 // Adam's moments and step per segment, the step counters, the LR schedule and
 // the loss scaler; and whether a save also writes the whole model in 16 bits.

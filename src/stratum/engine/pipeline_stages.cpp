@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <set>

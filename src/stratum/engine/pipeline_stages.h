@@ -21,14 +21,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
-#include <nlohmann/json_fwd.hpp>
 
 #include "stratum/config/config.h"
 #include "stratum/distributed/process_grid.h"
-#include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine_core.h"
 #include "stratum/nn/layer_stack.h"
 #include "stratum/nn/weight_grad_deferral.h"
@@ -36,6 +36,27 @@
 #include "stratum/pipeline/partition.h"
 
 namespace stratum {
+
+// This rank's stage in a checkpoint the stages of a pipeline write together
+// (checkpoint/checkpoint.h): every stage's data-parallel ranks write their
+// shards (shard index stage x dp + dp rank), the stages' first ranks send
+// their part of the manifest to rank 0, which writes it whole. Fragments stay
+// keyed by parameter name, so any layout (stages, data-parallel size, ZeRO
+// stage) reads what any other wrote.
+struct PipelinePlace {
+  int stage = 0, stages = 1;
+  // Every rank of the job: the save's and the load's agreement.
+  std::shared_ptr<distributed::Communicator> world;
+  // On each stage's (and tensor-parallel index's) data-parallel rank 0: those
+  // ranks, in shard order, on the CPU (the manifest's parts travel over it).
+  // Null on the other ranks.
+  std::shared_ptr<distributed::Communicator> leaders;
+  // Parameters another stage writes (the last stage's copy of a tied embedding).
+  std::set<std::string> written_elsewhere;
+  // The whole model's parameter names: what the checkpoint must match.
+  std::vector<std::string> model_params;
+  std::vector<int> layer_stages;  // the stage of each layer, for the manifest
+};
 
 struct MicroBatch {
   at::Tensor inputs;  // read by the first stage
@@ -96,7 +117,7 @@ class PipelineStages : private pipeline::StageOps {
   int64_t deferred_weight_gemms() const { return deferred_gemms_; }
   // The names of the parameters this stage trains, in the core's order.
   const std::vector<std::string>& parameter_names() const { return names_; }
-  // This rank's place in a checkpoint the stages write together (engine/checkpoint.h).
+  // This rank's place in a checkpoint the stages write together (checkpoint/checkpoint.h).
   const PipelinePlace& place() const { return place_; }
 
  private:

@@ -107,9 +107,6 @@ void check_layout(const PlanRequest& r, const Layout& l) {
     throw Error("micro-batch " + n(l.micro_batch) + " x " + n(l.micro_batches) + " micro-batches x dp " + n(l.dp) +
                 " is not the global batch of " + n(r.global_batch));
   if (l.zero_stage < 0 || l.zero_stage > 3) throw Error("ZeRO stage " + n(l.zero_stage) + " is not 0-3");
-  if (l.zero_stage >= 2 && l.pp > 1 && l.schedule == pipeline::ScheduleKind::zb_h1)
-    throw Error("ZeRO-" + n(l.zero_stage) + " with schedule zb-h1: the engine refuses it (zb-h1 defers weight "
-                "gradients past the micro-batch's reduce-scatter); use ZeRO 0 or 1, or 1f1b");
   if (l.offload_optimizer && l.zero_stage == 0) throw Error("optimizer offload needs ZeRO 1-3");
   if (l.offload_param && (l.zero_stage != 3 || !l.offload_optimizer))
     throw Error("parameter offload needs ZeRO-3 with the optimizer offloaded");
@@ -296,11 +293,11 @@ LayoutEstimate finish(const PlanRequest& r, const Layout& l, const Shared& share
   return e;
 }
 
-// What the engine runs with this schedule: ZB-H1 only at ZeRO 0 and 1 (config/validate.cpp).
-std::vector<ZeroChoice> zero_choices(int64_t pp, pipeline::ScheduleKind schedule) {
-  std::vector<ZeroChoice> all = {{0, false, false}, {1, false, false}, {1, true, false}, {2, false, false},
-                                 {2, true, false},  {3, false, false}, {3, true, false}, {3, true, true}};
-  if (pp > 1 && schedule == pipeline::ScheduleKind::zb_h1) std::erase_if(all, [](const ZeroChoice& z) { return z.stage >= 2; });
+// Every ZeRO stage and offload choice the engine runs, at every schedule.
+const std::vector<ZeroChoice>& zero_choices() {
+  static const std::vector<ZeroChoice> all = {{0, false, false}, {1, false, false}, {1, true, false},
+                                              {2, false, false}, {2, true, false},  {3, false, false},
+                                              {3, true, false},  {3, true, true}};
   return all;
 }
 
@@ -368,7 +365,7 @@ Plan plan_layouts(const PlanRequest& r) {
               l.checkpointing = ckpt;
               check_layout(r, l);
               const Shared shared = shared_figures(r, l);
-              for (const ZeroChoice& z : zero_choices(pp, kind)) {
+              for (const ZeroChoice& z : zero_choices()) {
                 if (!allowed(fx.zero_stage, z.stage) || !allowed(fx.offload_optimizer, z.offload_optimizer) ||
                     !allowed(fx.offload_param, z.offload_param))
                   continue;

@@ -40,6 +40,18 @@ std::vector<StateEstimate> model_states(const EstimateInput& in, double psi, dou
   return out;
 }
 
+// Under ZB-H1, ZeRO 2 and 3 stage the window's gradients whole (in the wire's
+// dtype) until it closes (zero::ZeroOptions::reduce_at_window_end): ZeRO-2
+// keeps stage 1's gradient memory, ZeRO-3 adds it to its partitioned states.
+void held_window_gradients(const EstimateInput& in, double psi, double n, std::vector<StateEstimate>& states) {
+  const double w = static_cast<double>(in.param_bytes);
+  const double g = in.grad_bytes > 0 ? static_cast<double>(in.grad_bytes) : n > 1 ? std::max(w, 4.0) : w;
+  for (StateEstimate& s : states) {
+    if (s.stage == 2) s.gpu_bytes += g * psi - g * psi / n;
+    if (s.stage == 3) s.gpu_bytes += g * psi;
+  }
+}
+
 // Activation bytes one block keeps for a micro-batch (no checkpointing), on
 // one rank of a tensor-parallel group of t.
 double block_activation_bytes(const EstimateInput& in) {
@@ -278,6 +290,7 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
       }
     }
     e.states = model_states(in, static_cast<double>(e.params), dp);
+    if (in.schedule == pipeline::ScheduleKind::zb_h1) held_window_gradients(in, static_cast<double>(e.params), dp, e.states);
     out.push_back(std::move(e));
   }
   return out;
@@ -285,9 +298,6 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
 
 std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
   if (zero_stage < 0 || zero_stage > 3) throw Error("ZeRO-" + std::to_string(zero_stage) + " is not a stage (0-3)");
-  if (zero_stage >= 2 && in.schedule == pipeline::ScheduleKind::zb_h1)
-    throw Error("ZeRO-" + std::to_string(zero_stage) + " with schedule zb-h1: the engine refuses it (zb-h1 defers "
-                "weight gradients past the micro-batch's reduce-scatter); use ZeRO 0 or 1, or 1f1b");
   const std::vector<StageEstimate> stages = estimate_pipeline_stages(in);
   auto gib = [](double bytes) { return bytes / double(1ull << 30); };
   auto states_of = [](const StageEstimate& e, int zero, bool offload, bool offload_param = false) {

@@ -97,7 +97,7 @@ struct StageEstimate {
 // (virtual stages outside interleaved, interleaved micro-batches not a
 // multiple of the stages).
 std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in);
-// The per-stage table at `zero_stage` (0-3; 2 and 3 not with zb-h1), its maximum, and the busiest
+// The per-stage table at `zero_stage` (0-3), its maximum, and the busiest
 // stage for every ZeRO stage and offload choice.
 std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage);
 

@@ -81,6 +81,13 @@ struct ZeroOptions {
   int64_t persistence_threshold = 100'000;
   int64_t max_live_elems = 1'000'000'000;
   int64_t max_reuse_distance = 1'000'000'000;
+  // Stages 2 and 3 under a zero-bubble pipeline (pipeline.schedule "zb-h1"):
+  // weight gradients arrive in W, after their micro-batch's backward, so the
+  // window's gradients are staged whole and reduced once, when it closes
+  // (ZeRO-1's gradient memory, as torchtitan's pipeline x FSDP holds them);
+  // parameters and optimizer states stay partitioned, and a stage-3 layer is
+  // still released at the end of its B (W reads no weight).
+  bool reduce_at_window_end = false;
 };
 
 // Stage 3 needs the model as layers: which trainable parameters (indices into

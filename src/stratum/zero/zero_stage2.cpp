@@ -2,7 +2,8 @@
 // gradient into its bucket's staging buffer and frees it; a full bucket is
 // reduce-scattered (during backward with overlap_comm) and the rank's slice is
 // accumulated into its gradient shard. No rank holds the whole gradient beyond
-// the buckets in flight (at most kMaxInFlight). Reductions happen every micro-step.
+// the buckets in flight (at most kMaxInFlight). Reductions happen every
+// micro-step, or once a window under ZB-H1 (ZeroOptions::reduce_at_window_end).
 #include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/variable.h>
@@ -44,13 +45,14 @@ class Stage2 : public FlatStrategy {
     at::Tensor& p = params_[index];
     stage_gradient(staging_for(slot.bucket), index, p.grad());
     p.mutable_grad().reset();  // the full gradient is not kept
-    if (count_ready(index) && options_.overlap_comm) {
+    if (count_ready(index) && options_.overlap_comm && !options_.reduce_at_window_end) {
       launch(slot.bucket);
       wait_in_flight(kMaxInFlight);  // caps the staging buffers alive at once
     }
   }
 
   void finish_backward() override {
+    if (options_.reduce_at_window_end && !final_reductions_) return;  // W has yet to write this window's
     for (size_t b = 0; b < launched_.size(); ++b)
       if (!launched_[b]) launch(static_cast<int>(b));
     wait_in_flight();  // staging buffers are freed every micro-step

@@ -9,7 +9,10 @@
 // stage3_max_reuse_distance. In backward a unit's gradients are copied into a
 // staging buffer (in the wire's dtype) as autograd finishes them; the last one
 // launches the unit's reduce-scatter into this rank's gradient shard and
-// releases the unit.
+// releases the unit. Under ZB-H1 (ZeroOptions::reduce_at_window_end) the
+// unit is released at the end of its B all the same (W's GEMMs read the saved
+// input and the output gradient, never the weight), and the staging buffers
+// are reduced once, when the window closes.
 // Parameters of at most stage3_param_persistence_threshold elements form one
 // persistent unit that stays gathered; their gradients (whole, views of one
 // buffer) are reduce-scattered at the end of backward.
@@ -193,7 +196,7 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     stage_gradient(unit.staging, index, params_[index].grad());
     params_[index].mutable_grad().reset();
     if (--unit.pending == 0) {
-      reduce_unit(u);
+      if (!options_.reduce_at_window_end) reduce_unit(u);  // else W still writes into the staging buffer
       release(u);
       unit.pending = static_cast<int>(layout_.buckets()[u].params.size());  // a reentrant second use counts again
     }
@@ -201,8 +204,9 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
 
   void finish_backward() override {
     c10::AutoGradMode no_grad(false);
+    const bool reduce_staged = !options_.reduce_at_window_end || final_reductions_;
     for (size_t u = 0; u < units_.size(); ++u)
-      if (units_[u].staging.defined()) reduce_unit(static_cast<int>(u));
+      if (reduce_staged && units_[u].staging.defined()) reduce_unit(static_cast<int>(u));
     if (int u = persistent_unit(); u >= 0) {
       launch_reduction(persistent_grads_, grad_dest(u), accumulating(u), /*scatter=*/true);
       units_[u].reduced = true;

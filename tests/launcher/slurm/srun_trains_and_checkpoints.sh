@@ -21,7 +21,7 @@ train() {  # train SRUN_MPI_FLAG STRATUM_TRAIN_ARGS...
 }
 out=$(train --mpi=pmix --steps 4 2>&1) || { echo "$out"; exit 1; }
 echo "$out" | tail -4
-grep -q "batch 16 = 8 x 1 x 2 ranks" <<<"$out" || { echo "FAIL: not 2 data-parallel ranks"; echo "$out"; exit 1; }
+grep -q "batch 16 = 8 x 1 x 2 data-parallel" <<<"$out" || { echo "FAIL: not 2 data-parallel ranks"; echo "$out"; exit 1; }
 [ -d "$work/ckpt/global_step4" ] || { echo "FAIL: no checkpoint global_step4"; exit 1; }
 out=$(train --mpi=pmix --resume --steps 6 2>&1) || { echo "$out"; exit 1; }
 grep -q "step 5/6" <<<"$out" && ! grep -q "step 1/6" <<<"$out" || { echo "FAIL: did not resume at step 5"; echo "$out"; exit 1; }
@@ -40,7 +40,7 @@ out=$(timeout 240 "$bin/stratum-run" --launcher slurm --num_procs 2 "$bin/stratu
   --sample-tokens 0 --save-dir "$work/ckpt-run" --log-dir "$work/log-run" 2>&1) || { echo "$out"; exit 1; }
 echo "$out" | tail -2
 grep -q "^stratum-run: 2 ranks through srun" <<<"$out" || { echo "FAIL: no srun launch line"; echo "$out"; exit 1; }
-grep -q "^\[rank 0\] .*batch 16 = 8 x 1 x 2 ranks" <<<"$out" || { echo "FAIL: not 2 ranks, prefixed"; echo "$out"; exit 1; }
+grep -q "^\[rank 0\] .*batch 16 = 8 x 1 x 2 data-parallel" <<<"$out" || { echo "FAIL: not 2 ranks, prefixed"; echo "$out"; exit 1; }
 grep -q "^\[rank 0\] step 3/3" <<<"$out" || { echo "FAIL: did not train 3 steps"; echo "$out"; exit 1; }
 # Rank 1 fails, rank 0 would sleep a minute: srun must end the step and stratum-run name rank 1.
 printf '#!/bin/sh\n[ "$SLURM_PROCID" = 1 ] && exit 3\nexec sleep 60\n' >"$work/fail_rank1.sh"

@@ -1,4 +1,4 @@
-#include "stratum/engine/checkpoint.h"
+#include "stratum/checkpoint/checkpoint.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -11,16 +11,17 @@
 #include <cstring>
 #include <set>
 
+#include "stratum/checkpoint/manifest.h"
+#include "stratum/checkpoint/shard_place.h"
 #include "stratum/core/crc32c.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/log.h"
 #include "stratum/distributed/agreement.h"
 #include "stratum/distributed/job.h"
-#include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/io/safetensors.h"
-#include "stratum/nn/tensor_parallel/shard_spec.h"
 #include "stratum/io/tensor_checksum.h"
+#include "stratum/nn/tensor_parallel/shard_spec.h"
 #include "stratum/optim/adam.h"
 #include "stratum/optim/loss_scaler.h"
 #include "stratum/optim/lr_schedule.h"
@@ -103,54 +104,6 @@ uint32_t checksum_of(const at::Tensor& t) { return io::tensor_crc32c(t); }
 // The device the engine's data-parallel communicator works on (with offload
 // the masters are on the host, the gradients are not).
 c10::Device comm_device(EngineCore& e) { return e.strategy().segments().front().grad.device(); }
-
-// Where this rank's shard sits among the job's (pipeline stage, tensor-parallel
-// index, data-parallel rank): from a pipeline's place, or the core's tensor
-// parallelism, or neither (the data-parallel group is the job).
-struct ShardPlace {
-  int stage = 0, stages = 1, tp_rank = 0, tp = 1, dp_rank = 0, dp = 1;
-  distributed::Communicator* world = nullptr;    // the job's ranks; null: the data-parallel group
-  distributed::Communicator* leaders = nullptr;  // on data-parallel rank 0 of several parts
-  std::set<std::string> elsewhere;               // parameters another rank writes
-  const std::vector<std::string>* model_params = nullptr;  // the whole model's (one stage holds some)
-  std::vector<int> layer_stages;
-  const std::vector<std::optional<nn::tp::ShardSpec>>* specs = nullptr;  // per layout parameter
-
-  int shard(int dp_rank_of) const { return (stage * tp + tp_rank) * dp + dp_rank_of; }
-  bool several_parts() const { return stages * tp > 1; }
-  bool leader() const { return dp_rank == 0 && stage == 0 && tp_rank == 0; }  // writes the manifest, publishes
-  std::optional<nn::tp::ShardSpec> spec(size_t param) const {
-    return specs && param < specs->size() ? (*specs)[param] : std::nullopt;
-  }
-};
-
-ShardPlace shard_place(EngineCore& e, const PipelinePlace* place) {
-  ShardPlace sp;
-  sp.dp_rank = e.dp()->rank();
-  sp.dp = e.dp()->size();
-  if (place) {
-    sp.stage = place->stage;
-    sp.stages = place->stages;
-    sp.world = place->world.get();
-    sp.leaders = place->leaders.get();
-    sp.elsewhere = place->written_elsewhere;
-    sp.model_params = &place->model_params;
-    sp.layer_stages = place->layer_stages;
-  }
-  const auto& mp = e.model_parallel();
-  if (mp && mp->tensor_parallel) {
-    sp.tp = static_cast<int>(mp->tensor_parallel->size());
-    sp.tp_rank = static_cast<int>(mp->tp_rank);
-    sp.specs = &mp->tp_specs;
-    if (!place) {  // a pipeline's place names the job and every part's first rank itself
-      sp.world = mp->world.get();
-      sp.leaders = mp->tp_leaders.get();
-    }
-    // A replicated parameter (or a piece several ranks share) is written by its first holder.
-    for (int p : mp->tp_duplicates) sp.elsewhere.insert(e.strategy().layout().specs()[static_cast<size_t>(p)].name);
-  }
-  return sp;
-}
 
 void agree(EngineCore& e, const std::string& step, const std::string& local_error, const ShardPlace& sp) {
   distributed::agree_on_error(sp.world ? *sp.world : *e.dp(), comm_device(e), step, local_error);

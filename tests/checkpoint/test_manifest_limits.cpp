@@ -5,8 +5,8 @@
 #include <string>
 
 #include "../common/error_of.h"
+#include "stratum/checkpoint/manifest.h"
 #include "stratum/core/error.h"
-#include "stratum/engine/checkpoint_manifest.h"
 
 namespace stratum {
 namespace {

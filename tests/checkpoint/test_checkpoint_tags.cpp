@@ -9,9 +9,9 @@
 #include <fstream>
 
 #include "../common/error_of.h"
+#include "stratum/checkpoint/tags.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
-#include "stratum/engine/checkpoint_tags.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // data-parallel size: what the checkpoint tests save, load and compare.
 #include <torch/torch.h>
 
-#include "mlp.h"
+#include "../engine/mlp.h"
 #include "stratum/engine/engine.h"
 
 namespace stratum::test {

@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "../distributed/distributed_test_context.h"
-#include "shared_temp_dir.h"
-#include "tiny_lm_training.h"
+#include "../engine/shared_temp_dir.h"
+#include "../engine/tiny_lm_training.h"
+#include "stratum/checkpoint/checkpoint.h"
 #include "stratum/core/fs.h"
-#include "stratum/engine/checkpoint.h"
 #include "stratum/engine/engine.h"
 #include "stratum/io/safetensors.h"
 #include "stratum/models/causal_lm.h"

@@ -15,11 +15,11 @@
 
 #include "../distributed/distributed_test_context.h"
 #include "ckpt_trainer.h"
-#include "shared_temp_dir.h"
+#include "../engine/shared_temp_dir.h"
+#include "stratum/checkpoint/checkpoint.h"
 #include "stratum/core/crc32c.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
-#include "stratum/engine/checkpoint.h"
 #include "stratum/io/safetensors.h"
 
 using namespace stratum;

@@ -1,15 +1,15 @@
-#include "stratum/engine/checkpoint_manifest.h"
+#include "stratum/checkpoint/manifest.h"
 
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <set>
 
+#include "stratum/checkpoint/tags.h"
 #include "stratum/core/crc32c.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/json_depth.h"
-#include "stratum/engine/checkpoint_tags.h"
 
 namespace stratum {
 

@@ -1,4 +1,4 @@
-#include "stratum/engine/checkpoint_tags.h"
+#include "stratum/checkpoint/tags.h"
 
 #include <algorithm>
 #include <cctype>

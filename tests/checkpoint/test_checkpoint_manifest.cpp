@@ -5,8 +5,8 @@
 
 #include <chrono>
 
+#include "stratum/checkpoint/manifest.h"
 #include "stratum/core/error.h"
-#include "stratum/engine/checkpoint_manifest.h"
 
 namespace {
 

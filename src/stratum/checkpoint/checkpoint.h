@@ -9,7 +9,7 @@
 // manifest, renames the directory to "<tag>" and only then moves `latest`. A job
 // killed mid-save leaves the previous checkpoint and `latest` as they were.
 //
-// Every stored tensor has a CRC-32C in the manifest (engine/checkpoint_manifest.h),
+// Every stored tensor has a CRC-32C in the manifest (checkpoint/manifest.h),
 // checked whenever it is read: a flipped bit or an edited shard is an error
 // naming the file and tensor, never a silent load.
 #include <functional>
@@ -22,33 +22,13 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json_fwd.hpp>
 
-#include "stratum/engine/checkpoint_tags.h"
+#include "stratum/checkpoint/tags.h"
 #include "stratum/engine/engine_core.h"
+#include "stratum/engine/pipeline_stages.h"
 
 namespace stratum {
 
 struct CheckpointManifest;
-
-// A checkpoint that the stages of a pipeline write together
-// (engine/pipeline_stages.h): every stage's data-parallel ranks write their
-// shards (shard index stage x dp + dp rank), the stages' first ranks send
-// their part of the manifest to rank 0, which writes it whole. Fragments stay
-// keyed by parameter name, so any layout (stages, data-parallel size, ZeRO
-// stage) reads what any other wrote.
-struct PipelinePlace {
-  int stage = 0, stages = 1;
-  // Every rank of the job: the save's and the load's agreement.
-  std::shared_ptr<distributed::Communicator> world;
-  // On each stage's (and tensor-parallel index's) data-parallel rank 0: those
-  // ranks, in shard order, on the CPU (the manifest's parts travel over it).
-  // Null on the other ranks.
-  std::shared_ptr<distributed::Communicator> leaders;
-  // Parameters another stage writes (the last stage's copy of a tied embedding).
-  std::set<std::string> written_elsewhere;
-  // The whole model's parameter names: what the checkpoint must match.
-  std::vector<std::string> model_params;
-  std::vector<int> layer_stages;  // the stage of each layer, for the manifest
-};
 
 struct CheckpointSaveOptions {
   // Called on every rank with "<tag>.tmp" once its files are written, before
@@ -60,7 +40,8 @@ struct CheckpointSaveOptions {
 // With zero_optimization.stage3_gather_16bit_weights_on_model_save the tag also
 // gets model_16bit.safetensors: every parameter whole, in the training dtype.
 // `client_state` (data position, model config, ...) goes into the manifest.
-// `place`: this rank's stage of a pipeline (collective over its world then).
+// `place`: this rank's stage of a pipeline (engine/pipeline_stages.h;
+// collective over its world then).
 void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std::string& tag,
                      const nlohmann::json& client_state, const CheckpointSaveOptions& options = {},
                      const PipelinePlace* place = nullptr);

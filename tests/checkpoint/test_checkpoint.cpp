@@ -15,10 +15,10 @@ extern char** environ;
 
 #include "../distributed/distributed_test_context.h"
 #include "ckpt_trainer.h"
-#include "shared_temp_dir.h"
+#include "../engine/shared_temp_dir.h"
+#include "stratum/checkpoint/checkpoint.h"
+#include "stratum/checkpoint/manifest.h"
 #include "stratum/core/fs.h"
-#include "stratum/engine/checkpoint.h"
-#include "stratum/engine/checkpoint_manifest.h"
 #include "stratum/engine/engine.h"
 #include "stratum/io/safetensors.h"
 

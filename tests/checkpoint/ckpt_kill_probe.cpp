@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt_trainer.h"
+#include "stratum/checkpoint/checkpoint.h"
 #include "stratum/distributed/init.h"
-#include "stratum/engine/checkpoint.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;

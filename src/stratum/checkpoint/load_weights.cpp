@@ -1,4 +1,4 @@
-#include "stratum/engine/load_weights.h"
+#include "stratum/checkpoint/load_weights.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
