@@ -153,4 +153,17 @@ TEST(EngineOptions, GradAccumDtypeFp32KeepsGradientsInFp32) {
     if (world->size() == 1)
       EXPECT_EQ(plain.core().strategy().segments().front().grad.scalar_type(), at::kBFloat16) << "stage " << stage;
   }
+  // Stage 3 (a layer stack): its gradient shard accumulates the window in fp32
+  // too, and the layers it gathers stay in bf16.
+  const std::string zero3 = R"("bf16": {"enabled": true}, "zero_optimization": {"stage": 3})";
+  for (const bool fp32 : {true, false}) {
+    auto model = models::build_model(models::make_model_config("tiny-gpt2"));
+    auto engine = initialize(config_with(zero3 + (fp32 ? R"(, "data_types": {"grad_accum_dtype": "fp32"})" : "")),
+                             model, world, torch::kCPU);
+    EXPECT_EQ(engine.core().strategy().segments().front().grad.scalar_type(), fp32 ? at::kFloat : at::kBFloat16);
+    const at::Tensor tokens = torch::randint(256, {2, 9}, at::kLong);
+    engine.backward(engine.forward(tokens.narrow(1, 0, 8), tokens.narrow(1, 1, 8)));
+    EXPECT_TRUE(engine.step());
+    for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), at::kBFloat16);
+  }
 }

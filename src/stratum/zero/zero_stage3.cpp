@@ -139,7 +139,9 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     }
     options_.initial_value = nullptr;  // drawn: what it reads (the model) is not needed again
     // After the partition: start-up holds the model and the parameter shard, not the gradient shard too.
-    grad_shard_ = at::zeros({layout_.shard_numel()}, opts);
+    // The shard accumulates the window's micro-steps: in the model's dtype,
+    // or in fp32 with data_types.grad_accum_dtype "fp32".
+    grad_shard_ = at::zeros({layout_.shard_numel()}, opts.dtype(options_.grad_accum_fp32 ? at::kFloat : model_dtype_));
     if (int u = persistent_unit(); u >= 0) {
       persistent_grads_ = at::zeros({buckets[u].numel}, opts);
       for (int p : buckets[u].params) {
@@ -319,7 +321,7 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
   void launch_gather(int u) {
     Unit& unit = units_[u];
     c10::AutoGradMode no_grad(false);
-    unit.full = at::empty({layout_.buckets()[u].numel}, grad_shard_.options());
+    unit.full = at::empty({layout_.buckets()[u].numel}, at::TensorOptions().dtype(model_dtype_).device(device_));
     unit.gather = dp_->all_gather(unit.full, device_slice(u));
     unit.state = UnitState::in_flight;
     live_ += layout_.buckets()[u].numel;
