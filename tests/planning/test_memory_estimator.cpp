@@ -59,6 +59,12 @@ TEST(MemoryEstimator, GradientsInTheWireDtype) {
   EXPECT_DOUBLE_EQ(find(e, 3, false, false).gpu_bytes, 16e6 / 4);
   in.gpus_per_node = 1;
   EXPECT_DOUBLE_EQ(find(estimate_model_states(in), 0, false, false).gpu_bytes, 16e6);
+  // data_types.grad_accum_dtype "fp32": ZeRO-3's gradient shard in fp32 (4 bytes, not 2).
+  in.gpus_per_node = 4;
+  in.grad_bytes = 4;
+  in.grad_accum_fp32 = true;
+  EXPECT_DOUBLE_EQ(find(estimate_model_states(in), 3, false, false).gpu_bytes, 18e6 / 4);
+  EXPECT_DOUBLE_EQ(find(estimate_model_states(in), 3, true, false).gpu_bytes, 6e6 / 4);
 }
 
 TEST(MemoryEstimator, Fp32TrainingAndTheZero3WorkingSet) {

@@ -14,7 +14,7 @@ namespace {
 // Every stage x offload choice for `psi` parameters over `n` data-parallel ranks.
 std::vector<StateEstimate> model_states(const EstimateInput& in, double psi, double n) {
   const double w = static_cast<double>(in.param_bytes);  // bytes of a parameter as trained
-  // Of a gradient at stages 0-2 (ZeRO-3's are in the model's dtype).
+  // Of a gradient at stages 0-2 (ZeRO-3's shard: g3 below).
   const double g = in.grad_bytes > 0 ? static_cast<double>(in.grad_bytes) : n > 1 ? std::max(w, 4.0) : w;
   // fp32 master + Adam m + v: 12 bytes a parameter; with 16-bit training the master is a
   // separate copy, with fp32 training the parameters are the master (stage 0) or a copy of a shard.
@@ -34,8 +34,9 @@ std::vector<StateEstimate> model_states(const EstimateInput& in, double psi, dou
   add(1, true, false, (w + g) * psi, offloaded);
   add(2, false, false, w * psi + (g + k1) * psi / n, 0);
   add(2, true, false, w * psi + g * psi / n, offloaded);
-  add(3, false, false, (2 * w + k1) * psi / n + working_set, 0);
-  add(3, true, false, 2 * w * psi / n + working_set, offloaded);
+  const double g3 = in.grad_accum_fp32 ? 4.0 : w;  // ZeRO-3's gradient shard
+  add(3, false, false, (w + g3 + k1) * psi / n + working_set, 0);
+  add(3, true, false, (w + g3) * psi / n + working_set, offloaded);
   add(3, true, true, working_set, offloaded + w * psi / n);
   return out;
 }

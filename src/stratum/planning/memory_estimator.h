@@ -39,6 +39,8 @@ struct EstimateInput {
   // (fp32, 4) over several GPUs and param_bytes on one. Runs measured before
   // kept them in the model's dtype: param_bytes.
   int64_t grad_bytes = 0;
+  // data_types.grad_accum_dtype "fp32": ZeRO-3's gradient shard in fp32, not the model's dtype.
+  bool grad_accum_fp32 = false;
   // Pipeline parallelism: the GPUs form `pipeline_stages` stages of GPUs /
   // stages data-parallel ranks each (1: no pipeline).
   int64_t pipeline_stages = 1;

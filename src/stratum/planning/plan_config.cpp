@@ -34,6 +34,7 @@ void apply_plan_config(PlanRequest& r, const std::string& path) {
   r.shape.param_bytes = precision_bytes;
   if (c.grad_accum_fp32) {
     r.shape.grad_bytes = 4;
+    r.shape.grad_accum_fp32 = true;
   } else if (c.communication_data_type) {
     r.shape.grad_bytes = *c.communication_data_type == config::DType::fp32 ? 4 : 2;
   }
