@@ -1,0 +1,80 @@
+#include "stratum/nn/lora_linear.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <string>
+
+#include "stratum/core/error.h"
+
+namespace stratum::nn {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The weight is not an autograd input: it is frozen, and saving its
+// dequantization would undo what the 4 bits save.
+struct Nf4Matmul : torch::autograd::Function<Nf4Matmul> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x,
+                            std::shared_ptr<const quant::Nf4Tensor> weight) {
+    const at::Tensor w = quant::dequantize_nf4(*weight).to(x.device(), x.scalar_type());
+    ctx->saved_data["weight"] = c10::IValue::make_capsule(c10::make_intrusive<Holder>(std::move(weight)));
+    return at::matmul(x, w.t());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto holder = ctx->saved_data["weight"].toCapsule();
+    const auto& weight = static_cast<Holder*>(holder.get())->weight;
+    const at::Tensor& g = grads[0];
+    const at::Tensor w = quant::dequantize_nf4(*weight).to(g.device(), g.scalar_type());
+    return {at::matmul(g, w), at::Tensor()};
+  }
+
+  struct Holder : torch::CustomClassHolder {
+    explicit Holder(std::shared_ptr<const quant::Nf4Tensor> w) : weight(std::move(w)) {}
+    std::shared_ptr<const quant::Nf4Tensor> weight;
+  };
+};
+
+}  // namespace
+
+int64_t FrozenWeight::out_features() const { return nf4 ? nf4->shape.at(0) : dense.size(0); }
+int64_t FrozenWeight::in_features() const { return nf4 ? nf4->shape.at(1) : dense.size(1); }
+
+at::Tensor FrozenWeight::materialize(at::ScalarType dtype, c10::Device device) const {
+  return nf4 ? quant::dequantize_nf4(*nf4).to(device, dtype) : dense.to(device, dtype);
+}
+
+double lora_scale(int64_t r, double alpha, bool rslora) {
+  if (r < 1) throw Error("LoRA: rank r " + std::to_string(r) + " is below 1");
+  return rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+}
+
+at::Tensor nf4_matmul(const at::Tensor& x, const std::shared_ptr<const quant::Nf4Tensor>& weight) {
+  if (!weight || weight->shape.size() != 2)
+    throw Error("nf4_matmul: the weight must be a 2-dimensional NF4 tensor");
+  if (x.size(-1) != weight->shape[1])
+    throw Error("nf4_matmul: input features " + std::to_string(x.size(-1)) + " but the weight takes " +
+                std::to_string(weight->shape[1]));
+  return Nf4Matmul::apply(x, weight);
+}
+
+at::Tensor lora_linear(const at::Tensor& x, const FrozenWeight& base, const at::Tensor& bias, const at::Tensor& lora_a,
+                       const at::Tensor& lora_b, double scale, double dropout, bool training) {
+  const int64_t in = base.in_features(), out = base.out_features();
+  if (x.size(-1) != in)
+    throw Error("LoRA linear: input features " + std::to_string(x.size(-1)) + ", the base takes " + std::to_string(in));
+  if (lora_a.dim() != 2 || lora_b.dim() != 2 || lora_a.size(1) != in || lora_b.size(0) != out ||
+      lora_b.size(1) != lora_a.size(0))
+    throw Error("LoRA linear: A " + std::to_string(lora_a.size(0)) + "x" + std::to_string(lora_a.size(1)) + " and B " +
+                std::to_string(lora_b.size(0)) + "x" + std::to_string(lora_b.size(1)) + " do not fit a " +
+                std::to_string(out) + "x" + std::to_string(in) + " base (A: r x in, B: out x r)");
+  if (dropout < 0 || dropout >= 1) throw Error("LoRA linear: dropout " + std::to_string(dropout) + " is not in [0, 1)");
+  at::Tensor y = base.nf4 ? nf4_matmul(x, base.nf4) : at::matmul(x, base.dense.detach().t());
+  if (bias.defined()) y = y + bias;
+  const at::Tensor adapter_in = training && dropout > 0 ? at::dropout(x, dropout, true) : x;
+  return y + at::matmul(at::matmul(adapter_in, lora_a.t()), lora_b.t()) * scale;
+}
+
+}  // namespace stratum::nn

@@ -1,0 +1,43 @@
+#pragma once
+// A linear layer with a frozen base and a trainable low-rank update (LoRA,
+// Hu et al. 2021; QLoRA, Dettmers et al. 2023, with the base in NF4):
+//
+//   y = x·Wᵀ + bias + scale · dropout(x)·Aᵀ·Bᵀ      A: [r, in], B: [out, r]
+//
+// scale = alpha / r, or alpha / √r with rsLoRA (Kalajdzievski 2023), as peft
+// computes it. The base gets no gradient. An NF4 base is dequantized for each
+// GEMM that reads it (the forward's, and the input gradient's in backward)
+// and never kept: a layer holds 4 bits a weight between them.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "stratum/quant/nf4.h"
+
+namespace stratum::nn {
+
+// The frozen weight [out, in]: dense (any dtype), or NF4.
+struct FrozenWeight {
+  at::Tensor dense;
+  std::shared_ptr<const quant::Nf4Tensor> nf4;
+
+  int64_t out_features() const;
+  int64_t in_features() const;
+  // The weight in `dtype` on `device` (an NF4 one dequantized there).
+  at::Tensor materialize(at::ScalarType dtype, c10::Device device) const;
+};
+
+// peft's scaling: alpha / r, or alpha / sqrt(r) with use_rslora.
+double lora_scale(int64_t r, double alpha, bool rslora);
+
+// x: [..., in]. `bias` may be undefined. Dropout (probability `dropout`, only
+// when `training`) applies to the adapter's input alone, as in peft.
+at::Tensor lora_linear(const at::Tensor& x, const FrozenWeight& base, const at::Tensor& bias, const at::Tensor& lora_a,
+                       const at::Tensor& lora_b, double scale, double dropout, bool training);
+
+// x·Wᵀ for a frozen NF4 W, whose backward gives x its gradient, dY·W, with W
+// dequantized again rather than saved.
+at::Tensor nf4_matmul(const at::Tensor& x, const std::shared_ptr<const quant::Nf4Tensor>& weight);
+
+}  // namespace stratum::nn
