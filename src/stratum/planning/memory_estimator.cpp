@@ -11,11 +11,16 @@
 namespace stratum::planning {
 namespace {
 
+// Bytes of a gradient at stages 0-2 over `n` data-parallel ranks (ZeRO-3's shard: g3 below).
+double gradient_bytes(const EstimateInput& in, double n) {
+  const double w = static_cast<double>(in.param_bytes);
+  return in.grad_bytes > 0 ? static_cast<double>(in.grad_bytes) : n > 1 ? std::max(w, 4.0) : w;
+}
+
 // Every stage x offload choice for `psi` parameters over `n` data-parallel ranks.
 std::vector<StateEstimate> model_states(const EstimateInput& in, double psi, double n) {
   const double w = static_cast<double>(in.param_bytes);  // bytes of a parameter as trained
-  // Of a gradient at stages 0-2 (ZeRO-3's shard: g3 below).
-  const double g = in.grad_bytes > 0 ? static_cast<double>(in.grad_bytes) : n > 1 ? std::max(w, 4.0) : w;
+  const double g = gradient_bytes(in, n);
   // fp32 master + Adam m + v: 12 bytes a parameter; with 16-bit training the master is a
   // separate copy, with fp32 training the parameters are the master (stage 0) or a copy of a shard.
   const double k = in.param_bytes == 4 ? 8.0 : 12.0;
@@ -45,8 +50,7 @@ std::vector<StateEstimate> model_states(const EstimateInput& in, double psi, dou
 // dtype) until it closes (zero::ZeroOptions::reduce_at_window_end): ZeRO-2
 // keeps stage 1's gradient memory, ZeRO-3 adds it to its partitioned states.
 void held_window_gradients(const EstimateInput& in, double psi, double n, std::vector<StateEstimate>& states) {
-  const double w = static_cast<double>(in.param_bytes);
-  const double g = in.grad_bytes > 0 ? static_cast<double>(in.grad_bytes) : n > 1 ? std::max(w, 4.0) : w;
+  const double g = gradient_bytes(in, n);
   for (StateEstimate& s : states) {
     if (s.stage == 2) s.gpu_bytes += g * psi - g * psi / n;
     if (s.stage == 3) s.gpu_bytes += g * psi;
