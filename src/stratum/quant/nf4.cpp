@@ -36,7 +36,11 @@ uint16_t step_of(float normalized) {
   return static_cast<uint16_t>(scaled * static_cast<float>(kSteps - 1) + 0.5f);
 }
 
-at::Tensor nf4_code_tensor() { return at::tensor(std::vector<float>(nf4_code().begin(), nf4_code().end())); }
+// nf4_code() as a CPU tensor, made once (every dequantization reads it).
+const at::Tensor& nf4_code_tensor() {
+  static const at::Tensor code = at::tensor(std::vector<float>(nf4_code().begin(), nf4_code().end()));
+  return code;
+}
 
 bool valid_blocksize(int64_t b) { return b >= 32 && b <= 4096 && (b & (b - 1)) == 0; }
 
@@ -153,7 +157,7 @@ Nf4Tensor quantize_nf4(const at::Tensor& weight, int64_t blocksize, bool double_
     scaled = at::cat({scaled, at::clamp(tail / tail_max, -1, 1)});
   }
   if (scaled.numel() % 2) scaled = at::constant_pad_nd(scaled, {0, 1});
-  const at::Tensor code = nf4_code_tensor();
+  const at::Tensor& code = nf4_code_tensor();
   const at::Tensor bounds = (code.narrow(0, 0, 15) + code.narrow(0, 1, 15)) / 2;
   const at::Tensor q = at::bucketize(scaled, bounds, /*out_int32=*/true).to(at::kByte);
   Nf4Tensor out;
