@@ -40,6 +40,7 @@ struct Config {
   config::CommsLoggerConfig comms_logger;
   config::MonitorConfig monitor;
   config::FlopsProfilerConfig flops_profiler;
+  config::LoraConfig lora;
   std::optional<int64_t> steps_per_print;
   bool wall_clock_breakdown = false;
 

@@ -12,6 +12,7 @@ void parse_zero(KeyReader& root, Config& config);       // zero_optimization and
 void parse_parallel(KeyReader& root, Config& config);   // pipeline, tensor_parallel, activation_checkpointing
 void parse_diagnostics(KeyReader& root, Config& config);  // comms_logger, monitors, printing
 void parse_flops_profiler(KeyReader& root, Config& config);  // flops_profiler
+void parse_lora(KeyReader& root, Config& config);       // lora (after the precision sections)
 void check_cross_field_rules(const Config& config, Diagnostics& diag);
 // The pipeline's share of them (what its engine cannot do).
 void check_pipeline_rules(const Config& config, Diagnostics& diag);

@@ -221,4 +221,29 @@ struct FlopsProfilerConfig {
   std::string output_file;    // empty (null in JSON): printed on rank 0
 };
 
+
+// --- fine-tuning ------------------------------------------------------------------------
+// The "lora" section: low-rank adapters on a frozen base, with peft's
+// LoraConfig key names (Hu et al. 2021; QLoRA with base_dtype "nf4").
+// Present: the base's weights train no more (no gradient, no optimizer
+// state) and only the adapters and modules_to_save do.
+enum class LoraBaseDType { model, bf16, nf4 };
+struct LoraConfig {
+  bool enabled = false;
+  int64_t r = 8;
+  double lora_alpha = 8.0;
+  double lora_dropout = 0.0;
+  // Hugging Face module names ("q_proj", "c_attn", ...): a linear layer is
+  // adapted when its name is one of them or ends with "." + one of them.
+  // {"all-linear"}: every projection of every block (not the LM head), as peft.
+  std::vector<std::string> target_modules;
+  bool use_rslora = false;  // scale alpha / sqrt(r) instead of alpha / r
+  // Modules trained whole beside the adapters ("lm_head", "embed_tokens", "norm", ...).
+  std::vector<std::string> modules_to_save;
+  // model: the base in the training precision; bf16: in bf16 (bf16 training
+  // only); nf4: 4-bit NormalFloat with double quantization (QLoRA).
+  LoraBaseDType base_dtype = LoraBaseDType::model;
+};
+const char* lora_base_dtype_name(LoraBaseDType d);
+
 }  // namespace stratum::config

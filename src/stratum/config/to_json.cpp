@@ -176,6 +176,16 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
                          {"profile_step", fp.profile_step}, {"module_depth", fp.module_depth},
                          {"top_modules", fp.top_modules},   {"detailed", fp.detailed},
                          {"output_file", fp.output_file.empty() ? Json(nullptr) : Json(fp.output_file)}};
+  if (c.lora.enabled) {
+    const LoraConfig& l = c.lora;
+    j["lora"] = {{"r", l.r},
+                 {"lora_alpha", l.lora_alpha},
+                 {"lora_dropout", l.lora_dropout},
+                 {"target_modules", l.target_modules.empty() ? Json(nullptr) : Json(l.target_modules)},
+                 {"use_rslora", l.use_rslora},
+                 {"modules_to_save", l.modules_to_save.empty() ? Json(nullptr) : Json(l.modules_to_save)},
+                 {"base_dtype", lora_base_dtype_name(l.base_dtype)}};
+  }
   j["steps_per_print"] = opt(c.steps_per_print);
   j["wall_clock_breakdown"] = c.wall_clock_breakdown;
   j["dump_state"] = c.dump_state;
