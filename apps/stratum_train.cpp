@@ -47,9 +47,11 @@
 #include "stratum/models/generate.h"
 #include "stratum/models/hf_config.h"
 #include "stratum/models/hf_state_dict.h"
+#include "stratum/models/lora.h"
 #include "stratum/models/model_config.h"
 #include "stratum/models/tensor_parallel_plan.h"
 #include "stratum/monitor/progress.h"
+#include "stratum/nn/lora_linear.h"
 #include "stratum/monitor/run_records.h"
 #ifdef STRATUM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -304,6 +306,24 @@ void apply_init_weights(EngineCore& core, const InitWeights& w, const Options& o
   if (lead) log::info("initialized from " + o.init_from + line);
 }
 
+// "LoRA r 16, alpha 32 (scale 2): 112 layers adapted, 42.0M of 8.07B parameters train".
+std::string lora_summary(const config::LoraConfig& l, const models::CausalLMImpl& model, size_t layers) {
+  int64_t trained = 0, all = 0;
+  const nn::tp::TensorParallel& tp = model.tensor_parallel();
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    const auto spec = tp.enabled() ? model.shard_spec(item.key(), tp.rank()) : std::nullopt;
+    int64_t n = 1;
+    for (int64_t d : spec ? nn::tp::whole_shape(item.value().sizes().vec(), *spec) : item.value().sizes().vec()) n *= d;
+    all += n;
+    if (item.value().requires_grad()) trained += n;
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "LoRA r %lld, alpha %g (scale %g%s): %zu layers adapted, %.2fM of %.2fM parameters train",
+                static_cast<long long>(l.r), l.lora_alpha, nn::lora_scale(l.r, l.lora_alpha, l.use_rslora),
+                l.use_rslora ? ", rsLoRA" : "", layers, trained / 1e6, all / 1e6);
+  return line;
+}
+
 // --tokenizer, else the tokenizer of the --init-from directory, else bytes.
 std::string tokenizer_spec(const Options& o) {
   if (!o.tokenizer.empty()) return o.tokenizer;
@@ -386,17 +406,30 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     models::validate_tensor_parallel(mcfg, tp.size());
   });
   auto model = models::construct_model(mcfg, tp, c10::kMeta);
+  // LoRA: adapters on the target layers, the rest frozen (the engine trains
+  // and checkpoints what requires a gradient).
+  if (config.lora.enabled) {
+    std::vector<std::string> adapted;
+    distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "adding LoRA adapters",
+                                  [&] { adapted = models::apply_lora(*model, config.lora); });
+    if (lead) log::info(lora_summary(config.lora, *model, adapted.size()));
+  }
   // --init-from: the Hugging Face weights replace the drawn ones once the
-  // engine holds its parts, unless a checkpoint is resumed.
+  // engine holds its parts. A resumed checkpoint holds what trains; a frozen
+  // base comes from --init-from again.
   std::optional<InitWeights> init;
-  if (!o.init_from.empty() && resume.kind != ResumePoint::Kind::resume) init = read_init_weights(o, ctx, *model);
+  if (!o.init_from.empty() && (resume.kind != ResumePoint::Kind::resume || config.lora.enabled))
+    init = read_init_weights(o, ctx, *model);
   // One engine for every layout: under a pipeline each rank holds its stage.
   std::optional<Engine<models::CausalLMImpl>> built;
   distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the engine",
                                 [&] { built.emplace(initialize(config, model, *grid)); });
   Engine<models::CausalLMImpl>& engine = *built;
   if (init) {
-    apply_init_weights(engine.core(), *init, o, ctx, lead);
+    if (resume.kind != ResumePoint::Kind::resume) apply_init_weights(engine.core(), *init, o, ctx, lead);
+    if (config.lora.enabled)
+      load_frozen_weights(*model, model.get(), init->whole, *ctx.cpu_world, c10::kCPU,
+                          "loading the frozen base from --init-from " + o.init_from);
     init.reset();  // unmaps the files
   }
   report_startup_peak(ctx, lead);

@@ -2,11 +2,14 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <torch/nn/module.h>
 
 #include "stratum/core/error.h"
 #include "stratum/distributed/agreement.h"
 #include "stratum/engine/param_runs.h"
 #include "stratum/models/hf_state_dict.h"
+#include "stratum/models/lora.h"
+#include "stratum/nn/deferred_init.h"
 
 namespace stratum {
 namespace {
@@ -52,7 +55,10 @@ WeightLoadReport load_whole_weights(EngineCore& engine, const std::map<std::stri
     for (size_t i = 0; i < layout.specs().size(); ++i) {
       const std::string& name = layout.specs()[i].name;
       auto it = whole.find(name);
-      if (it == whole.end()) throw Error("no tensor for parameter '" + name + "'");
+      if (it == whole.end()) {
+        if (models::is_lora_parameter(name)) continue;  // a base model's file has no adapters: they keep their draw
+        throw Error("no tensor for parameter '" + name + "'");
+      }
       const std::optional<nn::tp::ShardSpec> spec =
           mp && i < mp->tp_specs.size() ? mp->tp_specs[i] : std::nullopt;
       const at::Tensor& w = it->second;
@@ -83,6 +89,34 @@ WeightLoadReport load_whole_weights(EngineCore& engine, const std::map<std::stri
   strategy.publish_params();  // collective over data parallel: the model takes the masters
   strategy.wait_params();
   return report;
+}
+
+int64_t load_frozen_weights(torch::nn::Module& model, const nn::tp::ShardedModule* sharded,
+                            const std::map<std::string, at::Tensor>& whole, distributed::Communicator& world,
+                            c10::Device world_device, const std::string& what) {
+  int64_t bytes = 0;
+  distributed::agree_on_success(world, world_device, what, [&] {
+    c10::AutoGradMode no_grad(false);
+    const bool tp = sharded && sharded->tensor_parallel().enabled();
+    for (auto& item : model.named_parameters(/*recurse=*/true)) {
+      at::Tensor& p = item.value();
+      // Trainable ones are the engine's (load_whole_weights); another stage's are freed or never drawn.
+      if (p.requires_grad() || nn::is_unmaterialized(p) || p.numel() == 0) continue;
+      const std::string& name = item.key();
+      auto it = whole.find(name);
+      if (it == whole.end()) throw Error("no tensor for frozen parameter '" + name + "'");
+      check_weight_dtype(what, name, it->second);
+      const auto spec = tp ? sharded->shard_spec(name, sharded->tensor_parallel().rank()) : std::nullopt;
+      const at::Tensor local = spec ? nn::tp::take_shard(it->second, *spec) : it->second;
+      if (local.sizes() != p.sizes())
+        throw Error("frozen parameter '" + name + "' has shape " + c10::str(p.sizes()) + " on this rank, its tensor " +
+                    c10::str(local.sizes()));
+      p.copy_(local);
+      check_finite(what, name, p.to(at::kFloat), 0, spec.has_value());
+      bytes += static_cast<int64_t>(local.nbytes());
+    }
+  });
+  return bytes;
 }
 
 }  // namespace stratum

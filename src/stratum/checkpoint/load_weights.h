@@ -12,6 +12,11 @@
 #include <ATen/core/Tensor.h>
 
 #include "stratum/engine/engine_core.h"
+#include "stratum/nn/tensor_parallel/shard_spec.h"
+
+namespace torch::nn {
+class Module;
+}
 
 namespace stratum {
 
@@ -32,5 +37,14 @@ struct WeightLoadReport {
 WeightLoadReport load_whole_weights(EngineCore& engine, const std::map<std::string, at::Tensor>& whole,
                                     distributed::Communicator& world, c10::Device world_device,
                                     const std::string& what);
+
+// The frozen parameters (requires_grad false: a LoRA base, which the engine
+// keeps no state for) this rank holds, copied from `whole` (by name; a
+// tensor-parallel rank's piece cut by `sharded`'s specs; null: not sharded),
+// cast to each parameter's dtype. Those another stage holds are skipped.
+// Collective like load_whole_weights; returns the bytes this rank read.
+int64_t load_frozen_weights(torch::nn::Module& model, const nn::tp::ShardedModule* sharded,
+                            const std::map<std::string, at::Tensor>& whole, distributed::Communicator& world,
+                            c10::Device world_device, const std::string& what);
 
 }  // namespace stratum

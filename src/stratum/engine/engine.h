@@ -22,7 +22,9 @@
 // model (the engine runs its layers one by one). Floating-point tensor
 // arguments of forward() are cast to the training dtype (bf16/fp16), integer
 // ones (token ids) are passed as they are.
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -49,6 +51,12 @@ namespace stratum {
 namespace engine_detail {
 // The trainable parameters of a module, in registration order, with their names.
 void trainable_parameters(torch::nn::Module& module, std::vector<at::Tensor>& params, std::vector<std::string>& names);
+// The frozen parameters (requires_grad false: a LoRA base) by name: all of
+// the module's, or (`layers` given) those the stack's layers l with
+// layers(l) true own or borrow. The engine holds no state for them; each rank
+// draws and keeps the frozen weights of the layers it runs.
+std::set<std::string> frozen_parameter_names(torch::nn::Module& module,
+                                             const std::function<bool(size_t)>& layers = nullptr);
 // Moves the module to `device` and casts its floating parameters and buffers to
 // `dtype`; with `keep_trainable_params` (ZeRO-3) trainable parameters stay where they are.
 void prepare_module(torch::nn::Module& module, c10::Device device, at::ScalarType dtype, bool keep_trainable_params);
@@ -247,6 +255,10 @@ Engine<Model> initialize_core(const Config& config, std::shared_ptr<Model> model
   // parameters when it partitions them; the other stages hold them whole.
   const bool skeleton = nn::has_unmaterialized_parameters(*model);
   if (skeleton && !stage3) nn::materialize(*model, device, dtype);
+  if (skeleton && stage3) {  // the frozen weights stay whole on every rank (only what trains is partitioned)
+    const std::set<std::string> frozen = frozen_parameter_names(*model);
+    nn::materialize(*model, device, dtype, [&](const std::string& name) { return frozen.count(name) > 0; });
+  }
   prepare_module(*model, device, dtype, /*keep_trainable_params=*/stage3);
   std::vector<at::Tensor> params;
   std::vector<std::string> names;

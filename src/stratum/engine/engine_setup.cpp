@@ -20,6 +20,26 @@ void trainable_parameters(torch::nn::Module& module, std::vector<at::Tensor>& pa
   }
 }
 
+std::set<std::string> frozen_parameter_names(torch::nn::Module& module, const std::function<bool(size_t)>& layers) {
+  std::set<const void*> wanted;
+  nn::LayerStackImpl* stack = layers ? as_layer_stack(module) : nullptr;
+  if (layers && !stack) throw Error("frozen_parameter_names: the module is not a LayerStack");
+  if (stack) {
+    for (size_t l = 0; l < stack->size(); ++l) {
+      if (!layers(l)) continue;
+      std::vector<at::Tensor> ps = stack->layer(l).parameters(/*recurse=*/true);
+      for (const at::Tensor& b : stack->layer(l).borrowed_parameters()) ps.push_back(b);
+      for (const at::Tensor& p : ps)
+        if (!p.requires_grad()) wanted.insert(p.unsafeGetTensorImpl());
+    }
+  }
+  std::set<std::string> names;
+  for (const auto& item : module.named_parameters(/*recurse=*/true))
+    if (!item.value().requires_grad() && (!stack || wanted.count(item.value().unsafeGetTensorImpl())))
+      names.insert(item.key());
+  return names;
+}
+
 void prepare_module(torch::nn::Module& module, c10::Device device, at::ScalarType dtype, bool keep_trainable_params) {
   // Module::to(dtype) would cast integer buffers too; only floating tensors change.
   c10::AutoGradMode no_grad(false);

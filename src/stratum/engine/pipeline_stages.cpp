@@ -62,6 +62,14 @@ StageParameters take_stage_parameters(nn::LayerStackImpl& model, std::vector<at:
       all_params[i].set_data(at::empty({0}, all_params[i].options()));  // another stage's: freed
     }
   }
+  // Frozen weights (a LoRA base; the engine keeps no state for them): this
+  // stage's drawn whole, the others' freed.
+  const std::set<std::string> frozen_here = engine_detail::frozen_parameter_names(
+      model, [&](size_t l) { return partition.part_of(l) % stages == stage; });
+  for (auto& item : model.named_parameters(/*recurse=*/true))
+    if (!item.value().requires_grad() && !frozen_here.count(item.key()) && !nn::is_unmaterialized(item.value()))
+      item.value().set_data(at::empty({0}, item.value().options()));
+  nn::materialize(model, device, dtype, [&](const std::string& name) { return frozen_here.count(name) > 0; });
   // Born sharded: only this stage's parameters are ever drawn, one at a time
   // (at ZeRO-3 by the core, one layer at a time as it partitions them).
   if (!draw) return out;

@@ -106,6 +106,15 @@ uint64_t fnv1a(const std::string& s) {
 at::Tensor initial_whole_value(const ModelConfig& c, const std::string& name, at::IntArrayRef shape, uint64_t seed,
                                c10::Device device) {
   const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
+  // LoRA adapters (models/lora.h) as peft starts them: B zero, A torch's
+  // Linear default, kaiming-uniform with a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in)).
+  if (ends_with(name, ".lora_B.weight")) return at::zeros(shape, options);
+  if (ends_with(name, ".lora_A.weight")) {
+    at::Generator gen = at::globalContext().defaultGenerator(device).clone();
+    gen.set_current_seed(splitmix64(seed ^ fnv1a(name)));
+    const double bound = 1.0 / std::sqrt(static_cast<double>(shape.back()));
+    return at::empty(shape, options).uniform_(-bound, bound, gen);
+  }
   if (ends_with(name, ".bias")) return at::zeros(shape, options);
   if (shape.size() == 1) return at::ones(shape, options);  // LayerNorm / RMSNorm scales
   const bool residual = ends_with(name, "attn.c_proj.weight") || ends_with(name, "mlp.c_proj.weight") ||

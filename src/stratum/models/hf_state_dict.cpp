@@ -1,5 +1,7 @@
 #include "stratum/models/hf_state_dict.h"
 
+#include "stratum/models/lora.h"
+
 #include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -64,6 +66,7 @@ std::vector<std::pair<std::string, at::Tensor>> to_hf_state_dict(const CausalLMI
                 "export it (stratum-ckpt export), which assembles every tensor whole");
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (is_lora_parameter(item.key())) continue;  // the base's tensors only (adapters: PEFT's files)
     at::Tensor t = item.value().detach();
     if (is_hf_conv1d_weight(model.config(), item.key())) t = t.t();
     out.emplace_back(item.key(), t.contiguous());
@@ -94,6 +97,7 @@ std::map<std::string, at::Tensor> hf_whole_parameters(const CausalLMImpl& model,
   const nn::tp::TensorParallel& tp = model.tensor_parallel();
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
+    if (is_lora_parameter(name)) continue;  // adapters are not the base's: drawn, or read from an adapter file
     const at::Tensor* t = find(name);
     if (!t) {
       problems.push_back("missing '" + name + "'");
@@ -149,6 +153,7 @@ void load_hf_state_dict(CausalLMImpl& model, const std::map<std::string, at::Ten
   const nn::tp::TensorParallel& tp = model.tensor_parallel();
   c10::AutoGradMode no_grad(false);
   for (auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (is_lora_parameter(item.key())) continue;
     const auto spec = tp.enabled() ? model.shard_spec(item.key(), tp.rank()) : std::nullopt;
     const at::Tensor& w = whole.at(item.key());
     item.value().copy_(spec ? nn::tp::take_shard(w, *spec) : w);

@@ -36,6 +36,15 @@ void validate_tensor_parallel(const ModelConfig& c, int64_t t) {
 std::optional<nn::tp::ShardSpec> shard_spec(const ModelConfig& c, const std::string& name, int64_t t, int64_t r) {
   if (t <= 1) return std::nullopt;
   using nn::tp::ShardSpec;
+  // A LoRA adapter is split as its layer: a column-parallel layer's B by rows
+  // (A whole), a row-parallel layer's A by columns (B whole) (nn/lora_linear.h).
+  for (const char* part : {"lora_A", "lora_B"}) {
+    const std::string tail = std::string(".") + part + ".weight";
+    if (!ends_with(name, tail)) continue;
+    const auto base = shard_spec(c, name.substr(0, name.size() - tail.size()) + ".weight", t, r);
+    if (!base || base->padded != 0) return std::nullopt;
+    return base->dim == (part == std::string("lora_A") ? 1 : 0) ? base : std::nullopt;
+  }
   const auto rows = [&](int64_t blocks = 1) { return ShardSpec{0, blocks, t, r, 0}; };
   const ShardSpec columns{1, 1, t, r, 0};
   if (ends_with(name, "wte.weight") || ends_with(name, "embed_tokens.weight") || ends_with(name, "lm_head.weight"))

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "stratum/nn/linear.h"
+#include "stratum/nn/lora_linear.h"
 #include "stratum/nn/tensor_parallel/layers.h"
 #include "stratum/nn/tensor_parallel/random.h"
 
@@ -42,14 +43,17 @@ FusedQKVAttentionImpl::FusedQKVAttentionImpl(int64_t hidden, int64_t heads, doub
 at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
   // HF packs q, k, v along the output dimension; under tensor parallelism
   // this rank's rows of each (its heads: models/tensor_parallel_plan.h).
-  const auto qkv = tp::column_parallel_linear(x, c_attn->weight, c_attn->bias, tp).chunk(3, -1);
+  at::Tensor packed = tp::column_parallel_linear(x, c_attn->weight, c_attn->bias, tp);
+  if (c_attn->has_lora()) packed = packed + column_parallel_lora(x, *c_attn, tp, is_training());
+  const auto qkv = packed.chunk(3, -1);
   const double p = is_training() ? dropout : 0.0;
   auto attend = [&] {
     return causal_attention(split_heads(qkv[0], heads), split_heads(qkv[1], heads), split_heads(qkv[2], heads), p);
   };
   // Dropout over this rank's heads draws from its own stream (tensor_parallel/random.h).
-  at::Tensor y = merge_heads(p > 0 ? tp::with_rank_stream(tp, x.device(), attend) : attend());
-  y = tp::row_parallel_linear(y, c_proj->weight, c_proj->bias, tp);
+  const at::Tensor heads_out = merge_heads(p > 0 ? tp::with_rank_stream(tp, x.device(), attend) : attend());
+  at::Tensor y = tp::row_parallel_linear(heads_out, c_proj->weight, c_proj->bias, tp);
+  if (c_proj->has_lora()) y = y + row_parallel_lora(heads_out, *c_proj, tp, is_training());
   return is_training() ? tp::dropout_outside_region(y, residual_dropout, tp) : y;
 }
 
@@ -76,16 +80,20 @@ at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   const int64_t length = x.size(1) * (tp.sequence_parallel ? tp.size() : 1);
   const auto [cos, sin] = rope->cos_sin(length, x.device(), x.scalar_type());
   // One GEMM for the three projections (HF keeps them as three weights).
-  const auto qkv = tp::through_region(x, tp, [&](const at::Tensor& in) {
-                     return nn::linear_stacked(in, {q_proj->weight, k_proj->weight, v_proj->weight});
-                   }).split_with_sizes({heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
+  std::vector<at::Tensor> qkv = tp::through_region(x, tp, [&](const at::Tensor& in) {
+                                 return nn::linear_stacked(in, {q_proj->weight, k_proj->weight, v_proj->weight});
+                               }).split_with_sizes({heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
+  const LinearImpl* projections[] = {q_proj.get(), k_proj.get(), v_proj.get()};
+  for (int i = 0; i < 3; ++i)
+    if (projections[i]->has_lora()) qkv[i] = qkv[i] + column_parallel_lora(x, *projections[i], tp, is_training());
   const at::Tensor q = apply_rotary(split_heads(qkv[0], heads), cos, sin);
   const at::Tensor k = apply_rotary(split_heads(qkv[1], kv_heads), cos, sin);
   const at::Tensor v = split_heads(qkv[2], kv_heads);
   const double p = is_training() ? dropout : 0.0;
   auto attend = [&] { return causal_attention(q, k, v, p); };
-  return tp::row_parallel_linear(merge_heads(p > 0 ? tp::with_rank_stream(tp, x.device(), attend) : attend()),
-                                 o_proj->weight, at::Tensor(), tp);
+  const at::Tensor heads_out = merge_heads(p > 0 ? tp::with_rank_stream(tp, x.device(), attend) : attend());
+  const at::Tensor y = tp::row_parallel_linear(heads_out, o_proj->weight, at::Tensor(), tp);
+  return o_proj->has_lora() ? y + row_parallel_lora(heads_out, *o_proj, tp, is_training()) : y;
 }
 
 }  // namespace stratum::nn

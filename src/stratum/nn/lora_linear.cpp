@@ -6,6 +6,8 @@
 #include <string>
 
 #include "stratum/core/error.h"
+#include "stratum/nn/linear.h"
+#include "stratum/nn/tensor_parallel/random.h"
 
 namespace stratum::nn {
 namespace {
@@ -75,6 +77,45 @@ at::Tensor lora_linear(const at::Tensor& x, const FrozenWeight& base, const at::
   if (bias.defined()) y = y + bias;
   const at::Tensor adapter_in = training && dropout > 0 ? at::dropout(x, dropout, true) : x;
   return y + at::matmul(at::matmul(adapter_in, lora_a.t()), lora_b.t()) * scale;
+}
+
+namespace {
+const LinearImpl& adapter_of(const LinearImpl& layer) {
+  if (!layer.has_lora()) throw Error("LoRA: layer '" + layer.name() + "' has no adapter");
+  return layer;
+}
+// h = scale · x Aᵀ (the scale on the r columns, the cheapest place for it).
+at::Tensor adapter_down(const at::Tensor& x, const LinearImpl& layer) {
+  return nn::linear(x, layer.lora_A->weight) * layer.lora_scale;
+}
+}  // namespace
+
+at::Tensor lora_delta(const at::Tensor& x, const LinearImpl& layer, bool training) {
+  const LinearImpl& l = adapter_of(layer);
+  const at::Tensor in = training && l.lora_dropout > 0 ? at::dropout(x, l.lora_dropout, true) : x;
+  return nn::linear(adapter_down(in, l), l.lora_B->weight);
+}
+
+at::Tensor column_parallel_lora(const at::Tensor& x, const LinearImpl& layer, const tp::TensorParallel& tp,
+                                bool training) {
+  if (!tp.enabled()) return lora_delta(x, layer, training);
+  const LinearImpl& l = adapter_of(layer);
+  // Outside the region the input is the same on every rank (or a slice of
+  // the sequence): dropout there draws as the rest of that region does.
+  const at::Tensor in = training && l.lora_dropout > 0 ? tp::dropout_outside_region(x, l.lora_dropout, tp) : x;
+  return nn::linear(tp::enter_region(adapter_down(in, l), tp), l.lora_B->weight);
+}
+
+at::Tensor row_parallel_lora(const at::Tensor& x, const LinearImpl& layer, const tp::TensorParallel& tp,
+                             bool training) {
+  if (!tp.enabled()) return lora_delta(x, layer, training);
+  const LinearImpl& l = adapter_of(layer);
+  auto down = [&] {
+    return adapter_down(training && l.lora_dropout > 0 ? at::dropout(x, l.lora_dropout, true) : x, l);
+  };
+  // Inside the region each rank holds other columns: its own dropout stream.
+  const at::Tensor h = training && l.lora_dropout > 0 ? tp::with_rank_stream(tp, x.device(), down) : down();
+  return nn::linear(tp::leave_region(h, tp), l.lora_B->weight);
 }
 
 }  // namespace stratum::nn

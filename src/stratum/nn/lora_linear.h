@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "stratum/nn/parameter_modules.h"
+#include "stratum/nn/tensor_parallel/mappings.h"
 #include "stratum/quant/nf4.h"
 
 namespace stratum::nn {
@@ -39,5 +41,25 @@ at::Tensor lora_linear(const at::Tensor& x, const FrozenWeight& base, const at::
 // x·Wᵀ for a frozen NF4 W, whose backward gives x its gradient, dY·W, with W
 // dequantized again rather than saved.
 at::Tensor nf4_matmul(const at::Tensor& x, const std::shared_ptr<const quant::Nf4Tensor>& weight);
+
+// The adapter term scale · dropout(x)·Aᵀ·Bᵀ of `layer` (which has one:
+// LinearImpl::add_lora), to add to the base's output. x: [..., in].
+at::Tensor lora_delta(const at::Tensor& x, const LinearImpl& layer, bool training);
+
+// The term under tensor parallelism, where the adapter is split as its base
+// (models/tensor_parallel_plan.h); without a group both are lora_delta.
+// Column-parallel layer (B split by rows, A whole): from the layer's input
+// *outside* the split region (whole, or this rank's sequence slice), h =
+// scale·x·Aᵀ enters the region (its r columns gathered or copied, their
+// gradient summed there), then this rank's rows of B: A's gradient comes out
+// whole on every rank, as a replicated parameter's must.
+at::Tensor column_parallel_lora(const at::Tensor& x, const LinearImpl& layer, const tp::TensorParallel& tp,
+                                bool training);
+// Row-parallel layer (A split by columns, B whole): from the layer's input
+// inside the region (this rank's columns), h = scale·x·Aᵀ summed over the
+// group (r columns: a small all-reduce or reduce-scatter), then B. Add the
+// result to the layer's output after its own group sum.
+at::Tensor row_parallel_lora(const at::Tensor& x, const LinearImpl& layer, const tp::TensorParallel& tp,
+                             bool training);
 
 }  // namespace stratum::nn

@@ -57,6 +57,9 @@ class GeluMLPImpl : public torch::nn::Module {
   double dropout;
   bool recompute_activation;
   tp::TensorParallel tp;
+
+ private:
+  at::Tensor forward_with_adapters(const at::Tensor& x);
 };
 
 class SwiGLUMLPImpl : public torch::nn::Module {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "stratum/core/error.h"
 #include "stratum/nn/deferred_init.h"
 
 namespace stratum::nn {
@@ -29,6 +30,16 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, c10::Device devi
     const double bound = in > 0 ? 1.0 / std::sqrt(static_cast<double>(in)) : 0.0;
     torch::nn::init::uniform_(bias, -bound, bound);
   }
+}
+
+void LinearImpl::add_lora(int64_t r, double scale, double dropout) {
+  if (has_lora()) throw Error("LoRA: layer '" + name() + "' already has an adapter");
+  if (r < 1) throw Error("LoRA: rank r " + std::to_string(r) + " is below 1");
+  // Unmaterialized: the model draws them by name (models/lora.h).
+  lora_A = register_module("lora_A", std::make_shared<LinearImpl>(weight.size(1), r, /*bias=*/false, c10::kMeta));
+  lora_B = register_module("lora_B", std::make_shared<LinearImpl>(r, weight.size(0), /*bias=*/false, c10::kMeta));
+  lora_scale = scale;
+  lora_dropout = dropout;
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t rows, int64_t dim, c10::Device device) : torch::nn::Module("Embedding") {

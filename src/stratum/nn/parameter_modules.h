@@ -17,6 +17,17 @@ class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in, int64_t out, bool bias = true, c10::Device device = c10::kCPU);
   at::Tensor weight, bias;
+
+  // A LoRA adapter beside the weight (nn/lora_linear.h computes its term):
+  // submodules "lora_A" (weight [r, in]) and "lora_B" (weight [out, r]), as
+  // peft names them, so an adapter's parameters are `<layer>.lora_A.weight`.
+  // Made unmaterialized (nn/deferred_init.h): the model draws them by name
+  // (models/lora.h: peft's A kaiming-uniform, B zero). The caller freezes
+  // the base.
+  void add_lora(int64_t r, double scale, double dropout);
+  bool has_lora() const { return lora_A != nullptr; }
+  std::shared_ptr<LinearImpl> lora_A, lora_B;
+  double lora_scale = 0.0, lora_dropout = 0.0;
 };
 TORCH_MODULE(Linear);
 

@@ -1,0 +1,43 @@
+#pragma once
+// LoRA on a built-in model by Hugging Face module names (the config's "lora"
+// section, peft's keys): adapters on the target linear layers, the rest of
+// the model frozen except modules_to_save.
+//
+//   auto model = models::construct_model(mcfg, tp, c10::kMeta);   // a skeleton
+//   models::apply_lora(*model, config.lora);                       // adapters, base frozen
+//   auto engine = stratum::initialize(config, model, grid);        // trains the adapters only
+//
+// Adapters are drawn by name as every parameter is (models/causal_lm.h):
+// A kaiming-uniform as peft's (torch's Linear default), B zero, so the
+// adapted model starts equal to its base, at every layout.
+#include <string>
+#include <vector>
+
+#include "stratum/config/sections.h"
+#include "stratum/models/causal_lm.h"
+
+namespace stratum::models {
+
+// The linear layers LoRA can adapt in `arch`'s blocks, by their module names
+// (the LM head is not one: vocabulary-parallel, and peft's "all-linear"
+// leaves it out too; list it in modules_to_save to train it whole).
+const std::vector<std::string>& lora_linear_names(const std::string& arch);
+// peft's default target_modules for the architecture (GPT-2: c_attn; LLaMA: q_proj, v_proj).
+std::vector<std::string> default_lora_targets(const std::string& arch);
+
+// Adds an adapter to every linear layer `lora.target_modules` names (a layer
+// is named when its module path equals an entry or ends with "." + it;
+// "all-linear" names them all; none given: the architecture's default),
+// freezes every other parameter (requires_grad false) except those of the
+// modules modules_to_save names, and returns the adapted layers' paths.
+// A skeleton stays one (nn/deferred_init.h); a materialized model gets its
+// adapters drawn on its parameters' device. Throws stratum::Error naming the
+// entry that adapts nothing, a module that is not a linear LoRA can adapt
+// (listing those it can), or a modules_to_save entry that matches nothing.
+std::vector<std::string> apply_lora(CausalLMImpl& model, const config::LoraConfig& lora);
+
+// Whether `name` is an adapter's parameter (`<layer>.lora_A.weight` or
+// `<layer>.lora_B.weight`).
+bool is_lora_parameter(const std::string& name);
+
+}  // namespace stratum::models
