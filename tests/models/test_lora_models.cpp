@@ -225,6 +225,10 @@ TEST(LoraConfigSection, PeftKeysAreReadAndBadValuesNamed) {
   EXPECT_NE(refused(R"({"bias": "all"})").find("lora.bias"), std::string::npos);
   EXPECT_NE(refused(R"({"lora_dropout": 1})").find("lora.lora_dropout"), std::string::npos);
   EXPECT_NE(refused(R"({"rank": 8})").find("lora.rank"), std::string::npos);
+  // stratum-config check knows the layers LoRA adapts before it knows the model.
+  EXPECT_NE(refused(R"({"target_modules": ["q_proj", "qkv_proj"]})").find("lora.target_modules[1]: 'qkv_proj' is not a linear layer"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"target_modules": ["lm_head"]})").find("modules_to_save"), std::string::npos);
   EXPECT_NE(refused(R"({"base_dtype": "bf16"})").find("training runs in fp32"), std::string::npos);
   EXPECT_NE(refused(R"({"base_dtype": "int8"})").find("lora.base_dtype"), std::string::npos);
 }

@@ -14,6 +14,14 @@ const char* lora_base_dtype_name(LoraBaseDType d) {
   return "?";
 }
 
+const std::vector<std::string>& lora_target_names(const std::string& arch) {
+  static const std::vector<std::string> gpt2 = {"c_attn", "c_proj", "c_fc"};
+  static const std::vector<std::string> llama = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                 "gate_proj", "up_proj", "down_proj"};
+  static const std::vector<std::string> none;
+  return arch == "gpt2" ? gpt2 : arch == "llama" ? llama : none;
+}
+
 namespace {
 
 // Beyond any adapter's rank (peft's largest published ones are 256-1024).
@@ -65,6 +73,25 @@ void parse_lora(KeyReader& root, Config& config) {
   l.lora_dropout = lora.get_double("lora_dropout", l.lora_dropout, 0.0, 1.0);
   if (l.lora_dropout >= 1.0) diag.error(lora.path_of("lora_dropout"), "must be < 1 (a probability of dropping)");
   l.target_modules = module_list(lora, "target_modules");
+  // Known before the model is: a target must end in a linear layer's name
+  // (stratum-config check refuses what training would).
+  for (size_t i = 0; i < l.target_modules.size(); ++i) {
+    const std::string& t = l.target_modules[i];
+    if (t == "all-linear") continue;
+    const std::string tail = t.substr(t.rfind('.') == std::string::npos ? 0 : t.rfind('.') + 1);
+    bool known = false;
+    std::vector<std::string> all;
+    for (const char* arch : {"llama", "gpt2"})
+      for (const auto& n : lora_target_names(arch)) {
+        known = known || n == tail;
+        all.push_back(n);
+      }
+    if (!known)
+      diag.error(lora.path_of("target_modules") + "[" + std::to_string(i) + "]",
+                 "'" + t + "' is not a linear layer LoRA adapts (LLaMA: q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                 "up_proj, down_proj; GPT-2: c_attn, c_proj, c_fc); the LM head and embeddings train whole through "
+                 "modules_to_save" + did_you_mean(tail, all));
+  }
   l.modules_to_save = module_list(lora, "modules_to_save");
   l.use_rslora = lora.get_bool("use_rslora", false);
   const std::string base = lora.get_enum("base_dtype", "model", {"model", "bf16", "nf4"});

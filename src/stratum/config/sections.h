@@ -245,5 +245,9 @@ struct LoraConfig {
   LoraBaseDType base_dtype = LoraBaseDType::model;
 };
 const char* lora_base_dtype_name(LoraBaseDType d);
+// The linear layers LoRA adapts in the built-in architectures' blocks ("gpt2",
+// "llama"; empty for another), by Hugging Face module name. The LM head is
+// not one (vocabulary-parallel; peft's "all-linear" leaves it out too).
+const std::vector<std::string>& lora_target_names(const std::string& arch);
 
 }  // namespace stratum::config

@@ -34,12 +34,9 @@ std::string joined(const std::vector<std::string>& v) {
 }  // namespace
 
 const std::vector<std::string>& lora_linear_names(const std::string& arch) {
-  static const std::vector<std::string> gpt2 = {"c_attn", "c_proj", "c_fc"};
-  static const std::vector<std::string> llama = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                 "gate_proj", "up_proj", "down_proj"};
-  if (arch == "gpt2") return gpt2;
-  if (arch == "llama") return llama;
-  throw Error("LoRA: no linear layers known for architecture '" + arch + "'");
+  const std::vector<std::string>& names = config::lora_target_names(arch);
+  if (names.empty()) throw Error("LoRA: no linear layers known for architecture '" + arch + "'");
+  return names;
 }
 
 std::vector<std::string> default_lora_targets(const std::string& arch) {
