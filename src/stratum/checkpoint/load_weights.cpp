@@ -98,16 +98,25 @@ int64_t load_frozen_weights(torch::nn::Module& model, const nn::tp::ShardedModul
   distributed::agree_on_success(world, world_device, what, [&] {
     c10::AutoGradMode no_grad(false);
     const bool tp = sharded && sharded->tensor_parallel().enabled();
+    auto* source = dynamic_cast<nn::DeferredInit*>(&model);
     for (auto& item : model.named_parameters(/*recurse=*/true)) {
       at::Tensor& p = item.value();
       // Trainable ones are the engine's (load_whole_weights); another stage's are freed or never drawn.
-      if (p.requires_grad() || nn::is_unmaterialized(p) || p.numel() == 0) continue;
       const std::string& name = item.key();
+      // A weight held apart (NF4): this rank's piece quantized straight from the file, if it holds it.
+      const bool apart = source && source->held_apart(name);
+      if (p.requires_grad() || (nn::is_unmaterialized(p) && !apart) || p.numel() == 0) continue;
       auto it = whole.find(name);
       if (it == whole.end()) throw Error("no tensor for frozen parameter '" + name + "'");
       check_weight_dtype(what, name, it->second);
       const auto spec = tp ? sharded->shard_spec(name, sharded->tensor_parallel().rank()) : std::nullopt;
       const at::Tensor local = spec ? nn::tp::take_shard(it->second, *spec) : it->second;
+      if (apart) {
+        if (!at::isfinite(local).all().item<bool>())
+          throw Error(what + ": tensor '" + name + "' holds NaN or infinite values: a corrupt checkpoint");
+        if (source->set_apart(name, local)) bytes += static_cast<int64_t>(local.nbytes());
+        continue;
+      }
       if (local.sizes() != p.sizes())
         throw Error("frozen parameter '" + name + "' has shape " + c10::str(p.sizes()) + " on this rank, its tensor " +
                     c10::str(local.sizes()));

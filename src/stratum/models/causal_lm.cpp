@@ -9,6 +9,8 @@
 #include "stratum/core/error.h"
 #include "stratum/core/splitmix.h"
 #include "stratum/nn/cross_entropy.h"
+#include "stratum/nn/parameter_modules.h"
+#include "stratum/quant/nf4.h"
 
 namespace stratum::models {
 
@@ -135,6 +137,41 @@ at::Tensor CausalLMImpl::initial_value(const std::string& name, c10::Device devi
   at::Tensor value = initial_whole_value(config_, name, whole_shape, init_seed_, device);
   if (spec) value = nn::tp::take_shard(value, *spec);
   return value.to(dtype);
+}
+
+namespace {
+// The linear layer whose weight `name` is, when it holds it in NF4.
+nn::LinearImpl* nf4_layer(const CausalLMImpl& model, const std::string& name) {
+  const std::string tail = ".weight";
+  if (!ends_with(name, tail)) return nullptr;
+  const std::string path = name.substr(0, name.size() - tail.size());
+  for (const auto& item : model.named_modules("", /*include_self=*/false))
+    if (item.key() == path) {
+      auto* layer = dynamic_cast<nn::LinearImpl*>(item.value().get());
+      return layer && layer->nf4_base ? layer : nullptr;
+    }
+  return nullptr;
+}
+}  // namespace
+
+bool CausalLMImpl::held_apart(const std::string& name) const { return nf4_layer(*this, name) != nullptr; }
+
+void CausalLMImpl::draw_apart(const std::string& name, c10::Device device, at::ScalarType dtype) {
+  nn::LinearImpl* linear = nf4_layer(*this, name);
+  if (!linear || linear->nf4) return;
+  linear->nf4 = std::make_shared<const quant::Nf4Tensor>(quant::quantize_nf4(initial_value(name, device, dtype)));
+}
+
+bool CausalLMImpl::set_apart(const std::string& name, const at::Tensor& value) {
+  nn::LinearImpl* linear = nf4_layer(*this, name);
+  if (!linear || !linear->nf4) return false;
+  if (value.sizes().vec() != linear->nf4->shape)
+    throw Error("parameter '" + name + "' is " + c10::str(at::IntArrayRef(linear->nf4->shape)) + " on this rank, its "
+                "tensor " + c10::str(value.sizes()));
+  const c10::Device device = linear->nf4->packed.device();
+  linear->nf4 = std::make_shared<const quant::Nf4Tensor>(
+      quant::quantize_nf4(value.to(device, linear->nf4->dtype)));
+  return true;
 }
 
 void init_weights(CausalLMImpl& model, c10::Device device) {

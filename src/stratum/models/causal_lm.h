@@ -63,6 +63,12 @@ class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule, pu
   // model draws it, then this rank's tensor-parallel piece of it.
   at::Tensor initial_value(const std::string& name, c10::Device device, at::ScalarType dtype) const override;
   uint64_t init_seed() const { return init_seed_; }
+  // The frozen weights LoRA holds in NF4 (models/lora.h): drawn, or set from
+  // this rank's piece of a loaded tensor, straight into 4 bits (one weight
+  // at a time in 16 or 32 bits, never the model).
+  bool held_apart(const std::string& name) const override;
+  void draw_apart(const std::string& name, c10::Device device, at::ScalarType dtype) override;
+  bool set_apart(const std::string& name, const at::Tensor& value) override;
 
  private:
   ModelConfig config_;

@@ -64,6 +64,11 @@ std::vector<std::string> apply_lora(CausalLMImpl& model, const config::LoraConfi
            std::find(adaptable.begin(), adaptable.end(), last_part(path)) != adaptable.end();
   };
 
+  // A materialized model (not a skeleton) gets its adapters drawn here.
+  bool materialized = false;
+  for (const auto& [path, m] : modules)
+    if (adaptable_layer(path, *m)) materialized = !nn::is_unmaterialized(static_cast<nn::LinearImpl&>(*m).weight);
+
   std::vector<std::string> adapted;
   std::set<std::string> used;
   const double scale = nn::lora_scale(lora.r, lora.lora_alpha, lora.use_rslora);
@@ -108,18 +113,27 @@ std::vector<std::string> apply_lora(CausalLMImpl& model, const config::LoraConfi
     if (!found) throw Error("lora.modules_to_save: '" + key + "' names no module of model '" + model.config().name + "'");
   }
   c10::AutoGradMode no_grad(false);
+  // QLoRA: every block's linear weight in NF4, adapted or not (as
+  // transformers' bitsandbytes loading quantizes every linear but the head).
+  if (lora.base_dtype == config::LoraBaseDType::nf4)
+    for (const auto& [path, m] : modules) {
+      if (!adaptable_layer(path, *m)) continue;
+      auto& layer = static_cast<nn::LinearImpl&>(*m);
+      layer.nf4_base = true;
+      if (nn::is_unmaterialized(layer.weight)) continue;  // drawn or loaded into 4 bits later
+      layer.nf4 = std::make_shared<const quant::Nf4Tensor>(quant::quantize_nf4(layer.weight.detach()));
+      layer.weight.set_data(nn::unmaterialized(layer.weight.sizes(), layer.weight.scalar_type()));
+    }
   for (auto& item : model.named_parameters(/*recurse=*/true)) {
     bool trains = is_lora_parameter(item.key());
     for (const auto& path : trained_modules) trains = trains || item.key().rfind(path + ".", 0) == 0;
     item.value().set_requires_grad(trains);
   }
   // A materialized model's new adapters drawn where its weights are.
-  if (adapted.empty()) return adapted;
-  const nn::LinearImpl& first = *std::dynamic_pointer_cast<nn::LinearImpl>(
-      std::find_if(modules.begin(), modules.end(), [&](const auto& m) { return m.first == adapted.front(); })->second);
-  if (!nn::is_unmaterialized(first.weight))
-    nn::materialize(model, first.weight.device(), first.weight.scalar_type(),
-                    [](const std::string& name) { return is_lora_parameter(name); });
+  if (materialized && !adapted.empty()) {
+    const at::Tensor& like = model.named_parameters(/*recurse=*/true).begin()->value();
+    nn::materialize(model, like.device(), like.scalar_type(), [](const std::string& name) { return is_lora_parameter(name); });
+  }
   return adapted;
 }
 

@@ -30,7 +30,9 @@ std::vector<std::string> default_lora_targets(const std::string& arch);
 // "all-linear" names them all; none given: the architecture's default),
 // freezes every other parameter (requires_grad false) except those of the
 // modules modules_to_save names, and returns the adapted layers' paths.
-// A skeleton stays one (nn/deferred_init.h); a materialized model gets its
+// With base_dtype "nf4" every block's linear weight (adapted or not) is held
+// in NF4 (nn::LinearImpl::nf4_base): a materialized one quantized now, a
+// skeleton's when drawn or loaded. A skeleton stays one (nn/deferred_init.h); a materialized model gets its
 // adapters drawn on its parameters' device. Throws stratum::Error naming the
 // entry that adapts nothing, a module that is not a linear LoRA can adapt
 // (listing those it can), or a modules_to_save entry that matches nothing.

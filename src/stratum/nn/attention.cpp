@@ -43,7 +43,10 @@ FusedQKVAttentionImpl::FusedQKVAttentionImpl(int64_t hidden, int64_t heads, doub
 at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
   // HF packs q, k, v along the output dimension; under tensor parallelism
   // this rank's rows of each (its heads: models/tensor_parallel_plan.h).
-  at::Tensor packed = tp::column_parallel_linear(x, c_attn->weight, c_attn->bias, tp);
+  at::Tensor packed = c_attn->nf4_base ? tp::through_region(x, tp, [&](const at::Tensor& in) {
+                        return frozen_linear(in, *c_attn, c_attn->bias);
+                      })
+                                       : tp::column_parallel_linear(x, c_attn->weight, c_attn->bias, tp);
   if (c_attn->has_lora()) packed = packed + column_parallel_lora(x, *c_attn, tp, is_training());
   const auto qkv = packed.chunk(3, -1);
   const double p = is_training() ? dropout : 0.0;
@@ -52,7 +55,8 @@ at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
   };
   // Dropout over this rank's heads draws from its own stream (tensor_parallel/random.h).
   const at::Tensor heads_out = merge_heads(p > 0 ? tp::with_rank_stream(tp, x.device(), attend) : attend());
-  at::Tensor y = tp::row_parallel_linear(heads_out, c_proj->weight, c_proj->bias, tp);
+  at::Tensor y = c_proj->nf4_base ? tp::leave_region(frozen_linear(heads_out, *c_proj), tp) + c_proj->bias
+                                  : tp::row_parallel_linear(heads_out, c_proj->weight, c_proj->bias, tp);
   if (c_proj->has_lora()) y = y + row_parallel_lora(heads_out, *c_proj, tp, is_training());
   return is_training() ? tp::dropout_outside_region(y, residual_dropout, tp) : y;
 }
@@ -80,10 +84,14 @@ at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   const int64_t length = x.size(1) * (tp.sequence_parallel ? tp.size() : 1);
   const auto [cos, sin] = rope->cos_sin(length, x.device(), x.scalar_type());
   // One GEMM for the three projections (HF keeps them as three weights).
-  std::vector<at::Tensor> qkv = tp::through_region(x, tp, [&](const at::Tensor& in) {
-                                 return nn::linear_stacked(in, {q_proj->weight, k_proj->weight, v_proj->weight});
-                               }).split_with_sizes({heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
   const LinearImpl* projections[] = {q_proj.get(), k_proj.get(), v_proj.get()};
+  const bool nf4 = q_proj->nf4_base || k_proj->nf4_base || v_proj->nf4_base;
+  std::vector<at::Tensor> qkv =
+      tp::through_region(x, tp, [&](const at::Tensor& in) {
+        if (nf4)  // each 4-bit weight dequantized for its own GEMM
+          return at::cat({frozen_linear(in, *q_proj), frozen_linear(in, *k_proj), frozen_linear(in, *v_proj)}, -1);
+        return nn::linear_stacked(in, {q_proj->weight, k_proj->weight, v_proj->weight});
+      }).split_with_sizes({heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
   for (int i = 0; i < 3; ++i)
     if (projections[i]->has_lora()) qkv[i] = qkv[i] + column_parallel_lora(x, *projections[i], tp, is_training());
   const at::Tensor q = apply_rotary(split_heads(qkv[0], heads), cos, sin);
@@ -92,7 +100,8 @@ at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   const double p = is_training() ? dropout : 0.0;
   auto attend = [&] { return causal_attention(q, k, v, p); };
   const at::Tensor heads_out = merge_heads(p > 0 ? tp::with_rank_stream(tp, x.device(), attend) : attend());
-  const at::Tensor y = tp::row_parallel_linear(heads_out, o_proj->weight, at::Tensor(), tp);
+  const at::Tensor y = o_proj->nf4_base ? tp::leave_region(frozen_linear(heads_out, *o_proj), tp)
+                                        : tp::row_parallel_linear(heads_out, o_proj->weight, at::Tensor(), tp);
   return o_proj->has_lora() ? y + row_parallel_lora(heads_out, *o_proj, tp, is_training()) : y;
 }
 

@@ -26,11 +26,15 @@ bool is_unmaterialized(const at::Tensor& t) {
 
 void materialize(torch::nn::Module& module, c10::Device device, at::ScalarType dtype,
                  const std::function<bool(const std::string&)>& keep) {
-  const auto* source = dynamic_cast<const DeferredInit*>(&module);
+  auto* source = dynamic_cast<DeferredInit*>(&module);
   c10::AutoGradMode no_grad(false);
   for (auto& item : module.named_parameters(/*recurse=*/true)) {
     at::Tensor& p = item.value();
     if (!is_unmaterialized(p) || (keep && !keep(item.key()))) continue;
+    if (source && source->held_apart(item.key())) {
+      source->draw_apart(item.key(), device, dtype);
+      continue;
+    }
     if (!source)
       throw Error("parameter '" + item.key() + "' is not drawn yet (a skeleton's) and its module '" + module.name() +
                   "' cannot draw it (it is not a stratum::nn::DeferredInit); build the model with its values");

@@ -32,11 +32,21 @@ class DeferredInit {
   // tensor-parallel piece), on `device` in `dtype`. Never more than one
   // whole parameter is drawn at a time.
   virtual at::Tensor initial_value(const std::string& name, c10::Device device, at::ScalarType dtype) const = 0;
+
+  // A parameter held apart from its own tensor (a frozen weight in NF4:
+  // nn::LinearImpl::nf4_base). materialize() never sets its data (it stays
+  // unmaterialized: a name and a shape) but has draw_apart draw it into its
+  // other form; set_apart replaces a drawn one's value with `value` (this
+  // rank's piece, e.g. read from a checkpoint) and says whether this rank
+  // holds it.
+  virtual bool held_apart(const std::string& name) const { return false; }
+  virtual void draw_apart(const std::string& name, c10::Device device, at::ScalarType dtype) {}
+  virtual bool set_apart(const std::string& name, const at::Tensor& value) { return false; }
 };
 
 // Draws every unmaterialized parameter of `module` for which `keep` (given
-// its name) is true, on `device` in `dtype`; those it refuses stay
-// unmaterialized. Throws stratum::Error naming the parameter when `module`
+// its name) is true, on `device` in `dtype` (one held apart: into its other
+// form, DeferredInit::draw_apart); those it refuses stay unmaterialized. Throws stratum::Error naming the parameter when `module`
 // has unmaterialized parameters but is not a DeferredInit.
 void materialize(torch::nn::Module& module, c10::Device device, at::ScalarType dtype,
                  const std::function<bool(const std::string&)>& keep = nullptr);

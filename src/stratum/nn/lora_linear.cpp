@@ -90,6 +90,14 @@ at::Tensor adapter_down(const at::Tensor& x, const LinearImpl& layer) {
 }
 }  // namespace
 
+at::Tensor frozen_linear(const at::Tensor& x, const LinearImpl& layer, const at::Tensor& bias) {
+  if (!layer.nf4_base) return nn::linear(x, layer.weight, bias);
+  if (!layer.nf4)
+    throw Error("LoRA: layer '" + layer.name() + "' holds its frozen weight in NF4 but it was never drawn or loaded");
+  const at::Tensor y = nf4_matmul(x, layer.nf4);
+  return bias.defined() ? y + bias : y;
+}
+
 at::Tensor lora_delta(const at::Tensor& x, const LinearImpl& layer, bool training) {
   const LinearImpl& l = adapter_of(layer);
   const at::Tensor in = training && l.lora_dropout > 0 ? at::dropout(x, l.lora_dropout, true) : x;

@@ -42,6 +42,10 @@ at::Tensor lora_linear(const at::Tensor& x, const FrozenWeight& base, const at::
 // dequantized again rather than saved.
 at::Tensor nf4_matmul(const at::Tensor& x, const std::shared_ptr<const quant::Nf4Tensor>& weight);
 
+// x·Wᵀ (+ bias) for a layer whose weight may be held in NF4 (LinearImpl::
+// nf4_base): nf4_matmul then, else nn::linear. `bias` may be undefined.
+at::Tensor frozen_linear(const at::Tensor& x, const LinearImpl& layer, const at::Tensor& bias = at::Tensor());
+
 // The adapter term scale · dropout(x)·Aᵀ·Bᵀ of `layer` (which has one:
 // LinearImpl::add_lora), to add to the base's output. x: [..., in].
 at::Tensor lora_delta(const at::Tensor& x, const LinearImpl& layer, bool training);

@@ -281,7 +281,7 @@ GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, boo
 }
 
 at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
-  if (c_fc->has_lora() || c_proj->has_lora()) return forward_with_adapters(x);
+  if (c_fc->has_lora() || c_proj->has_lora() || c_fc->nf4_base || c_proj->nf4_base) return forward_with_adapters(x);
   // Under tensor parallelism both GEMMs run on this rank's columns of the
   // inner width, as one function; c_proj's bias comes after the group's sum.
   const at::Tensor partial = tp::through_region(x, tp, [&](const at::Tensor& in) {
@@ -292,15 +292,16 @@ at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
   return is_training() ? tp::dropout_outside_region(y, dropout, tp) : y;
 }
 
-// The adapters' terms join between the GEMMs: the layers run apart (GELU
-// after c_fc's term is added), as peft's model runs them.
+// The adapters' terms join between the GEMMs, and NF4 weights are read by
+// their own GEMMs: the layers run apart (GELU after c_fc's term is added), as
+// peft's model runs them.
 at::Tensor GeluMLPImpl::forward_with_adapters(const at::Tensor& x) {
   const bool training = is_training();
-  at::Tensor h = tp::through_region(x, tp, [&](const at::Tensor& in) { return nn::linear(in, c_fc->weight, c_fc->bias); });
+  at::Tensor h = tp::through_region(x, tp, [&](const at::Tensor& in) { return frozen_linear(in, *c_fc, c_fc->bias); });
   if (c_fc->has_lora()) h = h + column_parallel_lora(x, *c_fc, tp, training);
   const at::Tensor act = at::gelu(h, "tanh");
-  at::Tensor y = tp.enabled() ? tp::leave_region(nn::linear(act, c_proj->weight), tp) + c_proj->bias
-                              : nn::linear(act, c_proj->weight, c_proj->bias);
+  at::Tensor y = tp.enabled() ? tp::leave_region(frozen_linear(act, *c_proj), tp) + c_proj->bias
+                              : frozen_linear(act, *c_proj, c_proj->bias);
   if (c_proj->has_lora()) y = y + row_parallel_lora(act, *c_proj, tp, training);
   return training ? tp::dropout_outside_region(y, dropout, tp) : y;
 }
@@ -317,8 +318,11 @@ SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_
 
 at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
   // Gate and up projections as one GEMM over the stacked weights.
-  at::Tensor gate_up = tp::through_region(
-      x, tp, [&](const at::Tensor& in) { return nn::linear_stacked(in, {gate_proj->weight, up_proj->weight}); });
+  const bool nf4 = gate_proj->nf4_base || up_proj->nf4_base || down_proj->nf4_base;
+  at::Tensor gate_up = tp::through_region(x, tp, [&](const at::Tensor& in) {
+    if (nf4) return at::cat({frozen_linear(in, *gate_proj), frozen_linear(in, *up_proj)}, -1);
+    return nn::linear_stacked(in, {gate_proj->weight, up_proj->weight});
+  });
   if (gate_proj->has_lora() || up_proj->has_lora()) {
     // The adapters' terms in gate_up's layout ([gate | up]), zeros where a projection has none.
     const bool training = is_training();
@@ -328,9 +332,10 @@ at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
     };
     gate_up = gate_up + at::cat({term(*gate_proj, 0), term(*up_proj, 1)}, -1);
   }
-  if (down_proj->has_lora()) {
+  if (down_proj->has_lora() || nf4) {
     const at::Tensor act = nn::swiglu(gate_up);
-    return tp::leave_region(nn::linear(act, down_proj->weight), tp) + row_parallel_lora(act, *down_proj, tp, is_training());
+    const at::Tensor y = tp::leave_region(frozen_linear(act, *down_proj), tp);
+    return down_proj->has_lora() ? y + row_parallel_lora(act, *down_proj, tp, is_training()) : y;
   }
   return tp::leave_region(recompute_activation ? nn::swiglu_linear(gate_up, down_proj->weight)
                                                : nn::linear(nn::swiglu(gate_up), down_proj->weight),

@@ -9,6 +9,10 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <memory>
+
+#include "stratum/quant/nf4.h"
+
 namespace stratum::nn {
 
 // weight [out, in], bias [out] unless `bias` is false. On a device with
@@ -28,6 +32,13 @@ class LinearImpl : public torch::nn::Module {
   bool has_lora() const { return lora_A != nullptr; }
   std::shared_ptr<LinearImpl> lora_A, lora_B;
   double lora_scale = 0.0, lora_dropout = 0.0;
+
+  // A frozen weight held in 4-bit NormalFloat (QLoRA): `weight` then stays an
+  // unmaterialized parameter (its name and shape, no storage) and `nf4` holds
+  // the values once drawn or loaded (models/lora.h). nn/lora_linear.h's
+  // frozen_linear reads it, dequantized for each GEMM and never kept.
+  bool nf4_base = false;
+  std::shared_ptr<const quant::Nf4Tensor> nf4;
 };
 TORCH_MODULE(Linear);
 

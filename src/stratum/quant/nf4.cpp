@@ -1,5 +1,8 @@
 #include "stratum/quant/nf4.h"
 
+#include <map>
+#include <mutex>
+
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
@@ -40,6 +43,18 @@ uint16_t step_of(float normalized) {
 const at::Tensor& nf4_code_tensor() {
   static const at::Tensor code = at::tensor(std::vector<float>(nf4_code().begin(), nf4_code().end()));
   return code;
+}
+
+// The code book on `device`, copied there once (a copy at every GEMM would
+// be a host-to-device transfer and a stream sync each time).
+at::Tensor nf4_code_on(c10::Device device) {
+  if (device.is_cpu()) return nf4_code_tensor();
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, at::Tensor> copies;
+  std::lock_guard<std::mutex> lock(mutex);
+  at::Tensor& t = copies[{static_cast<int>(device.type()), device.index()}];
+  if (!t.defined()) t = nf4_code_tensor().to(device);
+  return t;
 }
 
 bool valid_blocksize(int64_t b) { return b >= 32 && b <= 4096 && (b & (b - 1)) == 0; }
@@ -141,10 +156,13 @@ Nf4Tensor quantize_nf4(const at::Tensor& weight, int64_t blocksize, bool double_
     throw Error(std::string("NF4: quantizes fp32, bf16 or fp16 weights, not ") + c10::toString(weight.scalar_type()));
   if (weight.numel() == 0) throw Error("NF4: the weight has no elements");
   c10::AutoGradMode no_grad(false);
-  // bitsandbytes' own sequence of ATen operations, so the scaled values are the same floats.
-  const at::Tensor flat = weight.detach().to(at::kCPU).reshape(-1).to(at::kFloat);
+  // bitsandbytes' own sequence of ATen operations, so the scaled values are
+  // the same floats; on the weight's device (IEEE division and comparisons:
+  // the same codes on a GPU).
+  const at::Tensor flat = weight.detach().reshape(-1).to(at::kFloat);
   const int64_t n = flat.numel(), rest = n % blocksize, full = n - rest;
-  at::Tensor absmax = at::empty({0}, at::kFloat), scaled = at::empty({0}, at::kFloat);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(weight.device());
+  at::Tensor absmax = at::empty({0}, f32), scaled = at::empty({0}, f32);
   if (full > 0) {
     const at::Tensor blocks = flat.narrow(0, 0, full).reshape({full / blocksize, blocksize});
     absmax = std::get<0>(blocks.abs().max(-1));
@@ -157,7 +175,7 @@ Nf4Tensor quantize_nf4(const at::Tensor& weight, int64_t blocksize, bool double_
     scaled = at::cat({scaled, at::clamp(tail / tail_max, -1, 1)});
   }
   if (scaled.numel() % 2) scaled = at::constant_pad_nd(scaled, {0, 1});
-  const at::Tensor& code = nf4_code_tensor();
+  const at::Tensor code = nf4_code_on(weight.device());
   const at::Tensor bounds = (code.narrow(0, 0, 15) + code.narrow(0, 1, 15)) / 2;
   const at::Tensor q = at::bucketize(scaled, bounds, /*out_int32=*/true).to(at::kByte);
   Nf4Tensor out;
@@ -173,10 +191,11 @@ Nf4Tensor quantize_nf4(const at::Tensor& weight, int64_t blocksize, bool double_
   out.nested = true;
   const at::Tensor offset = absmax.mean();
   out.offset = offset.item<float>();
+  // The absmax (a 64th of the weight's size) through bitsandbytes' host table.
   auto [codes, nested_absmax] = quantize_blockwise_8bit(absmax - offset, dynamic_map(), out.nested_blocksize);
-  out.absmax = codes;
-  out.nested_absmax = nested_absmax;
-  out.nested_code = dynamic_map();
+  out.absmax = codes.to(weight.device());
+  out.nested_absmax = nested_absmax.to(weight.device());
+  out.nested_code = dynamic_map().to(weight.device());
   return out;
 }
 
@@ -199,7 +218,7 @@ at::Tensor dequantize_nf4(const Nf4Tensor& q) {
                                  .reshape(-1)
                                  .narrow(0, 0, n)
                                  .to(at::kLong);
-  at::Tensor values = nf4_code_tensor().to(bytes.device()).index({indices});
+  at::Tensor values = nf4_code_on(bytes.device()).index({indices});
   const at::Tensor padded = at::constant_pad_nd(values, {0, blocks * q.blocksize - n});
   values = (padded.view({blocks, q.blocksize}) * nf4_absmax(q).view({-1, 1})).reshape(-1).narrow(0, 0, n);
   return values.to(q.dtype).reshape(q.shape);
