@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# On the GPU machine, after `scripts/device_build.sh --only-build --targets
+# "stratum-train stratum-run"` (build-device/):
+#   1. LoRA and QLoRA (base_dtype nf4) on the CUDA path at several layouts,
+#      their ranks sharing the one GPU, against the one-rank run: a tiny
+#      untied LLaMA, fp32, per-step losses within 1e-5 relative (tensor
+#      parallel QLoRA within 1e-3: each rank quantizes its own piece).
+#   2. Throughput and peak memory of LoRA (bf16 base) and QLoRA (NF4 base) on
+#      the Llama-3-8B shape (weights drawn: no checkpoint travels), r 16 on
+#      all seven projections, seq 4096, micro-batch 1, activation
+#      checkpointing: tokens/s over the steps after the first two.
+#   PARTS="1 2" (default both), STEPS8B=8.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STRATUM_LOG_LEVEL=info
+bin=${BIN:-build-device/bin}
+parts=${PARTS:-1 2}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+compare() {  # name reference tolerance
+  python3 - "$work" "$1" "$2" "$3" <<'PY'
+import csv, sys
+work, name, ref, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+def losses(n):
+    try:
+        with open(f"{work}/{n}/metrics.csv") as f:
+            return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(f)}
+    except OSError:
+        return {}
+a, b = losses(name), losses(ref)
+if not a or a.keys() != b.keys():
+    print(f"{name:24s} FAIL (steps {sorted(a)} vs {sorted(b)})"); sys.exit(0)
+worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in b)
+last = max(b)
+print(f"{name:24s} {'PASS' if worst <= tol else 'FAIL'}  largest relative difference {worst:.2e} (bound {tol:g}); "
+      f"loss {b[min(b)]:.4f} -> {a[last]:.4f}")
+PY
+}
+
+if [[ " $parts " == *" 1 "* ]]; then
+  echo "=== LoRA / QLoRA layouts on the shared GPU ==="
+  model=(--model tiny-llama --set layers=4 --set max_seq_len=64 --set vocab_size=256 --set tie_embeddings=false)
+  for base in model nf4; do
+    # name ranks "extra keys"
+    for entry in "ref 1 " "dp2-zero3 2 \"zero_optimization\": {\"stage\": 3}," "pp2 2 \"pipeline\": {\"stages\": 2}," \
+                 "tp2-sp 2 \"tensor_parallel\": {\"autotp_size\": 2, \"sequence_parallel\": true}," \
+                 "pp2-dp2-zero2 4 \"pipeline\": {\"stages\": 2}, \"zero_optimization\": {\"stage\": 2},"; do
+      read -r name ranks extra <<< "$entry"
+      cat > "$work/$base-$name.json" <<JSON
+{"train_batch_size": 16, "gradient_accumulation_steps": 4, $extra
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+ "lora": {"r": 8, "lora_alpha": 16, "target_modules": "all-linear", "base_dtype": "$base"}}
+JSON
+      "$bin/stratum-run" --num_procs "$ranks" "$bin/stratum-train" --config "$work/$base-$name.json" "${model[@]}" \
+        --data default --cache-dir "$work/cache" --steps 12 --eval-every 100 --sample-tokens 0 --print-every 1000 \
+        --seed 7 --log-dir "$work/$base-$name" > "$work/$base-$name.log" 2>&1 || { echo "$base-$name: exit $?"; tail -5 "$work/$base-$name.log"; }
+      [ "$name" = ref ] && continue
+      tol=1e-5
+      [ "$base" = nf4 ] && [[ "$name" == tp* ]] && tol=1e-3
+      compare "$base-$name" "$base-ref" "$tol"
+    done
+  done
+fi
+
+if [[ " $parts " == *" 2 "* ]]; then
+  echo "=== Llama-3-8B shape: LoRA r 16 (all seven projections), seq 4096, micro-batch 1, checkpointing ==="
+  steps=${STEPS8B:-8}
+  for base in bf16 nf4; do
+    cat > "$work/8b-$base.json" <<JSON
+{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+ "bf16": {"enabled": true}, "activation_checkpointing": {},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.0002}},
+ "lora": {"r": 16, "lora_alpha": 32, "target_modules": "all-linear", "base_dtype": "$base"}}
+JSON
+    start=$(date +%s)
+    "$bin/stratum-run" --num_procs 1 "$bin/stratum-train" --config "$work/8b-$base.json" --model llama-8b \
+      --set max_seq_len=4096 --data default --cache-dir "$work/cache" --steps "$steps" --eval-every 1000 \
+      --sample-tokens 0 --print-every 1 --log-dir "$work/8b-$base" > "$work/8b-$base.log" 2>&1 || { echo "8b-$base: exit $?"; tail -8 "$work/8b-$base.log"; }
+    grep -E "LoRA r|start-up peak" "$work/8b-$base.log" | sed 's/^/  /'
+    python3 - "$work/8b-$base" "$base" "$(( $(date +%s) - start ))" <<'PY'
+import csv, json, sys
+d, base, wall = sys.argv[1], sys.argv[2], sys.argv[3]
+try:
+    rows = list(csv.DictReader(open(f"{d}/metrics.csv")))
+    s = json.load(open(f"{d}/summary.json"))
+except OSError as e:
+    print(f"  {base}: no metrics ({e})"); sys.exit(0)
+steady = [float(r["tokens_per_s"]) for r in rows[2:]] or [float(r["tokens_per_s"]) for r in rows]
+print(f"  {base:5s} tokens/s {sum(steady)/len(steady):9.0f} (steps 3-{len(rows)}), peak {s['peak_memory_gib']:.2f} GiB, "
+      f"loss {rows[0]['loss']} -> {rows[-1]['loss']}, {wall} s with start-up")
+PY
+  done
+fi
