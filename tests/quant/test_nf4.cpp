@@ -168,3 +168,23 @@ TEST(Nf4, BadCheckpointTensorsAreNamed) {
   EXPECT_NE(error_of([] { stratum::quant::quantize_nf4(at::ones({4, 4}), 100); }).find("blocksize 100"),
             std::string::npos);
 }
+
+TEST(Nf4, OnTheGpuQuantizesAndDequantizesAsOnTheHost) {
+  // The fused dequantize kernel and the quantization run on the device give
+  // the host path's codes and values bit for bit (bf16, fp16, fp32; a tail
+  // shorter than a block; no double quantization too).
+  if (!at::hasCUDA()) GTEST_SKIP() << "no GPU";
+  at::manual_seed(0);
+  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf, at::kFloat})
+    for (int64_t n : {int64_t{4096} * 64, int64_t{1000}, int64_t{72}})
+      for (bool nested : {true, false}) {
+        SCOPED_TRACE(std::string(c10::toString(dtype)) + " n " + std::to_string(n) + (nested ? " nested" : ""));
+        const at::Tensor w = at::randn({n}, at::kFloat).mul(0.02).to(dtype);
+        const stratum::quant::Nf4Tensor host = stratum::quant::quantize_nf4(w, 64, nested);
+        const stratum::quant::Nf4Tensor gpu = stratum::quant::quantize_nf4(w.cuda(), 64, nested);
+        EXPECT_TRUE(at::equal(gpu.packed.cpu(), host.packed));
+        EXPECT_TRUE(at::equal(gpu.absmax.cpu(), host.absmax));
+        EXPECT_EQ(gpu.offset, host.offset);
+        EXPECT_TRUE(at::equal(stratum::quant::dequantize_nf4(gpu).cpu(), stratum::quant::dequantize_nf4(host)));
+      }
+}

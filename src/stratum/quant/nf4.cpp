@@ -10,6 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "stratum/core/error.h"
+
+#ifdef STRATUM_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "stratum/quant/nf4_dequant_cuda.h"
+#endif
 #include "stratum/core/json_file.h"
 
 namespace stratum::quant {
@@ -212,6 +219,42 @@ at::Tensor nf4_absmax(const Nf4Tensor& q) {
 
 at::Tensor dequantize_nf4(const Nf4Tensor& q) {
   c10::AutoGradMode no_grad(false);
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  if (q.packed.is_cuda() && q.absmax.is_cuda() && (!q.nested || (q.nested_absmax.is_cuda() && q.nested_code.is_cuda())) &&
+      (q.dtype == at::kBFloat16 || q.dtype == at::kHalf || q.dtype == at::kFloat)) {
+    const c10::cuda::CUDAGuard guard(q.packed.device());
+    at::Tensor out = at::empty(q.shape, q.packed.options().dtype(q.dtype));
+    cuda::Nf4View v;
+    const at::Tensor code = nf4_code_on(q.packed.device());
+    const at::Tensor packed = q.packed.contiguous(), absmax = q.absmax.contiguous();
+    v.code = code.data_ptr<float>();
+    v.packed = packed.data_ptr<uint8_t>();
+    v.n = q.numel();
+    v.blocksize = q.blocksize;
+    at::Tensor nested_absmax, nested_code;
+    if (q.nested) {
+      nested_absmax = q.nested_absmax.to(at::kFloat).contiguous();
+      nested_code = q.nested_code.to(at::kFloat).contiguous();
+      v.absmax_codes = absmax.data_ptr<uint8_t>();
+      v.nested_absmax = nested_absmax.data_ptr<float>();
+      v.nested_code = nested_code.data_ptr<float>();
+      v.nested_blocksize = q.nested_blocksize;
+      v.offset = q.offset;
+    } else {
+      nested_absmax = absmax.to(at::kFloat);
+      v.absmax = nested_absmax.data_ptr<float>();
+    }
+    const stratum::cuda::Dtype dt = q.dtype == at::kBFloat16 ? stratum::cuda::Dtype::bf16
+                                    : q.dtype == at::kHalf   ? stratum::cuda::Dtype::f16
+                                                             : stratum::cuda::Dtype::f32;
+    const cudaError_t e =
+        cuda::launch_nf4_dequantize(v, out.data_ptr(), dt, c10::cuda::getCurrentCUDAStream().stream());
+    if (e != cudaErrorInvalidValue) {  // invalid: a layout the kernel does not take, the ATen path below does
+      stratum::cuda::check_launch(e, "NF4: dequantize kernel");
+      return out;
+    }
+  }
+#endif
   const int64_t n = q.numel(), blocks = q.blocks();
   const at::Tensor bytes = q.packed.reshape(-1);
   const at::Tensor indices = at::stack({at::bitwise_right_shift(bytes, 4), at::bitwise_and(bytes, 0x0F)}, 1)
