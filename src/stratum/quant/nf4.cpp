@@ -196,10 +196,12 @@ Nf4Tensor quantize_nf4(const at::Tensor& weight, int64_t blocksize, bool double_
     return out;
   }
   out.nested = true;
-  const at::Tensor offset = absmax.mean();
+  // The absmax (a 64th of the weight's size) on the host: its mean summed in
+  // the host's order (a GPU's reduction rounds otherwise), then bitsandbytes' host table.
+  const at::Tensor host_absmax = absmax.cpu();
+  const at::Tensor offset = host_absmax.mean();
   out.offset = offset.item<float>();
-  // The absmax (a 64th of the weight's size) through bitsandbytes' host table.
-  auto [codes, nested_absmax] = quantize_blockwise_8bit(absmax - offset, dynamic_map(), out.nested_blocksize);
+  auto [codes, nested_absmax] = quantize_blockwise_8bit(host_absmax - offset, dynamic_map(), out.nested_blocksize);
   out.absmax = codes.to(weight.device());
   out.nested_absmax = nested_absmax.to(weight.device());
   out.nested_code = dynamic_map().to(weight.device());
