@@ -9,13 +9,15 @@
 #      the Llama-3-8B shape (weights drawn: no checkpoint travels), r 16 on
 #      all seven projections, seq 4096, micro-batch 1, activation
 #      checkpointing: tokens/s over the steps after the first two.
-#   PARTS="1 2" (default both), STEPS8B=8.
+#   3. QLoRA on the Llama-70B shape at seq 8192 (the same settings): peak
+#      memory and tokens/s.
+#   PARTS="1 2 3" (default all), STEPS8B=8, STEPS70B=4.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STRATUM_LOG_LEVEL=info
 bin=${BIN:-build-device/bin}
-parts=${PARTS:-1 2}
+parts=${PARTS:-1 2 3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -92,4 +94,29 @@ print(f"  {base:5s} tokens/s {sum(steady)/len(steady):9.0f} (steps 3-{len(rows)}
       f"loss {rows[0]['loss']} -> {rows[-1]['loss']}, {wall} s with start-up")
 PY
   done
+fi
+
+if [[ " $parts " == *" 3 "* ]]; then
+  echo "=== Llama-70B shape: QLoRA r 16 (all seven projections), seq 8192, micro-batch 1, checkpointing ==="
+  cat > "$work/70b.json" <<JSON
+{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+ "bf16": {"enabled": true}, "activation_checkpointing": {},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.0002}},
+ "lora": {"r": 16, "lora_alpha": 32, "target_modules": "all-linear", "base_dtype": "nf4"}}
+JSON
+  start=$(date +%s)
+  "$bin/stratum-run" --num_procs 1 "$bin/stratum-train" --config "$work/70b.json" --model llama-70b \
+    --set max_seq_len=8192 --data default --cache-dir "$work/cache" --steps "${STEPS70B:-4}" --eval-every 1000 \
+    --sample-tokens 0 --print-every 1 --log-dir "$work/70b" > "$work/70b.log" 2>&1 || { echo "70b: exit $?"; tail -8 "$work/70b.log"; }
+  grep -E "LoRA r|start-up peak|step [0-9]+/" "$work/70b.log" | sed 's/^/  /'
+  python3 - "$work/70b" "$(( $(date +%s) - start ))" <<'PY'
+import csv, json, sys
+d, wall = sys.argv[1], sys.argv[2]
+try:
+    rows = list(csv.DictReader(open(f"{d}/metrics.csv"))); s = json.load(open(f"{d}/summary.json"))
+except OSError as e:
+    print(f"  no metrics ({e})"); sys.exit(0)
+steady = [float(r["tokens_per_s"]) for r in rows[1:]] or [float(r["tokens_per_s"]) for r in rows]
+print(f"  nf4 70b tokens/s {sum(steady)/len(steady):8.0f} (steps 2-{len(rows)}), peak {s['peak_memory_gib']:.2f} GiB, {wall} s with start-up")
+PY
 fi
