@@ -11,7 +11,12 @@
 #      checkpointing: tokens/s over the steps after the first two.
 #   3. QLoRA on the Llama-70B shape at seq 8192 (the same settings): peak
 #      memory and tokens/s.
-#   PARTS="1 2 3" (default all), STEPS8B=8, STEPS70B=4.
+#   peers: transformers + peft (bf16 LoRA) and + bitsandbytes (QLoRA) on the
+#      same 8B shape and settings (bench/peers/lora_peers.py), from .pylib/.
+#      Their wheels exceed one call's carry: WHEELS=.whl/lora_a (then
+#      .whl/lora_b, on the still-warm machine) installs a set into .pylib/
+#      first (scripts/device_lora_wheels.sh fills them here).
+#   PARTS="1 2 3 peers" (default 1 2 3), STEPS8B=8, STEPS70B=4.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -19,6 +24,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STRATUM_LOG_LEV
 bin=${BIN:-build-device/bin}
 parts=${PARTS:-1 2 3}
 work=$(mktemp -d)
+if [ -n "${WHEELS:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --target .pylib "$WHEELS"/*.whl 2>&1 | grep -v "^WARNING" | tail -3
+  echo "installed $(ls "$WHEELS" | wc -l) wheels from $WHEELS into .pylib/"
+fi
 trap 'rm -rf "$work"' EXIT
 
 compare() {  # name reference tolerance
@@ -119,4 +128,12 @@ except OSError as e:
 steady = [float(r["tokens_per_s"]) for r in rows[1:]] or [float(r["tokens_per_s"]) for r in rows]
 print(f"  nf4 70b tokens/s {sum(steady)/len(steady):8.0f} (steps 2-{len(rows)}), peak {s['peak_memory_gib']:.2f} GiB, {wall} s with start-up")
 PY
+fi
+
+if [[ " $parts " == *" peers "* ]]; then
+  echo "=== peers on the Llama-3-8B shape (transformers + peft, bitsandbytes for QLoRA), the same settings ==="
+  for mode in lora qlora; do
+    PYTHONPATH="$PWD/.pylib" python3 bench/peers/lora_peers.py --mode "$mode" --seq 4096 --steps "${STEPS8B:-8}" 2>&1 |
+      grep -E '^\{|Error|error' | tail -3
+  done
 fi
