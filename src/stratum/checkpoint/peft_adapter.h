@@ -70,7 +70,8 @@ PeftAdapter read_peft_adapter(const std::string& dir);
 // with the values of what Stratum runs (init_lora_weights true, bias "none",
 // task_type "CAUSAL_LM", inference_mode true). target_modules is written as a
 // list: the config's, or with "all-linear" or none given, the adapted layers'
-// names found in the tensors. Throws stratum::Error naming a tensor that is
+// names found in the tensors. peft >= 0.13 drops a key it does not know with a
+// warning (peft PR #2038), so the newer keys' null defaults load there too. Throws stratum::Error naming a tensor that is
 // neither LoRA's nor a module_to_save's, or an A/B pair that disagrees with r.
 void write_peft_adapter(const std::string& dir, const PeftAdapter& adapter);
 
