@@ -3,6 +3,8 @@
 //
 //   stratum-ckpt info   CKPT_DIR [--tag global_step100] [--verify]
 //   stratum-ckpt export CKPT_DIR OUT_DIR [--tag ...] [--dtype fp32|bf16]
+//       (a LoRA run's checkpoint: its adapters as a peft adapter directory;
+//        with --merge-lora [--base HF_DIR] the base with the adapters merged)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -13,6 +15,8 @@
 
 #include "stratum/checkpoint/checkpoint.h"
 #include "stratum/checkpoint/manifest.h"
+#include "stratum/checkpoint/peft_adapter.h"
+#include "stratum/config/config.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/distributed/job.h"
@@ -20,6 +24,9 @@
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/hf_config.h"
 #include "stratum/models/hf_state_dict.h"
+#include "stratum/models/lora.h"
+#include "stratum/nn/parameter_modules.h"
+#include "stratum/quant/nf4.h"
 
 using namespace stratum;
 using nlohmann::json;
@@ -78,11 +85,38 @@ int info(const std::string& dir, const std::string& tag, bool verify) {
   return 0;
 }
 
-int export_hf(const std::string& dir, const std::string& out_dir, const std::string& tag, const std::string& dtype) {
+// The lora section a LoRA run saved in its checkpoint (stratum-train's client_state.lora).
+config::LoraConfig saved_lora(const json& lora, const std::string& where) {
+  json cfg = {{"train_batch_size", 1}, {"lora", lora}};
+  if (lora.is_object() && lora.value("base_dtype", "") == "bf16") cfg["bf16"] = {{"enabled", true}};
+  return Config::from_json(cfg, where + ": client_state").lora;
+}
+
+// A LoRA checkpoint's adapters as a peft adapter directory.
+int export_adapter(const ConsolidatedCheckpoint& c, const std::string& tag_dir, const std::string& out_dir,
+                   const std::string& dtype, const models::ModelConfig& mcfg) {
+  const json& lora = c.manifest->client_state.at("lora");
+  PeftAdapter a;
+  a.lora = saved_lora(lora, tag_dir + "/manifest.json");
+  a.fan_in_fan_out = mcfg.arch == "gpt2";
+  a.base_model_name_or_path = lora.value("base_model_name_or_path", std::string());
+  const at::ScalarType st = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  for (const auto& [name, t] : c.tensors) a.tensors.emplace_back(name, t.to(st).contiguous());
+  write_peft_adapter(out_dir, a);
+  std::cout << "wrote the peft adapter " << out_dir << "/adapter_model.safetensors (" << a.tensors.size()
+            << " tensors, " << dtype << ") and adapter_config.json from " << tag_dir << "\n";
+  return 0;
+}
+
+int export_hf(const std::string& dir, const std::string& out_dir, const std::string& tag, std::string dtype,
+              bool merge_lora, std::string base) {
+  if (dtype.empty()) dtype = merge_lora ? "bf16" : "fp32";
   if (dtype != "fp32" && dtype != "bf16") throw Error("--dtype " + dtype + ": expected fp32 or bf16");
   const std::string tag_dir = tag_dir_of(dir, tag);
   ConsolidatedCheckpoint c = read_consolidated_checkpoint(tag_dir, /*with_optimizer_states=*/false);
   const json& client = c.manifest->client_state;
+  const bool lora = client.contains("lora");
+  if (merge_lora && !lora) throw Error("--merge-lora: " + tag_dir + " is not a LoRA run's checkpoint (no client_state.lora)");
   if (!client.contains("model"))
     throw Error(tag_dir + "/manifest.json: no model description in client_state.model (saved by stratum-train?)");
   models::ModelConfig mcfg;
@@ -95,8 +129,33 @@ int export_hf(const std::string& dir, const std::string& out_dir, const std::str
     if (const auto b = why.find("] "); b != std::string::npos) why = why.substr(b + 2);
     throw Error(tag_dir + "/manifest.json: client_state.model: " + why);
   }
+  if (lora && !merge_lora) return export_adapter(c, tag_dir, out_dir, dtype, mcfg);
   auto model = models::build_model(mcfg);
-  {
+  if (merge_lora) {
+    // The base from its Hugging Face directory; under QLoRA the values it
+    // trained against (dequantized NF4 of the base in the training dtype);
+    // the adapters merged in fp32; nothing quantized again.
+    const config::LoraConfig l = saved_lora(client.at("lora"), tag_dir + "/manifest.json");
+    if (base.empty()) base = client.at("lora").value("base_model_name_or_path", std::string());
+    if (base.empty())
+      throw Error("--merge-lora: the run had no --init-from; pass --base with the base model's directory");
+    models::load_hf_state_dict(*model, models::read_hf_checkpoint(base), base);
+    if (l.base_dtype == config::LoraBaseDType::nf4) {
+      const at::ScalarType trained = c.manifest->model_dtype == "BFloat16" ? at::kBFloat16
+                                     : c.manifest->model_dtype == "Half"   ? at::kHalf
+                                                                           : at::kFloat;
+      c10::AutoGradMode no_grad(false);
+      const auto& names = models::lora_linear_names(mcfg.arch);
+      for (const auto& item : model->named_modules("", false))
+        if (auto* lin = dynamic_cast<nn::LinearImpl*>(item.value().get());
+            lin && std::find(names.begin(), names.end(), item.key().substr(item.key().rfind('.') + 1)) != names.end())
+          lin->weight.copy_(quant::dequantize_nf4(quant::quantize_nf4(lin->weight.to(trained))));
+    }
+    models::merge_lora(*model, l, c.tensors);
+    std::cout << "merged " << c.tensors.size() << " adapter tensors into " << base
+              << (l.base_dtype == config::LoraBaseDType::nf4 ? " (dequantized NF4, as trained)" : "") << "\n";
+  }
+  if (!merge_lora) {
     c10::AutoGradMode no_grad(false);
     for (auto& item : model->named_parameters()) {
       auto it = c.tensors.find(item.key());
@@ -138,8 +197,8 @@ int export_hf(const std::string& dir, const std::string& out_dir, const std::str
 int main(int argc, char** argv) {
   CLI::App app{"Inspect and export Stratum checkpoints"};
   app.require_subcommand(1);
-  std::string dir, out, tag, dtype = "fp32";
-  bool verify = false;
+  std::string dir, out, tag, dtype, base;
+  bool verify = false, merge_lora = false;
   auto* info_cmd = app.add_subcommand("info", "What a checkpoint holds (reads and checks every shard)");
   info_cmd->add_option("checkpoint", dir, "checkpoint directory (with 'latest') or a tag directory")->required();
   info_cmd->add_option("--tag", tag, "tag to read (default: latest)");
@@ -150,11 +209,16 @@ int main(int argc, char** argv) {
   export_cmd->add_option("checkpoint", dir, "checkpoint directory (with 'latest') or a tag directory")->required();
   export_cmd->add_option("out", out, "output directory")->required();
   export_cmd->add_option("--tag", tag, "tag to export (default: latest)");
-  export_cmd->add_option("--dtype", dtype, "fp32 or bf16");
+  export_cmd->add_option("--dtype", dtype, "fp32 or bf16 (default fp32; bf16 with --merge-lora)");
+  export_cmd->add_flag("--merge-lora", merge_lora,
+                       "a LoRA run's checkpoint: the base model with the adapters merged (W + scale B A in fp32), not "
+                       "the adapter alone");
+  export_cmd->add_option("--base", base, "with --merge-lora: the base model's Hugging Face directory (default: the "
+                                         "run's --init-from)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (*info_cmd) return info(dir, tag, verify);
-    return export_hf(dir, out, tag, dtype);
+    return export_hf(dir, out, tag, dtype, merge_lora, base);
   } catch (const std::exception& e) {
     std::cerr << "stratum-ckpt: error: " << distributed::describe_exception(e) << "\n";
     return 1;

@@ -26,6 +26,7 @@
 #include "stratum/checkpoint/engine_checkpoint.h"
 #include "stratum/checkpoint/load_weights.h"
 #include "stratum/checkpoint/manifest.h"
+#include "stratum/checkpoint/peft_adapter.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/log.h"
 #include "stratum/data/batch.h"
@@ -67,6 +68,7 @@ struct Options {
   std::vector<std::string> data = {"default"};  // one source, or Megatron's "W1 P1 W2 P2 ..." blend
   std::string tokenizer;  // --tokenizer; empty: the --init-from directory's, else bytes
   std::string init_from;  // a Hugging Face model directory: its shape and weights instead of a preset's
+  std::string lora_from;  // a peft adapter directory: the adapters' starting values
   std::vector<std::string> overrides;
   int64_t steps = 300, eval_every = 100, eval_batches = 4, save_every = 0, print_every = 0;
   std::string save_dir, log_dir, resume_tag;
@@ -177,10 +179,18 @@ data::TokenFile open_training_data(const Options& o, const distributed::DistCont
 
 // What a checkpoint keeps beside the training state: the data position, the model, the tokenizer.
 json client_state(const data::DistributedSampler& sampler, const models::ModelConfig& mcfg, const Options& o,
-                  const data::Tokenizer& tokenizer) {
-  return {{"data", sampler.state()}, {"model", models::hf_config_json(mcfg)},
-          {"model_preset", o.init_from.empty() ? o.model : mcfg.name},
-          {"tokenizer", tokenizer.name()}};
+                  const data::Tokenizer& tokenizer, const Config& config, const std::vector<std::string>& adapted) {
+  json state = {{"data", sampler.state()}, {"model", models::hf_config_json(mcfg)},
+                {"model_preset", o.init_from.empty() ? o.model : mcfg.name},
+                {"tokenizer", tokenizer.name()}};
+  // A LoRA run's checkpoint holds the adapters: stratum-ckpt export writes
+  // them as a peft adapter, or merged into the base (--merge-lora).
+  if (config.lora.enabled) {
+    state["lora"] = to_json(config).at("lora");
+    state["lora"]["target_modules"] = adapted;
+    if (!o.init_from.empty()) state["lora"]["base_model_name_or_path"] = fs::absolute_path(o.init_from);
+  }
+  return state;
 }
 
 // The tokenizer's files in a saved checkpoint's directory, as Hugging Face's
@@ -306,6 +316,19 @@ void apply_init_weights(EngineCore& core, const InitWeights& w, const Options& o
   if (lead) log::info("initialized from " + o.init_from + line);
 }
 
+// --lora-from: a peft adapter that must fit the config's lora section as
+// applied to the model (the same scale, exactly its trainable parameters).
+PeftAdapter read_lora_from(const Options& o, const Config& config, const models::CausalLMImpl& model) {
+  if (!config.lora.enabled) throw Error("--lora-from " + o.lora_from + ": the config has no lora section");
+  PeftAdapter a = read_peft_adapter(o.lora_from);
+  const auto problems = models::adapter_mismatches(model, config.lora, a.lora, a.tensors);
+  if (problems.empty()) return a;
+  std::string m = "--lora-from " + o.lora_from + " does not fit the config's lora section on this model:";
+  for (size_t i = 0; i < problems.size() && i < 12; ++i) m += "\n  " + problems[i];
+  if (problems.size() > 12) m += "\n  and " + std::to_string(problems.size() - 12) + " more";
+  throw Error(m);
+}
+
 // "LoRA r 16, alpha 32 (scale 2): 112 layers adapted, 42.0M of 8.07B parameters train".
 std::string lora_summary(const config::LoraConfig& l, const models::CausalLMImpl& model, size_t layers) {
   int64_t trained = 0, all = 0;
@@ -408,11 +431,14 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   auto model = models::construct_model(mcfg, tp, c10::kMeta);
   // LoRA: adapters on the target layers, the rest frozen (the engine trains
   // and checkpoints what requires a gradient).
+  std::vector<std::string> adapted_layers;
+  std::optional<PeftAdapter> adapter;
   if (config.lora.enabled) {
-    std::vector<std::string> adapted;
-    distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "adding LoRA adapters",
-                                  [&] { adapted = models::apply_lora(*model, config.lora); });
-    if (lead) log::info(lora_summary(config.lora, *model, adapted.size()));
+    distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "adding LoRA adapters", [&] {
+      adapted_layers = models::apply_lora(*model, config.lora);
+      if (!o.lora_from.empty()) adapter = read_lora_from(o, config, *model);
+    });
+    if (lead) log::info(lora_summary(config.lora, *model, adapted_layers.size()));
   }
   // --init-from: the Hugging Face weights replace the drawn ones once the
   // engine holds its parts. A resumed checkpoint holds what trains; a frozen
@@ -432,6 +458,13 @@ int train(const Options& o, const distributed::DistContext& ctx) {
                           "loading the frozen base from --init-from " + o.init_from);
     init.reset();  // unmaps the files
   }
+  // After the base: an adapter's modules_to_save replace the base's values.
+  if (adapter && resume.kind != ResumePoint::Kind::resume) {
+    const std::map<std::string, at::Tensor> values(adapter->tensors.begin(), adapter->tensors.end());
+    load_whole_weights(engine.core(), values, *ctx.cpu_world, c10::kCPU, "loading --lora-from " + o.lora_from);
+    if (lead) log::info("adapters from " + o.lora_from + " (" + std::to_string(values.size()) + " tensors)");
+  }
+  adapter.reset();
   report_startup_peak(ctx, lead);
   const auto& batch = engine.core().batch();
   const auto& dp = engine.core().dp();
@@ -482,7 +515,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
               " | " + c10::toString(engine.core().model_dtype()));
 
   auto save = [&]() {
-    const json client = client_state(sampler, mcfg, o, tokenizer);
+    const json client = client_state(sampler, mcfg, o, tokenizer, config, adapted_layers);
     const std::string tag = "global_step" + std::to_string(engine.global_steps());
     save_checkpoint(engine, o.save_dir, tag, client);
     save_tokenizer_files(tokenizer, o.save_dir + "/" + tag, ctx);
@@ -554,6 +587,9 @@ int main(int argc, char** argv) {
     for (const auto& n : models::preset_names()) s += (s.empty() ? "" : ", ") + n;
     return s;
   }());
+  app.add_option("--lora-from", o.lora_from,
+                 "a peft adapter directory (adapter_config.json + adapter_model.safetensors): the adapters start "
+                 "from it (the config's lora section must describe the same adapters)");
   app.add_option("--init-from", o.init_from,
                  "a Hugging Face model directory (config.json, model.safetensors or its shards with "
                  "model.safetensors.index.json): fine-tune from its weights (GPT-2, LLaMA)")

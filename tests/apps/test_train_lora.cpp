@@ -4,11 +4,16 @@
 // without sequence parallelism (LLaMA's stacked q/k/v and gate/up, GPT-2's
 // packed c_attn), pipeline stages; from a Hugging Face directory the base is
 // loaded frozen, the checkpoint holds the adapters and resumes exactly; with
-// the base in NF4 (QLoRA) the same across data and pipeline parallelism.
+// the base in NF4 (QLoRA) the same across data and pipeline parallelism; a
+// peft adapter starts a run, and its checkpoint exports as peft's files or
+// merged into the base.
 #include <gtest/gtest.h>
 
 #include <fstream>
 
+#include <ATen/ATen.h>
+
+#include "stratum/io/safetensors.h"
 #include "train_cli.h"
 
 using namespace stratum::test::train_cli;
@@ -128,4 +133,41 @@ TEST_F(TrainCli, QloraMatchesTheSingleProcessAcrossDataAndPipelineParallelism) {
   const auto tp = losses(dir_ + "/tp/metrics.csv");
   ASSERT_EQ(tp.size(), 6u);
   for (const auto& [step, loss] : reference) EXPECT_NEAR(tp.at(step), loss, 1e-3 * loss) << "step " << step;
+}
+
+TEST_F(TrainCli, PeftAdapterStartsTheRunAndExportsAsPeftAndMerged) {
+  // peft's adapter (tests/data/hf/llama3_lora) into two data-parallel ranks
+  // at ZeRO-2; at lr 0 the exported adapter is peft's, tensor for tensor.
+  const std::string hf = std::string(STRATUM_SOURCE_DIR) + "/tests/data/hf";
+  const std::string model = "--init-from " + hf + "/llama3 --set max_seq_len=32 --lora-from " + hf + "/llama3_lora";
+  auto config = [&](const std::string& name, int r) {
+    const std::string path = dir_ + "/" + name + ".json";
+    std::ofstream(path) << R"({"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 0}},
+      "zero_optimization": {"stage": 2},
+      "lora": {"r": )" + std::to_string(r) + R"(, "lora_alpha": 16, "use_rslora": true, "target_modules": "all-linear",
+               "modules_to_save": ["lm_head"]}})";
+    return path;
+  };
+  Result r = run(train(dir_, config("r8", 8), 2, "r8", model, 1));
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("does not fit the config's lora section"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("r 4, the config's lora.r 8"), std::string::npos) << r.output;
+
+  r = run(train(dir_, config("r4", 4), 2, "r4", model, 1, "--save-dir " + dir_ + "/ckpt --save-every 1"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("adapters from " + hf + "/llama3_lora (29 tensors)"), std::string::npos) << r.output;
+  r = run(kBin + "/stratum-ckpt export " + dir_ + "/ckpt " + dir_ + "/adapter");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto exported = stratum::io::read_safetensors(dir_ + "/adapter/adapter_model.safetensors");
+  const auto peft = stratum::io::read_safetensors(hf + "/llama3_lora/adapter_model.safetensors");
+  ASSERT_EQ(exported.size(), peft.size());
+  for (const auto& [name, t] : peft) {
+    ASSERT_TRUE(exported.count(name)) << name;
+    EXPECT_TRUE(at::equal(exported.at(name), t)) << name;
+  }
+  // Merged into the run's --init-from base, in bf16.
+  r = run(kBin + "/stratum-ckpt export " + dir_ + "/ckpt " + dir_ + "/merged --merge-lora");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("merged 29 adapter tensors into " + hf + "/llama3"), std::string::npos) << r.output;
+  EXPECT_EQ(stratum::io::read_safetensors_header(dir_ + "/merged/model.safetensors").tensors.front().dtype, "BF16");
 }

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <cmath>
 #include <set>
 
 #include "stratum/core/error.h"
@@ -135,6 +136,59 @@ std::vector<std::string> apply_lora(CausalLMImpl& model, const config::LoraConfi
     nn::materialize(model, like.device(), like.scalar_type(), [](const std::string& name) { return is_lora_parameter(name); });
   }
   return adapted;
+}
+
+std::vector<std::string> adapter_mismatches(const CausalLMImpl& model, const config::LoraConfig& run,
+                                            const config::LoraConfig& adapter,
+                                            const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::vector<std::string> out;
+  const double want = nn::lora_scale(run.r, run.lora_alpha, run.use_rslora);
+  const double got = nn::lora_scale(adapter.r, adapter.lora_alpha, adapter.use_rslora);
+  if (run.r != adapter.r) out.push_back("r " + std::to_string(adapter.r) + ", the config's lora.r " + std::to_string(run.r));
+  if (std::abs(want - got) > 1e-12 * std::abs(want))
+    out.push_back("scale " + std::to_string(got) + " (lora_alpha " + c10::str(adapter.lora_alpha) +
+                  (adapter.use_rslora ? ", rsLoRA" : "") + "), the config's " + std::to_string(want));
+  std::map<std::string, std::vector<int64_t>> trained;
+  const nn::tp::TensorParallel& tp = model.tensor_parallel();
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;
+    const auto spec = tp.enabled() ? model.shard_spec(item.key(), tp.rank()) : std::nullopt;
+    trained[item.key()] = spec ? nn::tp::whole_shape(item.value().sizes().vec(), *spec) : item.value().sizes().vec();
+  }
+  for (const auto& [name, t] : tensors) {
+    auto it = trained.find(name);
+    if (it == trained.end()) {
+      out.push_back("'" + name + "' is not a parameter the config's lora section trains");
+    } else {
+      if (t.sizes().vec() != it->second)
+        out.push_back("'" + name + "' is " + c10::str(t.sizes()) + ", the model's " + c10::str(at::IntArrayRef(it->second)));
+      trained.erase(it);
+    }
+  }
+  for (const auto& [name, shape] : trained) out.push_back("no tensor for '" + name + "'");
+  return out;
+}
+
+void merge_lora(CausalLMImpl& base, const config::LoraConfig& lora, const std::map<std::string, at::Tensor>& adapters) {
+  const double scale = nn::lora_scale(lora.r, lora.lora_alpha, lora.use_rslora);
+  const auto params = base.named_parameters(/*recurse=*/true);
+  c10::AutoGradMode no_grad(false);
+  for (const auto& [name, a] : adapters) {
+    const std::string tail = ".lora_A.weight";
+    if (!ends_with(name, tail)) continue;
+    const std::string layer = name.substr(0, name.size() - tail.size());
+    auto b = adapters.find(layer + ".lora_B.weight");
+    const at::Tensor* w = params.find(layer + ".weight");
+    if (b == adapters.end() || !w) throw Error("merging LoRA: no layer '" + layer + "' (or no lora_B) to merge into");
+    const at::Tensor delta = b->second.to(at::kFloat).mm(a.to(at::kFloat)) * scale;
+    if (delta.sizes() != w->sizes())
+      throw Error("merging LoRA: '" + layer + "': B·A is " + c10::str(delta.sizes()) + ", the weight " + c10::str(w->sizes()));
+    w->copy_(w->to(at::kFloat) + delta);
+  }
+  // modules_to_save: their trained values replace the base's.
+  for (const auto& [name, t] : adapters)
+    if (!is_lora_parameter(name))
+      if (const at::Tensor* p = params.find(name)) p->copy_(t);
 }
 
 }  // namespace stratum::models

@@ -10,7 +10,9 @@
 // Adapters are drawn by name as every parameter is (models/causal_lm.h):
 // A kaiming-uniform as peft's (torch's Linear default), B zero, so the
 // adapted model starts equal to its base, at every layout.
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stratum/config/sections.h"
@@ -37,6 +39,20 @@ std::vector<std::string> default_lora_targets(const std::string& arch);
 // entry that adapts nothing, a module that is not a linear LoRA can adapt
 // (listing those it can), or a modules_to_save entry that matches nothing.
 std::vector<std::string> apply_lora(CausalLMImpl& model, const config::LoraConfig& lora);
+
+// Why the adapter `adapter` (its config and tensors by Stratum's names, whole)
+// cannot load into `model` as apply_lora(model, run) adapted it: the scale
+// differs (r, lora_alpha, use_rslora), or its tensors are not exactly the
+// model's trainable parameters with their whole shapes. Empty: it fits.
+std::vector<std::string> adapter_mismatches(const CausalLMImpl& model, const config::LoraConfig& run,
+                                            const config::LoraConfig& adapter,
+                                            const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+
+// W + scale·B·A in fp32 for every adapted layer of `base` (a model without
+// adapters, whole), from `adapters` (Stratum names): peft's merge_and_unload.
+// Throws naming an adapter whose layer the model lacks or whose shapes disagree.
+void merge_lora(CausalLMImpl& base, const config::LoraConfig& lora,
+                const std::map<std::string, at::Tensor>& adapters);
 
 // Whether `name` is an adapter's parameter (`<layer>.lora_A.weight` or
 // `<layer>.lora_B.weight`).
