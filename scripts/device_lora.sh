@@ -11,6 +11,11 @@
 #      checkpointing: tokens/s over the steps after the first two.
 #   3. QLoRA on the Llama-70B shape at seq 8192 (the same settings): peak
 #      memory and tokens/s.
+#   4. The largest Llama shape QLoRA fine-tunes here: 200B (hidden 12288,
+#      105 layers, 96 heads, 8 key/value heads, ffn 43008; weights drawn),
+#      seq 2048: whether it starts and steps, its peak and tokens/s.
+#   5. QLoRA against bf16 LoRA over the same 1,000 steps (the llama-1b shape,
+#      drawn weights, default corpus, seq 1024): both loss curves' ends.
 #   peers: transformers + peft (bf16 LoRA) and + bitsandbytes (QLoRA) on the
 #      same 8B shape and settings (bench/peers/lora_peers.py), from .pylib/.
 #      Their wheels exceed one call's carry: WHEELS=.whl/lora_a (then
@@ -135,5 +140,45 @@ if [[ " $parts " == *" peers "* ]]; then
   for mode in lora qlora; do
     PYTHONPATH="$PWD/.pylib" python3 bench/peers/lora_peers.py --mode "$mode" --seq 4096 --steps "${STEPS8B:-8}" 2>&1 |
       grep -E '^\{|Error|error' | tail -3
+  done
+fi
+
+run_one() {  # name model-args steps config-extra (prints the last step's line, peak, tokens/s)
+  local name=$1 args=$2 steps=$3 lora=$4 extra=$5
+  cat > "$work/$name.json" <<JSON
+{"train_micro_batch_size_per_gpu": ${micro:-1}, "gradient_accumulation_steps": 1, "bf16": {"enabled": true}, $extra
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.0002}}, "lora": $lora}
+JSON
+  local start=$(date +%s)
+  # shellcheck disable=SC2086
+  "$bin/stratum-run" --num_procs 1 "$bin/stratum-train" --config "$work/$name.json" $args --data default \
+    --cache-dir "$work/cache" --steps "$steps" --eval-every "$steps" --eval-batches 8 --sample-tokens 0 \
+    --print-every 100 --log-dir "$work/$name" > "$work/$name.log" 2>&1 || { echo "$name: exit $?"; tail -6 "$work/$name.log"; }
+  grep -E "LoRA r|start-up peak" "$work/$name.log" | sed 's/^/  /'
+  python3 - "$work/$name" "$name" "$(( $(date +%s) - start ))" <<'PY'
+import csv, json, sys
+d, name, wall = sys.argv[1:]
+try:
+    rows = list(csv.DictReader(open(f"{d}/metrics.csv"))); s = json.load(open(f"{d}/summary.json"))
+except OSError as e:
+    print(f"  {name}: no metrics ({e})"); sys.exit(0)
+steady = [float(r["tokens_per_s"]) for r in rows[1:]] or [float(r["tokens_per_s"]) for r in rows]
+last10 = [float(r["loss"]) for r in rows[-10:]]
+print(f"  {name}: {len(rows)} steps, loss {rows[0]['loss']} -> mean of the last 10 {sum(last10)/len(last10):.4f}, "
+      f"eval {s.get('final_eval_loss')}, tokens/s {sum(steady)/len(steady):.0f}, peak {s['peak_memory_gib']:.2f} GiB, {wall} s")
+PY
+}
+
+if [[ " $parts " == *" 4 "* ]]; then
+  echo "=== the largest: a 200B Llama shape, QLoRA r 16 all seven projections, seq 2048, checkpointing ==="
+  run_one 200b "--model llama-70b --set hidden=12288 --set layers=105 --set heads=96 --set kv_heads=8 --set ffn_hidden=43008 --set max_seq_len=2048" \
+    "${STEPS200B:-3}" '{"r": 16, "lora_alpha": 32, "target_modules": "all-linear", "base_dtype": "nf4"}' '"activation_checkpointing": {},'
+fi
+
+if [[ " $parts " == *" 5 "* ]]; then
+  echo "=== QLoRA against bf16 LoRA, 1,000 steps, llama-1b shape, seq 1024, micro-batch 8 ==="
+  for base in bf16 nf4; do
+    micro=8 run_one "1b-$base" "--model llama-1b --set max_seq_len=1024" 1000 \
+      "{\"r\": 16, \"lora_alpha\": 32, \"target_modules\": \"all-linear\", \"base_dtype\": \"$base\"}" ''
   done
 fi
