@@ -12,6 +12,7 @@ ChatTemplate::ChatTemplate(const std::string& text, const std::string& name, con
     : template_(jinja::parse_template(text, name)), limits_(limits) {}
 
 const std::string& ChatTemplate::name() const { return template_->source.name; }
+const std::string& ChatTemplate::text() const { return template_->source.text; }
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
   return render(messages, add_generation_prompt, nlohmann::ordered_json::object());

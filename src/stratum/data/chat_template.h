@@ -58,6 +58,9 @@ class ChatTemplate {
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
 
   const std::string& name() const;
+  // The template's text as parsed (newlines normalized): what a cache of its
+  // renders is keyed on.
+  const std::string& text() const;
 
  private:
   std::string render_checked(const nlohmann::ordered_json& messages, bool add_generation_prompt,

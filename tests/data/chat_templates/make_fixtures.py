@@ -14,7 +14,7 @@ llama3_chat/, qwen_chat/  tokenizer.json shaped as the model's (byte-level BPE;
     with a small vocabulary; tokenizer_config.json with the model's bos/eos.
     Qwen2's NFC normalizer is left out (Stratum's tokenizer.json reader takes
     none; the texts here are NFC already).
-cases.json  per case: the template, messages, add_generation_prompt, the
+cases.json  per chat case: the template, messages, add_generation_prompt, the
     variables passed (bos_token, eos_token, tools, date_string, ...), and what
     transformers gave: the text (or the error the template raised), the ids of
     apply_chat_template(tokenize=True) where the case names a tokenizer, and
@@ -23,14 +23,16 @@ cases.json  per case: the template, messages, add_generation_prompt, the
     be a prefix of render(messages[:i+1]); a span boundary falls after the
     tokens that the encoding of the text before it shares with the encoding
     of the whole text). A case rendered without date_string has the date
-    Llama-3.2's strftime_now("%d %b %Y") gave replaced by {{DATE}}.
+    Llama-3.2's strftime_now("%d %b %Y") gave replaced by {{DATE}}. Then
+    prompt-completion records (template null) with the ids and completion
+    mask TRL's SFTTrainer makes of them.
 """
 import datetime
 import json
 import os
 import sys
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,6 +61,14 @@ def train(regex, specials, added, vocab):
     tok.train_from_iterator([text], trainer)
     tok.add_special_tokens(specials)
     tok.add_tokens(added)
+    return tok
+
+
+def prepend_bos(tok, bos):
+    """Llama-3's post-processor: <|begin_of_text|> before a text with special tokens."""
+    bos_id = tok.token_to_id(bos)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A:0 {bos}:1 $B:1", special_tokens=[(bos, bos_id)])
     return tok
 
 
@@ -208,10 +218,28 @@ def assistant_mask(tok, template, messages, variables):
     return mask
 
 
+def prompt_completion_cases(tokenizers):
+    """TRL's SFTTrainer on {"prompt", "completion"} text: eos_token appended to the completion unless it ends
+    with it, prompt + completion tokenized with special tokens, the loss on all but len(tokenizer(prompt))."""
+    pairs = [("What is 2 + 2?", " 4"), ("Translate 'chat' to English:", " cat"), ("", "An empty prompt."),
+             ("Ünïcödé prompt 你好 👋", " — answer ✓"), ("Already ends", " with EOS<|eot_id|>"),
+             ("Line one\nLine two\n", "\tindented\n  completion  "), ("A prompt with no completion", "")]
+    out = []
+    for tok_name, tok in tokenizers.items():
+        for prompt, completion in pairs:
+            text = completion if completion.endswith(tok.eos_token) else completion + tok.eos_token
+            ids = tok(prompt + text)["input_ids"]
+            prompt_ids = tok(prompt)["input_ids"]
+            mask = [0] * len(prompt_ids) + [1] * (len(ids) - len(prompt_ids))
+            out.append({"template": None, "name": "prompt_completion", "tokenizer": tok_name,
+                        "record": {"prompt": prompt, "completion": completion}, "ids": ids, "loss_mask": mask})
+    return out
+
+
 def main():
     tokenizers = {
-        "llama3_chat": save(train(LLAMA3_REGEX, LLAMA3_SPECIALS, [], 1200), "llama3_chat", "<|begin_of_text|>",
-                            "<|eot_id|>"),
+        "llama3_chat": save(prepend_bos(train(LLAMA3_REGEX, LLAMA3_SPECIALS, [], 1200), "<|begin_of_text|>"),
+                            "llama3_chat", "<|begin_of_text|>", "<|eot_id|>"),
         "qwen_chat": save(train(QWEN2_REGEX, QWEN_SPECIALS, QWEN_ADDED, 1200), "qwen_chat", None, "<|im_end|>"),
     }
     plain = tokenizers["llama3_chat"]  # renders the templates that have no tokenizer here (text only)
@@ -251,6 +279,7 @@ def main():
                     if not agp and messages[-1]["role"] == "assistant":
                         case["loss_mask"] = assistant_mask(tok, template, messages, variables)
                 cases.append(case)
+    cases += prompt_completion_cases(tokenizers)
     with open(os.path.join(HERE, "cases.json"), "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=False, indent=None, separators=(",", ":"))
         f.write("\n")
