@@ -55,6 +55,32 @@ print(f"{name:24s} {'PASS' if worst <= tol else 'FAIL'}  largest relative differ
 PY
 }
 
+run_one() {  # name model-args steps lora-section extra-keys: one rank; prints loss, eval, tokens/s, peak
+  local name=$1 args=$2 steps=$3 lora=$4 extra=$5
+  cat > "$work/$name.json" <<JSON
+{"train_micro_batch_size_per_gpu": ${micro:-1}, "gradient_accumulation_steps": 1, "bf16": {"enabled": true}, $extra
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.0002}}, "lora": $lora}
+JSON
+  local start=$(date +%s)
+  # shellcheck disable=SC2086
+  "$bin/stratum-run" --num_procs 1 "$bin/stratum-train" --config "$work/$name.json" $args --data default \
+    --cache-dir "$work/cache" --steps "$steps" --eval-every "$steps" --eval-batches 8 --sample-tokens 0 \
+    --print-every 100 --log-dir "$work/$name" > "$work/$name.log" 2>&1 || { echo "$name: exit $?"; tail -6 "$work/$name.log"; }
+  grep -E "LoRA r|start-up peak" "$work/$name.log" | sed 's/^/  /'
+  python3 - "$work/$name" "$name" "$(( $(date +%s) - start ))" <<'PY'
+import csv, json, sys
+d, name, wall = sys.argv[1:]
+try:
+    rows = list(csv.DictReader(open(f"{d}/metrics.csv"))); s = json.load(open(f"{d}/summary.json"))
+except OSError as e:
+    print(f"  {name}: no metrics ({e})"); sys.exit(0)
+steady = [float(r["tokens_per_s"]) for r in rows[2 if len(rows) > 3 else 1:]] or [float(r["tokens_per_s"]) for r in rows]
+last10 = [float(r["loss"]) for r in rows[-10:]]
+print(f"  {name}: {len(rows)} steps, loss {rows[0]['loss']} -> mean of the last 10 {sum(last10)/len(last10):.4f}, "
+      f"eval {s.get('final_eval_loss')}, tokens/s {sum(steady)/len(steady):.0f}, peak {s['peak_memory_gib']:.2f} GiB, {wall} s")
+PY
+}
+
 if [[ " $parts " == *" 1 "* ]]; then
   echo "=== LoRA / QLoRA layouts on the shared GPU ==="
   model=(--model tiny-llama --set layers=4 --set max_seq_len=64 --set vocab_size=256 --set tie_embeddings=false)
@@ -82,57 +108,17 @@ fi
 
 if [[ " $parts " == *" 2 "* ]]; then
   echo "=== Llama-3-8B shape: LoRA r 16 (all seven projections), seq 4096, micro-batch 1, checkpointing ==="
-  steps=${STEPS8B:-8}
   for base in bf16 nf4; do
-    cat > "$work/8b-$base.json" <<JSON
-{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
- "bf16": {"enabled": true}, "activation_checkpointing": {},
- "optimizer": {"type": "AdamW", "params": {"lr": 0.0002}},
- "lora": {"r": 16, "lora_alpha": 32, "target_modules": "all-linear", "base_dtype": "$base"}}
-JSON
-    start=$(date +%s)
-    "$bin/stratum-run" --num_procs 1 "$bin/stratum-train" --config "$work/8b-$base.json" --model llama-8b \
-      --set max_seq_len=4096 --data default --cache-dir "$work/cache" --steps "$steps" --eval-every 1000 \
-      --sample-tokens 0 --print-every 1 --log-dir "$work/8b-$base" > "$work/8b-$base.log" 2>&1 || { echo "8b-$base: exit $?"; tail -8 "$work/8b-$base.log"; }
-    grep -E "LoRA r|start-up peak" "$work/8b-$base.log" | sed 's/^/  /'
-    python3 - "$work/8b-$base" "$base" "$(( $(date +%s) - start ))" <<'PY'
-import csv, json, sys
-d, base, wall = sys.argv[1], sys.argv[2], sys.argv[3]
-try:
-    rows = list(csv.DictReader(open(f"{d}/metrics.csv")))
-    s = json.load(open(f"{d}/summary.json"))
-except OSError as e:
-    print(f"  {base}: no metrics ({e})"); sys.exit(0)
-steady = [float(r["tokens_per_s"]) for r in rows[2:]] or [float(r["tokens_per_s"]) for r in rows]
-print(f"  {base:5s} tokens/s {sum(steady)/len(steady):9.0f} (steps 3-{len(rows)}), peak {s['peak_memory_gib']:.2f} GiB, "
-      f"loss {rows[0]['loss']} -> {rows[-1]['loss']}, {wall} s with start-up")
-PY
+    run_one "8b-$base" "--model llama-8b --set max_seq_len=4096" "${STEPS8B:-8}" \
+      "{\"r\": 16, \"lora_alpha\": 32, \"target_modules\": \"all-linear\", \"base_dtype\": \"$base\"}" \
+      '"activation_checkpointing": {},'
   done
 fi
 
 if [[ " $parts " == *" 3 "* ]]; then
   echo "=== Llama-70B shape: QLoRA r 16 (all seven projections), seq 8192, micro-batch 1, checkpointing ==="
-  cat > "$work/70b.json" <<JSON
-{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
- "bf16": {"enabled": true}, "activation_checkpointing": {},
- "optimizer": {"type": "AdamW", "params": {"lr": 0.0002}},
- "lora": {"r": 16, "lora_alpha": 32, "target_modules": "all-linear", "base_dtype": "nf4"}}
-JSON
-  start=$(date +%s)
-  "$bin/stratum-run" --num_procs 1 "$bin/stratum-train" --config "$work/70b.json" --model llama-70b \
-    --set max_seq_len=8192 --data default --cache-dir "$work/cache" --steps "${STEPS70B:-4}" --eval-every 1000 \
-    --sample-tokens 0 --print-every 1 --log-dir "$work/70b" > "$work/70b.log" 2>&1 || { echo "70b: exit $?"; tail -8 "$work/70b.log"; }
-  grep -E "LoRA r|start-up peak|step [0-9]+/" "$work/70b.log" | sed 's/^/  /'
-  python3 - "$work/70b" "$(( $(date +%s) - start ))" <<'PY'
-import csv, json, sys
-d, wall = sys.argv[1], sys.argv[2]
-try:
-    rows = list(csv.DictReader(open(f"{d}/metrics.csv"))); s = json.load(open(f"{d}/summary.json"))
-except OSError as e:
-    print(f"  no metrics ({e})"); sys.exit(0)
-steady = [float(r["tokens_per_s"]) for r in rows[1:]] or [float(r["tokens_per_s"]) for r in rows]
-print(f"  nf4 70b tokens/s {sum(steady)/len(steady):8.0f} (steps 2-{len(rows)}), peak {s['peak_memory_gib']:.2f} GiB, {wall} s with start-up")
-PY
+  run_one 70b "--model llama-70b --set max_seq_len=8192" "${STEPS70B:-4}" \
+    '{"r": 16, "lora_alpha": 32, "target_modules": "all-linear", "base_dtype": "nf4"}' '"activation_checkpointing": {},'
 fi
 
 if [[ " $parts " == *" peers "* ]]; then
@@ -142,32 +128,6 @@ if [[ " $parts " == *" peers "* ]]; then
       grep -E '^\{|Error|error' | tail -3
   done
 fi
-
-run_one() {  # name model-args steps config-extra (prints the last step's line, peak, tokens/s)
-  local name=$1 args=$2 steps=$3 lora=$4 extra=$5
-  cat > "$work/$name.json" <<JSON
-{"train_micro_batch_size_per_gpu": ${micro:-1}, "gradient_accumulation_steps": 1, "bf16": {"enabled": true}, $extra
- "optimizer": {"type": "AdamW", "params": {"lr": 0.0002}}, "lora": $lora}
-JSON
-  local start=$(date +%s)
-  # shellcheck disable=SC2086
-  "$bin/stratum-run" --num_procs 1 "$bin/stratum-train" --config "$work/$name.json" $args --data default \
-    --cache-dir "$work/cache" --steps "$steps" --eval-every "$steps" --eval-batches 8 --sample-tokens 0 \
-    --print-every 100 --log-dir "$work/$name" > "$work/$name.log" 2>&1 || { echo "$name: exit $?"; tail -6 "$work/$name.log"; }
-  grep -E "LoRA r|start-up peak" "$work/$name.log" | sed 's/^/  /'
-  python3 - "$work/$name" "$name" "$(( $(date +%s) - start ))" <<'PY'
-import csv, json, sys
-d, name, wall = sys.argv[1:]
-try:
-    rows = list(csv.DictReader(open(f"{d}/metrics.csv"))); s = json.load(open(f"{d}/summary.json"))
-except OSError as e:
-    print(f"  {name}: no metrics ({e})"); sys.exit(0)
-steady = [float(r["tokens_per_s"]) for r in rows[1:]] or [float(r["tokens_per_s"]) for r in rows]
-last10 = [float(r["loss"]) for r in rows[-10:]]
-print(f"  {name}: {len(rows)} steps, loss {rows[0]['loss']} -> mean of the last 10 {sum(last10)/len(last10):.4f}, "
-      f"eval {s.get('final_eval_loss')}, tokens/s {sum(steady)/len(steady):.0f}, peak {s['peak_memory_gib']:.2f} GiB, {wall} s")
-PY
-}
 
 if [[ " $parts " == *" 4 "* ]]; then
   echo "=== the largest: a 200B Llama shape, QLoRA r 16 all seven projections, seq 2048, checkpointing ==="
