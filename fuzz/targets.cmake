@@ -4,7 +4,7 @@
 # new torch-free source it needs to STRATUM_FUZZ_SOURCES).
 set(STRATUM_FUZZ_TARGETS config hostfile safetensors_header token_file checkpoint_manifest
   tokenizer_json tokenizer_config sentencepiece_model hf_config safetensors_index jsonl_record
-  megatron_index llmc_header slurm_hostlist)
+  megatron_index llmc_header slurm_hostlist chat_template)
 
 # The torch-free sources the targets link, relative to src/stratum (libtorch
 # cannot be linked with ASan here, so nothing here may include torch).
@@ -20,4 +20,6 @@ set(STRATUM_FUZZ_SOURCES
   distributed/launch/slurm_hostlist.cpp
   data/tokenizer.cpp data/hf_tokenizer.cpp data/hf_tokenizer_file.cpp data/json_node.cpp data/bounded_regex.cpp
   data/byte_level_bpe.cpp data/sentencepiece_tokenizer.cpp data/sentencepiece_model_check.cpp
-  models/model_config.cpp models/hf_config.cpp)
+  models/model_config.cpp models/hf_config.cpp
+  data/jinja/text.cpp data/jinja/error.cpp data/jinja/value.cpp data/jinja/lexer.cpp data/jinja/parser.cpp
+  data/jinja/access.cpp data/jinja/filters.cpp data/jinja/render.cpp data/chat_template.cpp)

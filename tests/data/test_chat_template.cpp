@@ -141,6 +141,9 @@ TEST(ChatTemplate, JinjaSemanticsMatchJinja2) {
   EXPECT_EQ(render("{{ x | trim }}|{{ x | length }}"), "|0");
   EXPECT_EQ(render("{{ 'a b  c '.split() }}{{ 'a,b'.split(',') }}{{ '  x '.strip() }}{{ 'xxa'.lstrip('x') }}"),
             "['a', 'b', 'c']['a', 'b']xa");
+  EXPECT_EQ(render("{{ 'a b  c '.split(none, 1) }}{{ 'a,b,c'.rsplit(',', 1) }}{{ 'abc'.replace('', '-') }}"
+                   "{{ ' a b c '.rsplit(none, 1) }}"),
+            "['a', 'b  c ']['a,b', 'c']-a-b-c-[' a b', 'c']");
   EXPECT_EQ(render("{% for x in [1,2,3] %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% endfor %}"), "13");
   EXPECT_EQ(render("{% for x in [1,2,3] %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}"), "1");
   EXPECT_EQ(render("{{ [1,2,3] | tojson }}|{{ {'a': 'é\\n'} | tojson }}|{{ {'a': [1, {}], 'b': []} | tojson(indent=2) }}"),
@@ -203,6 +206,7 @@ TEST(ChatTemplate, ErrorsNameTheTemplateLineAndColumn) {
   EXPECT_EQ(error_of("{{ 1 < 'a' }}"), "t line 1, column 6: '<' not supported between instances of 'int' and 'str'");
   EXPECT_EQ(error_of("{{ messages[0].x.y }}"), "t line 1, column 17: 'dict object' has no attribute 'x'");
   EXPECT_EQ(error_of("{{ raise_exception('Roles must alternate!') }}"), "t line 1, column 19: Roles must alternate!");
+  EXPECT_EQ(error_of("{{ [1, 2][::-1, 2] }}"), "t line 1, column 11: a slice among several subscripts is not supported");
   EXPECT_EQ(error_of("{{ (((((1 }}"), "t line 1, column 11: unexpected '}', expected ')'");
   EXPECT_EQ(error_of("{{ 9223372036854775807 + 1 }}"), "t line 1, column 24: integer overflow: the result needs more than 64 bits");
   EXPECT_EQ(error_of("{{ {} | tojson }}{{ x | tojson }}"), "t line 1, column 23: Object of type Undefined is not JSON serializable");

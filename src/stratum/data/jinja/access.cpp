@@ -16,7 +16,8 @@ Value missing_attribute(const Value& obj, const std::string& name) {
   return Value::undefined(object_name(obj) + " has no attribute '" + name + "'");
 }
 
-const Value& arg(CallArgs& a, size_t i, const char* keyword, const Value& fallback) {
+// By value: a fallback is often a temporary, which a returned reference would outlive.
+Value arg(CallArgs& a, size_t i, const char* keyword, const Value& fallback) {
   if (i < a.positional.size()) return a.positional[i];
   if (keyword)
     if (const Value* k = a.keyword_arg(keyword)) return *k;
@@ -48,11 +49,10 @@ List split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_r
       for (auto [b, e] : words) parts.push_back(s.substr(at[b], at[e] - at[b]));
     } else if (!from_right) {
       for (int64_t k = 0; k < maxsplit; ++k) parts.push_back(s.substr(at[words[k].first], at[words[k].second] - at[words[k].first]));
-      const size_t rest = at[words[maxsplit].first];
-      parts.push_back(py_strip(s.substr(rest), false, true));
+      parts.push_back(s.substr(at[words[maxsplit].first]));  // the rest keeps its trailing whitespace, as Python's
     } else {
       const size_t keep = words.size() - static_cast<size_t>(maxsplit);
-      parts.push_back(py_strip(s.substr(0, at[words[keep - 1].second]), true, false));
+      parts.push_back(s.substr(0, at[words[keep - 1].second]));  // the rest keeps its leading whitespace
       for (size_t k = keep; k < words.size(); ++k) parts.push_back(s.substr(at[words[k].first], at[words[k].second] - at[words[k].first]));
     }
   } else {

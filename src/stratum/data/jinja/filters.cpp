@@ -33,7 +33,8 @@ const std::unordered_set<std::string>& test_names() {
 const Value kNone = Value::none();
 
 // Argument i, or the keyword, or the fallback.
-const Value& arg(CallArgs& a, size_t i, const char* keyword, const Value& fallback) {
+// By value: a fallback is often a temporary, which a returned reference would outlive.
+Value arg(CallArgs& a, size_t i, const char* keyword, const Value& fallback) {
   if (i < a.positional.size()) return a.positional[i];
   if (keyword)
     if (const Value* k = a.keyword_arg(keyword)) return *k;

@@ -577,6 +577,8 @@ class Parser {
     if (args.size() == 1) {
       index = std::move(args[0]);
     } else {
+      for (const auto& a : args)
+        if (a->kind == Expr::Kind::Slice) fail_at(source_, a->offset, "a slice among several subscripts is not supported");
       index = node(Expr::Kind::Tuple, offset);
       index->children = std::move(args);
     }
