@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stratum/core/error.h"
+#include "stratum/data/chat_format_file.h"
 #include "stratum/data/instruction_data.h"
 #include "stratum/data/instruction_file.h"
 #include "stratum/data/load_tokenizer.h"
@@ -142,6 +143,38 @@ TEST_F(InstructionFiles, JsonlTokenizedOnceIntoACacheOfTokensMasksAndOffsets) {
   // A rank that may not write only learns the path.
   EXPECT_EQ(prepare_instruction_data(source, tok, &other, {path("cache"), false}), instruction_cache_path(source, tok, &other, path("cache")));
   EXPECT_FALSE(fs::exists(instruction_cache_path(source, tok, &other, path("cache"))));
+}
+
+TEST_F(InstructionFiles, ChatFormatLoadsFromTokenizerConfigAsTransformersDoes) {
+  const std::string qwen = slurp(kDir + "/qwen2.5-instruct.jinja");
+  const json messages = json::parse(R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}])");
+  testing::write_text(path("tokenizer_config.json"),
+                      json{{"bos_token", nullptr}, {"eos_token", {{"content", "<|im_end|>"}, {"lstrip", false}}},
+                           {"pad_token", "<|endoftext|>"}, {"chat_template", qwen}}
+                          .dump());
+  const ChatFormat a = load_chat_format(path("tokenizer_config.json"));
+  EXPECT_EQ(json::parse(a.variables_json), (json{{"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"}}));
+  const std::string expected = ChatTemplate(qwen).render(messages, false, json::parse(a.variables_json));
+  EXPECT_EQ(a.chat_template->render(messages, false, json::parse(a.variables_json)), expected);
+  // A list of named templates: "default" is taken.
+  testing::write_text(path("tokenizer_config.json"),
+                      json{{"chat_template", json::array({json{{"name", "tool_use"}, {"template", "T"}},
+                                                          json{{"name", "default"}, {"template", "D"}}})}}
+                          .dump());
+  EXPECT_EQ(load_chat_format(path("tokenizer_config.json")).chat_template->render(messages, false), "D");
+  // chat_template.jinja beside it wins, as in transformers 5.
+  testing::write_text(path("chat_template.jinja"), "J{{ messages | length }}");
+  EXPECT_EQ(load_chat_format(path("tokenizer_config.json")).chat_template->render(messages, false), "J2");
+  fs::remove_tree(path("chat_template.jinja"));
+  testing::write_text(path("tokenizer_config.json"), "{\"eos_token\": \"x\"}");
+  EXPECT_THROW(load_chat_format(path("tokenizer_config.json")), Error);
+  testing::write_text(path("tokenizer_config.json"), "{\"chat_template\": \"{% if %}\"}");
+  try {
+    load_chat_format(path("tokenizer_config.json"));
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer_config.json chat_template line 1, column"), std::string::npos) << e.what();
+  }
 }
 
 std::string error_of(const std::string& line, const std::string& template_name = "qwen2.5-instruct",
