@@ -320,12 +320,13 @@ KeyReader KeyReader::child(const std::string& key) {
   return KeyReader(v, p, diag_);
 }
 
-void KeyReader::unsupported(const std::string& key, const Json& deepspeed_default, const std::string& hint) {
+void KeyReader::unsupported(const std::string& key, const Json& deepspeed_default, const std::string& hint,
+                            const std::string& origin) {
   const Json* v = lookup(key);
   if (!v || *v == deepspeed_default) return;
   // 1 and 1.0 are the same setting.
   if (v->is_number() && deepspeed_default.is_number() && v->get<double>() == deepspeed_default.get<double>()) return;
-  std::string msg = "DeepSpeed option not supported by Stratum yet (only its default " +
+  std::string msg = origin + " option not supported by Stratum yet (only its default " +
                     show(deepspeed_default) + " is accepted)";
   if (!hint.empty()) msg += "; " + hint;
   diag_.error(path_of(key), msg);

@@ -101,7 +101,9 @@ class KeyReader {
 
   // A key DeepSpeed knows and Stratum does not implement: accepted only at
   // DeepSpeed's default (which changes nothing), named as unsupported otherwise.
-  void unsupported(const std::string& key, const Json& deepspeed_default, const std::string& hint = "");
+  // `origin`: whose option it is, in the message ("peft" for the lora section's).
+  void unsupported(const std::string& key, const Json& deepspeed_default, const std::string& hint = "",
+                   const std::string& origin = "DeepSpeed");
   // A whole DeepSpeed feature section: accepted only when absent, empty, false,
   // or switched off (every "enabled" in it, at any depth, false).
   void unsupported_section(const std::string& key, const std::string& feature);

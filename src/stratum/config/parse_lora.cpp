@@ -99,17 +99,17 @@ void parse_lora(KeyReader& root, Config& config) {
   // peft keys whose other values Stratum does not implement.
   lora.get_enum("peft_type", "LORA", {"LORA"});
   lora.get_enum("task_type", "CAUSAL_LM", {"CAUSAL_LM"});
-  lora.unsupported("bias", "none", "biases stay frozen; list a module in modules_to_save to train it whole");
-  lora.unsupported("use_dora", false);
-  lora.unsupported("init_lora_weights", true, "adapters start as peft's default: A kaiming-uniform, B zero");
-  lora.unsupported("rank_pattern", Json::object(), "one r for every adapted layer");
-  lora.unsupported("alpha_pattern", Json::object(), "one lora_alpha for every adapted layer");
-  lora.unsupported("layers_to_transform", Json(nullptr), "every layer's target modules are adapted");
-  lora.unsupported("layers_pattern", Json(nullptr));
-  lora.unsupported("exclude_modules", Json(nullptr));
-  lora.unsupported("loftq_config", Json::object());
-  lora.unsupported("layer_replication", Json(nullptr));
-  lora.unsupported("use_qalora", false);
+  lora.unsupported("bias", "none", "biases stay frozen; list a module in modules_to_save to train it whole", "peft");
+  lora.unsupported("use_dora", false, "", "peft");
+  lora.unsupported("init_lora_weights", true, "adapters start as peft's default: A kaiming-uniform, B zero", "peft");
+  lora.unsupported("rank_pattern", Json::object(), "one r for every adapted layer", "peft");
+  lora.unsupported("alpha_pattern", Json::object(), "one lora_alpha for every adapted layer", "peft");
+  lora.unsupported("layers_to_transform", Json(nullptr), "every layer's target modules are adapted", "peft");
+  lora.unsupported("layers_pattern", Json(nullptr), "", "peft");
+  lora.unsupported("exclude_modules", Json(nullptr), "", "peft");
+  lora.unsupported("loftq_config", Json::object(), "", "peft");
+  lora.unsupported("layer_replication", Json(nullptr), "", "peft");
+  lora.unsupported("use_qalora", false, "", "peft");
   lora.noted("fan_in_fan_out", Json(nullptr),
              "the base's layout is known per model (GPT-2's Conv1D weights are transposed on load); the adapters "
              "are stored as peft stores them either way");
