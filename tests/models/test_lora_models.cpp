@@ -260,6 +260,15 @@ TEST(LoraModel, Nf4BaseEqualsTheDenseBaseItDequantizesTo) {
       held += lin->nf4->nbytes();
     }
   EXPECT_EQ(nf4_layers, 14);  // all seven projections of both layers
+  // A block linear that modules_to_save trains whole stays dense and trains.
+  auto kept = built("llama");
+  auto whole = l;
+  whole.modules_to_save = {"layers.1.mlp"};
+  apply_lora(*kept, whole);
+  const auto kept_params = kept->named_parameters();
+  EXPECT_TRUE(kept_params.find("model.layers.1.mlp.up_proj.weight")->requires_grad());
+  EXPECT_FALSE(nn::is_unmaterialized(*kept_params.find("model.layers.1.mlp.up_proj.weight")));
+  EXPECT_TRUE(nn::is_unmaterialized(*kept_params.find("model.layers.0.mlp.up_proj.weight")));  // NF4
   EXPECT_FALSE(nn::is_unmaterialized(*nf4->named_parameters().find("lm_head.weight")));  // the head stays dense
   {
     c10::AutoGradMode no_grad(false);

@@ -114,22 +114,25 @@ std::vector<std::string> apply_lora(CausalLMImpl& model, const config::LoraConfi
     if (!found) throw Error("lora.modules_to_save: '" + key + "' names no module of model '" + model.config().name + "'");
   }
   c10::AutoGradMode no_grad(false);
+  auto trains_whole = [&](const std::string& path) {
+    for (const auto& t : trained_modules)
+      if (path == t || path.rfind(t + ".", 0) == 0) return true;
+    return false;
+  };
   // QLoRA: every block's linear weight in NF4, adapted or not (as
-  // transformers' bitsandbytes loading quantizes every linear but the head).
+  // transformers' bitsandbytes loading quantizes every linear but the head),
+  // except those modules_to_save trains whole.
   if (lora.base_dtype == config::LoraBaseDType::nf4)
     for (const auto& [path, m] : modules) {
-      if (!adaptable_layer(path, *m)) continue;
+      if (!adaptable_layer(path, *m) || trains_whole(path)) continue;
       auto& layer = static_cast<nn::LinearImpl&>(*m);
       layer.nf4_base = true;
       if (nn::is_unmaterialized(layer.weight)) continue;  // drawn or loaded into 4 bits later
       layer.nf4 = std::make_shared<const quant::Nf4Tensor>(quant::quantize_nf4(layer.weight.detach()));
       layer.weight.set_data(nn::unmaterialized(layer.weight.sizes(), layer.weight.scalar_type()));
     }
-  for (auto& item : model.named_parameters(/*recurse=*/true)) {
-    bool trains = is_lora_parameter(item.key());
-    for (const auto& path : trained_modules) trains = trains || item.key().rfind(path + ".", 0) == 0;
-    item.value().set_requires_grad(trains);
-  }
+  for (auto& item : model.named_parameters(/*recurse=*/true))
+    item.value().set_requires_grad(is_lora_parameter(item.key()) || trains_whole(item.key()));
   // A materialized model's new adapters drawn where its weights are.
   if (materialized && !adapted.empty()) {
     const at::Tensor& like = model.named_parameters(/*recurse=*/true).begin()->value();
