@@ -16,9 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(R"([
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Héllo 👋 <|eot_id|>"},
-    {"role": "assistant", "content": "", "tool_calls": [{"id": "call00001", "type": "function",
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "weather01", "type": "function",
       "function": {"name": "f", "arguments": {"x": 1.5, "y": [true, null]}}}]},
-    {"role": "tool", "tool_call_id": "call00001", "content": "{\"ok\": 1}"},
+    {"role": "tool", "tool_call_id": "weather01", "content": "{\"ok\": 1}"},
     {"role": "assistant", "content": "Done."}])");
   static const nlohmann::ordered_json variables = nlohmann::ordered_json::parse(R"({
     "bos_token": "<s>", "eos_token": "</s>", "date_string": "26 Jul 2024",

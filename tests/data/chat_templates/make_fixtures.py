@@ -171,9 +171,9 @@ def tool_cases(template):
     if template == "mistral-7b-instruct-v0.3":
         out.append(("tools_calls", [{"role": "system", "content": "Use tools."},
                                     {"role": "user", "content": "Weather in Paris?"},
-                                    {"role": "assistant", "tool_calls": [{"id": "call00001", "type": "function", "function": {
+                                    {"role": "assistant", "tool_calls": [{"id": "weather01", "type": "function", "function": {
                                         "name": "get_current_temperature", "arguments": {"location": "Paris, France"}}}]},
-                                    {"role": "tool", "tool_call_id": "call00001", "content": "22.5"},
+                                    {"role": "tool", "tool_call_id": "weather01", "content": "22.5"},
                                     {"role": "assistant", "content": "22.5 °C."},
                                     {"role": "user", "content": "Thanks!"}], {"tools": TOOLS}))
         out.append(("tool_id_wrong_length", [{"role": "user", "content": "Paris?"},
