@@ -18,24 +18,17 @@
 #include "stratum/data/jinja/error.h"
 #include "stratum/data/load_tokenizer.h"
 
+#include "chat_fixtures.h"
+
 namespace stratum::data {
 namespace {
 
 using json = nlohmann::ordered_json;
 
-const std::string kDir = std::string(STRATUM_TEST_DATA_DIR) + "/chat_templates";
+const std::string& kDir = test::kChatDir;
+using test::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-const json& cases() {
-  static const json all = json::parse(slurp(kDir + "/cases.json"));
-  return all;
-}
+const json& cases() { return test::chat_cases(); }
 
 const ChatTemplate& template_named(const std::string& name) {
   static std::map<std::string, std::unique_ptr<ChatTemplate>> loaded;

@@ -23,24 +23,17 @@
 #include "stratum/data/packing.h"
 #include "temp_dir.h"
 
+#include "chat_fixtures.h"
+
 namespace stratum::data {
 namespace {
 
 using json = nlohmann::ordered_json;
 
-const std::string kDir = std::string(STRATUM_TEST_DATA_DIR) + "/chat_templates";
+const std::string& kDir = test::kChatDir;
+using test::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-const json& cases() {
-  static const json all = json::parse(slurp(kDir + "/cases.json"));
-  return all;
-}
+const json& cases() { return test::chat_cases(); }
 
 const Tokenizer& tokenizer(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;

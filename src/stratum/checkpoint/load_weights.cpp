@@ -121,7 +121,7 @@ int64_t load_frozen_weights(torch::nn::Module& model, const nn::tp::ShardedModul
         throw Error("frozen parameter '" + name + "' has shape " + c10::str(p.sizes()) + " on this rank, its tensor " +
                     c10::str(local.sizes()));
       p.copy_(local);
-      check_finite(what, name, p.to(at::kFloat), 0, spec.has_value());
+      check_finite(what, name, p, 0, spec.has_value());
       bytes += static_cast<int64_t>(local.nbytes());
     }
   });

@@ -1,6 +1,7 @@
 #pragma once
 // Which packed rows (packing.h) each data-parallel rank trains on: the
-// windows of sampler.h's DistributedSampler, with rows in their place. Each
+// windows of sampler.h's DistributedSampler, with rows in their place (it
+// deals them). Each
 // epoch is a permutation of the rows drawn from (seed, epoch) alone
 // (shuffled_indices: the same on every machine and standard library), or
 // file order without shuffle. A call to next(m) on every rank consumes the
@@ -21,27 +22,21 @@ class PackedRowSampler {
   // Throws stratum::Error when there are fewer rows than dp_size or the
   // arguments are out of range.
   PackedRowSampler(int64_t num_rows, int dp_rank, int dp_size, uint64_t seed, bool shuffle = true);
-
   // This rank's next rows; advances the shared position by micro_batch * dp_size.
-  std::vector<int64_t> next(int64_t micro_batch);
-
-  SamplerState state() const { return state_; }
+  std::vector<int64_t> next(int64_t micro_batch) { return rows_.next(micro_batch); }
+  SamplerState state() const { return rows_.state(); }
   // Takes the checkpoint's seed, epoch and position. Throws if the position
   // lies beyond an epoch.
   void load_state(const SamplerState& state);
-
   int64_t num_rows() const { return num_rows_; }
-  int64_t rows_per_epoch() const { return num_rows_ - num_rows_ % dp_size_; }
-  std::vector<int64_t> epoch_order(int64_t epoch) const;
+  int64_t rows_per_epoch() const { return rows_.samples_per_epoch(); }
+  std::vector<int64_t> epoch_order(int64_t epoch) const { return rows_.epoch_order(epoch); }
 
  private:
   int64_t num_rows_;
-  int dp_rank_, dp_size_;
-  bool shuffle_;
-  SamplerState state_;
-  int64_t cached_epoch_ = -1;
-  uint64_t cached_seed_ = 0;
-  std::vector<int64_t> cached_order_;
+  // The windows of a split of num_rows + 1 positions at seq_len 1: window k
+  // starts at offset k, so its "offset" is row k.
+  DistributedSampler rows_;
 };
 
 }  // namespace stratum::data

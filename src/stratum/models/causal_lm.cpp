@@ -139,32 +139,19 @@ at::Tensor CausalLMImpl::initial_value(const std::string& name, c10::Device devi
   return value.to(dtype);
 }
 
-namespace {
-// The linear layer whose weight `name` is, when it holds it in NF4.
-nn::LinearImpl* nf4_layer(const CausalLMImpl& model, const std::string& name) {
-  const std::string tail = ".weight";
-  if (!ends_with(name, tail)) return nullptr;
-  const std::string path = name.substr(0, name.size() - tail.size());
-  for (const auto& item : model.named_modules("", /*include_self=*/false))
-    if (item.key() == path) {
-      auto* layer = dynamic_cast<nn::LinearImpl*>(item.value().get());
-      return layer && layer->nf4_base ? layer : nullptr;
-    }
-  return nullptr;
-}
-}  // namespace
-
-bool CausalLMImpl::held_apart(const std::string& name) const { return nf4_layer(*this, name) != nullptr; }
+bool CausalLMImpl::held_apart(const std::string& name) const { return nf4_layers_.count(name) > 0; }
 
 void CausalLMImpl::draw_apart(const std::string& name, c10::Device device, at::ScalarType dtype) {
-  nn::LinearImpl* linear = nf4_layer(*this, name);
-  if (!linear || linear->nf4) return;
+  auto it = nf4_layers_.find(name);
+  if (it == nf4_layers_.end() || it->second->nf4) return;
+  nn::LinearImpl* linear = it->second;
   linear->nf4 = std::make_shared<const quant::Nf4Tensor>(quant::quantize_nf4(initial_value(name, device, dtype)));
 }
 
 bool CausalLMImpl::set_apart(const std::string& name, const at::Tensor& value) {
-  nn::LinearImpl* linear = nf4_layer(*this, name);
-  if (!linear || !linear->nf4) return false;
+  auto it = nf4_layers_.find(name);
+  if (it == nf4_layers_.end() || !it->second->nf4) return false;
+  nn::LinearImpl* linear = it->second;
   if (value.sizes().vec() != linear->nf4->shape)
     throw Error("parameter '" + name + "' is " + c10::str(at::IntArrayRef(linear->nf4->shape)) + " on this rank, its "
                 "tensor " + c10::str(value.sizes()));

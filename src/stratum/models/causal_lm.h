@@ -15,7 +15,9 @@
 // so a model is born sharded (a skeleton of shapes, each rank
 // materialising only its stage, its tensor-parallel pieces, its ZeRO-3
 // partition) with the values the whole model has in one process.
+#include <map>
 #include <memory>
+#include <string>
 
 #include <ATen/core/Tensor.h>
 
@@ -24,6 +26,10 @@
 #include "stratum/nn/layer_stack.h"
 #include "stratum/nn/tensor_parallel/layers.h"
 #include "stratum/nn/tensor_parallel/shard_spec.h"
+
+namespace stratum::nn {
+class LinearImpl;
+}
 
 namespace stratum::models {
 
@@ -66,6 +72,8 @@ class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule, pu
   // The frozen weights LoRA holds in NF4 (models/lora.h): drawn, or set from
   // this rank's piece of a loaded tensor, straight into 4 bits (one weight
   // at a time in 16 or 32 bits, never the model).
+  // apply_lora names them (`weight` is the parameter's name).
+  void hold_in_nf4(const std::string& weight, nn::LinearImpl* layer) { nf4_layers_[weight] = layer; }
   bool held_apart(const std::string& name) const override;
   void draw_apart(const std::string& name, c10::Device device, at::ScalarType dtype) override;
   bool set_apart(const std::string& name, const at::Tensor& value) override;
@@ -75,6 +83,7 @@ class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule, pu
   nn::tp::TensorParallel tp_;
   nn::tp::VocabShard vocab_;
   uint64_t init_seed_;
+  std::map<std::string, nn::LinearImpl*> nf4_layers_;  // by weight name; the layers are this model's modules
 };
 
 // GPT-2 or LLaMA after config.arch; validates the config and initializes the

@@ -68,7 +68,8 @@ std::vector<std::string> apply_lora(CausalLMImpl& model, const config::LoraConfi
   // A materialized model (not a skeleton) gets its adapters drawn here.
   bool materialized = false;
   for (const auto& [path, m] : modules)
-    if (adaptable_layer(path, *m)) materialized = !nn::is_unmaterialized(static_cast<nn::LinearImpl&>(*m).weight);
+    materialized = materialized ||
+                   (adaptable_layer(path, *m) && !nn::is_unmaterialized(static_cast<nn::LinearImpl&>(*m).weight));
 
   std::vector<std::string> adapted;
   std::set<std::string> used;
@@ -127,6 +128,7 @@ std::vector<std::string> apply_lora(CausalLMImpl& model, const config::LoraConfi
       if (!adaptable_layer(path, *m) || trains_whole(path)) continue;
       auto& layer = static_cast<nn::LinearImpl&>(*m);
       layer.nf4_base = true;
+      model.hold_in_nf4(path + ".weight", &layer);
       if (nn::is_unmaterialized(layer.weight)) continue;  // drawn or loaded into 4 bits later
       layer.nf4 = std::make_shared<const quant::Nf4Tensor>(quant::quantize_nf4(layer.weight.detach()));
       layer.weight.set_data(nn::unmaterialized(layer.weight.sizes(), layer.weight.scalar_type()));

@@ -233,18 +233,18 @@ at::Tensor dequantize_nf4(const Nf4Tensor& q) {
     v.packed = packed.data_ptr<uint8_t>();
     v.n = q.numel();
     v.blocksize = q.blocksize;
-    at::Tensor nested_absmax, nested_code;
+    at::Tensor scales, nested_code;  // fp32: the nested scales, or the blocks' own absmax
     if (q.nested) {
-      nested_absmax = q.nested_absmax.to(at::kFloat).contiguous();
+      scales = q.nested_absmax.to(at::kFloat).contiguous();
       nested_code = q.nested_code.to(at::kFloat).contiguous();
       v.absmax_codes = absmax.data_ptr<uint8_t>();
-      v.nested_absmax = nested_absmax.data_ptr<float>();
+      v.nested_absmax = scales.data_ptr<float>();
       v.nested_code = nested_code.data_ptr<float>();
       v.nested_blocksize = q.nested_blocksize;
       v.offset = q.offset;
     } else {
-      nested_absmax = absmax.to(at::kFloat);
-      v.absmax = nested_absmax.data_ptr<float>();
+      scales = absmax.to(at::kFloat);
+      v.absmax = scales.data_ptr<float>();
     }
     const stratum::cuda::Dtype dt = q.dtype == at::kBFloat16 ? stratum::cuda::Dtype::bf16
                                     : q.dtype == at::kHalf   ? stratum::cuda::Dtype::f16
