@@ -50,8 +50,14 @@ if not a or a.keys() != b.keys():
     print(f"{name:24s} FAIL (steps {sorted(a)} vs {sorted(b)})"); sys.exit(0)
 worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in b)
 last = max(b)
+import json, re
+try:
+    peak = json.load(open(f"{work}/{name}/summary.json"))["peak_memory_gib"]
+except (OSError, KeyError):
+    peak = float("nan")
+startup = re.findall(r"start-up peak memory ([0-9.]+ GiB[^\n]*)", open(f"{work}/{name}.log").read())
 print(f"{name:24s} {'PASS' if worst <= tol else 'FAIL'}  largest relative difference {worst:.2e} (bound {tol:g}); "
-      f"loss {b[min(b)]:.4f} -> {a[last]:.4f}")
+      f"loss {b[min(b)]:.4f} -> {a[last]:.4f}; rank 0 peak {peak:.3f} GiB; start-up {startup[0] if startup else '?'}")
 PY
 }
 
