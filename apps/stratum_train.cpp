@@ -29,14 +29,15 @@
 #include "stratum/checkpoint/peft_adapter.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/log.h"
-#include "stratum/data/batch.h"
 #include "stratum/data/blend.h"
+#include "stratum/data/chat_format_file.h"
 #include "stratum/data/dataset.h"
 #include "stratum/data/default_corpus.h"
+#include "stratum/data/instruction_data.h"
 #include "stratum/data/load_tokenizer.h"
 #include "stratum/data/sampler.h"
-#include "stratum/data/split.h"
 #include "stratum/data/tokenizer.h"
+#include "stratum/data/training_source.h"
 #include "stratum/distributed/agreement.h"
 #include "stratum/distributed/job.h"
 #include "stratum/distributed/parallel_groups.h"
@@ -67,6 +68,7 @@ struct Options {
   std::string config_path, model = "gpt2-tiny-bytes", cache_dir = ".stratum-cache";
   std::vector<std::string> data = {"default"};  // one source, or Megatron's "W1 P1 W2 P2 ..." blend
   std::string tokenizer;  // --tokenizer; empty: the --init-from directory's, else bytes
+  std::string chat_template;  // --chat-template: a Jinja file instead of the tokenizer's template
   std::string init_from;  // a Hugging Face model directory: its shape and weights instead of a preset's
   std::string lora_from;  // a peft adapter directory: the adapters' starting values
   std::vector<std::string> overrides;
@@ -166,21 +168,103 @@ data::TokenFile open_dataset(const Options& o, const distributed::DistContext& c
   return std::move(*file);
 }
 
-// The data file, checked against the model: its token ids fit the vocabulary, a sequence fits in it.
-data::TokenFile open_training_data(const Options& o, const distributed::DistContext& ctx, const data::Tokenizer& tokenizer,
-                                   const models::ModelConfig& mcfg) {
-  data::TokenFile file = open_dataset(o, ctx, tokenizer, mcfg.max_seq_len);
-  if (file.vocab_size() > mcfg.vocab_size)
-    throw Error(file.path() + ": token ids reach " + std::to_string(file.vocab_size()) + " but model " + mcfg.name +
-                " has a vocabulary of " + std::to_string(mcfg.vocab_size));
-  file.require_sequence(mcfg.max_seq_len);
-  return file;
+// Instruction data: --data chat:FILE or prompt-completion:FILE (one file).
+struct InstructionSpec {
+  data::InstructionForm form = data::InstructionForm::any;
+  std::string path;
+};
+std::optional<InstructionSpec> instruction_spec(const Options& o) {
+  for (const auto& [prefix, form] : {std::pair{std::string("chat:"), data::InstructionForm::chat},
+                                     std::pair{std::string("prompt-completion:"), data::InstructionForm::prompt_completion}})
+    for (const std::string& d : o.data)
+      if (d.rfind(prefix, 0) == 0) {
+        if (o.data.size() != 1)
+          throw Error("--data " + d + ": instruction data is one file alone, not part of a blend");
+        if (d.size() == prefix.size()) throw Error("--data " + d + ": name the JSON Lines file after '" + prefix + "'");
+        return InstructionSpec{form, d.substr(prefix.size())};
+      }
+  return std::nullopt;
+}
+
+// --tokenizer, else the tokenizer of the --init-from directory, else bytes.
+std::string tokenizer_spec(const Options& o) {
+  if (!o.tokenizer.empty()) return o.tokenizer;
+  if (!o.init_from.empty() && !data::tokenizer_file_in(o.init_from).empty()) return data::tokenizer_file_in(o.init_from);
+  return "byte";
+}
+
+// The chat format conversations are rendered with: the tokenizer directory's
+// tokenizer_config.json (its chat_template, or chat_template.jinja beside it,
+// and its special tokens), the template replaced by --chat-template.
+data::ChatFormat chat_format(const Options& o) {
+  const std::string spec = tokenizer_spec(o);
+  std::string dir = spec == "byte" ? "" : spec;
+  if (!dir.empty() && !fs::is_directory(dir)) dir = dir.rfind('/') == std::string::npos ? "." : dir.substr(0, dir.rfind('/'));
+  const std::string config = dir.empty() || !fs::is_regular_file(dir + "/tokenizer_config.json")
+                                 ? std::string()
+                                 : dir + "/tokenizer_config.json";
+  if (config.empty() && o.chat_template.empty())
+    throw Error("chat data needs a chat template: the tokenizer (" + spec + ") has no tokenizer_config.json beside it; "
+                "give one with --chat-template FILE.jinja");
+  return data::load_chat_format(config, o.chat_template);
+}
+
+// What the run trains and evaluates on, checked against the model (its token
+// ids fit the vocabulary, a sequence fits): local rank 0 tokenizes while the
+// others wait, then every rank maps the same file.
+std::unique_ptr<data::TrainingSource> open_training_source(const Options& o, const distributed::DistContext& ctx,
+                                                           const data::Tokenizer& tokenizer,
+                                                           const models::ModelConfig& mcfg,
+                                                           const data::TrainingSourceOptions& options) {
+  std::optional<InstructionSpec> instruction;
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "reading --data", [&] { instruction = instruction_spec(o); });
+  std::unique_ptr<data::TrainingSource> source;
+  if (!instruction) {
+    data::TokenFile file = open_dataset(o, ctx, tokenizer, mcfg.max_seq_len);
+    distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "checking the data", [&] {
+      if (file.vocab_size() > mcfg.vocab_size)
+        throw Error(file.path() + ": token ids reach " + std::to_string(file.vocab_size()) + " but model " + mcfg.name +
+                    " has a vocabulary of " + std::to_string(mcfg.vocab_size));
+      file.require_sequence(mcfg.max_seq_len);
+      source = data::token_window_source(std::move(file), options);
+    });
+    return source;
+  }
+  std::optional<data::ChatFormat> chat;
+  data::InstructionDataOptions prepare{o.cache_dir, ctx.local_rank == 0, data::kMaxJsonlLineBytes, instruction->form};
+  data::InstructionStats stats;
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "preparing --data " + instruction->path, [&] {
+    if (instruction->form == data::InstructionForm::chat) chat = chat_format(o);
+    if (ctx.local_rank == 0)
+      data::prepare_instruction_data(instruction->path, tokenizer, chat ? &*chat : nullptr, prepare, &stats);
+  });
+  if (ctx.rank == 0 && stats.examples > 0) {
+    std::string line = "tokenized " + instruction->path + " (" + data::instruction_form_name(instruction->form) +
+                       "): " + std::to_string(stats.examples) + " examples, " + std::to_string(stats.tokens) +
+                       " tokens, " + std::to_string(stats.trained_tokens) + " of them trained on";
+    if (stats.straddling_boundaries > 0)
+      line += "; " + std::to_string(stats.straddling_boundaries) + " turn boundaries fall inside a token";
+    if (stats.prompt_prefix_mismatches > 0)
+      line += "; " + std::to_string(stats.prompt_prefix_mismatches) +
+              " prompts encode differently alone than before their completion";
+    log::info(line);
+  }
+  prepare.may_write = false;
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "opening --data " + instruction->path, [&] {
+    data::InstructionFile file(
+        data::prepare_instruction_data(instruction->path, tokenizer, chat ? &*chat : nullptr, prepare));
+    if (file.info().vocab_size > mcfg.vocab_size)
+      throw Error(file.path() + ": token ids reach " + std::to_string(file.info().vocab_size) + " but model " +
+                  mcfg.name + " has a vocabulary of " + std::to_string(mcfg.vocab_size));
+    source = data::packed_row_source(std::move(file), options);
+  });
+  return source;
 }
 
 // What a checkpoint keeps beside the training state: the data position, the model, the tokenizer.
-json client_state(const data::DistributedSampler& sampler, const models::ModelConfig& mcfg, const Options& o,
+json client_state(const data::TrainingSource& source, const models::ModelConfig& mcfg, const Options& o,
                   const data::Tokenizer& tokenizer, const Config& config, const std::vector<std::string>& adapted) {
-  json state = {{"data", sampler.state()}, {"model", models::hf_config_json(mcfg)},
+  json state = {{"data", source.state()}, {"model", models::hf_config_json(mcfg)},
                 {"model_preset", o.init_from.empty() ? o.model : mcfg.name},
                 {"tokenizer", tokenizer.name()}};
   // A LoRA run's checkpoint holds the adapters: stratum-ckpt export writes
@@ -208,54 +292,31 @@ void save_tokenizer_files(const data::Tokenizer& tokenizer, const std::string& t
   });
 }
 
-// The loaded checkpoint's data position into `sampler`, every rank agreeing.
-void restore_data_position(const json& client, data::DistributedSampler& sampler, const Options& o,
+// The loaded checkpoint's data position into `source`, every rank agreeing.
+void restore_data_position(const json& client, data::TrainingSource& source, const Options& o,
                            const ResumePoint& resume, const distributed::DistContext& ctx) {
   distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "resuming the data position", [&] {
     if (!client.contains("data")) return;
     try {
-      sampler.load_state(client.at("data").get<data::SamplerState>());
+      source.load_state(client.at("data").get<data::SamplerState>());
     } catch (const std::exception& e) {
       throw Error(o.save_dir + "/" + resume.tag + "/manifest.json: client_state.data: " + e.what());
     }
   });
 }
 
-// Held-out windows, the same count on every data-parallel rank (ZeRO-3's
-// and the stages' forwards are collective), in micro-batches of one size, so
-// that the mean of their means is the mean over the windows.
-struct Evaluator {
-  std::vector<int64_t> offsets;  // this rank's windows
-  int64_t seq_len = 0, micro = 1;
-  int micro_batches = 0;
-  int64_t windows = 0;  // over every rank
-  Evaluator(const data::TrainEvalSplit& split, int64_t seq, int64_t micro_batch, int64_t eval_batches, int64_t dp_rank,
-            int64_t dp_size)
-      : seq_len(seq) {
-    const int64_t available = split.eval.num_windows(seq);
-    if (available == 0) return;
-    // Each rank's share; a corpus with fewer windows than ranks lends some ranks a window twice.
-    int64_t per_rank = std::min(eval_batches * micro_batch, std::max<int64_t>(1, available / dp_size));
-    micro = std::min(micro_batch, per_rank);
-    per_rank -= per_rank % micro;
-    micro_batches = static_cast<int>(per_rank / micro);
-    windows = std::min(available, per_rank * dp_size);
-    for (int64_t i = 0; i < per_rank; ++i)
-      offsets.push_back(split.eval.begin + ((dp_rank + i * dp_size) % available) * seq);
-  }
-  bool enabled() const { return micro_batches > 0; }
-  double run(Engine<models::CausalLMImpl>& engine, const data::TokenFile& file) const {
-    size_t next = 0;
-    return engine.eval_batch(
-        [&] {
-          const std::vector<int64_t> chunk(offsets.begin() + next, offsets.begin() + next + micro);
-          next += micro;
-          data::Batch b = data::make_batch(file, chunk, seq_len);
-          return MicroBatch{b.tokens, b.targets};
-        },
-        micro_batches);
-  }
-};
+// Packed rows hold different numbers of trained tokens: each step is the
+// mean over its tokens (MicroBatch::loss_tokens), at every layout alike.
+MicroBatch micro_batch(const data::TrainingBatch& b) {
+  const int64_t tokens = b.segment_ids.defined() ? b.targets.ne(-100).sum().item<int64_t>() : 0;
+  return {b.tokens, b.targets, b.segment_ids, b.position_ids, tokens};
+}
+
+// The mean loss over the held-out micro-batches (data/training_source.h).
+double evaluate(Engine<models::CausalLMImpl>& engine, const data::TrainingSource& source) {
+  int next = 0;
+  return engine.eval_batch([&] { return micro_batch(source.eval_batch(next++)); }, source.eval_micro_batches());
+}
 
 // What --resume starts from, decided before the model is built.
 ResumePoint resume_point(const Options& o) {
@@ -345,13 +406,6 @@ std::string lora_summary(const config::LoraConfig& l, const models::CausalLMImpl
                 static_cast<long long>(l.r), l.lora_alpha, nn::lora_scale(l.r, l.lora_alpha, l.use_rslora),
                 l.use_rslora ? ", rsLoRA" : "", layers, trained / 1e6, all / 1e6);
   return line;
-}
-
-// --tokenizer, else the tokenizer of the --init-from directory, else bytes.
-std::string tokenizer_spec(const Options& o) {
-  if (!o.tokenizer.empty()) return o.tokenizer;
-  if (!o.init_from.empty() && !data::tokenizer_file_in(o.init_from).empty()) return data::tokenizer_file_in(o.init_from);
-  return "byte";
 }
 
 // --resume with another tokenizer than the checkpoint's would read the data
@@ -470,15 +524,20 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   const auto& dp = engine.core().dp();
   const int64_t seq = mcfg.max_seq_len;
 
-  data::TokenFile file = open_training_data(o, ctx, tokenizer, mcfg);
-  const data::TrainEvalSplit split = data::split_train_eval(file.size(), seq, o.eval_fraction, file.path());
-  data::DistributedSampler sampler(split.train, seq, dp->rank(), dp->size(), o.seed);
-  const Evaluator eval(split, seq, batch.micro_batch_per_gpu, o.eval_batches, dp->rank(), dp->size());
+  data::TrainingSourceOptions source_options;
+  source_options.seq_len = seq;
+  source_options.micro_batch = batch.micro_batch_per_gpu;
+  source_options.eval_batches = o.eval_batches;
+  source_options.eval_fraction = o.eval_fraction;
+  source_options.dp_rank = static_cast<int>(dp->rank());
+  source_options.dp_size = static_cast<int>(dp->size());
+  source_options.seed = o.seed;
+  const std::unique_ptr<data::TrainingSource> source = open_training_source(o, ctx, tokenizer, mcfg, source_options);
 
   // Checkpoints: every layout loads them (the data position is the first stage's).
   if (resume.kind == ResumePoint::Kind::resume) {
-    restore_data_position(load_checkpoint(engine, o.save_dir, resume.tag), sampler, o, resume, ctx);
-    if (lead) log::info("resumed at step " + std::to_string(engine.global_steps()) + ", data " + data::to_string(sampler.state()));
+    restore_data_position(load_checkpoint(engine, o.save_dir, resume.tag), *source, o, resume, ctx);
+    if (lead) log::info("resumed at step " + std::to_string(engine.global_steps()) + ", data " + data::to_string(source->state()));
   } else if ((o.resume || !o.resume_tag.empty()) && lead) {
     log::info("--resume: " + resume.reason + "; starting fresh");
   }
@@ -500,9 +559,9 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   const double flops_per_token = models::training_flops_per_token(mcfg, seq);
   const int64_t tokens_per_step = batch.train_batch_size * seq;
   if (lead)
-    log::info(models::describe(mcfg) + " | data " + file.path() + " (" + std::to_string(file.size()) + " tokens, " +
-              std::to_string(split.train.num_windows(seq)) + " train / " + std::to_string(eval.windows) +
-              " eval sequences) | batch " + std::to_string(batch.train_batch_size) + " = " +
+    log::info(models::describe(mcfg) + " | data " + source->describe() + ", " +
+              std::to_string(source->train_sequences()) + " train / " + std::to_string(source->eval_sequences()) +
+              " eval sequences | batch " + std::to_string(batch.train_batch_size) + " = " +
               std::to_string(batch.micro_batch_per_gpu) + " x " + std::to_string(batch.gradient_accumulation_steps) +
               " x " + std::to_string(dp->size()) + " data-parallel" +
               (engine.stages() > 1 ? " | " + std::to_string(engine.stages()) + " pipeline stages, " +
@@ -515,7 +574,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
               " | " + c10::toString(engine.core().model_dtype()));
 
   auto save = [&]() {
-    const json client = client_state(sampler, mcfg, o, tokenizer, config, adapted_layers);
+    const json client = client_state(*source, mcfg, o, tokenizer, config, adapted_layers);
     const std::string tag = "global_step" + std::to_string(engine.global_steps());
     save_checkpoint(engine, o.save_dir, tag, client);
     save_tokenizer_files(tokenizer, o.save_dir + "/" + tag, ctx);
@@ -525,10 +584,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   const auto started = std::chrono::steady_clock::now();
   while (engine.global_steps() < o.steps) {
     const auto t0 = std::chrono::steady_clock::now();
-    const double loss = engine.train_batch([&] {
-      data::Batch b = data::make_batch(file, sampler.next(batch.micro_batch_per_gpu), seq);
-      return MicroBatch{b.tokens, b.targets};
-    });
+    const double loss = engine.train_batch([&] { return micro_batch(source->next()); });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     monitor::StepMetrics m;
     m.step = engine.global_steps();
@@ -542,9 +598,10 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     m.skipped = engine.last_step_skipped();
     if (engine.pipeline()) m.bubble = engine.pipeline()->last_timing().bubble();
     // Decided on every rank alike.
-    const bool do_eval = o.eval_every > 0 && (m.step % o.eval_every == 0 || m.step == o.steps) && eval.enabled();
+    const bool do_eval =
+        o.eval_every > 0 && (m.step % o.eval_every == 0 || m.step == o.steps) && source->eval_micro_batches() > 0;
     std::optional<double> eval_loss;
-    if (do_eval) eval_loss = eval.run(engine, file);
+    if (do_eval) eval_loss = evaluate(engine, *source);
     if (lead) {
       progress.update(m);
       if (eval_loss) progress.note("step " + std::to_string(m.step) + ": eval loss " + std::to_string(*eval_loss));
@@ -559,9 +616,9 @@ int train(const Options& o, const distributed::DistContext& ctx) {
 
   // Every rank generates (the same tokens: same seed): ZeRO-3's gathers and the stages' forwards are collective.
   // Pretokenized data (llm.c, Megatron) came with a tokenizer this program does not load: no text to show.
-  if (o.sample_tokens > 0 && file.tokenizer_name() != tokenizer.name()) {
+  if (o.sample_tokens > 0 && source->tokenizer_name() != tokenizer.name()) {
     if (lead)
-      log::info("no sample: the data was tokenized by '" + file.tokenizer_name() + "', which stratum-train cannot decode");
+      log::info("no sample: the data was tokenized by '" + source->tokenizer_name() + "', which stratum-train cannot decode");
   } else if (o.sample_tokens > 0) {
     std::vector<int64_t> prompt;
     for (int32_t id : tokenizer.encode(o.prompt)) prompt.push_back(id);
@@ -600,8 +657,12 @@ int main(int argc, char** argv) {
   app.add_option("--set", o.overrides, "override a model dimension, e.g. --set layers=6 (repeatable)");
   app.add_option("--data", o.data,
                  "a token file, a .txt file, a directory of .txt files, a .jsonl file of {\"text\": ...}, an llm.c shard, a Megatron dataset PREFIX, or "
-                 "'default'; several as Megatron's weighted blend: --data 0.7 a 0.3 b")
+                 "'default'; several as Megatron's weighted blend: --data 0.7 a 0.3 b; instruction data, packed, the "
+                 "loss on the answers only: chat:FILE.jsonl ({\"messages\": [...]}, rendered with the chat template) "
+                 "or prompt-completion:FILE.jsonl ({\"prompt\": ..., \"completion\": ...})")
       ->expected(1, -1);
+  app.add_option("--chat-template", o.chat_template,
+                 "a Jinja chat template file for chat:FILE data (default: the tokenizer's tokenizer_config.json)");
   app.add_option("--cache-dir", o.cache_dir, "where tokenized text and the default corpus are kept");
   app.add_option("--steps", o.steps, "optimizer steps to train to")->check(at_least(0));
   app.add_option("--eval-every", o.eval_every, "evaluate on held-out data every N steps (0: never)")->check(at_least(0));

@@ -21,6 +21,11 @@
 #      Their wheels exceed one call's carry: WHEELS=.whl/lora_a (then
 #      .whl/lora_b, on the still-warm machine) installs a set into .pylib/
 #      first (scripts/device_lora_wheels.sh fills them here).
+#   6. Instruction data, packed: chat conversations (scripts/make_chat_data.py
+#      over the default corpus, Llama 3.2's chat template, the tests' small
+#      tokenizer) at several layouts on the shared GPU against one rank, then
+#      QLoRA on the Llama-3-8B shape at seq 4096 on those packed rows beside
+#      the same run on token windows: the cost of keeping examples apart.
 #   PARTS="1 2 3 peers" (default 1 2 3), STEPS8B=8, STEPS70B=4.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +74,7 @@ run_one() {  # name model-args steps lora-section extra-keys: one rank; prints l
 JSON
   local start=$(date +%s)
   # shellcheck disable=SC2086
-  "$bin/stratum-run" --num_procs 1 "$bin/stratum-train" --config "$work/$name.json" $args --data default \
+  "$bin/stratum-run" --num_procs 1 "$bin/stratum-train" --config "$work/$name.json" $args ${data_args:---data default} \
     --cache-dir "$work/cache" --steps "$steps" --eval-every "$steps" --eval-batches 8 --sample-tokens 0 \
     --print-every 100 --log-dir "$work/$name" > "$work/$name.log" 2>&1 || { echo "$name: exit $?"; tail -6 "$work/$name.log"; }
   grep -E "LoRA r|start-up peak" "$work/$name.log" | sed 's/^/  /'
@@ -147,4 +152,43 @@ if [[ " $parts " == *" 5 "* ]]; then
     micro=8 run_one "1b-$base" "--model llama-1b --set max_seq_len=1024" 1000 \
       "{\"r\": 16, \"lora_alpha\": 32, \"target_modules\": \"all-linear\", \"base_dtype\": \"$base\"}" ''
   done
+fi
+
+if [[ " $parts " == *" 6 "* ]]; then
+  echo "=== instruction data, packed: chat conversations at several layouts on the shared GPU ==="
+  chat_tok=tests/data/chat_templates/llama3_chat
+  chat_args="--tokenizer $chat_tok --chat-template tests/data/chat_templates/llama-3.2-instruct.jinja"
+  mkdir -p "$work/cache"
+  "$bin/stratum-train" --config configs/default.json --model gpt2-tiny-bytes --steps 0 --sample-tokens 0 \
+    --cache-dir "$work/cache" > /dev/null 2>&1  # writes the default corpus
+  python3 scripts/make_chat_data.py "$work/cache/default_corpus.txt" "$work/chat.jsonl" --conversations 3000
+  model=(--model tiny-llama --set layers=4 --set max_seq_len=512 --set vocab_size=1280 --set tie_embeddings=false)
+  for base in model nf4; do
+    for entry in "ref 1 " "dp2-zero3 2 \"zero_optimization\": {\"stage\": 3}," \
+                 "pp2 2 \"pipeline\": {\"stages\": 2, \"activation_checkpoint_interval\": 1}," \
+                 "tp2-sp 2 \"tensor_parallel\": {\"autotp_size\": 2, \"sequence_parallel\": true},"; do
+      read -r name ranks extra <<< "$entry"
+      cat > "$work/chat-$base-$name.json" <<JSON
+{"train_batch_size": 8, "gradient_accumulation_steps": 2, $extra
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+ "lora": {"r": 8, "lora_alpha": 16, "target_modules": "all-linear", "base_dtype": "$base"}}
+JSON
+      # shellcheck disable=SC2086
+      "$bin/stratum-run" --num_procs "$ranks" "$bin/stratum-train" --config "$work/chat-$base-$name.json" "${model[@]}" \
+        $chat_args --data "chat:$work/chat.jsonl" --cache-dir "$work/cache" --steps 12 --eval-every 100 \
+        --sample-tokens 0 --print-every 1000 --seed 7 --log-dir "$work/chat-$base-$name" > "$work/chat-$base-$name.log" 2>&1 ||
+        { echo "chat-$base-$name: exit $?"; tail -5 "$work/chat-$base-$name.log"; }
+      if [ "$name" = ref ]; then grep -E "tokenized|packed into" "$work/chat-$base-$name.log" | sed 's/^/  /' | cut -c1-400; continue; fi
+      tol=1e-5
+      [ "$base" = nf4 ] && [[ "$name" == tp* ]] && tol=1e-3
+      compare "chat-$base-$name" "chat-$base-ref" "$tol"
+    done
+  done
+  echo "=== Llama-3-8B shape QLoRA r 16, seq 4096: packed chat rows against token windows ==="
+  python3 scripts/make_chat_data.py "$work/cache/default_corpus.txt" "$work/chat8b.jsonl" --conversations 2000 --seed 2
+  lora='{"r": 16, "lora_alpha": 32, "target_modules": "all-linear", "base_dtype": "nf4"}'
+  data_args="$chat_args --data chat:$work/chat8b.jsonl" run_one 8b-nf4-packed \
+    "--model llama-8b --set max_seq_len=4096" "${STEPS8B:-8}" "$lora" '"activation_checkpointing": {},'
+  data_args="--tokenizer $chat_tok --data $work/cache/default_corpus.txt" run_one 8b-nf4-windows \
+    "--model llama-8b --set max_seq_len=4096" "${STEPS8B:-8}" "$lora" '"activation_checkpointing": {},'
 fi

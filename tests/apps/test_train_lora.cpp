@@ -6,10 +6,12 @@
 // loaded frozen, the checkpoint holds the adapters and resumes exactly; with
 // the base in NF4 (QLoRA) the same across data and pipeline parallelism; a
 // peft adapter starts a run, and its checkpoint exports as peft's files or
-// merged into the base.
+// merged into the base. Instruction data (chat and prompt-completion JSON
+// Lines) trains packed, the loss on the answers only, at every layout alike.
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 
 #include <ATen/ATen.h>
 
@@ -170,4 +172,119 @@ TEST_F(TrainCli, PeftAdapterStartsTheRunAndExportsAsPeftAndMerged) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("merged 29 adapter tensors into " + hf + "/llama3"), std::string::npos) << r.output;
   EXPECT_EQ(stratum::io::read_safetensors_header(dir_ + "/merged/model.safetensors").tensors.front().dtype, "BF16");
+}
+
+namespace {
+
+// Conversations whose answers follow from their questions, as a chat JSONL
+// file; `prompt_completion`: the same as text prompt-completion records.
+std::string write_instruction_data(const std::string& dir, bool prompt_completion) {
+  const char* places[][2] = {{"France", "Paris"},   {"Italy", "Rome"},     {"Spain", "Madrid"},  {"Japan", "Tokyo"},
+                             {"Egypt", "Cairo"},    {"Peru", "Lima"},      {"Kenya", "Nairobi"}, {"Chile", "Santiago"},
+                             {"Norway", "Oslo"},    {"Cuba", "Havana"},    {"Iran", "Tehran"},   {"Mali", "Bamako"},
+                             {"Nepal", "Kathmandu"}, {"Laos", "Vientiane"}, {"Fiji", "Suva"},     {"Oman", "Muscat"}};
+  const std::string path = dir + (prompt_completion ? "/capitals_pc.jsonl" : "/capitals_chat.jsonl");
+  std::ofstream out(path);
+  for (int round = 0; round < 3; ++round)
+    for (const auto& p : places) {
+      const std::string question = std::string(round == 1 ? "Which city is the capital of " : "Capital of ") + p[0] + "?";
+      const std::string answer = std::string(p[1]) + (round == 2 ? " is its capital." : ".");
+      if (prompt_completion)
+        out << R"({"prompt": ")" << question << R"( Answer:", "completion": " )" << answer << "\"}\n";
+      else
+        out << R"({"messages": [{"role": "user", "content": ")" << question
+            << R"("}, {"role": "assistant", "content": ")" << answer << "\"}]}\n";
+    }
+  return path;
+}
+
+// step -> eval loss, where metrics.csv has one.
+std::map<int, double> eval_losses(const std::string& csv) {
+  std::map<int, double> out;
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::stringstream ss(line);
+    std::string step, loss, eval;
+    std::getline(ss, step, ',');
+    std::getline(ss, loss, ',');
+    std::getline(ss, eval, ',');
+    if (!eval.empty()) out[std::stoi(step)] = std::stod(eval);
+  }
+  return out;
+}
+
+const std::string kChatTokenizer = std::string(STRATUM_SOURCE_DIR) + "/tests/data/chat_templates/llama3_chat";
+const std::string kChatTemplate = std::string(STRATUM_SOURCE_DIR) + "/tests/data/chat_templates/llama-3.2-instruct.jinja";
+
+std::string chat_train(const std::string& dir, const std::string& config, int procs, const std::string& log,
+                       const std::string& model_args, const std::string& data, int steps = 6,
+                       const std::string& extra = "") {
+  return kBin + "/stratum-run --num_procs " + std::to_string(procs) + " " + kBin + "/stratum-train --config " + config +
+         " " + model_args + " --tokenizer " + kChatTokenizer + " --chat-template " + kChatTemplate + " --data " + data +
+         " --cache-dir " + dir + "/cache --steps " + std::to_string(steps) +
+         " --eval-every 3 --eval-fraction 0.1 --print-every 1 --sample-tokens 0 --log-dir " + dir + "/" + log + " " +
+         extra;
+}
+
+const char* kChatLlama = "--model tiny-llama --set layers=2 --set max_seq_len=128 --set vocab_size=1280 --set tie_embeddings=false";
+
+}  // namespace
+
+TEST_F(TrainCli, ChatDataTrainsPackedOnTheAnswersAtEveryLayout) {
+  // Conversations rendered with Llama 3.2's template, packed into rows whose
+  // examples never see each other; the loss on the assistant turns only.
+  // Every layout reproduces the single process (1e-5), the packed layout
+  // travelling with each micro-batch to every pipeline stage and through
+  // sequence parallelism's gathered attention.
+  const std::string data = "chat:" + write_instruction_data(dir_, false);
+  Result r = run(chat_train(dir_, write_config(dir_, "one", ""), 1, "one", kChatLlama, data, 12));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("examples, "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("packed into"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tokenized " + dir_ + "/capitals_chat.jsonl (chat): 48 examples"), std::string::npos)
+      << r.output;
+  const auto reference = losses(dir_ + "/one/metrics.csv");
+  ASSERT_EQ(reference.size(), 12u);
+  // A short fine-tune lowers the held-out loss on the answers.
+  const auto held_out = eval_losses(dir_ + "/one/metrics.csv");
+  ASSERT_TRUE(held_out.count(3) && held_out.count(12)) << r.output;
+  EXPECT_LT(held_out.at(12), held_out.at(3));
+  std::map<int, double> first_six(reference.begin(), reference.find(7));
+  for (const auto& [name, extra] : std::vector<std::pair<std::string, std::string>>{
+           {"zero3", R"(, "zero_optimization": {"stage": 3})"},
+           {"tp_sp", R"(, "tensor_parallel": {"autotp_size": 2, "sequence_parallel": true})"},
+           {"pp", R"(, "pipeline": {"stages": 2, "activation_checkpoint_interval": 1})"}}) {
+    r = run(chat_train(dir_, write_config(dir_, name, extra), 2, name, kChatLlama, data));
+    ASSERT_EQ(r.status, 0) << name << "\n" << r.output;
+    expect_same_losses(dir_, name, first_six);
+  }
+}
+
+TEST_F(TrainCli, PromptCompletionDataTrainsGpt2PackedUnderSequenceParallelism) {
+  // GPT-2's learned positions restart with each packed example, under
+  // sequence parallelism too (each rank's slice of the row's positions).
+  const std::string data = "prompt-completion:" + write_instruction_data(dir_, true);
+  const char* gpt2 = "--model tiny-gpt2 --set layers=2 --set max_seq_len=64 --set vocab_size=1280";
+  const std::string targets = R"(["c_attn", "c_proj", "c_fc"])";
+  Result r = run(chat_train(dir_, write_config(dir_, "one", "", targets), 1, "one", gpt2, data));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("(prompt-completion): 48 examples"), std::string::npos) << r.output;
+  r = run(chat_train(dir_, write_config(dir_, "tp", R"(, "tensor_parallel": {"autotp_size": 2, "sequence_parallel": true})",
+                                        targets),
+                     2, "tp", gpt2, data));
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_same_losses(dir_, "tp", losses(dir_ + "/one/metrics.csv"));
+}
+
+TEST_F(TrainCli, InstructionDataInTheWrongFormIsRefusedByLine) {
+  const std::string chat = write_instruction_data(dir_, false);
+  Result r = run(chat_train(dir_, write_config(dir_, "one", ""), 1, "one", kChatLlama, "prompt-completion:" + chat, 1));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find(chat + ":1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("give it as chat:FILE"), std::string::npos) << r.output;
+  r = run(chat_train(dir_, write_config(dir_, "one", ""), 1, "one", kChatLlama, "chat:" + chat + " default", 1));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("instruction data is one file alone"), std::string::npos) << r.output;
 }

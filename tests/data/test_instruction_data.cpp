@@ -17,10 +17,13 @@
 #include "stratum/data/chat_format_file.h"
 #include "stratum/data/instruction_data.h"
 #include "stratum/data/instruction_file.h"
+#include <set>
+
 #include "stratum/data/load_tokenizer.h"
 #include "stratum/data/packed_batch.h"
 #include "stratum/data/packed_sampler.h"
 #include "stratum/data/packing.h"
+#include "stratum/data/training_source.h"
 #include "temp_dir.h"
 
 #include "chat_fixtures.h"
@@ -355,6 +358,84 @@ TEST(InstructionPacking, SamplerIsSeededPerRankAndResumesAtAnotherDataParallelSi
   EXPECT_THROW(PackedRowSampler(1, 0, 2, 0), Error);
   PackedRowSampler in_order(rows, 0, 1, 0, false);
   EXPECT_EQ(in_order.next(3), (std::vector<int64_t>{0, 1, 2}));
+}
+
+TEST_F(InstructionPackedRows, TrainingSourceHoldsOutTheLastRowsAndDealsTheRestToEachRank) {
+  // Ten examples of 3 tokens in rows of 4 (seq_len 3): one example a row.
+  std::vector<InstructionExample> examples;
+  for (int i = 0; i < 10; ++i)
+    examples.push_back(InstructionExample{{10 + i, 20 + i, 30 + i}, {0, 1, 1}});
+  write_instruction_file(path("ten.strins"), examples, "tok", 100, 0);
+  TrainingSourceOptions o;
+  o.seq_len = 3;
+  o.micro_batch = 2;
+  o.eval_batches = 1;
+  o.eval_fraction = 0.2;  // the last two rows
+  o.dp_size = 2;
+  o.seed = 3;
+  std::vector<std::unique_ptr<TrainingSource>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    o.dp_rank = r;
+    ranks.push_back(packed_row_source(InstructionFile(path("ten.strins")), o));
+  }
+  EXPECT_EQ(ranks[0]->train_sequences(), 8);
+  EXPECT_EQ(ranks[0]->eval_sequences(), 2);
+  EXPECT_EQ(ranks[0]->eval_micro_batches(), 1);
+  EXPECT_NE(ranks[0]->describe().find("10 examples, 30 tokens packed into 10 rows of 4"), std::string::npos)
+      << ranks[0]->describe();
+  // Each rank's held-out row is one of the last two examples; the ranks' differ.
+  const TrainingBatch e0 = ranks[0]->eval_batch(0), e1 = ranks[1]->eval_batch(0);
+  ASSERT_EQ(e0.tokens.sizes(), (std::vector<int64_t>{1, 3}));
+  std::set<int64_t> held_out = {e0.tokens[0][0].item<int64_t>(), e1.tokens[0][0].item<int64_t>()};
+  EXPECT_EQ(held_out, (std::set<int64_t>{18, 19}));
+  // An epoch of training rows: every one of the first eight examples once, none held out.
+  std::multiset<int64_t> trained;
+  for (int step = 0; step < 2; ++step)
+    for (auto& rank : ranks) {
+      const TrainingBatch b = rank->next();
+      ASSERT_EQ(b.segment_ids.sizes(), (std::vector<int64_t>{2, 3}));
+      EXPECT_EQ(b.position_ids[0][2].item<int64_t>(), 2);
+      EXPECT_EQ(b.targets[0][0].item<int64_t>(), b.tokens[0][1].item<int64_t>());
+      for (int64_t i = 0; i < 2; ++i) trained.insert(b.tokens[i][0].item<int64_t>());
+    }
+  EXPECT_EQ(trained, (std::multiset<int64_t>{10, 11, 12, 13, 14, 15, 16, 17}));
+  EXPECT_EQ(ranks[0]->state(), ranks[1]->state());
+  // Too few rows for the ranks: named by file.
+  o.dp_size = 16;
+  o.dp_rank = 0;
+  try {
+    packed_row_source(InstructionFile(path("ten.strins")), o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ten.strins: its examples pack into 10 rows"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(InstructionFiles, AFileInAnotherFormThanDeclaredIsRefusedByLine) {
+  const std::string chat = path("chat.jsonl"), text = path("text.jsonl");
+  std::ofstream(chat) << R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]})"
+                      << "\n";
+  std::ofstream(text) << R"({"prompt": "Hi", "completion": " Hello"})" << "\n";
+  const Tokenizer& t = tokenizer("llama3_chat");
+  const ChatFormat f = chat_format("llama-3.2-instruct", json{{"bos_token", "<|begin_of_text|>"}});
+  InstructionDataOptions o;
+  o.cache_dir = path("cache");
+  o.form = InstructionForm::prompt_completion;
+  try {
+    prepare_instruction_data(chat, t, &f, o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(chat + ":1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("give it as chat:FILE"), std::string::npos) << e.what();
+  }
+  o.form = InstructionForm::chat;
+  EXPECT_THROW(prepare_instruction_data(text, t, &f, o), Error);
+  EXPECT_NO_THROW(prepare_instruction_data(chat, t, &f, o));
+  o.form = InstructionForm::prompt_completion;
+  EXPECT_NO_THROW(prepare_instruction_data(text, t, nullptr, o));
+  // A cache made without the form's check is not taken for one made with it.
+  EXPECT_NE(instruction_cache_path(text, t, nullptr, o.cache_dir, InstructionForm::any),
+            instruction_cache_path(text, t, nullptr, o.cache_dir, InstructionForm::prompt_completion));
 }
 
 }  // namespace

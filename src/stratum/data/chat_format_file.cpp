@@ -19,19 +19,26 @@ std::string directory_of(const std::string& path) {
 
 }  // namespace
 
-ChatFormat load_chat_format(const std::string& tokenizer_config) {
-  nlohmann::json config;
-  try {
-    config = read_json_file(tokenizer_config, kMaxConfigBytes, "a tokenizer_config.json");
-  } catch (const ConfigError& e) {
-    std::string problems;
-    for (const auto& p : e.problems()) problems += (problems.empty() ? "" : "; ") + p;
-    throw Error(e.source() + ": " + problems);
+ChatFormat load_chat_format(const std::string& tokenizer_config, const std::string& template_file) {
+  nlohmann::json config = nlohmann::json::object();
+  if (tokenizer_config.empty() && template_file.empty())
+    throw Error("a chat format needs a tokenizer_config.json or a chat template file");
+  if (!tokenizer_config.empty()) {
+    try {
+      config = read_json_file(tokenizer_config, kMaxConfigBytes, "a tokenizer_config.json");
+    } catch (const ConfigError& e) {
+      std::string problems;
+      for (const auto& p : e.problems()) problems += (problems.empty() ? "" : "; ") + p;
+      throw Error(e.source() + ": " + problems);
+    }
   }
   if (!config.is_object()) throw Error(tokenizer_config + ": not a JSON object");
   std::string text, name;
   const std::string beside = directory_of(tokenizer_config) + "/chat_template.jinja";
-  if (fs::is_regular_file(beside)) {
+  if (!template_file.empty()) {
+    text = fs::read_regular_file(template_file, kMaxTemplateBytes, "a chat template");
+    name = template_file;
+  } else if (fs::is_regular_file(beside)) {
     text = fs::read_regular_file(beside, kMaxTemplateBytes, "a chat template");
     name = beside;
   } else if (config.contains("chat_template") && config["chat_template"].is_string()) {

@@ -12,10 +12,12 @@
 
 namespace stratum::data {
 
-// `tokenizer_config` is the path of a tokenizer_config.json. Throws
+// `tokenizer_config` is the path of a tokenizer_config.json. `template_file`,
+// when given, is a Jinja file whose text replaces the config's template (the
+// config then gives only the special tokens, and may be empty: none). Throws
 // stratum::Error naming the file and key: unreadable or not JSON (the shared
 // untrusted-JSON reader), no chat template, a template of the wrong type or
 // that does not parse (its line and column).
-ChatFormat load_chat_format(const std::string& tokenizer_config);
+ChatFormat load_chat_format(const std::string& tokenizer_config, const std::string& template_file = "");
 
 }  // namespace stratum::data

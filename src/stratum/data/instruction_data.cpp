@@ -17,9 +17,11 @@ uint64_t fnv1a(std::string_view s, uint64_t h = 0xcbf29ce484222325ull) {
   return h;
 }
 
-uint64_t format_hash(const ChatFormat* chat) {
-  if (!chat || !chat->chat_template) return 0;
-  return fnv1a(chat->variables_json, fnv1a(chat->chat_template->text()));
+// The chat format, and the declared form when one is (a cache built as
+// `any` checked no record's form).
+uint64_t format_hash(const ChatFormat* chat, InstructionForm form) {
+  const uint64_t h = !chat || !chat->chat_template ? 0 : fnv1a(chat->variables_json, fnv1a(chat->chat_template->text()));
+  return form == InstructionForm::any ? h : fnv1a(instruction_form_name(form), h ^ 0x9e3779b97f4a7c15ull);
 }
 
 int64_t mtime_ns(const std::string& path) {
@@ -49,8 +51,8 @@ std::string hex8(uint64_t v) {
 }  // namespace
 
 std::string instruction_cache_path(const std::string& jsonl_path, const Tokenizer& tokenizer, const ChatFormat* chat,
-                                   const std::string& cache_dir) {
-  const std::string suffix = "." + tokenizer.name() + "." + hex8(format_hash(chat)) + ".strins";
+                                   const std::string& cache_dir, InstructionForm form) {
+  const std::string suffix = "." + tokenizer.name() + "." + hex8(format_hash(chat, form)) + ".strins";
   if (cache_dir.empty()) return jsonl_path + suffix;
   const size_t slash = jsonl_path.rfind('/');
   const std::string base = slash == std::string::npos ? jsonl_path : jsonl_path.substr(slash + 1);
@@ -61,15 +63,16 @@ std::string prepare_instruction_data(const std::string& jsonl_path, const Tokeni
                                      const InstructionDataOptions& options, InstructionStats* stats) {
   if (!fs::exists(jsonl_path)) throw Error(jsonl_path + ": no such file (instruction data is a JSON Lines file)");
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(fs::open_regular_file(jsonl_path, "instruction data"), &std::fclose);
-  const std::string cache = instruction_cache_path(jsonl_path, tokenizer, chat, options.cache_dir);
-  const uint64_t hash = format_hash(chat);
+  const std::string cache = instruction_cache_path(jsonl_path, tokenizer, chat, options.cache_dir, options.form);
+  const uint64_t hash = format_hash(chat, options.form);
   if (!options.may_write || cache_is_fresh(cache, jsonl_path, tokenizer, hash)) return cache;
   std::vector<InstructionExample> examples;
   InstructionStats counted;
   read_jsonl_lines(file.get(), jsonl_path, options.max_line_bytes, [&](std::string_view line, int64_t number, int64_t byte) {
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;
     examples.push_back(
-        tokenize_instruction_record(line, tokenizer, chat, jsonl_line_name(jsonl_path, number, byte), &counted));
+        tokenize_instruction_record(line, tokenizer, chat, jsonl_line_name(jsonl_path, number, byte), &counted,
+                                    options.form));
   });
   if (examples.empty()) throw Error(jsonl_path + ": no records (instruction data needs at least one line)");
   if (!options.cache_dir.empty()) fs::make_directories(options.cache_dir);

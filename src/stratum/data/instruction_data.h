@@ -23,10 +23,11 @@ struct InstructionDataOptions {
   std::string cache_dir;
   bool may_write = true;
   size_t max_line_bytes = kMaxJsonlLineBytes;
+  InstructionForm form = InstructionForm::any;  // what every record must be
 };
 
 std::string instruction_cache_path(const std::string& jsonl_path, const Tokenizer& tokenizer, const ChatFormat* chat,
-                                   const std::string& cache_dir);
+                                   const std::string& cache_dir, InstructionForm form = InstructionForm::any);
 
 // The cache to open for `jsonl_path` (built if needed and may_write). Empty
 // lines are skipped. stats, when given, receives what the build counted (all

@@ -132,14 +132,31 @@ InstructionExample tokenize_conversation(const ojson& messages, const ojson& too
   return ex;
 }
 
+const char* instruction_form_name(InstructionForm form) {
+  switch (form) {
+    case InstructionForm::chat: return "chat";
+    case InstructionForm::prompt_completion: return "prompt-completion";
+    case InstructionForm::any: break;
+  }
+  return "any";
+}
+
 InstructionExample tokenize_instruction_record(std::string_view line, const Tokenizer& tokenizer, const ChatFormat* chat,
-                                               const std::string& where, InstructionStats* stats) {
+                                               const std::string& where, InstructionStats* stats, InstructionForm form) {
   const ojson record = parse_record(line, where);
   if (!record.is_object()) throw Error(where + ": not a JSON object");
   const bool has_messages = record.contains("messages");
   const bool has_prompt = record.contains("prompt") || record.contains("completion");
   if (has_messages == has_prompt)
     throw Error(where + ": expected {\"messages\": [...]} or {\"prompt\": ..., \"completion\": ...} (TRL's forms)");
+  // The form the file was declared in (--data chat:FILE / prompt-completion:FILE).
+  const bool conversational = has_messages || (record.contains("prompt") && record["prompt"].is_array());
+  if (form == InstructionForm::chat && !conversational)
+    throw Error(where + ": a prompt-completion record of text, but the file was given as chat (messages); give it as "
+                        "prompt-completion:FILE");
+  if (form == InstructionForm::prompt_completion && conversational)
+    throw Error(where + std::string(": a conversation (") + (has_messages ? "\"messages\"" : "\"prompt\" as messages") +
+                "), but the file was given as prompt-completion (text); give it as chat:FILE");
   auto need_chat = [&]() -> const ChatFormat& {
     if (!chat || !chat->chat_template)
       throw Error(where + ": a conversation needs a chat template (the model's tokenizer_config.json has none, or none "

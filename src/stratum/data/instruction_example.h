@@ -54,6 +54,12 @@ struct ChatFormat {
   std::string variables_json = "{}";  // a JSON object
 };
 
+// The form --data says a file is in: "chat" (messages, or prompt and
+// completion as lists of messages) or "prompt-completion" (text); `any`
+// takes either. A record of another form is an error naming its line.
+enum class InstructionForm { any, chat, prompt_completion };
+const char* instruction_form_name(InstructionForm form);
+
 struct InstructionStats {
   int64_t examples = 0, tokens = 0, trained_tokens = 0;
   int64_t straddling_boundaries = 0;  // span boundaries inside a token (see above)
@@ -69,7 +75,8 @@ struct InstructionStats {
 // example.
 InstructionExample tokenize_instruction_record(std::string_view line, const Tokenizer& tokenizer,
                                                const ChatFormat* chat, const std::string& where,
-                                               InstructionStats* stats = nullptr);
+                                               InstructionStats* stats = nullptr,
+                                               InstructionForm form = InstructionForm::any);
 
 // The same for records already parsed (tests): messages form.
 InstructionExample tokenize_conversation(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,

@@ -45,6 +45,7 @@
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/generate.h"
 #include "stratum/nn/deferred_init.h"
+#include "stratum/nn/sequence_layout.h"
 
 namespace stratum {
 
@@ -84,6 +85,22 @@ void check_grid(const Config& config, const distributed::ProcessGrid& grid);
 [[noreturn]] void refuse_under_pipeline(const char* what, int stages);
 // Checks a micro-batch train_batch / eval_batch read (`what` names the call).
 void check_micro_batch(const MicroBatch& b, int index, const char* what);
+// A micro-batch's packed layout on `device` (none when it has none),
+// checked against its inputs on the host: shapes, segment ids from -1,
+// each position below its index. Throws naming the micro-batch.
+std::optional<nn::SequenceLayout> micro_batch_layout(const MicroBatch& b, int index, const char* what,
+                                                     c10::Device device);
+// Each micro-batch's loss weight in a step (MicroBatch::loss_tokens): n_i *
+// m * dp / N, N the tokens over the step's m micro-batches and the dp ranks
+// (one all-reduce over `dp`), so that the engine's mean of the weighted
+// means is the mean over the step's tokens. All 1 when no micro-batch gives
+// its tokens or the step has none.
+std::vector<double> token_weights(const std::vector<MicroBatch>& batches, distributed::Communicator& dp,
+                                  c10::Device device);
+// The slot a layout is set in: the model's, when it is a LayerStack. Throws
+// when a micro-batch has a layout and the model cannot read one.
+nn::SequenceLayoutSlot* layout_slot(torch::nn::Module& model, const std::optional<nn::SequenceLayout>& layout,
+                                    const char* what);
 // The mean of a window's summed losses over its `count` micro-batches and `dp`.
 double mean_over_data_parallel(at::Tensor sum, int64_t count, distributed::Communicator& dp);
 
@@ -139,9 +156,10 @@ class Engine {
 
   // The second API, every layout: one optimizer step over
   // gradient_accumulation_steps micro-batches read from `next_batch` (under a
-  // pipeline only on its first and last stage: the first reads the inputs,
-  // the last the labels). Returns the step's mean loss over its micro-batches
-  // and the data-parallel ranks, on every rank. With one stage the model's
+  // pipeline on every stage: the first reads the inputs, the last the
+  // labels, each a packed layout). Returns the step's mean loss over its micro-batches
+  // and the data-parallel ranks (over their tokens when the micro-batches
+  // give MicroBatch::loss_tokens), on every rank. With one stage the model's
   // forward(inputs, labels) returns the loss.
   double train_batch(const NextBatch& next_batch) {
     if (pipeline_) return pipeline_->train_batch(next_batch);
@@ -150,8 +168,17 @@ class Engine {
       throw Error("train_batch: " + std::to_string(core_->micro_steps() % m) + " of the window's " +
                   std::to_string(m) + " micro-steps were taken with forward/backward/step; finish the window first");
     at::Tensor sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(core_->device()));
+    std::vector<MicroBatch> batches;
+    for (int64_t i = 0; i < m; ++i) batches.push_back(next_batch());
+    const std::vector<double> weights = engine_detail::token_weights(batches, *core_->dp(), core_->device());
     for (int64_t i = 0; i < m; ++i) {
-      const at::Tensor loss = forward_loss(next_batch, static_cast<int>(i), "train_batch");
+      const MicroBatch& b = batches[static_cast<size_t>(i)];
+      // Packed rows: the layout holds through the backward, which recomputes checkpointed layers.
+      const auto layout = engine_detail::micro_batch_layout(b, static_cast<int>(i), "train_batch", core_->device());
+      nn::SequenceLayoutScope packed(engine_detail::layout_slot(*model_, layout, "train_batch"), layout);
+      const double w = weights[static_cast<size_t>(i)];
+      const at::Tensor mean = forward_loss(b, static_cast<int>(i), "train_batch");
+      const at::Tensor loss = w == 1.0 ? mean : mean * w;
       backward(loss);
       step();
       sum += loss.detach().to(at::kFloat);
@@ -170,7 +197,12 @@ class Engine {
     model_->eval();
     at::Tensor sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(core_->device()));
     try {
-      for (int i = 0; i < m; ++i) sum += forward_loss(next_batch, i, "eval_batch").to(at::kFloat);
+      for (int i = 0; i < m; ++i) {
+        const MicroBatch b = next_batch();
+        const auto layout = engine_detail::micro_batch_layout(b, i, "eval_batch", core_->device());
+        nn::SequenceLayoutScope packed(engine_detail::layout_slot(*model_, layout, "eval_batch"), layout);
+        sum += forward_loss(b, i, "eval_batch").to(at::kFloat);
+      }
     } catch (...) {
       model_->train(was_training);
       throw;
@@ -220,11 +252,10 @@ class Engine {
     else return std::forward<T>(v);
   }
   // Micro-batch `index` of a window through the model's forward(inputs, labels).
-  at::Tensor forward_loss(const NextBatch& next_batch, int index, const char* what) {
+  at::Tensor forward_loss(const MicroBatch& b, int index, const char* what) {
     if constexpr (requires(Model& m, const at::Tensor& t) {
                     { m.forward(t, t) } -> std::convertible_to<at::Tensor>;
                   }) {
-      const MicroBatch b = next_batch();
       engine_detail::check_micro_batch(b, index, what);
       return forward(b.inputs.to(core_->device()), b.labels.to(core_->device()));
     } else {

@@ -124,6 +124,61 @@ void check_micro_batch(const MicroBatch& b, int index, const char* what) {
                 (b.inputs.defined() ? "labels" : "inputs"));
 }
 
+std::optional<nn::SequenceLayout> micro_batch_layout(const MicroBatch& b, int index, const char* what,
+                                                     c10::Device device) {
+  if (!b.segment_ids.defined() && !b.position_ids.defined()) return std::nullopt;
+  const std::string where = std::string(what) + ": micro-batch " + std::to_string(index) + ": ";
+  nn::SequenceLayout layout{b.segment_ids, b.position_ids};
+  try {
+    nn::check_sequence_layout(layout);
+  } catch (const Error& e) {
+    throw Error(where + e.what());
+  }
+  if (b.inputs.defined() && b.inputs.sizes() != b.segment_ids.sizes())
+    throw Error(where + "segment_ids " + c10::str(b.segment_ids.sizes()) + " but inputs " + c10::str(b.inputs.sizes()));
+  // On the host, before a device would read them: positions index RoPE's rows and GPT-2's position embedding.
+  if (b.position_ids.device().is_cpu() && b.position_ids.numel() > 0) {
+    const at::Tensor index = at::arange(b.position_ids.size(1), b.position_ids.options()).expand_as(b.position_ids);
+    if (b.position_ids.lt(0).any().item<bool>() || b.position_ids.gt(index).any().item<bool>())
+      throw Error(where + "a position id is negative or larger than its index in the row (packed positions restart "
+                          "at 0 with each example)");
+    if (b.segment_ids.lt(-1).any().item<bool>())
+      throw Error(where + "a segment id below -1 (-1 marks padding)");
+  }
+  return nn::SequenceLayout{b.segment_ids.to(device), b.position_ids.to(device)};
+}
+
+std::vector<double> token_weights(const std::vector<MicroBatch>& batches, distributed::Communicator& dp,
+                                  c10::Device device) {
+  std::vector<double> weights(batches.size(), 1.0);
+  double mine = 0;
+  bool given = false;
+  for (const MicroBatch& b : batches) {
+    if (b.loss_tokens < 0) throw Error("train_batch: a micro-batch's loss_tokens is negative");
+    given = given || b.loss_tokens > 0;
+    mine += static_cast<double>(b.loss_tokens);
+  }
+  // Decided alike on every rank: a rank whose micro-batches give no count still joins the sum.
+  at::Tensor total = at::tensor({mine, given ? 1.0 : 0.0}, at::TensorOptions().dtype(at::kDouble)).to(device);
+  if (dp.size() > 1) dp.all_reduce(total, distributed::ReduceOp::sum)->wait();
+  const at::Tensor host = total.cpu();
+  const double all = host[0].item<double>();
+  if (host[1].item<double>() == 0 || all == 0) return weights;
+  const double per = static_cast<double>(batches.size()) * static_cast<double>(dp.size()) / all;
+  for (size_t i = 0; i < batches.size(); ++i) weights[i] = static_cast<double>(batches[i].loss_tokens) * per;
+  return weights;
+}
+
+nn::SequenceLayoutSlot* layout_slot(torch::nn::Module& model, const std::optional<nn::SequenceLayout>& layout,
+                                    const char* what) {
+  if (!layout) return nullptr;
+  nn::LayerStackImpl* stack = as_layer_stack(model);
+  if (!stack)
+    throw Error(std::string(what) + ": the micro-batch packs several sequences a row (segment_ids) but the model is "
+                "not a LayerStack whose attention reads them");
+  return stack->sequence_layout().get();
+}
+
 double mean_over_data_parallel(at::Tensor sum, int64_t count, distributed::Communicator& dp) {
   at::Tensor mean = sum / static_cast<double>(count);
   if (dp.size() > 1) dp.all_reduce(mean, distributed::ReduceOp::avg)->wait();

@@ -228,20 +228,32 @@ PipelineStages::~PipelineStages() = default;
 
 void PipelineStages::read_batches(const NextBatch& next_batch, int m, const char* what) {
   batches_.clear();
-  if (!is_first_stage() && !is_last_stage()) return;
+  layouts_.clear();
   for (int i = 0; i < m; ++i) {
     MicroBatch b = next_batch();
-    if (!b.inputs.defined() || (is_last_stage() && !b.labels.defined()))
+    if ((is_first_stage() && !b.inputs.defined()) || (is_last_stage() && !b.labels.defined()))
       throw Error(std::string(what) + ": micro-batch " + std::to_string(i) + " has no " +
-                  (b.inputs.defined() ? "labels" : "inputs"));
-    if (i > 0 && b.inputs.sizes() != batches_.front().inputs.sizes())
+                  (is_first_stage() && !b.inputs.defined() ? "inputs" : "labels"));
+    if (is_first_stage() && i > 0 && b.inputs.sizes() != batches_.front().inputs.sizes())
       throw Error(std::string(what) + ": micro-batch " + std::to_string(i) + " has inputs " +
                   c10::str(b.inputs.sizes()) + " but micro-batch 0 " + c10::str(batches_.front().inputs.sizes()) +
                   "; a step's micro-batches share one shape");
-    b.inputs = engine_detail::cast_input(b.inputs.to(device_), core_->model_dtype());
-    if (b.labels.defined()) b.labels = b.labels.to(device_);
+    // Every stage's attention reads a packed layout; only the ends read the tokens and labels.
+    layouts_.push_back(engine_detail::micro_batch_layout(b, i, what, device_));
+    if (layouts_.back()) engine_detail::layout_slot(*model_, layouts_.back(), what);
+    b.inputs = is_first_stage() ? engine_detail::cast_input(b.inputs.to(device_), core_->model_dtype()) : at::Tensor();
+    b.labels = is_last_stage() && b.labels.defined() ? b.labels.to(device_) : at::Tensor();
+    b.segment_ids = b.position_ids = at::Tensor();
     batches_.push_back(std::move(b));
   }
+  // Token-weighted losses (MicroBatch::loss_tokens) for training; evaluation keeps the mean of means.
+  weights_ = std::string(what) == "train_batch" ? engine_detail::token_weights(batches_, *dp_, device_)
+                                                : std::vector<double>(batches_.size(), 1.0);
+}
+
+nn::SequenceLayoutSlot* PipelineStages::micro_layout_slot(int micro) const {
+  const bool packed = micro < static_cast<int>(layouts_.size()) && layouts_[micro];
+  return packed ? model_->sequence_layout().get() : nullptr;
 }
 
 bool PipelineStages::input_shape_changed() {
@@ -324,6 +336,7 @@ at::Tensor PipelineStages::next_token_logits(const at::Tensor& tokens) {
   if (tokens.dim() != 2 || tokens.size(0) != 1)
     throw Error("generation: tokens must be [1, n], got " + c10::str(tokens.sizes()));
   batches_.clear();
+  layouts_.clear();
   if (is_first_stage()) batches_.push_back({head_.input(tokens).to(device_), at::Tensor()});
   logits_length_ = tokens.size(1);
   logits_ = at::Tensor();
@@ -342,6 +355,7 @@ at::Tensor PipelineStages::next_token_logits(const at::Tensor& tokens) {
 at::Tensor PipelineStages::forward(int micro, int chunk, const at::Tensor& input) {
   const int vs = chunk * stages_ + stage_;
   const bool first = vs == 0, last = vs == stages_ * chunks_ - 1;
+  nn::SequenceLayoutScope packed(micro_layout_slot(micro), micro_layout_slot(micro) ? layouts_[micro] : std::nullopt);
   if (mode_ != Mode::train) {  // forwards alone, without autograd (run_forwards)
     at::Tensor out = model_->run(first ? batches_.at(micro).inputs : input, partition_.begin(vs), partition_.end(vs));
     if (!last) return out;
@@ -363,6 +377,7 @@ at::Tensor PipelineStages::forward(int micro, int chunk, const at::Tensor& input
   at::Tensor out = run_chunk(x, partition_.begin(vs), partition_.end(vs));
   if (last) {
     at::Tensor l = head_.loss(out, batches_.at(micro).labels);
+    if (weights_.at(micro) != 1.0) l = l * weights_[micro];
     bracket.close();
     loss_sum_ += l.detach().to(at::kFloat);
     outputs_[{micro, chunk}] = l;
@@ -403,6 +418,8 @@ at::Tensor PipelineStages::backward(int micro, int chunk, const at::Tensor& outp
   outputs_.erase(out_it);
   const int passes = executor_->schedule().micro_batches * chunks_;
   ++passes_;
+  // The backward recomputes checkpointed layers: the micro-batch's packed layout again.
+  nn::SequenceLayoutScope packed(micro_layout_slot(micro), micro_layout_slot(micro) ? layouts_[micro] : std::nullopt);
   if (input_only) {
     // B: the weight GEMMs queue for W; the window closes after the last W.
     nn::DeferredWeightGrads& queue = deferred_[{micro, chunk}];

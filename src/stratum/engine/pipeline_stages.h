@@ -61,6 +61,16 @@ struct PipelinePlace {
 struct MicroBatch {
   at::Tensor inputs;  // read by the first stage
   at::Tensor labels;  // read by the last stage
+  // Packed rows (nn/sequence_layout.h), read by every stage: int32 segment
+  // ids and int64 positions, [B, T] as the inputs. Undefined: one sequence a row.
+  at::Tensor segment_ids{}, position_ids{};
+  // The tokens this micro-batch's loss is the mean over (its targets other
+  // than -100), 0: not given. When a step's micro-batches give it, the step
+  // trains on the mean over every such token of the step (all micro-batches,
+  // all data-parallel ranks), not the mean of the micro-batches' means:
+  // packed rows hold different numbers of trained tokens, and every layout
+  // then weighs each token alike.
+  int64_t loss_tokens = 0;
 };
 using NextBatch = std::function<MicroBatch()>;
 // The last stage's loss of one micro-batch, from the model's output and the labels.
@@ -86,8 +96,8 @@ class PipelineStages : private pipeline::StageOps {
   ~PipelineStages() override;
 
   // One optimizer step over gradient_accumulation_steps micro-batches:
-  // `next_batch` is called that many times on the first and the last stage
-  // (the first reads the inputs, the last the labels) and never on the others;
+  // `next_batch` is called that many times on every stage (the first reads
+  // the inputs, the last the labels, every stage a packed layout);
   // every micro-batch of a step has the same shape. Returns the step's mean
   // loss over its micro-batches and the data-parallel ranks, on every rank.
   double train_batch(const NextBatch& next_batch);
@@ -132,7 +142,9 @@ class PipelineStages : private pipeline::StageOps {
   std::string where() const;
   // Layers [begin, end), in groups of pipeline.activation_checkpoint_interval recomputed in backward.
   at::Tensor run_chunk(const at::Tensor& input, size_t begin, size_t end);
-  // `m` micro-batches from `next_batch` on the first and the last stage, on the device, checked.
+  // The slot to set for micro-batch `micro`: the model's when it packs rows, else null.
+  nn::SequenceLayoutSlot* micro_layout_slot(int micro) const;
+  // `m` micro-batches from `next_batch` (every stage), what this stage reads of them on the device, checked.
   void read_batches(const NextBatch& next_batch, int m, const char* what);
   // The first stage's input shape, agreed by every stage: whether it changed since the last step.
   bool input_shape_changed();
@@ -157,6 +169,8 @@ class PipelineStages : private pipeline::StageOps {
   // The step (or forward-only run) in progress.
   Mode mode_ = Mode::train;
   std::vector<MicroBatch> batches_;
+  std::vector<std::optional<nn::SequenceLayout>> layouts_;  // each micro-batch's packed rows, on the device
+  std::vector<double> weights_;  // each micro-batch's loss weight (engine_detail::token_weights)
   std::map<std::pair<int, int>, at::Tensor> inputs_, outputs_;  // by (micro, chunk)
   std::map<std::pair<int, int>, nn::DeferredWeightGrads> deferred_;  // ZB-H1: B's weight GEMMs awaiting W
   int weight_passes_ = 0;

@@ -19,7 +19,7 @@ namespace {
 
 nn::LayerNorm layer_norm(const ModelConfig& c, c10::Device device) { return nn::LayerNorm(c.hidden, c.norm_eps, device); }
 
-// tokens [B, T] -> wte(tokens) + wpe(0..T-1)
+// tokens [B, T] -> wte(tokens) + wpe(0..T-1), or wpe(position_ids) of packed rows
 class GPT2Embedding : public nn::StackLayer {
  public:
   GPT2Embedding(const ModelConfig& c, nn::tp::TensorParallel tp, c10::Device device)
@@ -38,12 +38,17 @@ class GPT2Embedding : public nn::StackLayer {
     const int64_t first = tp_.sequence_parallel ? tp_.rank() * local : 0;
     const at::Tensor rows = tp_.enabled() ? nn::tp::vocab_parallel_embedding(tokens, wte->weight, vocab_, tp_)
                                           : nn::embedding_lookup(wte->weight, tokens);
-    const at::Tensor x = rows + nn::embedding_lookup(wpe->weight, at::arange(first, first + local, tokens.options().dtype(at::kLong)));
+    // Packed rows (nn/sequence_layout.h): each example's positions from 0.
+    const nn::SequenceLayout* packed = layout ? layout->get() : nullptr;
+    const at::Tensor positions = packed ? nn::layout_of_length(*packed, T).position_ids.narrow(1, first, local)
+                                        : at::arange(first, first + local, tokens.options().dtype(at::kLong));
+    const at::Tensor x = rows + nn::embedding_lookup(wpe->weight, positions);
     return is_training() ? nn::tp::dropout_outside_region(x, dropout_, tp_) : x;
   }
   // The token embedding's lookup gradient (tied or not: a tied head adds a dense part).
   std::vector<at::Tensor> row_gradient_parameters() const override { return {wte->weight}; }
   nn::Embedding wte{nullptr}, wpe{nullptr};
+  std::shared_ptr<const nn::SequenceLayoutSlot> layout;
 
  private:
   double dropout_;
@@ -90,9 +95,13 @@ std::shared_ptr<CausalLMImpl> construct_gpt2(const ModelConfig& c, const nn::tp:
   if (c.arch != "gpt2") throw Error("build_gpt2: model '" + c.name + "' is arch '" + c.arch + "'");
   auto model = std::make_shared<CausalLMImpl>(c, tp, default_init_seed());
   auto embedding = std::make_shared<GPT2Embedding>(c, tp, device);
+  embedding->layout = model->sequence_layout();
   model->append(embedding, "transformer");
-  for (int64_t i = 0; i < c.layers; ++i)
-    model->append(std::make_shared<GPT2Block>(c, tp, device), "transformer.h." + std::to_string(i));
+  for (int64_t i = 0; i < c.layers; ++i) {
+    auto block = std::make_shared<GPT2Block>(c, tp, device);
+    block->attn->layout = model->sequence_layout();
+    model->append(block, "transformer.h." + std::to_string(i));
+  }
   model->append(std::make_shared<GPT2FinalNorm>(c, device), "transformer");
   if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->wte.ptr(), tp), "");
   else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp, device), "");

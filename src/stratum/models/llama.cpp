@@ -88,8 +88,11 @@ std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& c, const nn::tp
   scaling.high_freq_factor = c.rope_high_freq_factor;
   scaling.original_max_seq_len = c.rope_original_max_seq_len;
   auto rope = std::make_shared<nn::RotaryEmbedding>(c.head_dim(), c.rope_theta, scaling);
-  for (int64_t i = 0; i < c.layers; ++i)
-    model->append(std::make_shared<LlamaDecoderLayer>(c, rope, tp, device), "model.layers." + std::to_string(i));
+  for (int64_t i = 0; i < c.layers; ++i) {
+    auto layer = std::make_shared<LlamaDecoderLayer>(c, rope, tp, device);
+    layer->self_attn->layout = model->sequence_layout();
+    model->append(layer, "model.layers." + std::to_string(i));
+  }
   model->append(std::make_shared<LlamaFinalNorm>(c, device), "model");
   if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->embed_tokens.ptr(), tp), "");
   else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp, device), "");

@@ -18,14 +18,18 @@
 
 #include "stratum/nn/parameter_modules.h"
 #include "stratum/nn/rope.h"
+#include "stratum/nn/sequence_layout.h"
 #include "stratum/nn/tensor_parallel/mappings.h"
 
 namespace stratum::nn {
 
 // q: [B, heads, T, D]; k, v: [B, kv_heads, T, D] with heads % kv_heads == 0.
 // Query head h attends with k/v head h / (heads / kv_heads) (HF's repeat_kv).
-// Dropout on the attention weights when dropout_p > 0.
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p);
+// Dropout on the attention weights when dropout_p > 0. With `segment_ids`
+// (int32 [B, T], packed rows: nn/sequence_layout.h) a query reads only the
+// keys of its own segment.
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p,
+                            const at::Tensor& segment_ids = {});
 
 class FusedQKVAttentionImpl : public torch::nn::Module {
  public:
@@ -39,6 +43,7 @@ class FusedQKVAttentionImpl : public torch::nn::Module {
   int64_t heads;  // this rank's
   double dropout, residual_dropout;
   tp::TensorParallel tp;
+  std::shared_ptr<const SequenceLayoutSlot> layout;  // the stack's packed rows, if any (null: none)
 };
 
 class GroupedQueryAttentionImpl : public torch::nn::Module {
@@ -52,6 +57,7 @@ class GroupedQueryAttentionImpl : public torch::nn::Module {
   double dropout;
   tp::TensorParallel tp;
   std::shared_ptr<RotaryEmbedding> rope;  // shared by all layers; not a module (no state to save)
+  std::shared_ptr<const SequenceLayoutSlot> layout;  // the stack's packed rows, if any (null: none)
 };
 
 }  // namespace stratum::nn

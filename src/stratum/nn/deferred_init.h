@@ -39,9 +39,9 @@ class DeferredInit {
   // other form; set_apart replaces a drawn one's value with `value` (this
   // rank's piece, e.g. read from a checkpoint) and says whether this rank
   // holds it.
-  virtual bool held_apart(const std::string& name) const { return false; }
-  virtual void draw_apart(const std::string& name, c10::Device device, at::ScalarType dtype) {}
-  virtual bool set_apart(const std::string& name, const at::Tensor& value) { return false; }
+  virtual bool held_apart(const std::string& /*name*/) const { return false; }
+  virtual void draw_apart(const std::string& /*name*/, c10::Device /*device*/, at::ScalarType /*dtype*/) {}
+  virtual bool set_apart(const std::string& /*name*/, const at::Tensor& /*value*/) { return false; }
 };
 
 // Draws every unmaterialized parameter of `module` for which `keep` (given

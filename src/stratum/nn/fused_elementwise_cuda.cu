@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kRotaryThreads) rotary_kernel(Rotary a) {
       const int64_t h = heads_inner ? inner : outer, t = heads_inner ? outer : inner;
       const int64_t xi = b * a.x_stride[0] + h * a.x_stride[1] + t * a.x_stride[2] + d;
       const int64_t yi = b * a.y_stride[0] + h * a.y_stride[1] + t * a.y_stride[2] + d;
-      const int64_t ti = t * a.size[3] + d;
+      const int64_t ti = b * a.cos_batch_stride + t * a.size[3] + d;
       const Elems<T, N> lo = load<T, N>(x + xi), hi = load<T, N>(x + xi + half);
       const Elems<T, N> c_lo = load<T, N>(cos + ti), c_hi = load<T, N>(cos + ti + half);
       const Elems<T, N> s_lo = load<T, N>(sin + ti), s_hi = load<T, N>(sin + ti + half);

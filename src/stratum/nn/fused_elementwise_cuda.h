@@ -73,6 +73,7 @@ struct Rotary {
   int64_t size[4] = {0, 0, 0, 0};
   int64_t x_stride[4] = {0, 0, 0, 1};
   const void *cos = nullptr, *sin = nullptr;
+  int64_t cos_batch_stride = 0;  // 0: cos/sin [T, D] for every row; T * D: [B, T, D] (positions per row)
   void* y = nullptr;
   int64_t y_stride[4] = {0, 0, 0, 1};
   bool transpose = false;

@@ -21,6 +21,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include "stratum/nn/sequence_layout.h"
+
 namespace stratum::nn {
 
 // One layer of a LayerStack. `name` (torch::nn::Module::name()) is its kind,
@@ -55,7 +57,8 @@ class LayerRunner {
 
 class LayerStackImpl : public torch::nn::Module {
  public:
-  explicit LayerStackImpl(std::string name = "LayerStack") : torch::nn::Module(std::move(name)) {}
+  explicit LayerStackImpl(std::string name = "LayerStack")
+      : torch::nn::Module(std::move(name)), layout_(std::make_shared<SequenceLayoutSlot>()) {}
 
   // Appends `layer`; its direct submodule `c` is registered as `path.c`
   // (`c` alone when `path` is empty). Throws stratum::Error if the layer holds
@@ -82,6 +85,10 @@ class LayerStackImpl : public torch::nn::Module {
   void set_runner(std::shared_ptr<LayerRunner> runner) { runner_ = std::move(runner); }
   const std::shared_ptr<LayerRunner>& runner() const { return runner_; }
 
+  // The packed rows' layout of the micro-batch being run, shared with the
+  // layers that read it (nn/sequence_layout.h); the engine sets it.
+  const std::shared_ptr<SequenceLayoutSlot>& sequence_layout() const { return layout_; }
+
   // Layers are not registered children (their submodules are), so the
   // training flag is passed to them here.
   void train(bool on = true) override;
@@ -93,6 +100,7 @@ class LayerStackImpl : public torch::nn::Module {
   std::vector<std::string> paths_;
   std::vector<std::string> scopes_;
   std::shared_ptr<LayerRunner> runner_;
+  std::shared_ptr<SequenceLayoutSlot> layout_;
 };
 
 }  // namespace stratum::nn

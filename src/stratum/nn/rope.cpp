@@ -51,6 +51,14 @@ std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(int64_t seq_len, c10:
   return {cos_.narrow(0, 0, seq_len).to(dtype), sin_.narrow(0, 0, seq_len).to(dtype)};
 }
 
+std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin_at(const at::Tensor& position_ids, at::ScalarType dtype) {
+  // A position never exceeds its index in the row, so the first T rows hold them all.
+  const int64_t b = position_ids.size(0), t = position_ids.size(1);
+  const auto [cos, sin] = cos_sin(t, position_ids.device(), dtype);
+  const at::Tensor flat = position_ids.reshape({-1});
+  return {cos.index_select(0, flat).view({b, t, head_dim_}), sin.index_select(0, flat).view({b, t, head_dim_})};
+}
+
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -63,8 +71,9 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
 #ifdef STRATUM_WITH_CUDA_KERNELS
   // x may be strided (a transposed view of the q/k projection); cos and sin contiguous.
   if (x.dim() == 4 && x.stride(3) == 1 && cuda::on_gpu_in_one_dtype({&x, &cos, &sin}) &&
-      cuda::use_kernels({&cos, &sin}) && cos.dim() == 2 && cos.size(0) == x.size(2) && cos.size(1) == d &&
-      sin.sizes() == cos.sizes()) {
+      cuda::use_kernels({&cos, &sin}) && sin.sizes() == cos.sizes() && cos.is_contiguous() && sin.is_contiguous() &&
+      ((cos.dim() == 2 && cos.size(0) == x.size(2) && cos.size(1) == d) ||
+       (cos.dim() == 3 && cos.size(0) == x.size(0) && cos.size(1) == x.size(2) && cos.size(2) == d))) {
     c10::cuda::CUDAGuard guard(x.device());
     // [B, T, H, D] in memory, as the ATen composition left it for attention.
     at::Tensor y = at::empty({x.size(0), x.size(2), x.size(1), d}, x.options()).transpose(1, 2);
@@ -72,6 +81,7 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
     r.x = x.const_data_ptr();
     r.cos = cos.const_data_ptr();
     r.sin = sin.const_data_ptr();
+    r.cos_batch_stride = cos.dim() == 3 ? cos.size(1) * d : 0;
     r.y = y.data_ptr();
     for (int i = 0; i < 4; ++i) {
       r.size[i] = x.size(i);
@@ -84,9 +94,12 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
     return y;
   }
 #endif
-  if (!transpose) return x * cos + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
-  const at::Tensor ds = x * sin;
-  return x * cos + at::cat({ds.narrow(-1, half, half), -ds.narrow(-1, 0, half)}, -1);
+  // Positions per row ([B, T, D]) broadcast over x's heads ([B, H, T, D]).
+  const at::Tensor c = cos.dim() == 3 && x.dim() == 4 ? cos.unsqueeze(1) : cos;
+  const at::Tensor s = sin.dim() == 3 && x.dim() == 4 ? sin.unsqueeze(1) : sin;
+  if (!transpose) return x * c + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * s;
+  const at::Tensor ds = x * s;
+  return x * c + at::cat({ds.narrow(-1, half, half), -ds.narrow(-1, 0, half)}, -1);
 }
 
 struct Rotary : torch::autograd::Function<Rotary> {

@@ -35,6 +35,10 @@ class RotaryEmbedding {
   // `dtype` on `device`. Computed in fp32 once per device and extended on demand.
   std::pair<at::Tensor, at::Tensor> cos_sin(int64_t seq_len, c10::Device device, at::ScalarType dtype);
 
+  // cos and sin at each row's own positions (packed rows, nn/sequence_layout.h):
+  // position_ids int64 [B, T], each below T; [B, T, head_dim] in `dtype`.
+  std::pair<at::Tensor, at::Tensor> cos_sin_at(const at::Tensor& position_ids, at::ScalarType dtype);
+
   int64_t head_dim() const { return head_dim_; }
   double theta() const { return theta_; }
 
@@ -47,7 +51,8 @@ class RotaryEmbedding {
 };
 
 // x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1) over the last
-// dimension's halves. x: [..., seq, head_dim]; cos/sin: [seq, head_dim].
+// dimension's halves. x: [..., seq, head_dim]; cos/sin: [seq, head_dim], or
+// [B, seq, head_dim] for x [B, heads, seq, head_dim] (each row's positions).
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 // What apply_rotary runs, x's shape checked: one autograd function, cos/sin

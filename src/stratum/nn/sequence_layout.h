@@ -1,0 +1,58 @@
+#pragma once
+// Rows that pack several examples (data/packing.h): the example each
+// position belongs to and its position within that example. Attention reads
+// it to keep the examples apart (a block-diagonal causal mask) and the
+// position encodings (RoPE, GPT-2's learned positions) to restart at each
+// example, so that a packed row computes what each of its examples computes
+// alone.
+//
+// A LayerStack holds one SequenceLayoutSlot that its layers share. The
+// engine sets it to a micro-batch's layout for that micro-batch's forward and
+// its backward (which recomputes checkpointed layers) and clears it after. An
+// empty slot: every row is one sequence from position 0.
+#include <optional>
+
+#include <ATen/core/Tensor.h>
+
+namespace stratum::nn {
+
+struct SequenceLayout {
+  at::Tensor segment_ids;   // int32 [B, T]: the example within its row, -1 on padding
+  at::Tensor position_ids;  // int64 [B, T]: 0 at each example's first token
+};
+
+// Throws stratum::Error unless both are defined, [B, T] alike, segment ids
+// int32 and positions int64, on one device.
+void check_sequence_layout(const SequenceLayout& layout);
+
+// The layout for `length` positions: cut, or padded on the right with
+// segment -1 and position 0 (sequence parallelism pads the tokens so).
+SequenceLayout layout_of_length(const SequenceLayout& layout, int64_t length);
+
+// Where query i may read key j: the same segment and j <= i. bool [B, 1, T, T].
+// Every row has its diagonal, so no query reads nothing (padding reads padding).
+at::Tensor segment_causal_mask(const at::Tensor& segment_ids);
+
+class SequenceLayoutSlot {
+ public:
+  const SequenceLayout* get() const { return layout_ ? &*layout_ : nullptr; }
+  void set(SequenceLayout layout);  // checked
+  void clear() { layout_.reset(); }
+
+ private:
+  std::optional<SequenceLayout> layout_;
+};
+
+// A slot set for a scope (nothing when the layout is absent), cleared after.
+class SequenceLayoutScope {
+ public:
+  SequenceLayoutScope(SequenceLayoutSlot* slot, const std::optional<SequenceLayout>& layout);
+  ~SequenceLayoutScope();
+  SequenceLayoutScope(const SequenceLayoutScope&) = delete;
+  SequenceLayoutScope& operator=(const SequenceLayoutScope&) = delete;
+
+ private:
+  SequenceLayoutSlot* slot_ = nullptr;
+};
+
+}  // namespace stratum::nn
