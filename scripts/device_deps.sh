@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetches the build dependencies that the GPU machine lacks and cannot download
-# itself (it has no network): header-only / static Debian packages, unpacked
+# itself (it has no network): header-only / static Debian packages (and
+# PCRE2, which Hugging Face tokenizer.json files need), unpacked
 # under .deps/ (git-ignored). Run it HERE, then carry `.deps` to the device and
 # configure with -DSTRATUM_DEPS_DIR=$PWD/.deps (scripts/device_build.sh does).
 #
@@ -11,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(nlohmann-json3-dev libcli11-dev libgtest-dev googletest)
+packages=(nlohmann-json3-dev libcli11-dev libgtest-dev googletest libpcre2-dev libpcre2-8-0)
 deps=.deps
 debs=$deps/debs
 
@@ -40,7 +41,7 @@ done
 # What CMake will look for; a missing one means a package changed its layout.
 for f in usr/include/nlohmann/json.hpp \
          usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake \
-         usr/include/CLI/CLI.hpp \
+         usr/include/CLI/CLI.hpp usr/include/pcre2.h \
          usr/share/cmake/CLI11/CLI11Config.cmake \
          usr/include/gtest/gtest.h \
          usr/lib/x86_64-linux-gnu/libgtest.a \

@@ -40,6 +40,10 @@ if [ -n "${WHEELS:-}" ]; then
 fi
 trap 'rm -rf "$work"' EXIT
 
+why() {  # a failed run's log: its error lines, else its end
+  grep -m4 -iE "error|exception|what\(\)|terminate|abort" "$1" || tail -6 "$1"
+}
+
 compare() {  # name reference tolerance
   python3 - "$work" "$1" "$2" "$3" <<'PY'
 import csv, sys
@@ -76,7 +80,7 @@ JSON
   # shellcheck disable=SC2086
   "$bin/stratum-run" --num_procs 1 "$bin/stratum-train" --config "$work/$name.json" $args ${data_args:---data default} \
     --cache-dir "$work/cache" --steps "$steps" --eval-every "$steps" --eval-batches 8 --sample-tokens 0 \
-    --print-every 100 --log-dir "$work/$name" > "$work/$name.log" 2>&1 || { echo "$name: exit $?"; tail -6 "$work/$name.log"; }
+    --print-every 100 --log-dir "$work/$name" > "$work/$name.log" 2>&1 || { echo "$name: exit $?"; why "$work/$name.log"; }
   grep -E "LoRA r|start-up peak" "$work/$name.log" | sed 's/^/  /'
   python3 - "$work/$name" "$name" "$(( $(date +%s) - start ))" <<'PY'
 import csv, json, sys
@@ -177,7 +181,7 @@ JSON
       "$bin/stratum-run" --num_procs "$ranks" "$bin/stratum-train" --config "$work/chat-$base-$name.json" "${model[@]}" \
         $chat_args --data "chat:$work/chat.jsonl" --cache-dir "$work/cache" --steps 12 --eval-every 100 \
         --sample-tokens 0 --print-every 1000 --seed 7 --log-dir "$work/chat-$base-$name" > "$work/chat-$base-$name.log" 2>&1 ||
-        { echo "chat-$base-$name: exit $?"; tail -5 "$work/chat-$base-$name.log"; }
+        { echo "chat-$base-$name: exit $?"; why "$work/chat-$base-$name.log"; }
       if [ "$name" = ref ]; then grep -E "tokenized|packed into" "$work/chat-$base-$name.log" | sed 's/^/  /' | cut -c1-400; continue; fi
       tol=1e-5
       [ "$base" = nf4 ] && [[ "$name" == tp* ]] && tol=1e-3
