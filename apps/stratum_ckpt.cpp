@@ -139,16 +139,30 @@ int export_hf(const std::string& dir, const std::string& out_dir, const std::str
     if (base.empty()) base = client.at("lora").value("base_model_name_or_path", std::string());
     if (base.empty())
       throw Error("--merge-lora: the run had no --init-from; pass --base with the base model's directory");
-    models::load_hf_state_dict(*model, models::read_hf_checkpoint(base), base);
-    if (l.base_dtype == config::LoraBaseDType::nf4) {
-      const at::ScalarType trained = c.manifest->model_dtype == "BFloat16" ? at::kBFloat16
-                                     : c.manifest->model_dtype == "Half"   ? at::kHalf
-                                                                           : at::kFloat;
+    // A base stored in bitsandbytes' NF4 gives its codes as stored (what the run trained against).
+    const models::HfParameters stored = models::hf_parameters(*model, models::read_hf_checkpoint(base), base);
+    const bool nf4_base = l.base_dtype == config::LoraBaseDType::nf4;
+    const at::ScalarType trained = c.manifest->model_dtype == "BFloat16" ? at::kBFloat16
+                                   : c.manifest->model_dtype == "Half"   ? at::kHalf
+                                                                         : at::kFloat;
+    {
+      c10::AutoGradMode no_grad(false);
+      for (auto& item : model->named_parameters(/*recurse=*/true)) {
+        if (auto it = stored.whole.find(item.key()); it != stored.whole.end()) item.value().copy_(it->second);
+        if (auto q = stored.nf4.find(item.key()); q != stored.nf4.end()) {
+          quant::Nf4Tensor as_trained = q->second;
+          as_trained.dtype = nf4_base ? trained : at::kFloat;
+          item.value().copy_(quant::dequantize_nf4(as_trained));
+        }
+      }
+    }
+    if (nf4_base) {
       c10::AutoGradMode no_grad(false);
       const auto& names = models::lora_linear_names(mcfg.arch);
       for (const auto& item : model->named_modules("", false))
         if (auto* lin = dynamic_cast<nn::LinearImpl*>(item.value().get());
-            lin && std::find(names.begin(), names.end(), item.key().substr(item.key().rfind('.') + 1)) != names.end())
+            lin && !stored.nf4.count(item.key() + ".weight") &&
+            std::find(names.begin(), names.end(), item.key().substr(item.key().rfind('.') + 1)) != names.end())
           lin->weight.copy_(quant::dequantize_nf4(quant::quantize_nf4(lin->weight.to(trained))));
     }
     models::merge_lora(*model, l, c.tensors);

@@ -1,9 +1,11 @@
 // stratum-train: trains a built-in GPT-2 / LLaMA model on a text or token file
 // with the engine, under stratum-run (or mpirun, or alone); or fine-tunes one
-// from a Hugging Face model directory (--init-from).
+// from a Hugging Face model directory (--init-from), on text or on
+// instruction data (chat or prompt-completion JSON Lines, packed).
 //
 //   stratum-run --num_gpus 2 stratum-train --config ds_config.json --model gpt2-124m --data corpus.txt
 //   stratum-run --num_gpus 8 stratum-train --config ds_config.json --init-from ./Llama-3.2-1B --data corpus.txt
+//   stratum-run stratum-train --config qlora.json --init-from ./Llama-3.2-1B-Instruct --data chat:conversations.jsonl
 //
 // Shows a progress line (terminal) or plain lines (logs), writes metrics
 // (csv_monitor or --log-dir; TensorBoard events with the tensorboard section;
@@ -217,7 +219,11 @@ std::unique_ptr<data::TrainingSource> open_training_source(const Options& o, con
                                                            const models::ModelConfig& mcfg,
                                                            const data::TrainingSourceOptions& options) {
   std::optional<InstructionSpec> instruction;
-  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "reading --data", [&] { instruction = instruction_spec(o); });
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "reading --data", [&] {
+    instruction = instruction_spec(o);
+    if (!o.chat_template.empty() && (!instruction || instruction->form != data::InstructionForm::chat))
+      throw Error("--chat-template " + o.chat_template + ": only chat:FILE data is rendered with a chat template");
+  });
   std::unique_ptr<data::TrainingSource> source;
   if (!instruction) {
     data::TokenFile file = open_dataset(o, ctx, tokenizer, mcfg.max_seq_len);
@@ -346,6 +352,7 @@ json run_about(const models::ModelConfig& mcfg, const Config& config, const dist
 struct InitWeights {
   std::map<std::string, at::Tensor> file;   // the directory's tensors, by HF name
   std::map<std::string, at::Tensor> whole;  // each parameter's whole tensor, by Stratum name
+  std::map<std::string, quant::Nf4Tensor> nf4;  // a bitsandbytes 4-bit checkpoint's weights, as stored
 };
 InitWeights read_init_weights(const Options& o, const distributed::DistContext& ctx,
                               const models::CausalLMImpl& model) {
@@ -353,7 +360,16 @@ InitWeights read_init_weights(const Options& o, const distributed::DistContext& 
   distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "reading --init-from " + o.init_from, [&] {
     w.file = models::read_hf_checkpoint(o.init_from);
     // One rank compares a tied model's stored head with its embedding (both whole); the others need not read them.
-    w.whole = models::hf_whole_parameters(model, w.file, o.init_from, {/*compare_tied_head=*/ctx.rank == 0});
+    models::HfParameters p = models::hf_parameters(model, w.file, o.init_from, {/*compare_tied_head=*/ctx.rank == 0});
+    w.whole = std::move(p.whole);
+    w.nf4 = std::move(p.nf4);
+    // Weights stored in 4 bits are a frozen base: they neither train nor come back in 16 bits.
+    for (const auto& item : model.named_parameters(/*recurse=*/true))
+      if (w.nf4.count(item.key()) && item.value().requires_grad())
+        throw Error("--init-from " + o.init_from + ": '" + item.key() + "' is stored in bitsandbytes' 4-bit NF4 "
+                    "but would train"
+                    "; a quantized checkpoint fine-tunes as the frozen base of LoRA (a \"lora\" section, the "
+                    "layer not in modules_to_save)");
   });
   return w;
 }
@@ -509,7 +525,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     if (resume.kind != ResumePoint::Kind::resume) apply_init_weights(engine.core(), *init, o, ctx, lead);
     if (config.lora.enabled)
       load_frozen_weights(*model, model.get(), init->whole, *ctx.cpu_world, c10::kCPU,
-                          "loading the frozen base from --init-from " + o.init_from);
+                          "loading the frozen base from --init-from " + o.init_from, init->nf4);
     init.reset();  // unmaps the files
   }
   // After the base: an adapter's modules_to_save replace the base's values.
@@ -559,9 +575,9 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   const double flops_per_token = models::training_flops_per_token(mcfg, seq);
   const int64_t tokens_per_step = batch.train_batch_size * seq;
   if (lead)
-    log::info(models::describe(mcfg) + " | data " + source->describe() + ", " +
+    log::info(models::describe(mcfg) + " | data " + source->path() + " (" + source->details() + ", " +
               std::to_string(source->train_sequences()) + " train / " + std::to_string(source->eval_sequences()) +
-              " eval sequences | batch " + std::to_string(batch.train_batch_size) + " = " +
+              " eval sequences) | batch " + std::to_string(batch.train_batch_size) + " = " +
               std::to_string(batch.micro_batch_per_gpu) + " x " + std::to_string(batch.gradient_accumulation_steps) +
               " x " + std::to_string(dp->size()) + " data-parallel" +
               (engine.stages() > 1 ? " | " + std::to_string(engine.stages()) + " pipeline stages, " +

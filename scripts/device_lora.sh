@@ -26,6 +26,9 @@
 #      tokenizer) at several layouts on the shared GPU against one rank, then
 #      QLoRA on the Llama-3-8B shape at seq 4096 on those packed rows beside
 #      the same run on token windows: the cost of keeping examples apart.
+#   7. QLoRA from a checkpoint bitsandbytes saved in 4 bits
+#      (tests/data/hf/llama3_bnb4) against the dense llama3 quantized here,
+#      bf16 on the GPU: the same codes, so the same losses.
 #   PARTS="1 2 3 peers" (default 1 2 3), STEPS8B=8, STEPS70B=4.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -195,4 +198,19 @@ JSON
     "--model llama-8b --set max_seq_len=4096" "${STEPS8B:-8}" "$lora" '"activation_checkpointing": {},'
   data_args="--tokenizer $chat_tok --data $work/cache/default_corpus.txt" run_one 8b-nf4-windows \
     "--model llama-8b --set max_seq_len=4096" "${STEPS8B:-8}" "$lora" '"activation_checkpointing": {},'
+fi
+
+if [[ " $parts " == *" 7 "* ]]; then
+  echo "=== QLoRA from a bitsandbytes 4-bit checkpoint against the dense one quantized here (bf16, GPU) ==="
+  cat > "$work/bnb.json" <<JSON
+{"train_batch_size": 4, "gradient_accumulation_steps": 2, "bf16": {"enabled": true},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+ "lora": {"base_dtype": "nf4", "r": 4, "lora_alpha": 8, "target_modules": "all-linear"}}
+JSON
+  for src in llama3 llama3_bnb4; do
+    "$bin/stratum-run" --num_procs 1 "$bin/stratum-train" --config "$work/bnb.json" --init-from "tests/data/hf/$src" \
+      --set max_seq_len=32 --data default --cache-dir "$work/cache" --steps 6 --eval-every 100 --sample-tokens 0 \
+      --print-every 1000 --log-dir "$work/bnb-$src" > "$work/bnb-$src.log" 2>&1 || { echo "bnb-$src: exit $?"; why "$work/bnb-$src.log"; }
+  done
+  compare bnb-llama3_bnb4 bnb-llama3 1e-6
 fi

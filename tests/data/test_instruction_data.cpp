@@ -381,8 +381,8 @@ TEST_F(InstructionPackedRows, TrainingSourceHoldsOutTheLastRowsAndDealsTheRestTo
   EXPECT_EQ(ranks[0]->train_sequences(), 8);
   EXPECT_EQ(ranks[0]->eval_sequences(), 2);
   EXPECT_EQ(ranks[0]->eval_micro_batches(), 1);
-  EXPECT_NE(ranks[0]->describe().find("10 examples, 30 tokens packed into 10 rows of 4"), std::string::npos)
-      << ranks[0]->describe();
+  EXPECT_NE(ranks[0]->details().find("10 examples, 30 tokens packed into 10 rows of 4"), std::string::npos)
+      << ranks[0]->details();
   // Each rank's held-out row is one of the last two examples; the ranks' differ.
   const TrainingBatch e0 = ranks[0]->eval_batch(0), e1 = ranks[1]->eval_batch(0);
   ASSERT_EQ(e0.tokens.sizes(), (std::vector<int64_t>{1, 3}));

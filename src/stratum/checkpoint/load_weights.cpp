@@ -93,7 +93,8 @@ WeightLoadReport load_whole_weights(EngineCore& engine, const std::map<std::stri
 
 int64_t load_frozen_weights(torch::nn::Module& model, const nn::tp::ShardedModule* sharded,
                             const std::map<std::string, at::Tensor>& whole, distributed::Communicator& world,
-                            c10::Device world_device, const std::string& what) {
+                            c10::Device world_device, const std::string& what,
+                            const std::map<std::string, quant::Nf4Tensor>& nf4) {
   int64_t bytes = 0;
   distributed::agree_on_success(world, world_device, what, [&] {
     c10::AutoGradMode no_grad(false);
@@ -106,11 +107,24 @@ int64_t load_frozen_weights(torch::nn::Module& model, const nn::tp::ShardedModul
       // A weight held apart (NF4): this rank's piece quantized straight from the file, if it holds it.
       const bool apart = source && source->held_apart(name);
       if (p.requires_grad() || (nn::is_unmaterialized(p) && !apart) || p.numel() == 0) continue;
-      auto it = whole.find(name);
-      if (it == whole.end()) throw Error("no tensor for frozen parameter '" + name + "'");
-      check_weight_dtype(what, name, it->second);
       const auto spec = tp ? sharded->shard_spec(name, sharded->tensor_parallel().rank()) : std::nullopt;
-      const at::Tensor local = spec ? nn::tp::take_shard(it->second, *spec) : it->second;
+      at::Tensor stored;
+      if (auto q = nf4.find(name); q != nf4.end()) {
+        // Stored in NF4: taken as stored where the layer holds the whole weight in NF4.
+        if (apart && !spec) {
+          if (source->set_apart_nf4(name, q->second)) bytes += q->second.nbytes();
+          continue;
+        }
+        quant::Nf4Tensor in_fp32 = q->second;
+        in_fp32.dtype = at::kFloat;
+        stored = quant::dequantize_nf4(in_fp32);
+      } else {
+        auto it = whole.find(name);
+        if (it == whole.end()) throw Error("no tensor for frozen parameter '" + name + "'");
+        check_weight_dtype(what, name, it->second);
+        stored = it->second;
+      }
+      const at::Tensor local = spec ? nn::tp::take_shard(stored, *spec) : stored;
       if (apart) {
         if (!at::isfinite(local).all().item<bool>())
           throw Error(what + ": tensor '" + name + "' holds NaN or infinite values: a corrupt checkpoint");

@@ -13,6 +13,7 @@
 
 #include "stratum/engine/engine_core.h"
 #include "stratum/nn/tensor_parallel/shard_spec.h"
+#include "stratum/quant/nf4.h"
 
 namespace torch::nn {
 class Module;
@@ -43,8 +44,14 @@ WeightLoadReport load_whole_weights(EngineCore& engine, const std::map<std::stri
 // tensor-parallel rank's piece cut by `sharded`'s specs; null: not sharded),
 // cast to each parameter's dtype. Those another stage holds are skipped.
 // Collective like load_whole_weights; returns the bytes this rank read.
+//
+// `nf4`: weights a bitsandbytes-quantized checkpoint stores in NF4 (whole). A
+// layer that holds its weight in NF4 whole takes it as stored, bit for bit;
+// a tensor-parallel piece, or a layer that holds it dense, gets it
+// dequantized (one weight at a time, in fp32) and then as any weight.
 int64_t load_frozen_weights(torch::nn::Module& model, const nn::tp::ShardedModule* sharded,
                             const std::map<std::string, at::Tensor>& whole, distributed::Communicator& world,
-                            c10::Device world_device, const std::string& what);
+                            c10::Device world_device, const std::string& what,
+                            const std::map<std::string, quant::Nf4Tensor>& nf4 = {});
 
 }  // namespace stratum

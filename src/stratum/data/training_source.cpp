@@ -63,7 +63,7 @@ class TokenWindows final : public TrainingSource {
   int64_t train_sequences() const override { return split_.train.num_windows(o_.seq_len); }
   const std::string& path() const override { return file_.path(); }
   const std::string& tokenizer_name() const override { return file_.tokenizer_name(); }
-  std::string describe() const override { return file_.path() + " (" + std::to_string(file_.size()) + " tokens)"; }
+  std::string details() const override { return std::to_string(file_.size()) + " tokens"; }
 
  private:
   TokenFile file_;
@@ -107,18 +107,18 @@ class PackedRows final : public TrainingSource {
   int64_t train_sequences() const override { return train_rows_; }
   const std::string& path() const override { return file_.path(); }
   const std::string& tokenizer_name() const override { return file_.info().tokenizer_name; }
-  std::string describe() const override {
+  std::string details() const override {
     const PackingStats& s = plan_.stats;
     const double cells = static_cast<double>(s.rows) * static_cast<double>(o_.seq_len + 1);
     char text[320];
-    std::snprintf(text, sizeof text, " (%lld examples, %lld tokens packed into %lld rows of %lld, %.1f%% padding",
+    std::snprintf(text, sizeof text, "%lld examples, %lld tokens packed into %lld rows of %lld, %.1f%% padding",
                   static_cast<long long>(s.examples), static_cast<long long>(s.tokens), static_cast<long long>(s.rows),
                   static_cast<long long>(o_.seq_len + 1), 100.0 * static_cast<double>(s.padding_tokens) / std::max(1.0, cells));
-    std::string out = file_.path() + text;
+    std::string out = text;
     if (s.truncated_examples > 0)
       out += "; " + std::to_string(s.truncated_examples) + " examples longer than a row cut by " +
              std::to_string(s.truncated_tokens) + " tokens";
-    return out + ")";
+    return out;
   }
 
  private:

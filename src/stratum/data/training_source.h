@@ -58,8 +58,9 @@ class TrainingSource {
   virtual int64_t train_sequences() const = 0;
   virtual const std::string& path() const = 0;
   virtual const std::string& tokenizer_name() const = 0;
-  // "corpus.bin (1048576 tokens)" or "chat.jsonl (812 examples, 190k tokens in 96 rows, 3.1% padding)".
-  virtual std::string describe() const = 0;
+  // What the file holds, for the run's log: "1048576 tokens", or "812 examples,
+  // 190000 tokens packed into 96 rows of 2049, 3.1% padding".
+  virtual std::string details() const = 0;
 };
 
 // Throws stratum::Error naming the file when it holds too few tokens.

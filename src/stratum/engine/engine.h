@@ -90,7 +90,7 @@ void check_micro_batch(const MicroBatch& b, int index, const char* what);
 // each position below its index. Throws naming the micro-batch.
 std::optional<nn::SequenceLayout> micro_batch_layout(const MicroBatch& b, int index, const char* what,
                                                      c10::Device device);
-// Each micro-batch's loss weight in a step (MicroBatch::loss_tokens): n_i *
+// Each micro-batch's loss weight in a step or an evaluation (MicroBatch::loss_tokens): n_i *
 // m * dp / N, N the tokens over the step's m micro-batches and the dp ranks
 // (one all-reduce over `dp`), so that the engine's mean of the weighted
 // means is the mean over the step's tokens. All 1 when no micro-batch gives
@@ -186,7 +186,8 @@ class Engine {
     return engine_detail::mean_over_data_parallel(sum, m, *core_->dp());
   }
   // The mean loss of `micro_batches` micro-batches (0: gradient_accumulation_steps)
-  // over them and the data-parallel ranks, on every rank: forwards alone, in
+  // over them and the data-parallel ranks (over their tokens when they give
+  // MicroBatch::loss_tokens), on every rank: forwards alone, in
   // eval mode, without autograd; nothing is trained. Every rank passes the same count.
   double eval_batch(const NextBatch& next_batch, int micro_batches = 0) {
     const int m = micro_batches > 0 ? micro_batches : static_cast<int>(core().batch().gradient_accumulation_steps);
@@ -197,11 +198,14 @@ class Engine {
     model_->eval();
     at::Tensor sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(core_->device()));
     try {
+      std::vector<MicroBatch> batches;
+      for (int i = 0; i < m; ++i) batches.push_back(next_batch());
+      const std::vector<double> weights = engine_detail::token_weights(batches, *core_->dp(), core_->device());
       for (int i = 0; i < m; ++i) {
-        const MicroBatch b = next_batch();
+        const MicroBatch& b = batches[static_cast<size_t>(i)];
         const auto layout = engine_detail::micro_batch_layout(b, i, "eval_batch", core_->device());
         nn::SequenceLayoutScope packed(engine_detail::layout_slot(*model_, layout, "eval_batch"), layout);
-        sum += forward_loss(b, i, "eval_batch").to(at::kFloat);
+        sum += forward_loss(b, i, "eval_batch").to(at::kFloat) * weights[static_cast<size_t>(i)];
       }
     } catch (...) {
       model_->train(was_training);

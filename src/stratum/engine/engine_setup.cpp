@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "stratum/engine/engine.h"
+#include "stratum/nn/segment_runs.h"
 #include "stratum/nn/deferred_init.h"
 #include "stratum/distributed/logged_communicator.h"
 
@@ -145,7 +146,10 @@ std::optional<nn::SequenceLayout> micro_batch_layout(const MicroBatch& b, int in
     if (b.segment_ids.lt(-1).any().item<bool>())
       throw Error(where + "a segment id below -1 (-1 marks padding)");
   }
-  return nn::SequenceLayout{b.segment_ids.to(device), b.position_ids.to(device)};
+  // The runs, counted here on the host, spare the GPU a mask (nn/segment_runs.h).
+  std::shared_ptr<const nn::SegmentRuns> runs;
+  if (b.segment_ids.device().is_cpu()) runs = std::make_shared<const nn::SegmentRuns>(b.segment_ids);
+  return nn::SequenceLayout{b.segment_ids.to(device), b.position_ids.to(device), runs};
 }
 
 std::vector<double> token_weights(const std::vector<MicroBatch>& batches, distributed::Communicator& dp,
@@ -154,7 +158,7 @@ std::vector<double> token_weights(const std::vector<MicroBatch>& batches, distri
   double mine = 0;
   bool given = false;
   for (const MicroBatch& b : batches) {
-    if (b.loss_tokens < 0) throw Error("train_batch: a micro-batch's loss_tokens is negative");
+    if (b.loss_tokens < 0) throw Error("a micro-batch's loss_tokens is negative: " + std::to_string(b.loss_tokens));
     given = given || b.loss_tokens > 0;
     mine += static_cast<double>(b.loss_tokens);
   }

@@ -246,9 +246,8 @@ void PipelineStages::read_batches(const NextBatch& next_batch, int m, const char
     b.segment_ids = b.position_ids = at::Tensor();
     batches_.push_back(std::move(b));
   }
-  // Token-weighted losses (MicroBatch::loss_tokens) for training; evaluation keeps the mean of means.
-  weights_ = std::string(what) == "train_batch" ? engine_detail::token_weights(batches_, *dp_, device_)
-                                                : std::vector<double>(batches_.size(), 1.0);
+  // Token-weighted losses (MicroBatch::loss_tokens), in training and evaluation alike.
+  weights_ = engine_detail::token_weights(batches_, *dp_, device_);
 }
 
 nn::SequenceLayoutSlot* PipelineStages::micro_layout_slot(int micro) const {
@@ -360,7 +359,7 @@ at::Tensor PipelineStages::forward(int micro, int chunk, const at::Tensor& input
     at::Tensor out = model_->run(first ? batches_.at(micro).inputs : input, partition_.begin(vs), partition_.end(vs));
     if (!last) return out;
     if (mode_ == Mode::eval)
-      loss_sum_ += head_.loss(out, batches_.at(micro).labels).to(at::kFloat);
+      loss_sum_ += head_.loss(out, batches_.at(micro).labels).to(at::kFloat) * weights_.at(micro);
     else
       logits_ = head_.logits(out, logits_length_).select(1, logits_length_ - 1).squeeze(0).to(at::kFloat).cpu();
     return at::Tensor();

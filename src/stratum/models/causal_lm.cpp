@@ -161,6 +161,29 @@ bool CausalLMImpl::set_apart(const std::string& name, const at::Tensor& value) {
   return true;
 }
 
+bool CausalLMImpl::set_apart_nf4(const std::string& name, const quant::Nf4Tensor& value) {
+  auto it = nf4_layers_.find(name);
+  if (it == nf4_layers_.end() || !it->second->nf4) return false;
+  nn::LinearImpl* linear = it->second;
+  if (value.shape != linear->nf4->shape)
+    throw Error("parameter '" + name + "' is " + c10::str(at::IntArrayRef(linear->nf4->shape)) + " on this rank, its "
+                "NF4 tensor " + c10::str(at::IntArrayRef(value.shape)));
+  // The codes and scales as stored, on the layer's device; dequantized in the training dtype.
+  const c10::Device device = linear->nf4->packed.device();
+  // Copies: the value may be a view of a file that is unmapped after loading.
+  auto own = [&](const at::Tensor& t) { return t.to(device, t.scalar_type(), false, /*copy=*/true).contiguous(); };
+  quant::Nf4Tensor q = value;
+  q.dtype = linear->nf4->dtype;
+  q.packed = own(value.packed);
+  q.absmax = own(value.absmax);
+  if (q.nested) {
+    q.nested_absmax = own(value.nested_absmax);
+    q.nested_code = own(value.nested_code);
+  }
+  linear->nf4 = std::make_shared<const quant::Nf4Tensor>(std::move(q));
+  return true;
+}
+
 void init_weights(CausalLMImpl& model, c10::Device device) {
   c10::AutoGradMode no_grad(false);
   for (auto& item : model.named_parameters(/*recurse=*/true))

@@ -77,6 +77,7 @@ class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule, pu
   bool held_apart(const std::string& name) const override;
   void draw_apart(const std::string& name, c10::Device device, at::ScalarType dtype) override;
   bool set_apart(const std::string& name, const at::Tensor& value) override;
+  bool set_apart_nf4(const std::string& name, const quant::Nf4Tensor& value) override;
 
  private:
   ModelConfig config_;

@@ -325,6 +325,24 @@ void read_llama(const Json& j, ModelConfig& c) {
   c.dropout = probability_or(j, "attention_dropout", 0.0);
 }
 
+// A checkpoint saved quantized: bitsandbytes' 4-bit NF4 weights are read as
+// stored (models/hf_state_dict.h: hf_parameters); any other scheme is
+// refused by key rather than read as float weights.
+void read_quantization(const Json& j) {
+  const Json* q = find(j, "quantization_config", /*null_is_absent=*/true);
+  if (!q) return;
+  if (!q->is_object()) refuse("quantization_config", "is " + shown(*q) + ", not an object");
+  const std::string method = string_or(*q, "quant_method", "", "quantization_config.quant_method");
+  if (method != "bitsandbytes")
+    refuse("quantization_config.quant_method",
+           "is '" + method + "'; Stratum reads checkpoints quantized by bitsandbytes in 4-bit NF4 only");
+  if (bool_or(*q, "load_in_8bit", false))
+    refuse("quantization_config.load_in_8bit", "is true; Stratum reads bitsandbytes' 4-bit NF4, not its 8-bit weights");
+  if (!bool_or(*q, "load_in_4bit", false)) refuse("quantization_config.load_in_4bit", "is not true");
+  const std::string type = string_or(*q, "bnb_4bit_quant_type", "fp4", "quantization_config.bnb_4bit_quant_type");
+  if (type != "nf4") refuse("quantization_config.bnb_4bit_quant_type", "is '" + type + "'; only NF4 weights load");
+}
+
 }  // namespace
 
 ModelConfig model_config_from_hf(const Json& j, const std::string& name) {
@@ -343,6 +361,7 @@ ModelConfig model_config_from_hf(const Json& j, const std::string& name) {
     throw Error("Hugging Face config: model_type '" + shorten_for_message(escaped.substr(1, escaped.size() - 2), 60) +
                 "' is not supported (gpt2, llama)");
   }
+  read_quantization(j);
   c.tie_embeddings = bool_or(j, "tie_word_embeddings", type == "gpt2");  // LlamaConfig defaults to untied
   c.init_std = positive_number_or(j, "initializer_range", 0.02);
   validate(c);

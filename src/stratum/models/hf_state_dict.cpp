@@ -77,6 +77,16 @@ std::vector<std::pair<std::string, at::Tensor>> to_hf_state_dict(const CausalLMI
 std::map<std::string, at::Tensor> hf_whole_parameters(const CausalLMImpl& model,
                                                      const std::map<std::string, at::Tensor>& tensors,
                                                      const std::string& source, const HfChecks& checks) {
+  HfParameters p = hf_parameters(model, tensors, source, checks);
+  if (!p.nf4.empty())
+    throw Error((source.empty() ? "" : source + ": ") + "'" + p.nf4.begin()->first + "' and " +
+                std::to_string(p.nf4.size() - 1) + " more weights are stored in bitsandbytes' 4-bit NF4: a quantized "
+                "checkpoint loads as the frozen base of LoRA (a \"lora\" section), not as weights that train");
+  return std::move(p.whole);
+}
+
+HfParameters hf_parameters(const CausalLMImpl& model, const std::map<std::string, at::Tensor>& tensors,
+                           const std::string& source, const HfChecks& checks) {
   const ModelConfig& c = model.config();
   const std::string where = source.empty() ? "" : source + ": ";
   std::vector<std::string> problems;
@@ -93,7 +103,13 @@ std::map<std::string, at::Tensor> hf_whole_parameters(const CausalLMImpl& model,
     return &it->second;
   };
 
-  std::map<std::string, at::Tensor> out;
+  auto has = [&](const std::string& name) {
+    return tensors.count(name) ||
+           (c.arch == "gpt2" && name.rfind("transformer.", 0) == 0 && tensors.count(name.substr(12)));
+  };
+
+  HfParameters result;
+  std::map<std::string, at::Tensor>& out = result.whole;
   const nn::tp::TensorParallel& tp = model.tensor_parallel();
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
@@ -105,14 +121,31 @@ std::map<std::string, at::Tensor> hf_whole_parameters(const CausalLMImpl& model,
     }
     const bool conv1d = is_hf_conv1d_weight(c, name);
     const at::Tensor& src = *t;
-    if (!is_weight_dtype(src.scalar_type())) {
-      problems.push_back(not_a_weight(name, src));
-      continue;
-    }
     // A tensor-parallel rank's parameter is a shard: the file holds the whole tensor.
     const auto spec = tp.enabled() ? model.shard_spec(name, tp.rank()) : std::nullopt;
     const std::vector<int64_t> shape = item.value().sizes().vec();
     const std::vector<int64_t> want = spec ? nn::tp::whole_shape(shape, *spec) : shape;
+    // Stored in bitsandbytes' NF4: read as stored, its quant state beside it (transformers'
+    // Linear4bit keeps [out, in], GPT-2's Conv1D included).
+    if (has(name + ".quant_state.bitsandbytes__nf4") || has(name + ".quant_state.bitsandbytes__fp4")) {
+      try {
+        quant::Nf4Tensor q = quant::nf4_from_bitsandbytes(
+            name, [&](const std::string& n) { const at::Tensor* x = find(n); return x ? *x : at::Tensor(); },
+            "stored in bitsandbytes' 4 bits");
+        if (q.shape != want)
+          problems.push_back("'" + name + "' is stored in NF4 with shape " + shape_str(q.shape) + ", expected " +
+                             shape_str(want));
+        else
+          result.nf4.emplace(name, std::move(q));
+      } catch (const Error& e) {
+        problems.push_back(e.what());
+      }
+      continue;
+    }
+    if (!is_weight_dtype(src.scalar_type())) {
+      problems.push_back(not_a_weight(name, src));
+      continue;
+    }
     const bool fits = conv1d ? (src.dim() == 2 && src.size(0) == want[1] && src.size(1) == want[0])
                              : src.sizes().vec() == want;
     if (!fits) {
@@ -139,7 +172,7 @@ std::map<std::string, at::Tensor> hf_whole_parameters(const CausalLMImpl& model,
   for (const auto& [name, was_used] : used)
     if (!was_used && !is_hf_buffer(name)) problems.push_back("unexpected '" + name + "'");
 
-  if (problems.empty()) return out;
+  if (problems.empty()) return result;
   std::string msg = where + "cannot load into model '" + c.name + "': ";
   constexpr size_t kShown = 20;
   for (size_t i = 0; i < problems.size() && i < kShown; ++i) msg += (i ? "; " : "") + problems[i];

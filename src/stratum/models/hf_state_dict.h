@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "stratum/models/causal_lm.h"
+#include "stratum/quant/nf4.h"
 
 namespace stratum::models {
 
@@ -38,10 +39,25 @@ struct HfChecks {
 // against their whole shapes. Throws stratum::Error listing every missing,
 // unexpected or mis-shaped tensor by name (and `source`, e.g. the file), and
 // every one whose dtype is not a float weight's (F32, BF16, F16, F64: a
-// quantized checkpoint's integers are never cast into weights).
+// quantized checkpoint's integers are never cast into weights), and a weight
+// stored in bitsandbytes' NF4 (hf_parameters reads those).
 std::map<std::string, at::Tensor> hf_whole_parameters(const CausalLMImpl& model,
                                                      const std::map<std::string, at::Tensor>& tensors,
                                                      const std::string& source = "", const HfChecks& checks = {});
+
+// A checkpoint saved from a bitsandbytes 4-bit model (transformers'
+// load_in_4bit): its linear weights stored in NF4 (`<name>` packed uint8
+// beside `<name>.absmax`, `.quant_map`, `.nested_*` and
+// `.quant_state.bitsandbytes__nf4`), the rest dense.
+struct HfParameters {
+  std::map<std::string, at::Tensor> whole;      // as hf_whole_parameters gives them
+  std::map<std::string, quant::Nf4Tensor> nf4;  // the weights stored in NF4, as stored (views of the file)
+};
+// hf_whole_parameters that also reads weights stored in bitsandbytes' NF4
+// (checked against the parameter's whole shape, Stratum's [out, in]); their
+// quant states' errors name the tensor.
+HfParameters hf_parameters(const CausalLMImpl& model, const std::map<std::string, at::Tensor>& tensors,
+                           const std::string& source = "", const HfChecks& checks = {});
 
 // Copies `tensors` (HF names) into the model's parameters, converting dtype
 // and device; a tensor-parallel rank keeps its shard of each (the file holds

@@ -10,19 +10,11 @@
 namespace stratum::nn {
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p,
-                            const at::Tensor& segment_ids) {
+                            const SequenceLayout* rows) {
+  if (rows) return segment_attention(q, k, v, dropout_p, *rows);
   // enable_gqa (torch >= 2.5) groups query heads over k/v heads without
   // materializing repeated k/v; flash kernels support it.
   const bool grouped = q.size(1) != k.size(1);
-  if (segment_ids.defined()) {
-    // A block-diagonal causal mask. The memory-efficient GPU kernel takes a
-    // mask but not grouped heads: k/v repeated per query head for it.
-    const at::Tensor mask = segment_causal_mask(segment_ids);
-    const int64_t group = q.size(1) / k.size(1);
-    const at::Tensor kk = grouped ? k.repeat_interleave(group, 1) : k;
-    const at::Tensor vv = grouped ? v.repeat_interleave(group, 1) : v;
-    return at::scaled_dot_product_attention(q, kk, vv, mask, dropout_p, /*is_causal=*/false);
-  }
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true,
                                           /*scale=*/std::nullopt, /*enable_gqa=*/grouped);
 }
@@ -60,12 +52,13 @@ at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
   if (c_attn->has_lora()) packed = packed + column_parallel_lora(x, *c_attn, tp, is_training());
   const auto qkv = packed.chunk(3, -1);
   const double p = is_training() ? dropout : 0.0;
-  const SequenceLayout* rows = layout ? layout->get() : nullptr;
+  const SequenceLayout* packed_rows = layout ? layout->get() : nullptr;
   const int64_t length = x.size(1) * (tp.sequence_parallel ? tp.size() : 1);
-  const at::Tensor segments = rows ? layout_of_length(*rows, length).segment_ids : at::Tensor();
+  const std::optional<SequenceLayout> rows =
+      packed_rows ? std::optional(layout_of_length(*packed_rows, length)) : std::nullopt;
   auto attend = [&] {
     return causal_attention(split_heads(qkv[0], heads), split_heads(qkv[1], heads), split_heads(qkv[2], heads), p,
-                            segments);
+                            rows ? &*rows : nullptr);
   };
   // Dropout over this rank's heads draws from its own stream (tensor_parallel/random.h).
   const at::Tensor heads_out = merge_heads(p > 0 ? tp::with_rank_stream(tp, x.device(), attend) : attend());
@@ -116,7 +109,7 @@ at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   const at::Tensor k = apply_rotary(split_heads(qkv[1], kv_heads), cos, sin);
   const at::Tensor v = split_heads(qkv[2], kv_heads);
   const double p = is_training() ? dropout : 0.0;
-  auto attend = [&] { return causal_attention(q, k, v, p, rows ? rows->segment_ids : at::Tensor()); };
+  auto attend = [&] { return causal_attention(q, k, v, p, rows ? &*rows : nullptr); };
   const at::Tensor heads_out = merge_heads(p > 0 ? tp::with_rank_stream(tp, x.device(), attend) : attend());
   const at::Tensor y = o_proj->nf4_base ? tp::leave_region(frozen_linear(heads_out, *o_proj), tp)
                                         : tp::row_parallel_linear(heads_out, o_proj->weight, at::Tensor(), tp);

@@ -25,11 +25,11 @@ namespace stratum::nn {
 
 // q: [B, heads, T, D]; k, v: [B, kv_heads, T, D] with heads % kv_heads == 0.
 // Query head h attends with k/v head h / (heads / kv_heads) (HF's repeat_kv).
-// Dropout on the attention weights when dropout_p > 0. With `segment_ids`
-// (int32 [B, T], packed rows: nn/sequence_layout.h) a query reads only the
-// keys of its own segment.
+// Dropout on the attention weights when dropout_p > 0. With `rows` (packed
+// rows at q's length: nn/sequence_layout.h) a query reads only the keys of
+// its own segment.
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p,
-                            const at::Tensor& segment_ids = {});
+                            const SequenceLayout* rows = nullptr);
 
 class FusedQKVAttentionImpl : public torch::nn::Module {
  public:

@@ -15,6 +15,10 @@ namespace torch::nn {
 class Module;
 }
 
+namespace stratum::quant {
+struct Nf4Tensor;
+}
+
 namespace stratum::nn {
 
 // A parameter not drawn yet: its shape and dtype over one shared element of
@@ -42,6 +46,9 @@ class DeferredInit {
   virtual bool held_apart(const std::string& /*name*/) const { return false; }
   virtual void draw_apart(const std::string& /*name*/, c10::Device /*device*/, at::ScalarType /*dtype*/) {}
   virtual bool set_apart(const std::string& /*name*/, const at::Tensor& /*value*/) { return false; }
+  // The same from a value already in NF4 (a bitsandbytes-quantized
+  // checkpoint's, the whole weight): taken as it is, not quantized again.
+  virtual bool set_apart_nf4(const std::string& /*name*/, const quant::Nf4Tensor& /*value*/) { return false; }
 };
 
 // Draws every unmaterialized parameter of `module` for which `keep` (given

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include "stratum/core/error.h"
+#include "stratum/nn/segment_runs.h"
+#include "stratum/nn/varlen_attention.h"
 
 namespace stratum::nn {
 
@@ -22,8 +24,9 @@ void check_sequence_layout(const SequenceLayout& l) {
 SequenceLayout layout_of_length(const SequenceLayout& l, int64_t length) {
   const int64_t t = l.segment_ids.size(1);
   if (length == t) return l;
-  if (length < t) return {l.segment_ids.narrow(1, 0, length), l.position_ids.narrow(1, 0, length)};
-  return {at::constant_pad_nd(l.segment_ids, {0, length - t}, -1), at::constant_pad_nd(l.position_ids, {0, length - t}, 0)};
+  if (length < t) return {l.segment_ids.narrow(1, 0, length), l.position_ids.narrow(1, 0, length), nullptr};
+  return {at::constant_pad_nd(l.segment_ids, {0, length - t}, -1), at::constant_pad_nd(l.position_ids, {0, length - t}, 0),
+          l.runs};
 }
 
 at::Tensor segment_causal_mask(const at::Tensor& segment_ids) {
@@ -31,6 +34,18 @@ at::Tensor segment_causal_mask(const at::Tensor& segment_ids) {
   const at::Tensor same = segment_ids.unsqueeze(2) == segment_ids.unsqueeze(1);  // [B, T, T]
   const at::Tensor causal = at::ones({t, t}, segment_ids.options().dtype(at::kBool)).tril();
   return (same & causal).unsqueeze(1);
+}
+
+at::Tensor segment_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p,
+                             const SequenceLayout& rows) {
+  if (rows.runs && rows.runs->contiguous() && q.size(2) >= rows.runs->length() && varlen_attention_applies(q, k))
+    return varlen_causal_attention(q, k, v, rows.runs->sequences(q.size(2), q.device()), dropout_p);
+  // The memory-efficient GPU kernel takes a mask but not grouped heads: k/v repeated per query head for it.
+  const at::Tensor mask = segment_causal_mask(rows.segment_ids);
+  const int64_t group = q.size(1) / k.size(1);
+  const at::Tensor kk = group > 1 ? k.repeat_interleave(group, 1) : k;
+  const at::Tensor vv = group > 1 ? v.repeat_interleave(group, 1) : v;
+  return at::scaled_dot_product_attention(q, kk, vv, mask, dropout_p, /*is_causal=*/false);
 }
 
 void SequenceLayoutSlot::set(SequenceLayout layout) {
