@@ -222,7 +222,8 @@ std::string chat_train(const std::string& dir, const std::string& config, int pr
                        const std::string& model_args, const std::string& data, int steps = 6,
                        const std::string& extra = "") {
   return kBin + "/stratum-run --num_procs " + std::to_string(procs) + " " + kBin + "/stratum-train --config " + config +
-         " " + model_args + " --tokenizer " + kChatTokenizer + " --chat-template " + kChatTemplate + " --data " + data +
+         " " + model_args + " --tokenizer " + kChatTokenizer +
+         (data.rfind("chat:", 0) == 0 ? " --chat-template " + kChatTemplate : std::string()) + " --data " + data +
          " --cache-dir " + dir + "/cache --steps " + std::to_string(steps) +
          " --eval-every 3 --eval-fraction 0.1 --print-every 1 --sample-tokens 0 --log-dir " + dir + "/" + log + " " +
          extra;
@@ -287,4 +288,64 @@ TEST_F(TrainCli, InstructionDataInTheWrongFormIsRefusedByLine) {
   r = run(chat_train(dir_, write_config(dir_, "one", ""), 1, "one", kChatLlama, "chat:" + chat + " default", 1));
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("instruction data is one file alone"), std::string::npos) << r.output;
+  // A chat template is read only for chat data: given with other data, it is refused rather than ignored.
+  r = run(chat_train(dir_, write_config(dir_, "one", ""), 1, "one", kChatLlama,
+                     "prompt-completion:" + write_instruction_data(dir_, true), 1, "--chat-template " + kChatTemplate));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("only chat:FILE data is rendered with a chat template"), std::string::npos) << r.output;
+}
+
+TEST_F(TrainCli, QloraFromABitsandbytesCheckpointTrainsOnItsStoredCodes) {
+  // tests/data/hf/llama3_bnb4 is llama3 saved by bitsandbytes in 4 bits (its
+  // block linears in NF4 from bf16). In bf16, QLoRA from it and QLoRA from
+  // the dense llama3 (quantized here, bit for bit as bitsandbytes does) hold
+  // the same codes: the same losses (1e-6). Data-parallel ranks take the
+  // codes as stored (within 2e-4: bf16 gradients summed in another order);
+  // tensor-parallel ranks dequantize the weight and quantize their piece
+  // (within 1e-2 of the single process's).
+  const std::string hf = std::string(STRATUM_SOURCE_DIR) + "/tests/data/hf";
+  auto config = [&](const std::string& name, const std::string& extra) {
+    const std::string path = dir_ + "/" + name + ".json";
+    std::ofstream(path) << R"({"train_batch_size": 4, "gradient_accumulation_steps": 2, "bf16": {"enabled": true},
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+      "lora": {"base_dtype": "nf4", "r": 4, "lora_alpha": 8, "target_modules": "all-linear"})" + extra + "}";
+    return path;
+  };
+  Result r = run(train(dir_, config("dense", ""), 1, "dense", "--init-from " + hf + "/llama3 --set max_seq_len=32"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run(train(dir_, config("bnb", ""), 1, "bnb", "--init-from " + hf + "/llama3_bnb4 --set max_seq_len=32"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto dense = losses(dir_ + "/dense/metrics.csv"), bnb = losses(dir_ + "/bnb/metrics.csv");
+  ASSERT_EQ(bnb.size(), 6u);
+  for (const auto& [step, loss] : dense) EXPECT_NEAR(bnb.at(step), loss, 1e-6 * loss) << "step " << step;
+  r = run(train(dir_, config("zero2", R"(, "zero_optimization": {"stage": 2})"), 2, "zero2",
+                "--init-from " + hf + "/llama3_bnb4 --set max_seq_len=32"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto zero2 = losses(dir_ + "/zero2/metrics.csv");  // bf16 gradients summed in another order
+  for (const auto& [step, loss] : bnb) EXPECT_NEAR(zero2.at(step), loss, 2e-4 * loss) << "step " << step;
+  r = run(train(dir_, config("tp", R"(, "tensor_parallel": {"autotp_size": 2})"), 2, "tp",
+                "--init-from " + hf + "/llama3_bnb4 --set max_seq_len=32"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto tp = losses(dir_ + "/tp/metrics.csv");
+  for (const auto& [step, loss] : bnb) EXPECT_NEAR(tp.at(step), loss, 1e-2 * loss) << "step " << step;
+  // Merged (at lr 0 the adapters add nothing): each 4-bit weight is its stored codes dequantized, bitsandbytes' values.
+  const std::string still = dir_ + "/still.json";
+  std::ofstream(still) << R"({"train_batch_size": 4, "gradient_accumulation_steps": 2, "bf16": {"enabled": true},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.0}},
+    "lora": {"base_dtype": "nf4", "r": 4, "lora_alpha": 8, "target_modules": "all-linear"}})";
+  r = run(train(dir_, still, 1, "still", "--init-from " + hf + "/llama3_bnb4 --set max_seq_len=32", 1,
+                "--save-dir " + dir_ + "/ckpt"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run(kBin + "/stratum-ckpt export " + dir_ + "/ckpt " + dir_ + "/merged --merge-lora");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("dequantized NF4, as trained"), std::string::npos) << r.output;
+  const auto merged = stratum::io::read_safetensors(dir_ + "/merged/model.safetensors");
+  const auto bnb_values = stratum::io::read_safetensors(hf + "/llama3_bnb4/dequantized.safetensors");
+  for (const auto& [name, value] : bnb_values) EXPECT_TRUE(at::equal(merged.at(name), value)) << name;
+  // Without a lora section the 4-bit weights would have to train: refused by name.
+  const std::string plain = dir_ + "/plain.json";
+  std::ofstream(plain) << R"({"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})";
+  r = run(train(dir_, plain, 1, "plain", "--init-from " + hf + "/llama3_bnb4 --set max_seq_len=32", 1));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("stored in bitsandbytes' 4-bit NF4"), std::string::npos) << r.output;
 }
