@@ -198,23 +198,6 @@ std::string write_instruction_data(const std::string& dir, bool prompt_completio
   return path;
 }
 
-// step -> eval loss, where metrics.csv has one.
-std::map<int, double> eval_losses(const std::string& csv) {
-  std::map<int, double> out;
-  std::ifstream in(csv);
-  std::string line;
-  std::getline(in, line);
-  while (std::getline(in, line)) {
-    std::stringstream ss(line);
-    std::string step, loss, eval;
-    std::getline(ss, step, ',');
-    std::getline(ss, loss, ',');
-    std::getline(ss, eval, ',');
-    if (!eval.empty()) out[std::stoi(step)] = std::stod(eval);
-  }
-  return out;
-}
-
 const std::string kChatTokenizer = std::string(STRATUM_SOURCE_DIR) + "/tests/data/chat_templates/llama3_chat";
 const std::string kChatTemplate = std::string(STRATUM_SOURCE_DIR) + "/tests/data/chat_templates/llama-3.2-instruct.jinja";
 
@@ -249,7 +232,7 @@ TEST_F(TrainCli, ChatDataTrainsPackedOnTheAnswersAtEveryLayout) {
   const auto reference = losses(dir_ + "/one/metrics.csv");
   ASSERT_EQ(reference.size(), 12u);
   // A short fine-tune lowers the held-out loss on the answers.
-  const auto held_out = eval_losses(dir_ + "/one/metrics.csv");
+  const auto held_out = metric(dir_ + "/one/metrics.csv", 2);  // eval_loss
   ASSERT_TRUE(held_out.count(3) && held_out.count(12)) << r.output;
   EXPECT_LT(held_out.at(12), held_out.at(3));
   std::map<int, double> first_six(reference.begin(), reference.find(7));

@@ -29,21 +29,26 @@ inline std::string train_cmd(const std::string& dir, int steps, const std::strin
          "--log-dir " + dir + "/log --save-dir " + dir + "/ckpt " + extra;
 }
 
-// step -> loss from metrics.csv (columns: step,loss,...).
-inline std::map<int, double> losses(const std::string& csv) {
+// step -> the value in column `column` of metrics.csv (columns: step, loss,
+// eval_loss, ...), for the rows that have one.
+inline std::map<int, double> metric(const std::string& csv, int column) {
   std::map<int, double> out;
   std::ifstream in(csv);
   std::string line;
   std::getline(in, line);
   while (std::getline(in, line)) {
     std::stringstream ss(line);
-    std::string step, loss;
+    std::string step, value;
     std::getline(ss, step, ',');
-    std::getline(ss, loss, ',');
-    out[std::stoi(step)] = std::stod(loss);
+    for (int c = 1; c <= column; ++c)
+      if (!std::getline(ss, value, ',')) value.clear();
+    if (!value.empty()) out[std::stoi(step)] = std::stod(value);
   }
   return out;
 }
+
+// step -> loss from metrics.csv.
+inline std::map<int, double> losses(const std::string& csv) { return metric(csv, 1); }
 
 class TrainCli : public ::testing::Test {
  protected:
