@@ -314,7 +314,7 @@ void restore_data_position(const json& client, data::TrainingSource& source, con
 // Packed rows hold different numbers of trained tokens: each step is the
 // mean over its tokens (MicroBatch::loss_tokens), at every layout alike.
 MicroBatch micro_batch(const data::TrainingBatch& b) {
-  const int64_t tokens = b.segment_ids.defined() ? b.targets.ne(-100).sum().item<int64_t>() : 0;
+  const int64_t tokens = b.segment_ids.defined() ? b.targets.ne(-100).sum().item<int64_t>() : -1;
   return {b.tokens, b.targets, b.segment_ids, b.position_ids, tokens};
 }
 

@@ -93,8 +93,9 @@ std::optional<nn::SequenceLayout> micro_batch_layout(const MicroBatch& b, int in
 // Each micro-batch's loss weight in a step or an evaluation (MicroBatch::loss_tokens): n_i *
 // m * dp / N, N the tokens over the step's m micro-batches and the dp ranks
 // (one all-reduce over `dp`), so that the engine's mean of the weighted
-// means is the mean over the step's tokens. All 1 when no micro-batch gives
-// its tokens or the step has none.
+// means is the mean over the step's tokens. All 1, with no collective, when
+// no micro-batch gives its tokens; all 1 when the step has none. Throws when
+// some give it and others do not.
 std::vector<double> token_weights(const std::vector<MicroBatch>& batches, distributed::Communicator& dp,
                                   c10::Device device);
 // The slot a layout is set in: the model's, when it is a LayerStack. Throws

@@ -155,19 +155,16 @@ std::optional<nn::SequenceLayout> micro_batch_layout(const MicroBatch& b, int in
 std::vector<double> token_weights(const std::vector<MicroBatch>& batches, distributed::Communicator& dp,
                                   c10::Device device) {
   std::vector<double> weights(batches.size(), 1.0);
+  const auto given = [](const MicroBatch& b) { return b.loss_tokens >= 0; };
+  if (std::none_of(batches.begin(), batches.end(), given)) return weights;  // token windows: no collective
+  if (!std::all_of(batches.begin(), batches.end(), given))
+    throw Error("a step's micro-batches give loss_tokens for some and not others; give it for all or none");
   double mine = 0;
-  bool given = false;
-  for (const MicroBatch& b : batches) {
-    if (b.loss_tokens < 0) throw Error("a micro-batch's loss_tokens is negative: " + std::to_string(b.loss_tokens));
-    given = given || b.loss_tokens > 0;
-    mine += static_cast<double>(b.loss_tokens);
-  }
-  // Decided alike on every rank: a rank whose micro-batches give no count still joins the sum.
-  at::Tensor total = at::tensor({mine, given ? 1.0 : 0.0}, at::TensorOptions().dtype(at::kDouble)).to(device);
+  for (const MicroBatch& b : batches) mine += static_cast<double>(b.loss_tokens);
+  at::Tensor total = at::tensor({mine}, at::TensorOptions().dtype(at::kDouble)).to(device);
   if (dp.size() > 1) dp.all_reduce(total, distributed::ReduceOp::sum)->wait();
-  const at::Tensor host = total.cpu();
-  const double all = host[0].item<double>();
-  if (host[1].item<double>() == 0 || all == 0) return weights;
+  const double all = total.cpu().item<double>();
+  if (all == 0) return weights;  // nothing to learn anywhere: each mean as it is
   const double per = static_cast<double>(batches.size()) * static_cast<double>(dp.size()) / all;
   for (size_t i = 0; i < batches.size(); ++i) weights[i] = static_cast<double>(batches[i].loss_tokens) * per;
   return weights;

@@ -246,8 +246,9 @@ void PipelineStages::read_batches(const NextBatch& next_batch, int m, const char
     b.segment_ids = b.position_ids = at::Tensor();
     batches_.push_back(std::move(b));
   }
-  // Token-weighted losses (MicroBatch::loss_tokens), in training and evaluation alike.
-  weights_ = engine_detail::token_weights(batches_, *dp_, device_);
+  // Token-weighted losses (MicroBatch::loss_tokens), in training and evaluation alike: the last stage's.
+  weights_ = is_last_stage() ? engine_detail::token_weights(batches_, *dp_, device_)
+                             : std::vector<double>(batches_.size(), 1.0);
 }
 
 nn::SequenceLayoutSlot* PipelineStages::micro_layout_slot(int micro) const {

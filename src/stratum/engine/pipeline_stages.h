@@ -65,12 +65,12 @@ struct MicroBatch {
   // ids and int64 positions, [B, T] as the inputs. Undefined: one sequence a row.
   at::Tensor segment_ids{}, position_ids{};
   // The tokens this micro-batch's loss is the mean over (its targets other
-  // than -100), 0: not given. When a step's micro-batches give it, the step
-  // trains on the mean over every such token of the step (all micro-batches,
-  // all data-parallel ranks), not the mean of the micro-batches' means:
+  // than -100); -1: not given. When a step's micro-batches give it (every
+  // one, on every data-parallel rank), the step trains on the mean over
+  // every such token of the step, not the mean of the micro-batches' means:
   // packed rows hold different numbers of trained tokens, and every layout
-  // then weighs each token alike.
-  int64_t loss_tokens = 0;
+  // then weighs each token alike. Not given, a step costs no collective.
+  int64_t loss_tokens = -1;
 };
 using NextBatch = std::function<MicroBatch()>;
 // The last stage's loss of one micro-batch, from the model's output and the labels.

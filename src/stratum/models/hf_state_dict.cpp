@@ -93,20 +93,20 @@ HfParameters hf_parameters(const CausalLMImpl& model, const std::map<std::string
   std::map<std::string, bool> used;
   for (const auto& [name, t] : tensors) used[name] = false;
 
-  auto find = [&](const std::string& name) -> const at::Tensor* {
+  // GPT-2 files saved from GPT2Model lack the "transformer." prefix.
+  auto lookup = [&](const std::string& name) {
     auto it = tensors.find(name);
-    // GPT-2 files saved from GPT2Model lack the "transformer." prefix.
     if (it == tensors.end() && c.arch == "gpt2" && name.rfind("transformer.", 0) == 0)
       it = tensors.find(name.substr(12));
+    return it;
+  };
+  auto find = [&](const std::string& name) -> const at::Tensor* {
+    const auto it = lookup(name);
     if (it == tensors.end()) return nullptr;
     used[it->first] = true;
     return &it->second;
   };
-
-  auto has = [&](const std::string& name) {
-    return tensors.count(name) ||
-           (c.arch == "gpt2" && name.rfind("transformer.", 0) == 0 && tensors.count(name.substr(12)));
-  };
+  auto has = [&](const std::string& name) { return lookup(name) != tensors.end(); };
 
   HfParameters result;
   std::map<std::string, at::Tensor>& out = result.whole;
