@@ -525,7 +525,8 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     if (resume.kind != ResumePoint::Kind::resume) apply_init_weights(engine.core(), *init, o, ctx, lead);
     if (config.lora.enabled)
       load_frozen_weights(*model, model.get(), init->whole, *ctx.cpu_world, c10::kCPU,
-                          "loading the frozen base from --init-from " + o.init_from, init->nf4);
+                          "loading the frozen base from --init-from " + o.init_from, init->nf4,
+                          engine.core().frozen_units());
     init.reset();  // unmaps the files
   }
   // After the base: an adapter's modules_to_save replace the base's values.
@@ -535,6 +536,16 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     if (lead) log::info("adapters from " + o.lora_from + " (" + std::to_string(values.size()) + " tensors)");
   }
   adapter.reset();
+  if (const zero::FrozenUnits* frozen = engine.core().frozen_units(); frozen && lead) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "frozen base partitioned over %lld data-parallel ranks (ZeRO-3): %.1f MiB held per rank of %.1f "
+                  "MiB, gathered a layer at a time as %s",
+                  static_cast<long long>(engine.core().dp()->size()), frozen->held_bytes() / 1048576.0,
+                  frozen->whole_bytes() / 1048576.0,
+                  config.lora.base_dtype == config::LoraBaseDType::nf4 ? "NF4 (4 bits a weight)" : "stored");
+    log::info(line);
+  }
   report_startup_peak(ctx, lead);
   const auto& batch = engine.core().batch();
   const auto& dp = engine.core().dp();

@@ -84,9 +84,12 @@ TEST_F(TrainCli, LoraMatchesTheSingleProcessAtEveryLayout) {
 TEST_F(TrainCli, LoraOnAHuggingFaceDirectoryKeepsTheBaseFrozenAndResumes) {
   const std::string hf = std::string(STRATUM_SOURCE_DIR) + "/tests/data/hf/llama3";
   const std::string model = "--init-from " + hf + " --set max_seq_len=32";
-  const std::string config = write_config(dir_, "lora", R"(, "zero_optimization": {"stage": 2})", R"(["q_proj", "v_proj"])");
+  // ZeRO-3 over two ranks: the base is loaded a layer at a time into its partition.
+  const std::string config = write_config(dir_, "lora", R"(, "zero_optimization": {"stage": 3})", R"(["q_proj", "v_proj"])");
   Result r = run(train(dir_, config, 2, "whole", model, 4));
   ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("frozen base partitioned over 2 data-parallel ranks (ZeRO-3)"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("initialized from " + hf), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("4 layers adapted"), std::string::npos) << r.output;
   r = run(train(dir_, config, 2, "first", model, 2, "--save-dir " + dir_ + "/ckpt --save-every 2"));
@@ -105,8 +108,9 @@ TEST_F(TrainCli, LoraOnAHuggingFaceDirectoryKeepsTheBaseFrozenAndResumes) {
 }
 
 TEST_F(TrainCli, QloraMatchesTheSingleProcessAcrossDataAndPipelineParallelism) {
-  // base_dtype nf4: every rank quantizes the same whole weights (ZeRO keeps a
-  // frozen base whole; a stage its layers'), so the losses match to 1e-5.
+  // base_dtype nf4: every rank quantizes the same whole weights (ZeRO-3
+  // keeps 1/2 of their bytes and gathers a layer's as stored; a stage holds
+  // its layers'), so the losses match to 1e-5.
   // Under tensor parallelism each rank quantizes its own piece (its own
   // blocks of 64 and their statistics): another rounding of the base, within
   // 1e-3 of the single process's.
@@ -128,7 +132,17 @@ TEST_F(TrainCli, QloraMatchesTheSingleProcessAcrossDataAndPipelineParallelism) {
     r = run(train(dir_, config(name, extra), 2, name, kLlama));
     ASSERT_EQ(r.status, 0) << name << "\n" << r.output;
     expect_same_losses(dir_, name, reference);
+    if (name == "zero3")
+      EXPECT_NE(r.output.find("frozen base partitioned over 2 data-parallel ranks (ZeRO-3)"), std::string::npos)
+          << r.output;
   }
+  // Each stage's base partitioned over its data-parallel pair.
+  r = run(train(dir_, config("pp-zero3", R"(, "pipeline": {"stages": 2}, "zero_optimization": {"stage": 3})"), 4,
+                "pp-zero3", kLlama));
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_same_losses(dir_, "pp-zero3", reference);
+  EXPECT_NE(r.output.find("frozen base partitioned over 2 data-parallel ranks (ZeRO-3)"), std::string::npos)
+      << r.output;
   r = run(train(dir_, config("tp", R"(, "tensor_parallel": {"autotp_size": 2, "sequence_parallel": true})"), 2, "tp",
                 kLlama));
   ASSERT_EQ(r.status, 0) << r.output;
@@ -282,8 +296,9 @@ TEST_F(TrainCli, QloraFromABitsandbytesCheckpointTrainsOnItsStoredCodes) {
   // tests/data/hf/llama3_bnb4 is llama3 saved by bitsandbytes in 4 bits (its
   // block linears in NF4 from bf16). In bf16, QLoRA from it and QLoRA from
   // the dense llama3 (quantized here, bit for bit as bitsandbytes does) hold
-  // the same codes: the same losses (1e-6). Data-parallel ranks take the
-  // codes as stored (within 2e-4: bf16 gradients summed in another order);
+  // the same codes: the same losses (1e-6). Data-parallel ranks at ZeRO-3
+  // take the codes as stored, a layer at a time, and keep half of their bytes
+  // (within 2e-4: bf16 gradients summed in another order);
   // tensor-parallel ranks dequantize the weight and quantize their piece
   // (within 1e-2 of the single process's).
   const std::string hf = std::string(STRATUM_SOURCE_DIR) + "/tests/data/hf";
@@ -301,11 +316,13 @@ TEST_F(TrainCli, QloraFromABitsandbytesCheckpointTrainsOnItsStoredCodes) {
   const auto dense = losses(dir_ + "/dense/metrics.csv"), bnb = losses(dir_ + "/bnb/metrics.csv");
   ASSERT_EQ(bnb.size(), 6u);
   for (const auto& [step, loss] : dense) EXPECT_NEAR(bnb.at(step), loss, 1e-6 * loss) << "step " << step;
-  r = run(train(dir_, config("zero2", R"(, "zero_optimization": {"stage": 2})"), 2, "zero2",
+  r = run(train(dir_, config("zero3", R"(, "zero_optimization": {"stage": 3})"), 2, "zero3",
                 "--init-from " + hf + "/llama3_bnb4 --set max_seq_len=32"));
   ASSERT_EQ(r.status, 0) << r.output;
-  const auto zero2 = losses(dir_ + "/zero2/metrics.csv");  // bf16 gradients summed in another order
-  for (const auto& [step, loss] : bnb) EXPECT_NEAR(zero2.at(step), loss, 2e-4 * loss) << "step " << step;
+  EXPECT_NE(r.output.find("frozen base partitioned over 2 data-parallel ranks (ZeRO-3)"), std::string::npos)
+      << r.output;
+  const auto zero3 = losses(dir_ + "/zero3/metrics.csv");  // bf16 gradients summed in another order
+  for (const auto& [step, loss] : bnb) EXPECT_NEAR(zero3.at(step), loss, 2e-4 * loss) << "step " << step;
   r = run(train(dir_, config("tp", R"(, "tensor_parallel": {"autotp_size": 2})"), 2, "tp",
                 "--init-from " + hf + "/llama3_bnb4 --set max_seq_len=32"));
   ASSERT_EQ(r.status, 0) << r.output;

@@ -4,6 +4,8 @@
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 
+#include <set>
+
 #include "stratum/core/error.h"
 #include "stratum/distributed/agreement.h"
 #include "stratum/engine/param_runs.h"
@@ -94,16 +96,27 @@ WeightLoadReport load_whole_weights(EngineCore& engine, const std::map<std::stri
 int64_t load_frozen_weights(torch::nn::Module& model, const nn::tp::ShardedModule* sharded,
                             const std::map<std::string, at::Tensor>& whole, distributed::Communicator& world,
                             c10::Device world_device, const std::string& what,
-                            const std::map<std::string, quant::Nf4Tensor>& nf4) {
+                            const std::map<std::string, quant::Nf4Tensor>& nf4, zero::FrozenUnits* frozen) {
   int64_t bytes = 0;
   distributed::agree_on_success(world, world_device, what, [&] {
     c10::AutoGradMode no_grad(false);
     const bool tp = sharded && sharded->tensor_parallel().enabled();
     auto* source = dynamic_cast<nn::DeferredInit*>(&model);
+    int open = -1;  // the partitioned layer being written (its weights come one after another)
+    std::set<int> written;
     for (auto& item : model.named_parameters(/*recurse=*/true)) {
       at::Tensor& p = item.value();
       // Trainable ones are the engine's (load_whole_weights); another stage's are freed or never drawn.
       const std::string& name = item.key();
+      if (const int layer = frozen && !p.requires_grad() ? frozen->layer_of(name) : -1; layer != open && layer >= 0) {
+        if (open >= 0) frozen->partition(static_cast<size_t>(open));
+        // Opened unset: every weight of the layer must be written before it is partitioned again.
+        if (!written.insert(layer).second)
+          throw Error(what + ": frozen parameter '" + name + "' comes apart from the rest of its layer " +
+                      std::to_string(layer) + "'s weights");
+        frozen->open(static_cast<size_t>(layer));
+        open = layer;
+      }
       // A weight held apart (NF4): this rank's piece quantized straight from the file, if it holds it.
       const bool apart = source && source->held_apart(name);
       if (p.requires_grad() || (nn::is_unmaterialized(p) && !apart) || p.numel() == 0) continue;
@@ -138,6 +151,7 @@ int64_t load_frozen_weights(torch::nn::Module& model, const nn::tp::ShardedModul
       check_finite(what, name, p, 0, spec.has_value());
       bytes += static_cast<int64_t>(local.nbytes());
     }
+    if (open >= 0) frozen->partition(static_cast<size_t>(open));
   });
   return bytes;
 }

@@ -49,9 +49,14 @@ WeightLoadReport load_whole_weights(EngineCore& engine, const std::map<std::stri
 // layer that holds its weight in NF4 whole takes it as stored, bit for bit;
 // a tensor-parallel piece, or a layer that holds it dense, gets it
 // dequantized (one weight at a time, in fp32) and then as any weight.
+//
+// `frozen`: the base ZeRO-3 partitions (EngineCore::frozen_units; null:
+// none). Each of its layers is opened whole, written, and partitioned again
+// before the next: a rank never holds more than one layer of it whole.
 int64_t load_frozen_weights(torch::nn::Module& model, const nn::tp::ShardedModule* sharded,
                             const std::map<std::string, at::Tensor>& whole, distributed::Communicator& world,
                             c10::Device world_device, const std::string& what,
-                            const std::map<std::string, quant::Nf4Tensor>& nf4 = {});
+                            const std::map<std::string, quant::Nf4Tensor>& nf4 = {},
+                            zero::FrozenUnits* frozen = nullptr);
 
 }  // namespace stratum

@@ -46,6 +46,7 @@
 #include "stratum/models/generate.h"
 #include "stratum/nn/deferred_init.h"
 #include "stratum/nn/sequence_layout.h"
+#include "stratum/zero/frozen_units.h"
 
 namespace stratum {
 
@@ -58,6 +59,18 @@ void trainable_parameters(torch::nn::Module& module, std::vector<at::Tensor>& pa
 // draws and keeps the frozen weights of the layers it runs.
 std::set<std::string> frozen_parameter_names(torch::nn::Module& module,
                                              const std::function<bool(size_t)>& layers = nullptr);
+// ZeRO-3 over several data-parallel ranks, a model with a frozen base
+// (LoRA): the frozen weights of the stack's layers l with layers(l) (all,
+// when null), dense or NF4, partitioned over `dp` as bytes
+// (zero/frozen_units.h); a skeleton's drawn one layer at a time, each
+// partitioned before the next is drawn. nullptr when no layer has any. A
+// frozen weight outside the layers, or one a layer borrows, stays whole (and
+// undrawn here). `prefetch_bytes`: what gathers ahead may hold.
+std::unique_ptr<zero::FrozenUnits> partition_frozen_base(torch::nn::Module& model, nn::LayerStackImpl& stack,
+                                                         std::shared_ptr<distributed::Communicator> dp,
+                                                         c10::Device device, at::ScalarType dtype,
+                                                         int64_t prefetch_bytes,
+                                                         const std::function<bool(size_t)>& layers = nullptr);
 // Moves the module to `device` and casts its floating parameters and buffers to
 // `dtype`; with `keep_trainable_params` (ZeRO-3) trainable parameters stay where they are.
 void prepare_module(torch::nn::Module& module, c10::Device device, at::ScalarType dtype, bool keep_trainable_params);
@@ -291,11 +304,21 @@ Engine<Model> initialize_core(const Config& config, std::shared_ptr<Model> model
   // parameters when it partitions them; the other stages hold them whole.
   const bool skeleton = nn::has_unmaterialized_parameters(*model);
   if (skeleton && !stage3) nn::materialize(*model, device, dtype);
-  if (skeleton && stage3) {  // the frozen weights stay whole on every rank (only what trains is partitioned)
-    const std::set<std::string> frozen = frozen_parameter_names(*model);
+  // A frozen base at ZeRO-3 over several ranks is partitioned as bytes; over one it stays whole.
+  const std::set<std::string> frozen = stage3 ? frozen_parameter_names(*model) : std::set<std::string>{};
+  const bool partition_frozen = stage3 && dp->size() > 1 && !frozen.empty();
+  auto draw_frozen = [&] {
     nn::materialize(*model, device, dtype, [&](const std::string& name) { return frozen.count(name) > 0; });
-  }
+  };
+  if (skeleton && stage3 && !partition_frozen) draw_frozen();
   prepare_module(*model, device, dtype, /*keep_trainable_params=*/stage3);
+  std::unique_ptr<zero::FrozenUnits> frozen_units;
+  if (partition_frozen) {
+    frozen_units = partition_frozen_base(*model, *stack, dp, device, dtype,
+                                         config.zero_optimization.stage3_prefetch_bucket_size *
+                                             static_cast<int64_t>(c10::elementSize(dtype)));
+    if (skeleton) draw_frozen();  // what no layer partitions, whole
+  }
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
   trainable_parameters(*model, params, names);
@@ -313,6 +336,7 @@ Engine<Model> initialize_core(const Config& config, std::shared_ptr<Model> model
   auto core = std::make_unique<EngineCore>(config, std::move(params), std::move(names), dtype, std::move(dp), device,
                                            std::move(layers), std::move(model_parallel), std::move(initial_value));
   if (outline) core->attach_flops_profiler(std::move(*outline));
+  if (frozen_units) core->attach_frozen_units(std::move(frozen_units));
   auto guard = install_layer_runner(stack, *core, config);
   return Engine<Model>(std::move(model), std::move(core), std::move(guard));
 }

@@ -199,6 +199,7 @@ void EngineCore::backward(const at::Tensor& loss) {
     timers_->start(Phase::bwd_allreduce);
   }
   strategy_->finish_backward();
+  if (frozen_) frozen_->release_all();
   if (timed) timers_->stop(Phase::bwd_allreduce);
 }
 
@@ -221,6 +222,7 @@ void EngineCore::backward_pass(const at::Tensor& output, const at::Tensor& grad,
     timers_->start(Phase::bwd_allreduce);
   }
   strategy_->finish_backward();
+  if (frozen_) frozen_->release_all();
   if (timed) timers_->stop(Phase::bwd_allreduce);
 }
 
@@ -236,6 +238,7 @@ void EngineCore::close_backward_window() {
   if (timed) timers_->start(Phase::bwd_allreduce);
   strategy_->prepare_backward(/*boundary=*/true);
   strategy_->finish_backward();
+  if (frozen_) frozen_->release_all();
   if (timed) timers_->stop(Phase::bwd_allreduce);
 }
 
@@ -538,6 +541,8 @@ void EngineCore::attach_flops_profiler(ModelOutline outline) {
   if (!config_.flops_profiler.enabled || dp_->rank() != 0) return;
   profiler_ = std::make_unique<FlopsProfiler>(config_.flops_profiler, std::move(outline), device_);
 }
+
+void EngineCore::attach_frozen_units(std::unique_ptr<zero::FrozenUnits> units) { frozen_ = std::move(units); }
 
 void EngineCore::report(const std::string& text) {
   if (sink_) {

@@ -14,6 +14,7 @@
 #include "stratum/config/config.h"
 #include "stratum/distributed/communicator.h"
 #include "stratum/nn/tensor_parallel/shard_spec.h"
+#include "stratum/zero/frozen_units.h"
 #include "stratum/zero/strategy.h"
 
 namespace stratum {
@@ -168,6 +169,12 @@ class EngineCore {
   void begin_forward();
   void end_forward();
   void cancel_forward() noexcept;  // the forward threw: nothing of it is kept
+  // ZeRO-3 with a frozen base partitioned over data parallelism
+  // (zero/frozen_units.h): the layer runner gathers it, and the core
+  // releases what a backward pass left gathered. Null otherwise.
+  void attach_frozen_units(std::unique_ptr<zero::FrozenUnits> units);
+  zero::FrozenUnits* frozen_units() { return frozen_.get(); }
+  const zero::FrozenUnits* frozen_units() const { return frozen_.get(); }
   // With the flops_profiler section enabled, initialize() hands over the
   // model's outline (taken before ZeRO-3 partitions the parameters); rank 0
   // profiles, as DeepSpeed's global rank 0 does.
@@ -219,6 +226,7 @@ class EngineCore {
   at::ScalarType model_dtype_;
   std::shared_ptr<distributed::Communicator> dp_;
   std::unique_ptr<zero::ZeroStrategy> strategy_;
+  std::unique_ptr<zero::FrozenUnits> frozen_;
   std::vector<optim::AdamState> adam_;
   std::unique_ptr<optim::HostAdam> host_adam_;  // offload_optimizer: the step runs on the host
   std::vector<optim::LambRuns> lamb_runs_;      // Lamb: per segment, the parameter runs it holds

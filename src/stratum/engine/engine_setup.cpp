@@ -5,10 +5,12 @@
 #include <torch/nn/module.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "stratum/engine/engine.h"
 #include "stratum/nn/segment_runs.h"
 #include "stratum/nn/deferred_init.h"
+#include "stratum/nn/parameter_modules.h"
 #include "stratum/distributed/logged_communicator.h"
 
 namespace stratum::engine_detail {
@@ -41,6 +43,59 @@ std::set<std::string> frozen_parameter_names(torch::nn::Module& module, const st
   return names;
 }
 
+std::unique_ptr<zero::FrozenUnits> partition_frozen_base(torch::nn::Module& model, nn::LayerStackImpl& stack,
+                                                         std::shared_ptr<distributed::Communicator> dp,
+                                                         c10::Device device, at::ScalarType dtype,
+                                                         int64_t prefetch_bytes,
+                                                         const std::function<bool(size_t)>& layers) {
+  std::unordered_map<const void*, std::string> name_of;
+  for (const auto& item : model.named_parameters(/*recurse=*/true))
+    name_of.emplace(item.value().unsafeGetTensorImpl(), item.key());
+  std::set<const void*> borrowed;  // read by two layers: stays whole
+  for (size_t l = 0; l < stack.size(); ++l)
+    for (const at::Tensor& b : stack.layer(l).borrowed_parameters()) borrowed.insert(b.unsafeGetTensorImpl());
+  std::vector<std::vector<zero::FrozenTensors>> units(stack.size());
+  std::vector<std::set<std::string>> names(stack.size());
+  bool any = false;
+  for (size_t l = 0; l < stack.size(); ++l) {
+    if (layers && !layers(l)) continue;
+    std::set<const void*> apart;
+    for (const auto& m : stack.layer(l).modules(/*include_self=*/true)) {
+      auto* linear = dynamic_cast<nn::LinearImpl*>(m.get());
+      if (!linear || !linear->nf4_base) continue;
+      const void* impl = linear->weight.unsafeGetTensorImpl();
+      if (borrowed.count(impl)) continue;
+      apart.insert(impl);
+      const std::string name = name_of.at(impl);
+      // The codes, the block scales and their nested scales; the code book is shared and tiny.
+      units[l].push_back({name, [linear, name] {
+                            if (!linear->nf4) throw Error("ZeRO-3: the NF4 weight '" + name + "' was never drawn");
+                            const quant::Nf4Tensor& q = *linear->nf4;
+                            std::vector<at::Tensor> held{q.packed, q.absmax};
+                            if (q.nested) held.push_back(q.nested_absmax);
+                            return held;
+                          }});
+      names[l].insert(name);
+    }
+    for (const at::Tensor& p : stack.layer(l).parameters(/*recurse=*/true)) {
+      const void* impl = p.unsafeGetTensorImpl();
+      if (p.requires_grad() || apart.count(impl) || borrowed.count(impl)) continue;
+      const std::string& name = name_of.at(impl);
+      units[l].push_back({name, [p] { return std::vector<at::Tensor>{p}; }});
+      names[l].insert(name);
+    }
+    any = any || !units[l].empty();
+  }
+  if (!any) return nullptr;
+  auto frozen = std::make_unique<zero::FrozenUnits>(std::move(units), std::move(dp), device, prefetch_bytes);
+  for (size_t l = 0; l < stack.size(); ++l) {
+    if (names[l].empty()) continue;
+    nn::materialize(model, device, dtype, [&](const std::string& name) { return names[l].count(name) > 0; });
+    frozen->partition(l);
+  }
+  return frozen;
+}
+
 void prepare_module(torch::nn::Module& module, c10::Device device, at::ScalarType dtype, bool keep_trainable_params) {
   // Module::to(dtype) would cast integer buffers too; only floating tensors change.
   c10::AutoGradMode no_grad(false);
@@ -59,9 +114,11 @@ nn::LayerStackImpl* as_layer_stack(torch::nn::Module& module) { return dynamic_c
 std::shared_ptr<void> install_layer_runner(nn::LayerStackImpl* stack, EngineCore& core, const Config& config) {
   if (!stack) return nullptr;
   zero::LayerParamGatherer* gatherer = core.strategy().gatherer();
+  zero::FrozenUnits* frozen = core.frozen_units();
   std::vector<bool> checkpointed = checkpointed_layers(*stack, config.activation_checkpointing);
-  if (!gatherer && std::find(checkpointed.begin(), checkpointed.end(), true) == checkpointed.end()) return nullptr;
-  stack->set_runner(std::make_shared<EngineLayerRunner>(gatherer, std::move(checkpointed), config.activation_checkpointing,
+  if (!gatherer && !frozen && std::find(checkpointed.begin(), checkpointed.end(), true) == checkpointed.end())
+    return nullptr;
+  stack->set_runner(std::make_shared<EngineLayerRunner>(gatherer, frozen, std::move(checkpointed), config.activation_checkpointing,
                                                         core.dp()->rank() == 0, config.steps_per_print.value_or(10),
                                                         &core.global_steps_ref()));
   // Taken off when the engine goes; the model stays usable at stages 0-2.

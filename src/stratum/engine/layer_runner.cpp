@@ -18,10 +18,12 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The layer whose parameters BeforeLayerBackward gathers; the node holds it as a capsule.
+// The layer whose parameters BeforeLayerBackward gathers, or whose frozen
+// base AfterLayerBackward releases; the node holds it as a capsule.
 struct GatheredLayer : torch::CustomClassHolder {
-  GatheredLayer(zero::LayerParamGatherer* g, size_t i) : gatherer(g), layer(i) {}
-  zero::LayerParamGatherer* gatherer;  // stage 3's, owned by the strategy
+  GatheredLayer(zero::LayerParamGatherer* g, zero::FrozenUnits* f, size_t i) : gatherer(g), frozen(f), layer(i) {}
+  zero::LayerParamGatherer* gatherer;  // stage 3's, owned by the strategy (may be null)
+  zero::FrozenUnits* frozen;           // owned by the core (may be null)
   size_t layer;
 };
 
@@ -29,15 +31,31 @@ struct GatheredLayer : torch::CustomClassHolder {
 // the moment to gather the layer's parameters again.
 struct BeforeLayerBackward : torch::autograd::Function<BeforeLayerBackward> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& y, zero::LayerParamGatherer* gatherer,
-                            size_t layer) {
-    ctx->saved_data["layer"] = at::IValue::make_capsule(c10::make_intrusive<GatheredLayer>(gatherer, layer));
+                            zero::FrozenUnits* frozen, size_t layer) {
+    ctx->saved_data["layer"] = at::IValue::make_capsule(c10::make_intrusive<GatheredLayer>(gatherer, frozen, layer));
     return y;  // returned as is: autograd wraps it as a view of the input
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto holder = ctx->saved_data.at("layer").toCapsule();
     const auto& l = *static_cast<const GatheredLayer*>(holder.get());
-    l.gatherer->before_backward(l.layer);
-    return {grads[0], at::Tensor(), at::Tensor()};  // one per forward argument: y, gatherer, layer
+    if (l.gatherer) l.gatherer->before_backward(l.layer);
+    if (l.frozen) l.frozen->before_backward(l.layer);
+    return {grads[0], at::Tensor(), at::Tensor(), at::Tensor()};  // one per forward argument
+  }
+};
+
+// Identity on a layer's input whose backward runs once the layer's backward
+// has given the input its whole gradient: its frozen base is read no more.
+struct AfterLayerBackward : torch::autograd::Function<AfterLayerBackward> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, zero::FrozenUnits* frozen, size_t layer) {
+    ctx->saved_data["layer"] = at::IValue::make_capsule(c10::make_intrusive<GatheredLayer>(nullptr, frozen, layer));
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto holder = ctx->saved_data.at("layer").toCapsule();
+    const auto& l = *static_cast<const GatheredLayer*>(holder.get());
+    l.frozen->after_backward(l.layer);
+    return {grads[0], at::Tensor(), at::Tensor()};
   }
 };
 
@@ -65,10 +83,11 @@ at::Tensor ContiguousCheckpointInputs::store(const at::Tensor& x) {
   return slot;
 }
 
-EngineLayerRunner::EngineLayerRunner(zero::LayerParamGatherer* gatherer, std::vector<bool> checkpointed,
-                                     const config::ActivationCheckpointingConfig& ac, bool lead, int64_t print_every,
-                                     const int64_t* global_steps)
+EngineLayerRunner::EngineLayerRunner(zero::LayerParamGatherer* gatherer, zero::FrozenUnits* frozen,
+                                     std::vector<bool> checkpointed, const config::ActivationCheckpointingConfig& ac,
+                                     bool lead, int64_t print_every, const int64_t* global_steps)
     : gatherer_(gatherer),
+      frozen_(frozen),
       checkpointed_(std::move(checkpointed)),
       first_checkpointed_(std::find(checkpointed_.begin(), checkpointed_.end(), true) - checkpointed_.begin()),
       lead_(lead),
@@ -104,22 +123,30 @@ void EngineLayerRunner::report_profile() {
 
 at::Tensor EngineLayerRunner::run_layer(size_t index, nn::StackLayer& layer, const at::Tensor& x) {
   if (gatherer_) gatherer_->before_forward(index);
+  const bool grad_mode = c10::GradMode::is_enabled();
+  const bool frozen_here = frozen_ && frozen_->holds(index);
+  if (frozen_) frozen_->before_forward(index);
+  const bool checkpointed = index < checkpointed_.size() && checkpointed_[index];
+  // The frozen base is read until the input's gradient is complete (or, when
+  // the input takes none, until the backward pass ends: the core releases it).
+  const bool input_grad = grad_mode && x.requires_grad();
+  const at::Tensor in = frozen_here && input_grad ? AfterLayerBackward::apply(x, frozen_, index) : x;
   at::Tensor y;
-  if (index < checkpointed_.size() && checkpointed_[index]) {
-    if (index == first_checkpointed_ && c10::GradMode::is_enabled()) {
+  if (checkpointed) {
+    if (index == first_checkpointed_ && grad_mode) {
       report_profile();
       if (contiguous_) contiguous_->begin_forward();
     }
     nn::StackLayer* l = &layer;  // the stack owns its layers for as long as the graph can run
-    y = nn::checkpoint([l](const at::Tensor& in) { return l->forward(in); }, x, options_);
+    y = nn::checkpoint([l](const at::Tensor& v) { return l->forward(v); }, in, options_);
   } else {
-    y = layer.forward(x);
+    y = layer.forward(in);
   }
-  if (!gatherer_) return y;
-  const bool backward_follows = c10::GradMode::is_enabled() && y.requires_grad();
-  gatherer_->after_forward(index, backward_follows);
-  if (!backward_follows) return y;
-  return BeforeLayerBackward::apply(y, gatherer_, index);
+  const bool backward_follows = grad_mode && y.requires_grad();
+  if (frozen_here) frozen_->after_forward(index, backward_follows);
+  if (gatherer_) gatherer_->after_forward(index, backward_follows);
+  if (!backward_follows || (!gatherer_ && !frozen_here)) return y;
+  return BeforeLayerBackward::apply(y, gatherer_, frozen_here ? frozen_ : nullptr, index);
 }
 
 std::vector<bool> checkpointed_layers(const nn::LayerStackImpl& stack, const config::ActivationCheckpointingConfig& ac) {

@@ -1,6 +1,7 @@
 #pragma once
 // How the engine runs a LayerStack's layers: ZeRO-3 gathers each layer's
-// parameters around its forward and again before its backward, and
+// parameters (and its frozen base, zero/frozen_units.h) around its forward
+// and again before its backward, and
 // activation checkpointing recomputes the chosen layers in backward (with
 // ZeRO-3 the recompute finds the parameters gathered again).
 #include <memory>
@@ -9,6 +10,7 @@
 #include "stratum/config/sections.h"
 #include "stratum/nn/checkpoint.h"
 #include "stratum/nn/layer_stack.h"
+#include "stratum/zero/frozen_units.h"
 #include "stratum/zero/strategy.h"
 
 namespace stratum {
@@ -35,10 +37,11 @@ class ContiguousCheckpointInputs {
 
 class EngineLayerRunner : public nn::LayerRunner {
  public:
-  // `gatherer`: stage 3's (nullptr otherwise); `checkpointed[i]`: layer i is
+  // `gatherer`: stage 3's (nullptr otherwise); `frozen`: stage 3's frozen
+  // base (nullptr when not partitioned); `checkpointed[i]`: layer i is
   // recomputed; `lead` prints activation_checkpointing.profile's times every
   // `print_every` optimizer steps, read from `global_steps`.
-  EngineLayerRunner(zero::LayerParamGatherer* gatherer, std::vector<bool> checkpointed,
+  EngineLayerRunner(zero::LayerParamGatherer* gatherer, zero::FrozenUnits* frozen, std::vector<bool> checkpointed,
                     const config::ActivationCheckpointingConfig& ac, bool lead = false, int64_t print_every = 10,
                     const int64_t* global_steps = nullptr);
   at::Tensor run_layer(size_t index, nn::StackLayer& layer, const at::Tensor& x) override;
@@ -49,6 +52,7 @@ class EngineLayerRunner : public nn::LayerRunner {
   void report_profile();
 
   zero::LayerParamGatherer* gatherer_;
+  zero::FrozenUnits* frozen_;
   std::vector<bool> checkpointed_;
   size_t first_checkpointed_;
   nn::CheckpointOptions options_;

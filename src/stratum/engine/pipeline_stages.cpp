@@ -29,14 +29,16 @@ struct StageParameters {
 };
 
 // This stage's parameters, drawn here (`draw`) when the model is a skeleton
-// (born sharded: nn/deferred_init.h); the other stages' stay unmaterialized, or
+// (born sharded: nn/deferred_init.h), its frozen ones unless the caller
+// partitions them (`draw_frozen` false); the other stages' stay unmaterialized, or
 // are freed (their storage set empty) when the model was built whole. Throws
 // ConfigError when a parameter spans stages other than the first and the last
 // (the tied embedding and head is the one sharing allowed).
 StageParameters take_stage_parameters(nn::LayerStackImpl& model, std::vector<at::Tensor>& all_params,
                                       const std::vector<std::string>& all_names, const zero::LayerParams& layers,
                                       const pipeline::Partition& partition, int stage, int stages,
-                                      const std::string& source, c10::Device device, at::ScalarType dtype, bool draw) {
+                                      const std::string& source, c10::Device device, at::ScalarType dtype, bool draw,
+                                      bool draw_frozen) {
   std::vector<std::set<int>> holders(all_params.size());  // the stages whose layers read each parameter
   for (size_t l = 0; l < model.size(); ++l) {
     const int s = partition.part_of(l) % stages;
@@ -69,7 +71,8 @@ StageParameters take_stage_parameters(nn::LayerStackImpl& model, std::vector<at:
   for (auto& item : model.named_parameters(/*recurse=*/true))
     if (!item.value().requires_grad() && !frozen_here.count(item.key()) && !nn::is_unmaterialized(item.value()))
       item.value().set_data(at::empty({0}, item.value().options()));
-  nn::materialize(model, device, dtype, [&](const std::string& name) { return frozen_here.count(name) > 0; });
+  if (draw_frozen)
+    nn::materialize(model, device, dtype, [&](const std::string& name) { return frozen_here.count(name) > 0; });
   // Born sharded: only this stage's parameters are ever drawn, one at a time
   // (at ZeRO-3 by the core, one layer at a time as it partitions them).
   if (!draw) return out;
@@ -136,8 +139,13 @@ PipelineStages::PipelineStages(const Config& config, std::shared_ptr<nn::LayerSt
   const at::ScalarType dtype = engine_detail::training_dtype(config_);
   // ZeRO-3: the stage's parameters are drawn one layer at a time as the core partitions them.
   const bool stage3 = config_.zero_optimization.stage == 3;
+  // ZeRO-3 over several ranks partitions this stage's frozen base, drawing it one layer at a time.
+  auto this_stage = [&](size_t l) { return partition_.part_of(l) % stages_ == stage_; };
+  const bool partition_frozen = stage3 && grid.dp_group()->size() > 1 &&
+                                !engine_detail::frozen_parameter_names(*model_, this_stage).empty();
   StageParameters mine = take_stage_parameters(*model_, all_params, all_names, all_layers, partition_, stage_, stages_,
-                                               config_.source, device_, dtype, /*draw=*/!stage3);
+                                               config_.source, device_, dtype, /*draw=*/!stage3,
+                                               /*draw_frozen=*/!partition_frozen);
   std::vector<at::Tensor>& params = mine.params;
   names_ = std::move(mine.names);
   tied_ = std::move(mine.tied);
@@ -196,9 +204,19 @@ PipelineStages::PipelineStages(const Config& config, std::shared_ptr<nn::LayerSt
   reduction.stages = pp_;
   if (stage_ == stages_ - 1 && stages_ > 1) reduction.stage_duplicates = tied_;
   if (sharded) engine_detail::add_tensor_parallel(reduction, *sharded, names_);
+  std::unique_ptr<zero::FrozenUnits> frozen;
+  if (partition_frozen) {
+    frozen = engine_detail::partition_frozen_base(
+        *model_, *model_, dp_, device_, dtype,
+        config_.zero_optimization.stage3_prefetch_bucket_size * static_cast<int64_t>(c10::elementSize(dtype)),
+        this_stage);
+    const std::set<std::string> rest = engine_detail::frozen_parameter_names(*model_, this_stage);
+    nn::materialize(*model_, device_, dtype, [&](const std::string& name) { return rest.count(name) > 0; });
+  }
   zero::LayerParams layers = layer_params(*model_, params);
   core_ = std::make_unique<EngineCore>(config_, params, names_, dtype, dp_, device_, std::move(layers), reduction,
                                        std::move(initial_value));
+  if (frozen) core_->attach_frozen_units(std::move(frozen));
   if (outline) core_->attach_flops_profiler(std::move(*outline));
   if (any_tied && core_->strategy().partitioned() != (config_.zero_optimization.stage != 0))
     throw Error("pipeline: the tied gradients' group assumed ZeRO stage " +
