@@ -33,7 +33,8 @@
 #   8. QLoRA at ZeRO-3 on the Llama-3-8B shape: the 4-bit base partitioned
 #      over 2 ranks sharing the GPU (gathered as bytes, over MPI through the
 #      host) against one rank with the same global batch: the base held per
-#      rank, start-up and step peaks, losses (bf16, within 2e-2).
+#      rank, start-up and step peaks, losses (bf16, within 2e-2); then the
+#      same two ranks over a bf16 base (four times the bytes gathered).
 #   PARTS="1 2 3 peers" (default 1 2 3), STEPS8B=8, STEPS70B=4.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -78,7 +79,7 @@ print(f"{name:24s} {'PASS' if worst <= tol else 'FAIL'}  largest relative differ
 PY
 }
 
-run_one() {  # name model-args steps lora-section extra-keys: $ranks ranks (1); prints loss, eval, tokens/s, peak
+run_one() {  # name model-args steps lora-section extra-keys: $procs ranks (1); prints loss, eval, tokens/s, peak
   local name=$1 args=$2 steps=$3 lora=$4 extra=$5
   cat > "$work/$name.json" <<JSON
 {"train_micro_batch_size_per_gpu": ${micro:-1}, "gradient_accumulation_steps": 1, "bf16": {"enabled": true}, $extra
@@ -86,7 +87,7 @@ run_one() {  # name model-args steps lora-section extra-keys: $ranks ranks (1); 
 JSON
   local start=$(date +%s)
   # shellcheck disable=SC2086
-  "$bin/stratum-run" --num_procs "${ranks:-1}" "$bin/stratum-train" --config "$work/$name.json" $args ${data_args:---data default} \
+  "$bin/stratum-run" --num_procs "${procs:-1}" "$bin/stratum-train" --config "$work/$name.json" $args ${data_args:---data default} \
     --cache-dir "$work/cache" --steps "$steps" --eval-every "$steps" --eval-batches 8 --sample-tokens 0 \
     --print-every 100 --log-dir "$work/$name" > "$work/$name.log" 2>&1 || { echo "$name: exit $?"; why "$work/$name.log"; }
   grep -E "LoRA r|start-up peak|frozen base partitioned" "$work/$name.log" | sed 's/^/  /'
@@ -225,7 +226,10 @@ if [[ " $parts " == *" 8 "* ]]; then
   echo "=== Llama-3-8B shape QLoRA at ZeRO-3: the 4-bit base over 2 ranks sharing the GPU, against one rank ==="
   lora='{"r": 16, "lora_alpha": 32, "target_modules": "all-linear", "base_dtype": "nf4"}'
   keys='"activation_checkpointing": {}, "zero_optimization": {"stage": 3},'
-  micro=2 run_one 8b-nf4-zero3-dp1 "--model llama-8b --set max_seq_len=4096" "${STEPS8B:-8}" "$lora" "$keys"
-  ranks=2 micro=1 run_one 8b-nf4-zero3-dp2 "--model llama-8b --set max_seq_len=4096" "${STEPS8B:-8}" "$lora" "$keys"
+  procs=1 micro=2 run_one 8b-nf4-zero3-dp1 "--model llama-8b --set max_seq_len=4096" "${STEPS8B:-8}" "$lora" "$keys"
+  procs=2 micro=1 run_one 8b-nf4-zero3-dp2 "--model llama-8b --set max_seq_len=4096" "${STEPS8B:-8}" "$lora" "$keys"
   compare 8b-nf4-zero3-dp2 8b-nf4-zero3-dp1 2e-2
+  # The same over a bf16 base: four times the bytes gathered.
+  procs=2 micro=1 run_one 8b-bf16-zero3-dp2 "--model llama-8b --set max_seq_len=4096" "${STEPS8B:-8}" \
+    '{"r": 16, "lora_alpha": 32, "target_modules": "all-linear", "base_dtype": "bf16"}' "$keys"
 fi
