@@ -26,6 +26,7 @@
 #include "stratum/nn/weight_grad_deferral.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/flops.h"
+#include "stratum/models/lora.h"
 #ifdef STRATUM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -115,6 +116,7 @@ double peak_gib(int device) {
 
 struct Options {
   std::string model = "gpt2-350m", precision = "bf16", zero_extra, profile;
+  std::string lora;  // a "lora" section: adapters on a frozen base drawn on the device (MFU then counts the full model's FLOPs)
   std::vector<std::pair<std::string, std::string>> overrides;
   int64_t seq = 1024, micro = 8, gas = 1, steps = 10, warmup = 3;
   int stage = 2;
@@ -145,6 +147,8 @@ void add_flags(CLI::App& app, Options& o, std::vector<std::string>& overrides) {
   app.add_option("--overlap-param-gather", o.overlap_param_gather,
                  "stages 1/2: leave the parameter all-gathers to the next forward (0 or 1)")
       ->capture_default_str();
+  app.add_option("--lora", o.lora,
+                 "a lora section, e.g. '{\"r\": 16, \"target_modules\": \"all-linear\", \"base_dtype\": \"nf4\"}'");
   app.add_flag("--checkpointing", o.checkpointing, "activation checkpointing");
   app.add_flag("--split-backward", o.split_backward,
                "zero-bubble split: the weight-gradient GEMMs deferred out of the backward, then run (B, then W)");
@@ -179,6 +183,7 @@ void run(const distributed::DistContext& ctx, const Options& o) {
                            (o.precision == "bf16" ? "\"bf16\": {\"enabled\": true}, " : "") +
                            (o.checkpointing ? "\"activation_checkpointing\": {}, " : "") +
                            (o.sparse_gradients ? "\"sparse_gradients\": true, " : "") +
+                           (o.lora.empty() ? "" : "\"lora\": " + o.lora + ", ") +
                            "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-4, \"betas\": [0.9, 0.95], "
                            "\"weight_decay\": 0.1}}, \"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": " +
                            std::to_string(o.stage) + ", \"overlap_comm\": true, \"reduce_bucket_size\": 50000000" +
@@ -189,7 +194,9 @@ void run(const distributed::DistContext& ctx, const Options& o) {
     throw Error("--seq " + std::to_string(o.seq) + " exceeds " + o.model + "'s max_seq_len " +
                 std::to_string(mcfg.max_seq_len) + "; add --set max_seq_len=" + std::to_string(o.seq));
   torch::manual_seed(1);
-  auto model = models::build_model(mcfg);
+  // LoRA: a skeleton with adapters, its frozen base drawn (or quantized) on the device one weight at a time.
+  auto model = o.lora.empty() ? models::build_model(mcfg) : models::construct_model(mcfg, {}, c10::kMeta);
+  if (!o.lora.empty()) models::apply_lora(*model, config.lora);
   const int64_t n_params = models::parameter_count(mcfg);
   auto engine = initialize(config, model, ctx);
   const c10::Device device = ctx.device();
@@ -254,7 +261,8 @@ void run(const distributed::DistContext& ctx, const Options& o) {
   const double tflops = tokens_per_gpu * flops_per_token / 1e12;
   // "-tuned": zero_optimization keys beyond the defaults (named in the row's zero_extra).
   const std::string system = "stratum-zero" + std::to_string(o.stage) + (o.checkpointing ? "-ckpt" : "") +
-                             (o.sparse_gradients ? "-sparse" : "") + (o.zero_extra.empty() ? "" : "-tuned");
+                             (o.sparse_gradients ? "-sparse" : "") + (o.zero_extra.empty() ? "" : "-tuned") +
+                             (o.lora.empty() ? "" : "-lora");
   nlohmann::ordered_json out = {{"system", system},
                         {"model", o.model},
                         {"gpus", dp},
@@ -276,6 +284,7 @@ void run(const distributed::DistContext& ctx, const Options& o) {
                         {"exposed_comm_s", exposed / o.steps},
                         {"overlap_param_gather", gather_overlapped},
                         {"zero_extra", o.zero_extra}};
+  if (!o.lora.empty()) out["lora"] = nlohmann::json::parse(o.lora);
   if (!o.overrides.empty()) {  // --set: the model settings the row ran with (max_seq_len, recompute_mlp_activation)
     nlohmann::ordered_json set = nlohmann::ordered_json::object();
     for (const auto& [key, value] : o.overrides) set[key] = value;

@@ -35,6 +35,10 @@
 #      host) against one rank with the same global batch: the base held per
 #      rank, start-up and step peaks, losses (bf16, within 2e-2); then the
 #      same two ranks over a bf16 base (four times the bytes gathered).
+#   9. Where a LoRA step's time goes on the Llama-3-8B shape (seq 4096,
+#      micro-batch 1, checkpointing, r 16 on all seven projections): one
+#      traced step of bf16 LoRA and of QLoRA (bench_engine --lora --profile,
+#      needs the bench_engine target), GPU time by kind of kernel.
 #   PARTS="1 2 3 peers" (default 1 2 3), STEPS8B=8, STEPS70B=4.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -232,4 +236,19 @@ if [[ " $parts " == *" 8 "* ]]; then
   # The same over a bf16 base: four times the bytes gathered.
   procs=2 micro=1 run_one 8b-bf16-zero3-dp2 "--model llama-8b --set max_seq_len=4096" "${STEPS8B:-8}" \
     '{"r": 16, "lora_alpha": 32, "target_modules": "all-linear", "base_dtype": "bf16"}' "$keys"
+fi
+
+if [[ " $parts " == *" 9 "* ]]; then
+  echo "=== where a LoRA step's time goes: Llama-3-8B shape, seq 4096, micro-batch 1, checkpointing ==="
+  for base in bf16 nf4; do
+    "$bin/stratum-run" --num_procs 1 "$bin/bench_engine" --model llama-8b --set max_seq_len=4096 --seq 4096 --micro 1 \
+      --stage 0 --steps 4 --warmup 2 --checkpointing --profile "$work/lora-$base.json" \
+      --lora "{\"r\": 16, \"lora_alpha\": 32, \"target_modules\": \"all-linear\", \"base_dtype\": \"$base\"}" \
+      > "$work/lora-$base.log" 2>&1 || { echo "lora-$base: exit $?"; why "$work/lora-$base.log"; }
+    grep '^{"system"' "$work/lora-$base.log" | python3 -c 'import json,sys
+for l in sys.stdin:
+    r = json.loads(l); print(f"  {r[\"system\"]} base {r[\"lora\"][\"base_dtype\"]}: {r[\"tokens_per_s_per_gpu\"]:.0f} tokens/s, "
+          f"forward {r[\"forward_s\"]*1e3:.0f} ms, backward {r[\"backward_s\"]*1e3:.0f} ms, optimizer {r[\"optimizer_s\"]*1e3:.0f} ms, peak {r[\"peak_memory_gib\"]:.2f} GiB")'
+  done
+  python3 bench/profile_summary.py "$work/lora-bf16.json" "$work/lora-nf4.json" --top 25
 fi
