@@ -55,6 +55,31 @@ TEST(ChunkedCrossEntropy, Bf16LogitsGiveTheFp32LossAndABf16Gradient) {
             1e-2 * ref.grad.abs().max().item<double>());
 }
 
+// A model's own loss consumes its logits: the gradient is written over them
+// (no second vocabulary-wide buffer) and equals the one written apart; on the
+// GPU through the strided rows the LM head returns.
+TEST(ChunkedCrossEntropy, ConsumedLogitsHoldTheirGradientAndMatchTheUsualOne) {
+  torch::manual_seed(3);
+  std::vector<c10::Device> devices{c10::kCPU};
+  if (torch::cuda::is_available()) devices.push_back(c10::Device(c10::kCUDA, 0));
+  for (const c10::Device device : devices)
+    for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      const at::Tensor wide = (torch::randn({4, 9, 77}) * 3).to(device, dtype);
+      const at::Tensor targets = torch::randint(64, {4, 9}).to(device);
+      at::Tensor grads[2], logits[2];
+      for (int consume : {0, 1}) {
+        at::Tensor source = wide.detach().clone().requires_grad_(true);
+        logits[consume] = (source * 1).narrow(2, 0, 64);  // not a leaf: rows strided by 77, as the head's
+        nn::chunked_cross_entropy(logits[consume], targets, -100, 5, consume == 1).backward();
+        grads[consume] = source.grad().narrow(2, 0, 64);
+      }
+      const std::string what = std::string(c10::toString(dtype)) + " on " + device.str();
+      EXPECT_TRUE(at::equal(grads[1], grads[0])) << what;
+      EXPECT_TRUE(at::equal(logits[1].detach(), grads[0])) << what << ": the logits now hold their gradient";
+      EXPECT_FALSE(at::equal(logits[0].detach(), grads[0])) << what;
+    }
+}
+
 TEST(ChunkedCrossEntropy, BadInputIsNamed) {
   EXPECT_THROW(nn::chunked_cross_entropy(torch::randn({2, 3, 5}), torch::zeros({2, 4}, at::kLong)), Error);
   EXPECT_THROW(nn::chunked_cross_entropy(torch::zeros({2, 5}, at::kLong), torch::zeros({2}, at::kLong)), Error);

@@ -59,8 +59,20 @@ at::Tensor CausalLMImpl::loss(const at::Tensor& output, const at::Tensor& target
   return nn::tp::vocab_parallel_cross_entropy(output, targets, vocab_, tp_);
 }
 
+namespace {
+// `consume`: nothing else holds the logits (their gradient is written over them).
+at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& targets, bool consume) {
+  if (logits.sizes().slice(0, logits.dim() - 1) != targets.sizes())
+    throw Error("causal_lm_loss: targets " + c10::str(targets.sizes()) + " do not match logits " +
+                c10::str(logits.sizes()));
+  // Never a full fp32 copy of the logits (nn/cross_entropy.h).
+  return nn::chunked_cross_entropy(logits, targets, /*ignore_index=*/-100, /*block_rows=*/4096, consume);
+}
+}  // namespace
+
 at::Tensor CausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
-  if (!tp_.enabled()) return causal_lm_loss(logits(tokens), targets);
+  // The logits live only here: their gradient takes their place.
+  if (!tp_.enabled()) return next_token_loss(logits(tokens), targets, /*consume=*/true);
   check_tokens(config_, tokens);
   if (const int64_t pad = sequence_padding(tp_, tokens.size(1)))
     return nn::tp::vocab_parallel_cross_entropy(
@@ -70,11 +82,7 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& tar
 }
 
 at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
-  if (logits.sizes().slice(0, logits.dim() - 1) != targets.sizes())
-    throw Error("causal_lm_loss: targets " + c10::str(targets.sizes()) + " do not match logits " +
-                c10::str(logits.sizes()));
-  // Never a full fp32 copy of the logits (nn/cross_entropy.h).
-  return nn::chunked_cross_entropy(logits, targets, /*ignore_index=*/-100);
+  return next_token_loss(logits, targets, /*consume=*/false);
 }
 
 std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config, c10::Device init_device) {

@@ -19,7 +19,8 @@ using torch::autograd::variable_list;
 // LM head's padded view (nn::linear_padded_rows), whose backward then reads it
 // in place instead of copying it into aligned rows. The pad is never read;
 // rows further apart than a pad (any other view) get a dense gradient.
-at::Tensor empty_gradient_like(const at::Tensor& logits) {
+at::Tensor empty_gradient_like(const at::Tensor& logits, bool consume) {
+  if (consume) return logits.detach();  // the same storage and strides
   const int64_t pad = logits.stride(0) - logits.size(1);
   if (logits.stride(1) != 1 || pad <= 0 || pad >= 64) return at::empty(logits.sizes(), logits.options());
   return at::empty({logits.size(0), logits.stride(0)}, logits.options()).narrow(1, 0, logits.size(1));
@@ -44,8 +45,9 @@ cuda::CrossEntropyRows kernel_rows(const at::Tensor& logits, const at::Tensor& t
 // with unit stride along V (rows may be strided: the LM head's padded view).
 struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets,
-                            int64_t ignore_index) {
+                            int64_t ignore_index, bool consume) {
     c10::cuda::CUDAGuard guard(logits.device());
+    ctx->saved_data["consume"] = consume;
     const auto f32 = logits.options().dtype(at::kFloat);
     at::Tensor lse = at::empty({logits.size(0)}, f32), logp = at::empty({logits.size(0)}, f32);
     const at::Tensor t = targets.contiguous();
@@ -64,12 +66,13 @@ struct FusedCrossEntropy : torch::autograd::Function<FusedCrossEntropy> {
     at::Tensor lse = saved[2];
     c10::cuda::CUDAGuard guard(logits.device());
     const at::Tensor scale = grads[0].to(at::kFloat) / count;
-    at::Tensor grad = empty_gradient_like(logits);
+    // Each thread reads a logit before writing its gradient in the same place.
+    at::Tensor grad = empty_gradient_like(logits, ctx->saved_data["consume"].toBool());
     cuda::check_launch(cuda::launch_cross_entropy_backward(
                            kernel_rows(logits, targets, ctx->saved_data["ignore_index"].toInt(), lse),
                            scale.const_data_ptr<float>(), grad.data_ptr(), grad.stride(0), cuda::current_stream()),
                        "chunked_cross_entropy: backward kernel");
-    return {grad, at::Tensor(), at::Tensor()};
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 #endif
@@ -78,8 +81,9 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
   // logits: [N, V]; targets: [N] int64. Per block: one fused log-softmax
   // (forward) or softmax (backward) in fp32, then the target column.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets,
-                            int64_t ignore_index, int64_t block_rows) {
+                            int64_t ignore_index, int64_t block_rows, bool consume) {
     const int64_t n = logits.size(0);
+    ctx->saved_data["consume"] = consume;
     at::Tensor picked = at::empty({n}, logits.options().dtype(at::kFloat));  // log p(target)
     const at::Tensor valid = targets.ne(ignore_index);
     const at::Tensor safe_targets = targets.masked_fill(valid.logical_not(), 0);
@@ -101,7 +105,8 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
     const int64_t n = logits.size(0);
     // d loss / d logit = (softmax - onehot) * g / count on valid rows, 0 elsewhere.
     const at::Tensor row_scale = valid.to(at::kFloat) * (grads[0].to(at::kFloat) / count);
-    at::Tensor grad = empty_gradient_like(logits);
+    // A block's softmax is taken in fp32 before its gradient is stored (over it, when consumed).
+    at::Tensor grad = empty_gradient_like(logits, ctx->saved_data["consume"].toBool());
     for (int64_t r = 0; r < n; r += block_rows) {
       const int64_t len = std::min(block_rows, n - r);
       at::Tensor p = at::softmax(logits.narrow(0, r, len), 1, at::kFloat);
@@ -109,14 +114,14 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
       at::Tensor out = grad.narrow(0, r, len);
       at::mul_out(out, p, row_scale.narrow(0, r, len).unsqueeze(1));  // rounded to the logits' dtype on store
     }
-    return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor chunked_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
-                                 int64_t block_rows) {
+                                 int64_t block_rows, bool consume_logits) {
   if (!logits.defined() || !at::isFloatingType(logits.scalar_type()) || logits.dim() < 1)
     throw Error("chunked_cross_entropy: logits must be a floating tensor [..., V]");
   if (logits.sizes().slice(0, logits.dim() - 1) != targets.sizes())
@@ -126,9 +131,10 @@ at::Tensor chunked_cross_entropy(const at::Tensor& logits, const at::Tensor& tar
   const at::Tensor flat = logits.reshape({-1, logits.size(-1)});
 #ifdef STRATUM_WITH_CUDA_KERNELS
   if (flat.is_cuda() && flat.stride(1) == 1 && cuda::kernel_dtype(flat.scalar_type()))
-    return FusedCrossEntropy::apply(flat, targets.reshape({-1}).to(at::kLong), ignore_index);
+    return FusedCrossEntropy::apply(flat, targets.reshape({-1}).to(at::kLong), ignore_index, consume_logits);
 #endif
-  return ChunkedCrossEntropy::apply(flat, targets.reshape({-1}).to(at::kLong), ignore_index, block_rows);
+  return ChunkedCrossEntropy::apply(flat, targets.reshape({-1}).to(at::kLong), ignore_index, block_rows,
+                                    consume_logits);
 }
 
 }  // namespace stratum::nn
