@@ -245,10 +245,15 @@ if [[ " $parts " == *" 9 "* ]]; then
       --stage 0 --steps 4 --warmup 2 --checkpointing --profile "$work/lora-$base.json" \
       --lora "{\"r\": 16, \"lora_alpha\": 32, \"target_modules\": \"all-linear\", \"base_dtype\": \"$base\"}" \
       > "$work/lora-$base.log" 2>&1 || { echo "lora-$base: exit $?"; why "$work/lora-$base.log"; }
-    grep '^{"system"' "$work/lora-$base.log" | python3 -c 'import json,sys
-for l in sys.stdin:
-    r = json.loads(l); print(f"  {r[\"system\"]} base {r[\"lora\"][\"base_dtype\"]}: {r[\"tokens_per_s_per_gpu\"]:.0f} tokens/s, "
-          f"forward {r[\"forward_s\"]*1e3:.0f} ms, backward {r[\"backward_s\"]*1e3:.0f} ms, optimizer {r[\"optimizer_s\"]*1e3:.0f} ms, peak {r[\"peak_memory_gib\"]:.2f} GiB")'
+    grep -o '{"system".*' "$work/lora-$base.log" | python3 -c "$(cat <<'PY'
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    print("  %s base %s: %.0f tokens/s, forward %.0f ms, backward %.0f ms, optimizer %.0f ms, peak %.2f GiB" % (
+        r["system"], r["lora"]["base_dtype"], r["tokens_per_s_per_gpu"], r["forward_s"] * 1e3,
+        r["backward_s"] * 1e3, r["optimizer_s"] * 1e3, r["peak_memory_gib"]))
+PY
+)"
   done
-  python3 bench/profile_summary.py "$work/lora-bf16.json" "$work/lora-nf4.json" --top 25
+  python3 bench/profile_summary.py "$work/lora-bf16.json" "$work/lora-nf4.json" --top 15
 fi

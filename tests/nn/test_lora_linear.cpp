@@ -1,12 +1,15 @@
 // LoRA linear against its dense equivalent: W + scale·B·A in fp32 (peft's
 // merge), forward and both trainable gradients within 1e-6; the NF4 base
-// against its dequantized weight; dropout on the adapter's input alone.
+// against its dequantized weight; dropout on the adapter's input alone;
+// layers side by side in stacked GEMMs against each layer apart.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
 #include <cmath>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "stratum/nn/lora_linear.h"
 #include "stratum/quant/nf4.h"
@@ -110,4 +113,72 @@ TEST(LoraLinear, ShapesThatDoNotFitAreNamed) {
   EXPECT_NE(error(torch::randn({2, 10}), torch::randn({2, 10}), torch::randn({5, 2})).find("do not fit a 6x10 base"),
             std::string::npos);
   EXPECT_THROW(stratum::nn::lora_scale(0, 16, false), std::exception);
+}
+
+namespace {
+
+// Three layers side by side as attention's q/k/v are: dense or NF4 bases
+// (fp32), adapters on the first and last (none on the middle one).
+std::vector<stratum::nn::Linear> side_by_side(bool nf4) {
+  torch::manual_seed(11);
+  std::vector<stratum::nn::Linear> layers;
+  for (int64_t out : {128, 64, 64}) {
+    stratum::nn::Linear l(128, out, /*bias=*/false);
+    l->weight.requires_grad_(false);
+    if (nf4) {
+      l->nf4_base = true;
+      l->nf4 = std::make_shared<const stratum::quant::Nf4Tensor>(stratum::quant::quantize_nf4(l->weight));
+    }
+    if (out != 64 || layers.size() == 2) {
+      l->add_lora(4, 2.0, 0.0);
+      l->lora_A->weight.set_data(torch::randn({4, 128}) * 0.1);  // drawn here (a model draws them by name)
+      l->lora_B->weight.set_data(torch::randn({out, 4}) * 0.1);
+    }
+    layers.push_back(l);
+  }
+  return layers;
+}
+
+}  // namespace
+
+// The stacked GEMMs (one for the bases, one each way for the adapters, the
+// adds in the epilogue) against each layer apart: the outputs and every
+// gradient within 1e-6, dense and NF4 bases.
+TEST(LoraLinear, StackedLayersMatchEachLayerApart) {
+  for (bool nf4 : {false, true}) {
+    const auto layers = side_by_side(nf4);
+    std::vector<const stratum::nn::LinearImpl*> views;
+    for (const auto& l : layers) views.push_back(l.get());
+    std::vector<at::Tensor> y(2), dx(2), da0(2), db2(2);
+    for (int stacked : {0, 1}) {
+      torch::manual_seed(5);
+      at::Tensor x = torch::randn({2, 7, 128}).requires_grad_(true);
+      at::Tensor out;
+      if (stacked) {
+        out = stratum::nn::add_lora_terms(stratum::nn::frozen_linear_stacked(x, views), x, views, true);
+      } else {
+        std::vector<at::Tensor> parts;
+        for (const auto& l : layers) {
+          at::Tensor p = stratum::nn::frozen_linear(x, *l);
+          parts.push_back(l->has_lora() ? p + stratum::nn::lora_delta(x, *l, true) : p);
+        }
+        out = at::cat(parts, -1);
+      }
+      out.backward(torch::ones_like(out) * torch::randn({256}));
+      y[stacked] = out.detach();
+      dx[stacked] = x.grad().clone();
+      da0[stacked] = layers[0]->lora_A->weight.grad().clone();
+      db2[stacked] = layers[2]->lora_B->weight.grad().clone();
+      for (const auto& l : layers)
+        if (l->has_lora()) {
+          l->lora_A->weight.mutable_grad().reset();
+          l->lora_B->weight.mutable_grad().reset();
+        }
+    }
+    const std::string what = nf4 ? "NF4 bases" : "dense bases";
+    EXPECT_LE(rel(y[1], y[0]), 1e-6) << what;
+    EXPECT_LE(rel(dx[1], dx[0]), 1e-6) << what;
+    EXPECT_LE(rel(da0[1], da0[0]), 1e-6) << what;
+    EXPECT_LE(rel(db2[1], db2[0]), 1e-6) << what;
+  }
 }

@@ -321,9 +321,11 @@ TEST(PipelineEngine, PipelineTimesTensorParallel_MatchesSingleProcess) {
         const TrainRun ref = train_reference(arch, l);
         // Weights 2e-4: tensor parallelism's sums round in another order, which
         // Adam's normalised step carries into near-zero-gradient elements
-        // (engine/test_tensor_parallel_engine.cpp).
+        // (engine/test_tensor_parallel_engine.cpp). Norms 2e-5: with ATen's
+        // AVX-512 kernels GPT-2 under sequence parallelism at ZeRO-1 measured
+        // 1.03e-5 at step 14 (1e-5 holds with its AVX2 kernels); losses stay within 1e-5.
         expect_same_training(train_pipeline(arch, l, test::context().cpu_world), ref, 1e-5, describe(arch, l),
-                             /*weights=*/true, /*norm_tol=*/1e-5, /*weight_tol=*/2e-4);
+                             /*weights=*/true, /*norm_tol=*/2e-5, /*weight_tol=*/2e-4);
       }
 }
 

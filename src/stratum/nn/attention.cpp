@@ -94,17 +94,20 @@ at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   const std::optional<SequenceLayout> rows = packed ? std::optional(layout_of_length(*packed, length)) : std::nullopt;
   const auto [cos, sin] = rows ? rope->cos_sin_at(rows->position_ids, x.scalar_type())
                                : rope->cos_sin(length, x.device(), x.scalar_type());
-  // One GEMM for the three projections (HF keeps them as three weights).
-  const LinearImpl* projections[] = {q_proj.get(), k_proj.get(), v_proj.get()};
-  const bool nf4 = q_proj->nf4_base || k_proj->nf4_base || v_proj->nf4_base;
-  std::vector<at::Tensor> qkv =
-      tp::through_region(x, tp, [&](const at::Tensor& in) {
-        if (nf4)  // each 4-bit weight dequantized for its own GEMM
-          return at::cat({frozen_linear(in, *q_proj), frozen_linear(in, *k_proj), frozen_linear(in, *v_proj)}, -1);
-        return nn::linear_stacked(in, {q_proj->weight, k_proj->weight, v_proj->weight});
-      }).split_with_sizes({heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
-  for (int i = 0; i < 3; ++i)
-    if (projections[i]->has_lora()) qkv[i] = qkv[i] + column_parallel_lora(x, *projections[i], tp, is_training());
+  // One GEMM for the three projections (HF keeps them as three weights; 4-bit
+  // ones dequantized side by side), and one each way for their adapters.
+  const std::vector<const LinearImpl*> projections{q_proj.get(), k_proj.get(), v_proj.get()};
+  const std::vector<int64_t> widths{heads * head_dim, kv_heads * head_dim, kv_heads * head_dim};
+  std::vector<at::Tensor> qkv;
+  if (!tp.enabled()) {
+    qkv = add_lora_terms(frozen_linear_stacked(x, projections), x, projections, is_training())
+              .split_with_sizes(widths, -1);
+  } else {
+    qkv = tp::through_region(x, tp, [&](const at::Tensor& in) { return frozen_linear_stacked(in, projections); })
+              .split_with_sizes(widths, -1);
+    for (int i = 0; i < 3; ++i)
+      if (projections[i]->has_lora()) qkv[i] = qkv[i] + column_parallel_lora(x, *projections[i], tp, is_training());
+  }
   const at::Tensor q = apply_rotary(split_heads(qkv[0], heads), cos, sin);
   const at::Tensor k = apply_rotary(split_heads(qkv[1], kv_heads), cos, sin);
   const at::Tensor v = split_heads(qkv[2], kv_heads);
@@ -113,7 +116,9 @@ at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   const at::Tensor heads_out = merge_heads(p > 0 ? tp::with_rank_stream(tp, x.device(), attend) : attend());
   const at::Tensor y = o_proj->nf4_base ? tp::leave_region(frozen_linear(heads_out, *o_proj), tp)
                                         : tp::row_parallel_linear(heads_out, o_proj->weight, at::Tensor(), tp);
-  return o_proj->has_lora() ? y + row_parallel_lora(heads_out, *o_proj, tp, is_training()) : y;
+  if (!o_proj->has_lora()) return y;
+  return tp.enabled() ? y + row_parallel_lora(heads_out, *o_proj, tp, is_training())
+                      : add_lora_terms(y, heads_out, {o_proj.get()}, is_training());
 }
 
 }  // namespace stratum::nn

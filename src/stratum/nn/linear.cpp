@@ -195,12 +195,28 @@ struct LinearNoBias : torch::autograd::Function<LinearNoBias> {
 // y = x [W0; W1; ...]ᵀ: one GEMM for projections that read the same input
 // (q/k/v, gate/up). The stacked weight is a temporary of each pass; the
 // parameters themselves are saved, as in LinearNoBias.
+// The weights as one [Σ rows, cols] matrix: a view when they lie one after
+// another in one buffer (ZeRO's flat parameters, a gathered ZeRO-3 unit),
+// else their concatenation (a copy of every weight, each call).
+at::Tensor stacked_weight(at::TensorList weights) {
+  const at::Tensor& first = weights[0];
+  int64_t rows = 0;
+  for (const at::Tensor& w : weights) {
+    const bool next = w.dim() == 2 && w.is_contiguous() && w.scalar_type() == first.scalar_type() &&
+                      w.size(1) == first.size(1) && w.device() == first.device() && w.storage().is_alias_of(first.storage()) &&
+                      w.storage_offset() == first.storage_offset() + rows * first.size(1);
+    if (!next) return at::cat(weights, 0);
+    rows += w.size(0);
+  }
+  return first.as_strided({rows, first.size(1)}, {first.size(1), 1}, first.storage_offset());
+}
+
 struct LinearStacked : torch::autograd::Function<LinearStacked> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights) {
     std::vector<at::Tensor> saved{x};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
-    return at::linear(x, at::cat(weights, 0));
+    return at::linear(x, stacked_weight(weights));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -208,7 +224,7 @@ struct LinearStacked : torch::autograd::Function<LinearStacked> {
     const std::vector<at::Tensor> weights(saved.begin() + 1, saved.end());
     const at::Tensor& grad = grads[0];
     variable_list out(saved.size());
-    if (ctx->needs_input_grad(0)) out[0] = grad.matmul(at::cat(weights, 0));
+    if (ctx->needs_input_grad(0)) out[0] = grad.matmul(stacked_weight(weights));
     bool any_weight = false, every_weight = true;
     for (size_t i = 1; i < saved.size(); ++i) {
       any_weight = any_weight || ctx->needs_input_grad(i);

@@ -8,6 +8,7 @@
 #include "stratum/core/error.h"
 #include "stratum/nn/linear.h"
 #include "stratum/nn/tensor_parallel/random.h"
+#include "stratum/quant/nf4_dequantize.h"
 
 namespace stratum::nn {
 namespace {
@@ -36,6 +37,41 @@ struct Nf4Matmul : torch::autograd::Function<Nf4Matmul> {
   struct Holder : torch::CustomClassHolder {
     explicit Holder(std::shared_ptr<const quant::Nf4Tensor> w) : weight(std::move(w)) {}
     std::shared_ptr<const quant::Nf4Tensor> weight;
+  };
+};
+
+// Several NF4 weights side by side: each dequantized into its rows of one
+// stacked weight, for one GEMM (and again in backward, never kept).
+struct Nf4StackedMatmul : torch::autograd::Function<Nf4StackedMatmul> {
+  using Weights = std::vector<std::shared_ptr<const quant::Nf4Tensor>>;
+
+  static at::Tensor stacked(const Weights& weights, const at::Tensor& like) {
+    int64_t rows = 0;
+    for (const auto& w : weights) rows += w->shape[0];
+    at::Tensor out = at::empty({rows, weights.front()->shape[1]}, like.options());
+    int64_t row = 0;
+    for (const auto& w : weights) {
+      quant::dequantize_nf4_into(*w, out.narrow(0, row, w->shape[0]));
+      row += w->shape[0];
+    }
+    return out;
+  }
+
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Weights weights) {
+    const at::Tensor w = stacked(weights, x);
+    ctx->saved_data["weights"] = c10::IValue::make_capsule(c10::make_intrusive<Holder>(std::move(weights)));
+    return at::matmul(x, w.t());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto holder = ctx->saved_data["weights"].toCapsule();
+    const at::Tensor& g = grads[0];
+    return {at::matmul(g, stacked(static_cast<Holder*>(holder.get())->weights, g)), at::Tensor()};
+  }
+
+  struct Holder : torch::CustomClassHolder {
+    explicit Holder(Weights w) : weights(std::move(w)) {}
+    Weights weights;
   };
 };
 
@@ -96,6 +132,68 @@ at::Tensor frozen_linear(const at::Tensor& x, const LinearImpl& layer, const at:
     throw Error("LoRA: layer '" + layer.name() + "' holds its frozen weight in NF4 but it was never drawn or loaded");
   const at::Tensor y = nf4_matmul(x, layer.nf4);
   return bias.defined() ? y + bias : y;
+}
+
+at::Tensor frozen_linear_stacked(const at::Tensor& x, const std::vector<const LinearImpl*>& layers) {
+  bool all_nf4 = true, all_dense = true;
+  for (const LinearImpl* l : layers) {
+    const bool nf4 = l->nf4_base && l->nf4 && l->nf4->shape.size() == 2 && l->nf4->shape[1] == x.size(-1) &&
+                     l->nf4->dtype == x.scalar_type() && l->nf4->packed.device() == x.device();
+    all_nf4 = all_nf4 && nf4;
+    all_dense = all_dense && !l->nf4_base;
+  }
+  if (all_dense) {
+    std::vector<at::Tensor> weights;
+    for (const LinearImpl* l : layers) weights.push_back(l->weight);
+    return nn::linear_stacked(x, weights);
+  }
+  if (all_nf4) {
+    Nf4StackedMatmul::Weights weights;
+    for (const LinearImpl* l : layers) weights.push_back(l->nf4);
+    return Nf4StackedMatmul::apply(x, std::move(weights));
+  }
+  std::vector<at::Tensor> outs;
+  for (const LinearImpl* l : layers) outs.push_back(frozen_linear(x, *l));
+  return at::cat(outs, -1);
+}
+
+at::Tensor add_lora_terms(const at::Tensor& y, const at::Tensor& x, const std::vector<const LinearImpl*>& layers,
+                          bool training) {
+  bool any = false, dropout = false, one_scale = true;
+  double scale = 0.0;
+  for (const LinearImpl* l : layers) {
+    if (!l->has_lora()) continue;
+    if (any && l->lora_scale != scale) one_scale = false;
+    scale = l->lora_scale;
+    any = true;
+    dropout = dropout || (training && l->lora_dropout > 0);
+  }
+  if (!any) return y;
+  if (dropout || !one_scale) {  // each term apart, in its columns
+    std::vector<at::Tensor> terms;
+    for (const LinearImpl* l : layers) {
+      const int64_t out = l->nf4_base && l->nf4 ? l->nf4->shape[0] : l->weight.size(0);
+      std::vector<int64_t> shape = x.sizes().vec();
+      shape.back() = out;
+      terms.push_back(l->has_lora() ? lora_delta(x, *l, training) : at::zeros(shape, y.options()));
+    }
+    return y + (terms.size() == 1 ? terms.front() : at::cat(terms, -1));
+  }
+  std::vector<at::Tensor> down, up;
+  for (const LinearImpl* l : layers) {
+    if (l->has_lora()) {
+      down.push_back(l->lora_A->weight);
+      up.push_back(l->lora_B->weight);
+    } else {  // no columns of h: zero rows of the block-diagonal
+      const int64_t out = l->nf4_base && l->nf4 ? l->nf4->shape[0] : l->weight.size(0);
+      up.push_back(at::zeros({out, 0}, y.options()));
+    }
+  }
+  const at::Tensor h = nn::linear_stacked(x, down);
+  const at::Tensor b = up.size() == 1 ? up.front() : at::block_diag(up);
+  const int64_t width = y.size(-1);
+  return at::addmm(y.reshape({-1, width}), h.reshape({-1, h.size(-1)}), b.t(), /*beta=*/1, /*alpha=*/scale)
+      .view(y.sizes());
 }
 
 at::Tensor lora_delta(const at::Tensor& x, const LinearImpl& layer, bool training) {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "stratum/nn/parameter_modules.h"
 #include "stratum/nn/tensor_parallel/mappings.h"
@@ -45,6 +46,22 @@ at::Tensor nf4_matmul(const at::Tensor& x, const std::shared_ptr<const quant::Nf
 // x·Wᵀ (+ bias) for a layer whose weight may be held in NF4 (LinearImpl::
 // nf4_base): nf4_matmul then, else nn::linear. `bias` may be undefined.
 at::Tensor frozen_linear(const at::Tensor& x, const LinearImpl& layer, const at::Tensor& bias = at::Tensor());
+
+// x·[W_1; ...; W_n]ᵀ for layers side by side (attention's q/k/v, the MLP's
+// gate/up), their outputs in that order along the last dimension, one GEMM
+// each way: dense weights through nn::linear_stacked; NF4 weights (all of
+// the input's dtype) dequantized into one stacked weight, again in
+// backward. Layers of mixed kinds: each GEMM apart, concatenated.
+at::Tensor frozen_linear_stacked(const at::Tensor& x, const std::vector<const LinearImpl*>& layers);
+
+// y [..., Σ out_i], the outputs of `layers` side by side (one layer's, or
+// frozen_linear_stacked's), with each adapted layer's term added in its
+// columns: one GEMM from x to every adapter's r columns (the A's stacked),
+// one from there into y with the B's block-diagonal and y added in the
+// GEMM's epilogue, for no pass of its own. With dropout while training,
+// each term apart (its own mask). Without tensor parallelism.
+at::Tensor add_lora_terms(const at::Tensor& y, const at::Tensor& x, const std::vector<const LinearImpl*>& layers,
+                          bool training);
 
 // The adapter term scale · dropout(x)·Aᵀ·Bᵀ of `layer` (which has one:
 // LinearImpl::add_lora), to add to the base's output. x: [..., in].

@@ -317,13 +317,15 @@ SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_
 }
 
 at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
-  // Gate and up projections as one GEMM over the stacked weights.
+  // Gate and up projections as one GEMM over the stacked weights (4-bit ones
+  // dequantized side by side), and one each way for their adapters.
   const bool nf4 = gate_proj->nf4_base || up_proj->nf4_base || down_proj->nf4_base;
-  at::Tensor gate_up = tp::through_region(x, tp, [&](const at::Tensor& in) {
-    if (nf4) return at::cat({frozen_linear(in, *gate_proj), frozen_linear(in, *up_proj)}, -1);
-    return nn::linear_stacked(in, {gate_proj->weight, up_proj->weight});
-  });
-  if (gate_proj->has_lora() || up_proj->has_lora()) {
+  const std::vector<const LinearImpl*> gate_and_up{gate_proj.get(), up_proj.get()};
+  at::Tensor gate_up =
+      tp::through_region(x, tp, [&](const at::Tensor& in) { return frozen_linear_stacked(in, gate_and_up); });
+  if (!tp.enabled()) {
+    gate_up = add_lora_terms(gate_up, x, gate_and_up, is_training());
+  } else if (gate_proj->has_lora() || up_proj->has_lora()) {
     // The adapters' terms in gate_up's layout ([gate | up]), zeros where a projection has none.
     const bool training = is_training();
     auto term = [&](const LinearImpl& layer, int64_t half) {
@@ -335,7 +337,9 @@ at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
   if (down_proj->has_lora() || nf4) {
     const at::Tensor act = nn::swiglu(gate_up);
     const at::Tensor y = tp::leave_region(frozen_linear(act, *down_proj), tp);
-    return down_proj->has_lora() ? y + row_parallel_lora(act, *down_proj, tp, is_training()) : y;
+    if (!down_proj->has_lora()) return y;
+    return tp.enabled() ? y + row_parallel_lora(act, *down_proj, tp, is_training())
+                        : add_lora_terms(y, act, {down_proj.get()}, is_training());
   }
   return tp::leave_region(recompute_activation ? nn::swiglu_linear(gate_up, down_proj->weight)
                                                : nn::linear(nn::swiglu(gate_up), down_proj->weight),

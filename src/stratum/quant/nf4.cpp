@@ -1,4 +1,5 @@
 #include "stratum/quant/nf4.h"
+#include "stratum/quant/nf4_dequantize.h"
 
 #include <map>
 #include <mutex>
@@ -220,12 +221,21 @@ at::Tensor nf4_absmax(const Nf4Tensor& q) {
 }
 
 at::Tensor dequantize_nf4(const Nf4Tensor& q) {
+  at::Tensor out = at::empty(q.shape, q.packed.options().dtype(q.dtype));
+  dequantize_nf4_into(q, out);
+  return out;
+}
+
+void dequantize_nf4_into(const Nf4Tensor& q, const at::Tensor& out) {
+  if (!out.defined() || !out.is_contiguous() || out.numel() != q.numel() || out.scalar_type() != q.dtype ||
+      out.device() != q.packed.device())
+    throw Error("NF4: the buffer to dequantize into must be contiguous, " + std::to_string(q.numel()) + " values of " +
+                std::string(c10::toString(q.dtype)) + " on " + q.packed.device().str());
   c10::AutoGradMode no_grad(false);
 #ifdef STRATUM_WITH_CUDA_KERNELS
   if (q.packed.is_cuda() && q.absmax.is_cuda() && (!q.nested || (q.nested_absmax.is_cuda() && q.nested_code.is_cuda())) &&
       (q.dtype == at::kBFloat16 || q.dtype == at::kHalf || q.dtype == at::kFloat)) {
     const c10::cuda::CUDAGuard guard(q.packed.device());
-    at::Tensor out = at::empty(q.shape, q.packed.options().dtype(q.dtype));
     cuda::Nf4View v;
     const at::Tensor code = nf4_code_on(q.packed.device());
     const at::Tensor packed = q.packed.contiguous(), absmax = q.absmax.contiguous();
@@ -253,7 +263,7 @@ at::Tensor dequantize_nf4(const Nf4Tensor& q) {
         cuda::launch_nf4_dequantize(v, out.data_ptr(), dt, c10::cuda::getCurrentCUDAStream().stream());
     if (e != cudaErrorInvalidValue) {  // invalid: a layout the kernel does not take, the ATen path below does
       stratum::cuda::check_launch(e, "NF4: dequantize kernel");
-      return out;
+      return;
     }
   }
 #endif
@@ -266,7 +276,7 @@ at::Tensor dequantize_nf4(const Nf4Tensor& q) {
   at::Tensor values = nf4_code_on(bytes.device()).index({indices});
   const at::Tensor padded = at::constant_pad_nd(values, {0, blocks * q.blocksize - n});
   values = (padded.view({blocks, q.blocksize}) * nf4_absmax(q).view({-1, 1})).reshape(-1).narrow(0, 0, n);
-  return values.to(q.dtype).reshape(q.shape);
+  out.view({-1}).copy_(values.to(q.dtype));
 }
 
 Nf4Tensor nf4_from_bitsandbytes(const std::string& name, const std::function<at::Tensor(const std::string&)>& get,
