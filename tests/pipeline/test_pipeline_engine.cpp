@@ -367,8 +367,9 @@ TEST(PipelineEngine, PipelineTimesTensorParallelInAnotherRankOrder) {
   l.zero = 1;
   l.order = "pp-tp-dp";
   const TrainRun ref = train_reference("gpt2", l);
+  // Norms 2e-5, as PipelineTimesTensorParallel_MatchesSingleProcess's (AVX-512 kernels: 1.03e-5 at step 14).
   expect_same_training(train_pipeline("gpt2", l, test::context().cpu_world), ref, 1e-5, describe("gpt2", l) + " " + l.order,
-                       /*weights=*/true, /*norm_tol=*/1e-5, /*weight_tol=*/2e-4);
+                       /*weights=*/true, /*norm_tol=*/2e-5, /*weight_tol=*/2e-4);
 }
 
 // A checkpoint saved at PP x TP = 2 x 2 (ZeRO-1, sequence parallel) resumes
