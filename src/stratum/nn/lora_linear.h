@@ -57,9 +57,10 @@ at::Tensor frozen_linear_stacked(const at::Tensor& x, const std::vector<const Li
 // y [..., Σ out_i], the outputs of `layers` side by side (one layer's, or
 // frozen_linear_stacked's), with each adapted layer's term added in its
 // columns: one GEMM from x to every adapter's r columns (the A's stacked),
-// one from there into y with the B's block-diagonal and y added in the
-// GEMM's epilogue, for no pass of its own. With dropout while training,
-// each term apart (its own mask). Without tensor parallelism.
+// one from there with the B's block-diagonal and y as the GEMM's C (ATen
+// copies y into the result first: one pass, where separate terms took a
+// GEMM and an add each). With dropout while training, each term apart (its
+// own mask). Without tensor parallelism.
 at::Tensor add_lora_terms(const at::Tensor& y, const at::Tensor& x, const std::vector<const LinearImpl*>& layers,
                           bool training);
 
