@@ -157,6 +157,11 @@ at::Tensor frozen_linear_stacked(const at::Tensor& x, const std::vector<const Li
   return at::cat(outs, -1);
 }
 
+namespace {
+// A layer's output features, whether its weight is held dense or in NF4.
+int64_t out_features_of(const LinearImpl& l) { return l.nf4_base && l.nf4 ? l.nf4->shape[0] : l.weight.size(0); }
+}  // namespace
+
 at::Tensor add_lora_terms(const at::Tensor& y, const at::Tensor& x, const std::vector<const LinearImpl*>& layers,
                           bool training) {
   bool any = false, dropout = false, one_scale = true;
@@ -172,9 +177,8 @@ at::Tensor add_lora_terms(const at::Tensor& y, const at::Tensor& x, const std::v
   if (dropout || !one_scale) {  // each term apart, in its columns
     std::vector<at::Tensor> terms;
     for (const LinearImpl* l : layers) {
-      const int64_t out = l->nf4_base && l->nf4 ? l->nf4->shape[0] : l->weight.size(0);
       std::vector<int64_t> shape = x.sizes().vec();
-      shape.back() = out;
+      shape.back() = out_features_of(*l);
       terms.push_back(l->has_lora() ? lora_delta(x, *l, training) : at::zeros(shape, y.options()));
     }
     return y + (terms.size() == 1 ? terms.front() : at::cat(terms, -1));
@@ -185,8 +189,7 @@ at::Tensor add_lora_terms(const at::Tensor& y, const at::Tensor& x, const std::v
       down.push_back(l->lora_A->weight);
       up.push_back(l->lora_B->weight);
     } else {  // no columns of h: zero rows of the block-diagonal
-      const int64_t out = l->nf4_base && l->nf4 ? l->nf4->shape[0] : l->weight.size(0);
-      up.push_back(at::zeros({out, 0}, y.options()));
+      up.push_back(at::zeros({out_features_of(*l), 0}, y.options()));
     }
   }
   const at::Tensor h = nn::linear_stacked(x, down);
