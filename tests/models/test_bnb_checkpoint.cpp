@@ -17,22 +17,15 @@
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/hf_config.h"
 #include "stratum/models/hf_state_dict.h"
+#include "../common/error_of.h"
 
 using namespace stratum;
 using namespace stratum::models;
+using stratum::test::error_of;
 
 namespace {
 
 const std::string kDir = std::string(STRATUM_TEST_DATA_DIR) + "/hf/llama3_bnb4";
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(BitsandbytesCheckpoint, BlockLinearsReadAsStoredAndDequantizeAsBitsandbytesDoes) {
   const ModelConfig c = read_hf_model_config(kDir);
