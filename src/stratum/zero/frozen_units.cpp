@@ -25,7 +25,11 @@ FrozenUnits::FrozenUnits(std::vector<std::vector<FrozenTensors>> layers, std::sh
                          c10::Device device, int64_t prefetch_bytes)
     : dp_(std::move(dp)), device_(device), prefetch_bytes_(prefetch_bytes) {
   units_.resize(layers.size());
-  for (size_t l = 0; l < layers.size(); ++l) units_[l].weights = std::move(layers[l]);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    units_[l].weights = std::move(layers[l]);
+    for (const FrozenTensors& w : units_[l].weights) layer_of_name_.emplace(w.name, static_cast<int>(l));
+    if (!units_[l].weights.empty()) last_holding_ = static_cast<int>(l);
+  }
 }
 
 FrozenUnits::~FrozenUnits() {
@@ -96,10 +100,8 @@ void FrozenUnits::open(size_t layer) {
 }
 
 int FrozenUnits::layer_of(const std::string& name) const {
-  for (size_t l = 0; l < units_.size(); ++l)
-    for (const FrozenTensors& w : units_[l].weights)
-      if (w.name == name) return static_cast<int>(l);
-  return -1;
+  const auto it = layer_of_name_.find(name);
+  return it == layer_of_name_.end() ? -1 : it->second;
 }
 
 void FrozenUnits::launch(size_t layer) {
@@ -162,8 +164,7 @@ void FrozenUnits::before_forward(size_t layer) {
 void FrozenUnits::after_forward(size_t layer, bool backward_reads) {
   if (!holds(layer)) return;
   units_[layer].backward_reads = backward_reads;
-  bool later = false;
-  for (size_t k = layer + 1; k < units_.size() && !later; ++k) later = holds(k);
+  const bool later = static_cast<int>(layer) < last_holding_;  // a later layer gathers before this one's backward
   if (!backward_reads || later) release(layer);
 }
 

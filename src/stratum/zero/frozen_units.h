@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -103,6 +104,8 @@ class FrozenUnits {
   std::vector<at::Tensor> tensors_of(size_t layer, size_t weight) const;
 
   std::vector<Unit> units_;
+  std::unordered_map<std::string, int> layer_of_name_;
+  int last_holding_ = -1;  // the last layer with frozen weights
   std::shared_ptr<distributed::Communicator> dp_;
   c10::Device device_;
   int64_t prefetch_bytes_;
