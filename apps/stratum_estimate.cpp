@@ -64,6 +64,10 @@ int main(int argc, char** argv) {
   auto* tp = app.add_option("--tp", in.tensor_parallel, "tensor-parallel size (dividing the GPUs of a node; needs --model)")
                  ->check(CLI::Range(1, 1 << 10));
   auto* sequence_parallel = app.add_flag("--sequence-parallel", in.sequence_parallel, "sequence parallelism with --tp");
+  auto* ep = app.add_option("--ep", in.expert_parallel,
+                            "expert-parallel size: a mixture of experts' experts over this many of the data-parallel "
+                            "GPUs (needs a mixture-of-experts --model)")
+                 ->check(CLI::Range(1, 1 << 16));
   auto* zero_opt = app.add_option("--zero", zero, "ZeRO stage of the per-stage table with --pp (0-3; default 1)")
                        ->check(CLI::Range(0, 3));
   // The layout planner; with --plan the layout flags above (--pp, --tp, --zero,
@@ -164,6 +168,8 @@ int main(int argc, char** argv) {
       mon::LayoutChoices& fx = request.fixed;
       if (pp->count()) fx.pp = in.pipeline_stages;
       if (tp->count()) fx.tp = in.tensor_parallel;
+      if (ep->count()) fx.ep = in.expert_parallel;
+      request.shape.expert_parallel = 1;
       if (zero_opt->count()) fx.zero_stage = zero;
       if (micro_batch->count()) fx.micro_batch = in.micro_batch;
       if (micro_batches->count()) fx.micro_batches = in.micro_batches;
@@ -197,6 +203,17 @@ int main(int argc, char** argv) {
     }
     if (in.sequence_parallel && in.tensor_parallel <= 1)
       throw stratum::Error("--sequence-parallel needs --tp > 1: it splits the sequence over tensor-parallel ranks");
+    if (in.expert_parallel > 1) {
+      const int64_t gpus = in.nodes * in.gpus_per_node;
+      if (!mc || !mc->is_moe())
+        throw stratum::Error("--ep " + std::to_string(in.expert_parallel) + " needs a mixture-of-experts --model "
+                             "(tiny-mixtral, mixtral-8x7b, qwen3-30b-a3b)");
+      if (mc->num_experts % in.expert_parallel != 0 || gpus % in.expert_parallel != 0)
+        throw stratum::Error("--ep " + std::to_string(in.expert_parallel) + " must divide the model's " +
+                             std::to_string(mc->num_experts) + " experts and the " + std::to_string(gpus) + " GPUs");
+      if (in.tensor_parallel > 1 || in.pipeline_stages > 1)
+        throw stratum::Error("--ep with --tp or --pp: expert parallelism runs with data parallelism alone");
+    }
     if (mc) {
       stratum::models::validate_tensor_parallel(*mc, in.tensor_parallel);
       stratum::planning::set_model_shape(in, *mc);

@@ -54,6 +54,8 @@
 #include "stratum/models/lora.h"
 #include "stratum/models/model_config.h"
 #include "stratum/models/tensor_parallel_plan.h"
+#include "stratum/engine/moe_routing.h"
+#include "stratum/models/moe_config.h"
 #include "stratum/monitor/progress.h"
 #include "stratum/nn/lora_linear.h"
 #include "stratum/monitor/run_records.h"
@@ -462,6 +464,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
       throw Error((o.init_from.empty() ? "--model " + o.model : "--init-from " + o.init_from) + ": vocabulary " +
                   std::to_string(mcfg.vocab_size) + " is smaller than the " +
                   tokenizer.name() + " tokenizer's " + std::to_string(tokenizer.vocab_size()));
+    models::apply_moe_section(mcfg, config_read->moe, o.config_path);
     resume = resume_point(o);
     if (resume.kind == ResumePoint::Kind::resume) check_resumed_tokenizer(o, resume, tokenizer);
   });
@@ -498,7 +501,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     tp = tensor_parallel_group(config, *grid);
     models::validate_tensor_parallel(mcfg, tp.size());
   });
-  auto model = models::construct_model(mcfg, tp, c10::kMeta);
+  auto model = models::construct_model(mcfg, tp, c10::kMeta, nn::moe::ExpertParallel{grid->ep_group()});
   // LoRA: adapters on the target layers, the rest frozen (the engine trains
   // and checkpoints what requires a gradient).
   std::vector<std::string> adapted_layers;
@@ -624,6 +627,10 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     std::tie(m.memory_gib, m.memory_rank) = largest_memory(ctx);
     m.skipped = engine.last_step_skipped();
     if (engine.pipeline()) m.bubble = engine.pipeline()->last_timing().bubble();
+    if (const RoutingStats* routing = routing_stats(engine.core())) {
+      m.expert_imbalance = routing->imbalance;
+      m.experts_dropped = routing->dropped_fraction;
+    }
     // Decided on every rank alike.
     const bool do_eval =
         o.eval_every > 0 && (m.step % o.eval_every == 0 || m.step == o.steps) && source->eval_micro_batches() > 0;

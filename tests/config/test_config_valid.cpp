@@ -299,3 +299,27 @@ TEST(ConfigValid, ResolvedJsonRoundTripsThroughTheParser) {
   Config again = Config::from_json(resolved, "resolved");
   EXPECT_EQ(stratum::to_json(again, 4), resolved);
 }
+
+// The "moe" section: its keys read, the defaults (dropless, the auxiliary
+// loss at 1e-2, no expert parallelism) without it, and null capacity as dropless.
+TEST(ConfigValid, MixtureOfExpertsSection) {
+  Config none = parse(R"({"train_batch_size": 8})");
+  EXPECT_FALSE(none.moe.present);
+  EXPECT_EQ(none.moe.expert_parallel_size, 1);
+  Config c = parse(R"({"train_batch_size": 8, "moe": {"num_experts": 8, "top_k": 2, "expert_parallel_size": 4,
+      "capacity_factor": 1.25, "drop_policy": "position", "load_balancing": "seq_aux_loss", "aux_loss_coeff": 0.001,
+      "z_loss_coeff": 0.0001, "expert_bias_update_rate": 0.001}})");
+  EXPECT_TRUE(c.moe.present);
+  EXPECT_EQ(c.moe.num_experts, 8);
+  EXPECT_EQ(c.moe.top_k, 2);
+  EXPECT_EQ(c.moe.expert_parallel_size, 4);
+  EXPECT_DOUBLE_EQ(c.moe.capacity_factor, 1.25);
+  EXPECT_EQ(c.moe.drop_policy, "position");
+  EXPECT_EQ(c.moe.load_balancing, "seq_aux_loss");
+  EXPECT_DOUBLE_EQ(c.moe.aux_loss_coeff, 0.001);
+  EXPECT_DOUBLE_EQ(c.moe.z_loss_coeff, 0.0001);
+  EXPECT_DOUBLE_EQ(c.moe.expert_bias_update_rate, 0.001);
+  Config dropless = parse(R"({"train_batch_size": 8, "moe": {"capacity_factor": null}})");
+  EXPECT_DOUBLE_EQ(dropless.moe.capacity_factor, 0.0);
+  EXPECT_DOUBLE_EQ(dropless.moe.aux_loss_coeff, 1e-2);
+}

@@ -48,7 +48,8 @@ inline at::Tensor counting_tokens(int step, int64_t global_batch, int64_t seq) {
 template <class Engine>
 void train_steps(Engine& engine, int first, int steps, int64_t global_batch, int64_t gas, int64_t seq,
                  std::vector<double>& losses, std::vector<double>& grad_norms) {
-  const auto& dp = engine.core().dp();
+  // Every rank reading data of its own (expert parallelism's ranks too).
+  const auto& dp = engine.core().data_parallel();
   const int64_t n = dp->size(), r = dp->rank(), m = global_batch / (gas * n);
   for (int s = first; s < first + steps; ++s) {
     const at::Tensor t = counting_tokens(s, global_batch, seq);

@@ -147,6 +147,43 @@ TEST(LayoutPlanner, TensorParallelStepTimeByHand) {
   EXPECT_NEAR(t.tensor_parallel, m * (6 * L + 2) * all_reduce, 1e-9);
 }
 
+// Mixtral 8x7B over 8 GPUs with its experts over all 8 (ZeRO over the GPUs
+// holding the same experts: each alone): a GPU holds the parameters outside
+// the experts and 1/8 of the experts'; the compute counts a token's 2
+// experts, not all 8; each of the 32 layers sends a token's 2 rows of 4096
+// 16-bit values to the other GPUs' experts and back, forward and backward
+// (7/8 of them off the GPU), at the node's 10 GB/s.
+TEST(LayoutPlanner, ExpertParallelByHand) {
+  const ModelConfig mixtral = preset("mixtral-8x7b");
+  PlanRequest r = with_model(mixtral, 1, 8, 4096, 8);
+  Layout l = data_parallel(1, 8, 1, 1);
+  l.ep = 8;
+  const LayoutEstimate e = estimate_layout(r, l);
+  const double experts = 32.0 * 8 * 3 * 4096 * 14336, dense = static_cast<double>(parameter_count(mixtral)) - experts;
+  const double held = dense + experts / 8;
+  EXPECT_NEAR(e.states, (2 + 2) * held + 12 * held, 1e-3 * held);
+  const double a2a = 4.0 * 32 * (4096 * 2) * 4096 * 2 * 7.0 / 8.0 / 10e9;
+  EXPECT_NEAR(e.time.all_to_all, a2a, 1e-9);
+  const double active = static_cast<double>(stratum::models::active_parameter_count(mixtral));
+  EXPECT_NEAR(e.time.compute, 4096 * (6 * active + 12 * 32 * 4096 * 4096.0) / 5e13, 1e-6);
+  EXPECT_NEAR(e.time.pipeline, e.time.compute + a2a, 1e-9);
+  // Fewer expert-parallel GPUs: more experts a GPU.
+  l.ep = 2;
+  EXPECT_GT(estimate_layout(r, l).states, e.states);
+  // What cannot run is named.
+  l.ep = 3;
+  EXPECT_NE(error_of(r, l).find("ep 3 does not divide dp 8"), std::string::npos);
+  PlanRequest dense_model = with_model(preset("llama-8b"), 1, 8, 4096, 8);
+  l.ep = 2;
+  EXPECT_NE(error_of(dense_model, l).find("needs a mixture-of-experts model"), std::string::npos);
+  // The plan searches it: every expert-parallel size that divides both.
+  r.fixed.zero_stage = 1;
+  const Plan plan = plan_layouts(r);
+  bool seen = false;
+  for (const auto& f : plan.fitting) seen = seen || f.layout.ep == 8;
+  EXPECT_TRUE(seen) << format_plan(r, plan, 5);
+}
+
 // A pipeline's time is its simulated makespan: the busiest stage's compute,
 // collectives and receives plus its bubble, which shrinks with the schedules
 // built to shrink it; its memory is the busiest stage's.

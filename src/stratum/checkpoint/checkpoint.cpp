@@ -321,8 +321,9 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     m.zero_stage = strategy.stage();
     m.offload_optimizer = state.offload_optimizer;
     m.offload_param = state.offload_param;
-    m.data_parallel_size = n;
+    m.data_parallel_size = n * sp.ep;  // the expert-parallel ranks are data-parallel ones
     m.tensor_parallel_size = sp.tp;
+    m.expert_parallel_size = sp.ep;
     m.model_dtype = c10::toString(engine.model_dtype());
     for (size_t i = 0; i < layout.params().size(); ++i) m.params.push_back(manifest_param(layout, i, sp));
     const int64_t* gathered = all_sums.data_ptr<int64_t>();
@@ -591,8 +592,8 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
     state.skipped_steps = manifest.skipped_steps;
     // Same layout: each rank gets its own random stream back; otherwise they start afresh.
     const int own = sp.shard(sp.dp_rank);
-    if (manifest.data_parallel_size == sp.dp && manifest.pipeline_stages == sp.stages &&
-        manifest.tensor_parallel_size == sp.tp) {
+    if (manifest.data_parallel_size == sp.dp * sp.ep && manifest.pipeline_stages == sp.stages &&
+        manifest.tensor_parallel_size == sp.tp && manifest.expert_parallel_size == sp.ep) {
       const std::string file = tag_dir + "/" + manifest.shards[static_cast<size_t>(own)].file;
       at::Tensor rng = read_checked(file, kRngTensor, &manifest.shards[static_cast<size_t>(own)], manifest, -1,
                                     /*finite=*/false);
@@ -616,6 +617,9 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
               (manifest.pipeline_stages > 1 ? " x " + std::to_string(manifest.pipeline_stages) + " pipeline stages" : "") +
               (manifest.tensor_parallel_size > 1
                    ? " x " + std::to_string(manifest.tensor_parallel_size) + " tensor-parallel ranks"
+                   : "") +
+              (manifest.expert_parallel_size > 1
+                   ? ", experts over " + std::to_string(manifest.expert_parallel_size) + " of them"
                    : "") +
               " at ZeRO stage " + std::to_string(manifest.zero_stage) + ", step " + std::to_string(manifest.global_steps) +
               ")");

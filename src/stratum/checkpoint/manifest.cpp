@@ -360,6 +360,15 @@ CheckpointManifest parse_checkpoint_manifest(const std::string& text, const std:
   if (m.contains("tensor_parallel"))
     if (const json* tp = r.object(m, "tensor_parallel", ""))
       if (r.integer(*tp, "size", "tensor_parallel", 1, kMaxDataParallel, v)) out.tensor_parallel_size = static_cast<int>(v);
+  // Written by expert-parallel jobs only: absent means none.
+  if (m.contains("expert_parallel"))
+    if (const json* ep = r.object(m, "expert_parallel", ""))
+      if (r.integer(*ep, "size", "expert_parallel", 1, kMaxDataParallel, v)) {
+        out.expert_parallel_size = static_cast<int>(v);
+        if (out.data_parallel_size % out.expert_parallel_size != 0)
+          r.problem("expert_parallel.size: is " + std::to_string(v) + ", which does not divide the " +
+                    std::to_string(out.data_parallel_size) + " data-parallel ranks");
+      }
   read_params(r, m, out);
   read_shards(r, m, out);
   r.number(m, "adam_step", "", 0.0, 9.0e15, out.adam_step);
@@ -439,6 +448,7 @@ std::string manifest_to_json_text(const CheckpointManifest& c) {
                    {"tensor_parallel", c.tensor_parallel_size}};
   if (c.pipeline_stages > 1) m["pipeline"] = {{"stages", c.pipeline_stages}, {"layer_stages", c.layer_stages}};
   if (c.tensor_parallel_size > 1) m["tensor_parallel"] = {{"size", c.tensor_parallel_size}};
+  if (c.expert_parallel_size > 1) m["expert_parallel"] = {{"size", c.expert_parallel_size}};
   m["rng"] = "per rank, in each shard as tensor 'rng|cpu' (torch's CPU generator state)";
   m["adam_step"] = c.adam_step;
   m["lr_scheduler"] = {{"last_batch_iteration", c.lr_last_batch_iteration}};

@@ -69,6 +69,9 @@ struct CheckpointManifest {
   std::vector<int> layer_stages;
   // Tensor parallelism: shards[((stage x tp) + tp rank) x dp + dp rank].
   int tensor_parallel_size = 1;
+  // Expert parallelism (cut from the data-parallel ranks): the shards of
+  // expert index e are [e x dp / size, (e + 1) x dp / size) of each part.
+  int expert_parallel_size = 1;
   std::string model_dtype;  // torch's name: "Float", "BFloat16", "Half"
   std::vector<ManifestParam> params;
   std::vector<ManifestShard> shards;  // one per rank: data_parallel_size x pipeline_stages x tensor_parallel_size

@@ -24,9 +24,19 @@ ShardPlace shard_place(EngineCore& e, const PipelinePlace* place) {
       sp.world = mp->world.get();
       sp.leaders = mp->tp_leaders.get();
     }
-    // A replicated parameter (or a piece several ranks share) is written by its first holder.
-    for (int p : mp->tp_duplicates) sp.elsewhere.insert(e.strategy().layout().specs()[static_cast<size_t>(p)].name);
   }
+  if (mp && mp->expert_parallel) {
+    sp.ep = static_cast<int>(mp->expert_parallel->size());
+    sp.ep_rank = static_cast<int>(mp->expert_parallel->rank());
+    sp.world = mp->world.get();
+    sp.leaders = mp->tp_leaders.get();
+    // The other ranks' experts: in the checkpoint, not in this rank's model.
+    sp.model_params = &mp->model_params;
+  }
+  // A replicated parameter (or a piece several ranks share, a parameter
+  // outside the experts) is written by its first holder.
+  if (mp && (mp->tensor_parallel || mp->expert_parallel))
+    for (int p : mp->tp_duplicates) sp.elsewhere.insert(e.strategy().layout().specs()[static_cast<size_t>(p)].name);
   return sp;
 }
 

@@ -41,6 +41,7 @@ struct Config {
   config::MonitorConfig monitor;
   config::FlopsProfilerConfig flops_profiler;
   config::LoraConfig lora;
+  config::MoeConfig moe;
   std::optional<int64_t> steps_per_print;
   bool wall_clock_breakdown = false;
 

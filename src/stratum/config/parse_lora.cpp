@@ -18,8 +18,10 @@ const std::vector<std::string>& lora_target_names(const std::string& arch) {
   static const std::vector<std::string> gpt2 = {"c_attn", "c_proj", "c_fc"};
   static const std::vector<std::string> llama = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                  "gate_proj", "up_proj", "down_proj"};
+  // A mixture of experts' attention; its experts are not adapted.
+  static const std::vector<std::string> attention = {"q_proj", "k_proj", "v_proj", "o_proj"};
   static const std::vector<std::string> none;
-  return arch == "gpt2" ? gpt2 : arch == "llama" ? llama : none;
+  return arch == "gpt2" ? gpt2 : arch == "llama" ? llama : arch == "mixtral" || arch == "qwen3_moe" ? attention : none;
 }
 
 namespace {

@@ -222,6 +222,25 @@ struct FlopsProfilerConfig {
 };
 
 
+// --- mixture of experts ----------------------------------------------------------------
+// The "moe" section: how a mixture-of-experts model's routing trains (the
+// model's shape, experts and top_k, is the model's: its preset or
+// config.json). Present with a dense model: an error at start.
+struct MoeConfig {
+  bool present = false;
+  // The model's shape, when given: checked against it (not set by it).
+  std::optional<int64_t> num_experts, top_k;
+  int64_t expert_parallel_size = 1;
+  double capacity_factor = 0;               // 0 (or null): dropless
+  std::string drop_policy = "probs";        // "probs" | "position": which assignments over capacity go
+  std::string load_balancing = "aux_loss";  // "aux_loss" | "seq_aux_loss" | "none"
+  double aux_loss_coeff = 1e-2;
+  double z_loss_coeff = 0;
+  // DeepSeek-V3's aux-loss-free balancing: a per-expert bias on the router's
+  // choice, moved by this much a step towards the less loaded experts (0: off).
+  double expert_bias_update_rate = 0;
+};
+
 // --- fine-tuning ------------------------------------------------------------------------
 // The "lora" section: low-rank adapters on a frozen base, with peft's
 // LoraConfig key names (Hu et al. 2021; QLoRA with base_dtype "nf4").

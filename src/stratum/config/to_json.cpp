@@ -186,6 +186,18 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
                  {"modules_to_save", l.modules_to_save.empty() ? Json(nullptr) : Json(l.modules_to_save)},
                  {"base_dtype", lora_base_dtype_name(l.base_dtype)}};
   }
+  if (c.moe.present) {
+    const MoeConfig& m = c.moe;
+    j["moe"] = {{"num_experts", opt(m.num_experts)},
+                {"top_k", opt(m.top_k)},
+                {"expert_parallel_size", m.expert_parallel_size},
+                {"capacity_factor", m.capacity_factor},
+                {"drop_policy", m.drop_policy},
+                {"load_balancing", m.load_balancing},
+                {"aux_loss_coeff", m.aux_loss_coeff},
+                {"z_loss_coeff", m.z_loss_coeff},
+                {"expert_bias_update_rate", m.expert_bias_update_rate}};
+  }
   j["steps_per_print"] = opt(c.steps_per_print);
   j["wall_clock_breakdown"] = c.wall_clock_breakdown;
   j["dump_state"] = c.dump_state;

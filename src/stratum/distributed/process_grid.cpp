@@ -83,6 +83,12 @@ std::vector<std::string> ProcessGrid::problems(const Config& config, int world_s
     }
   }
 
+  const int64_t ep = config.moe.expert_parallel_size;
+  if (ep > 1 && shape_fits && (world / (p * t)) % ep != 0)
+    out.push_back("moe.expert_parallel_size: " + s(ep) + " does not divide the " + s(world / (p * t)) +
+                  " data-parallel ranks (" + s(world) + " ranks / " + s(p) + " stages / " + s(t) +
+                  " tensor-parallel); expert parallelism is cut from data parallelism: use a divisor of " +
+                  s(world / (p * t)));
   if (config.pipeline.virtual_stages > 1 && p == 1)
     out.push_back("pipeline.virtual_stages: " + s(config.pipeline.virtual_stages) +
                   " virtual stages interleave chunks over several pipeline stages, but pipeline.stages is 1; "
@@ -90,14 +96,14 @@ std::vector<std::string> ProcessGrid::problems(const Config& config, int world_s
   return out;
 }
 
-ProcessGrid::Groups ProcessGrid::leader_groups(const Topology& topology) {
+ProcessGrid::Groups ProcessGrid::leader_groups(const Topology& topology, int64_t ep) {
   Groups groups(1);
   for (int64_t r = 0; r < topology.world_size(); ++r)
-    if (topology.coord_of(r).dp == 0) groups[0].push_back(r);
+    if (topology.coord_of(r).dp < ep) groups[0].push_back(r);
     else groups.push_back({r});
   std::sort(groups[0].begin(), groups[0].end(), [&](int64_t a, int64_t b) {
     const Coord ca = topology.coord_of(a), cb = topology.coord_of(b);
-    return ca.pp != cb.pp ? ca.pp < cb.pp : ca.tp < cb.tp;
+    return ca.pp != cb.pp ? ca.pp < cb.pp : ca.tp != cb.tp ? ca.tp < cb.tp : ca.dp < cb.dp;
   });
   return groups;
 }
@@ -129,6 +135,36 @@ ProcessGrid::Groups ProcessGrid::tied_groups(const Topology& topology, bool whol
     if (!placed[static_cast<size_t>(r)]) groups.push_back({r});
   std::sort(groups.begin(), groups.end());
   return groups;
+}
+
+namespace {
+// Each data-parallel group, ordered by dp index.
+ProcessGrid::Groups dp_groups_in_order(const Topology& t) {
+  ProcessGrid::Groups groups = t.groups(Axis::dp);
+  for (auto& g : groups)
+    std::sort(g.begin(), g.end(), [&](int64_t a, int64_t b) { return t.coord_of(a).dp < t.coord_of(b).dp; });
+  return groups;
+}
+}  // namespace
+
+ProcessGrid::Groups ProcessGrid::expert_groups(const Topology& t, int64_t ep) {
+  Groups out;
+  for (const auto& g : dp_groups_in_order(t))
+    for (size_t i = 0; i < g.size(); i += static_cast<size_t>(ep)) out.emplace_back(g.begin() + i, g.begin() + i + ep);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+ProcessGrid::Groups ProcessGrid::expert_data_groups(const Topology& t, int64_t ep) {
+  Groups out;
+  for (const auto& g : dp_groups_in_order(t))
+    for (int64_t j = 0; j < ep; ++j) {
+      std::vector<int64_t> same_place;
+      for (size_t i = static_cast<size_t>(j); i < g.size(); i += static_cast<size_t>(ep)) same_place.push_back(g[i]);
+      out.push_back(std::move(same_place));
+    }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::string ProcessGrid::summary(const Topology& t) {
@@ -173,19 +209,26 @@ ProcessGrid ProcessGrid::create(const Config& config, const DistContext& ctx) {
   g.tp_ = world->split(t.groups(Axis::tp), "tp");
   g.dp_tp_ = world->split(t.dp_tp_groups(), "dp_tp");
   if (t.pp() > 1) g.tied_ = world->split(tied_groups(t, g.zero_stage_ == 0), "tied");
+  g.ep_size_ = config.moe.expert_parallel_size;
+  if (g.ep_size_ > 1) {
+    g.ep_ = world->split(expert_groups(t, g.ep_size_), "ep");
+    g.edp_ = world->split(expert_data_groups(t, g.ep_size_), "edp");
+  }
 
   g.cpu_world_ = ctx.cpu_world;
   if (world.get() == ctx.cpu_world.get()) {
     g.cpu_dp_ = g.dp_;
     g.cpu_pp_ = g.pp_;
     g.cpu_tp_ = g.tp_;
+    g.cpu_edp_ = g.edp_;
   } else {
     g.cpu_dp_ = ctx.cpu_world->split(t.groups(Axis::dp), "dp_control");
     g.cpu_pp_ = ctx.cpu_world->split(t.groups(Axis::pp), "pp_control");
     g.cpu_tp_ = ctx.cpu_world->split(t.groups(Axis::tp), "tp_control");
+    if (g.ep_size_ > 1) g.cpu_edp_ = ctx.cpu_world->split(expert_data_groups(t, g.ep_size_), "edp_control");
   }
-  auto leaders = ctx.cpu_world->split(leader_groups(t), "leaders");
-  if (g.coord_.dp == 0) g.leaders_ = std::move(leaders);
+  auto leaders = ctx.cpu_world->split(leader_groups(t, g.ep_size_), "leaders");
+  if (g.coord_.dp < g.ep_size_) g.leaders_ = std::move(leaders);
   if (config.comms_logger.enabled || config.comms_logger.debug) g.comms_log_ = std::make_shared<CommsLog>();
   return g;
 }

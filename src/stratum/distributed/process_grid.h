@@ -48,7 +48,10 @@ class ProcessGrid {
   // --- pure helpers (no ranks needed) ---------------------------------------
   // The partition the leaders' communicator is split by: first the ranks of
   // data-parallel index 0 ordered by (pp, tp), then every other rank alone.
-  static Groups leader_groups(const Topology& topology);
+  // With expert parallelism over `ep` ranks, data-parallel indices below ep
+  // (the first rank of each expert index's data-parallel group), ordered by
+  // (pp, tp, dp).
+  static Groups leader_groups(const Topology& topology, int64_t ep = 1);
   // The partition the tied embedding's communicator is split by. Whole
   // gradients (ZeRO-0: every data-parallel rank holds all of them): the ranks
   // of stage 0 and stage p-1 of one (dp, tp) index, in stage order. Otherwise
@@ -57,6 +60,12 @@ class ProcessGrid {
   // by rank. Every group's first rank holds stage 0; every rank of the
   // stages between is alone; at pp = 1 every rank is alone.
   static Groups tied_groups(const Topology& topology, bool whole_gradients);
+  // Expert parallelism is cut from data parallelism: each data-parallel group
+  // (ordered by dp index) into consecutive blocks of `ep` ranks, the experts'
+  // groups; and across those blocks, the ranks of one place in them, the
+  // expert parameters' data-parallel groups (size dp / ep).
+  static Groups expert_groups(const Topology& topology, int64_t ep);
+  static Groups expert_data_groups(const Topology& topology, int64_t ep);
   // "8 ranks: 2 data-parallel x 2 pipeline stages x 2 tensor-parallel, order tp-dp-pp".
   static std::string summary(const Topology& topology);
 
@@ -68,6 +77,7 @@ class ProcessGrid {
   int64_t dp() const { return topology_.dp(); }
   int64_t pp() const { return topology_.pp(); }
   int64_t tp() const { return topology_.tp(); }
+  int64_t ep() const { return ep_size_; }  // moe.expert_parallel_size: divides dp()
   bool is_first_stage() const { return coord_.pp == 0; }
   bool is_last_stage() const { return coord_.pp == topology_.pp() - 1; }
   // The fewest ranks any node of the job runs, as the ranks agreed.
@@ -83,6 +93,11 @@ class ProcessGrid {
   const std::shared_ptr<Communicator>& pp_group() const { return pp_; }
   const std::shared_ptr<Communicator>& tp_group() const { return tp_; }
   const std::shared_ptr<Communicator>& dp_tp_group() const { return dp_tp_; }  // the stage's ranks
+  // Expert parallelism (ep() > 1; null otherwise): the ranks a layer's experts
+  // are split over, and the data-parallel ranks of the same experts.
+  const std::shared_ptr<Communicator>& ep_group() const { return ep_; }
+  const std::shared_ptr<Communicator>& expert_dp_group() const { return edp_; }
+  const std::shared_ptr<Communicator>& cpu_expert_dp_group() const { return cpu_edp_; }
   // Their CPU (MPI) twins, for control messages and host tensors: the same
   // objects as the device ones when the device world is the CPU world.
   const std::shared_ptr<Communicator>& cpu_world() const { return cpu_world_; }
@@ -92,8 +107,9 @@ class ProcessGrid {
 
   // CPU communicator of every (stage, tp index) of data-parallel index 0,
   // ranked by (pp, tp): who writes and gathers the parts of a checkpoint
-  // (at pp = 1 the tp ranks of dp 0, at tp = 1 the stages of dp 0). Null on
-  // ranks whose data-parallel index is not 0.
+  // (at pp = 1 the tp ranks of dp 0, at tp = 1 the stages of dp 0; with
+  // expert parallelism, data-parallel indices 0 to ep - 1). Null on the
+  // other ranks.
   const std::shared_ptr<Communicator>& leaders() const { return leaders_; }
 
   // Device communicator over which the tied embedding's gradient is summed
@@ -112,20 +128,23 @@ class ProcessGrid {
 
   // Topology::table: one line per rank, with hosts and GPUs when given.
   std::string table(const std::vector<Topology::Place>& places = {}) const { return topology_.table(places); }
-  std::string summary() const { return summary(topology_); }
+  std::string summary() const {
+    return summary(topology_) + (ep_size_ > 1 ? ", experts over " + std::to_string(ep_size_) + " of the data-parallel ranks" : "");
+  }
 
  private:
   ProcessGrid(Topology topology, int64_t rank, int fewest_ranks_per_node, int zero_stage);
 
-  // Expert or context parallelism would join as axes of Topology, with their
-  // groups (and CPU twins) beside these.
+  // Context parallelism would join as an axis of Topology, with its groups
+  // (and CPU twins) beside these; expert parallelism is carved from dp.
   Topology topology_;
+  int64_t ep_size_ = 1;
   Coord coord_;
   int64_t rank_ = 0;
   int fewest_ranks_per_node_ = 1;
   int zero_stage_ = 0;  // what the tied group was built for
   int cuda_device_ = -1;
-  std::shared_ptr<Communicator> world_, dp_, pp_, tp_, dp_tp_;
+  std::shared_ptr<Communicator> world_, dp_, pp_, tp_, dp_tp_, ep_, edp_, cpu_edp_;
   std::shared_ptr<Communicator> cpu_world_, cpu_dp_, cpu_pp_, cpu_tp_;
   std::shared_ptr<Communicator> leaders_, tied_;
   std::shared_ptr<CommsLog> comms_log_;

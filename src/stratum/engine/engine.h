@@ -115,6 +115,17 @@ std::vector<double> token_weights(const std::vector<MicroBatch>& batches, distri
 // when a micro-batch has a layout and the model cannot read one.
 nn::SequenceLayoutSlot* layout_slot(torch::nn::Module& model, const std::optional<nn::SequenceLayout>& layout,
                                     const char* what);
+// A mixture of experts' routing (engine/moe_routing.h) attached to `core`
+// when the stack's layers l with held(l) (all, when null) hold any
+// nn::moe::SparseMoE block.
+void attach_moe_routing(EngineCore& core, nn::LayerStackImpl* stack, const std::function<bool(size_t)>& held = nullptr);
+// Expert parallelism over the grid's expert groups (grid.ep() > 1): the
+// place's expert-parallel and data-parallel groups, and the parameters
+// outside the experts summed over the expert group (engine_core.h). Throws
+// ConfigError when the model's experts are split over another size, or the
+// layout combines expert parallelism with pipeline stages or tensor parallelism.
+ModelParallelPlace expert_parallel_place(const Config& config, torch::nn::Module& model,
+                                         const distributed::ProcessGrid& grid);
 // The mean of a window's summed losses over its `count` micro-batches and `dp`.
 double mean_over_data_parallel(at::Tensor sum, int64_t count, distributed::Communicator& dp);
 
@@ -184,7 +195,7 @@ class Engine {
     at::Tensor sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(core_->device()));
     std::vector<MicroBatch> batches;
     for (int64_t i = 0; i < m; ++i) batches.push_back(next_batch());
-    const std::vector<double> weights = engine_detail::token_weights(batches, *core_->dp(), core_->device());
+    const std::vector<double> weights = engine_detail::token_weights(batches, *core_->data_parallel(), core_->device());
     for (int64_t i = 0; i < m; ++i) {
       const MicroBatch& b = batches[static_cast<size_t>(i)];
       // Packed rows: the layout holds through the backward, which recomputes checkpointed layers.
@@ -197,7 +208,7 @@ class Engine {
       step();
       sum += loss.detach().to(at::kFloat);
     }
-    return engine_detail::mean_over_data_parallel(sum, m, *core_->dp());
+    return engine_detail::mean_over_data_parallel(sum, m, *core_->data_parallel());
   }
   // The mean loss of `micro_batches` micro-batches (0: gradient_accumulation_steps)
   // over them and the data-parallel ranks (over their tokens when they give
@@ -214,7 +225,8 @@ class Engine {
     try {
       std::vector<MicroBatch> batches;
       for (int i = 0; i < m; ++i) batches.push_back(next_batch());
-      const std::vector<double> weights = engine_detail::token_weights(batches, *core_->dp(), core_->device());
+      const std::vector<double> weights =
+          engine_detail::token_weights(batches, *core_->data_parallel(), core_->device());
       for (int i = 0; i < m; ++i) {
         const MicroBatch& b = batches[static_cast<size_t>(i)];
         const auto layout = engine_detail::micro_batch_layout(b, i, "eval_batch", core_->device());
@@ -226,7 +238,7 @@ class Engine {
       throw;
     }
     model_->train(was_training);
-    return engine_detail::mean_over_data_parallel(sum, m, *core_->dp());
+    return engine_detail::mean_over_data_parallel(sum, m, *core_->data_parallel());
   }
 
   // Text from a built-in causal LM (models/generate.h), through the stages
@@ -337,6 +349,7 @@ Engine<Model> initialize_core(const Config& config, std::shared_ptr<Model> model
                                            std::move(layers), std::move(model_parallel), std::move(initial_value));
   if (outline) core->attach_flops_profiler(std::move(*outline));
   if (frozen_units) core->attach_frozen_units(std::move(frozen_units));
+  attach_moe_routing(*core, stack);
   auto guard = install_layer_runner(stack, *core, config);
   return Engine<Model>(std::move(model), std::move(core), std::move(guard));
 }
@@ -379,6 +392,14 @@ Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, con
                                         " stages cut a stratum::nn::LayerStack model by its layers; this model "
                                         "is not one"});
     }
+  }
+  if (grid.ep() > 1) {
+    ModelParallelPlace place = engine_detail::expert_parallel_place(config, *model, grid);
+    return engine_detail::initialize_core(
+        config, std::move(model),
+        engine_detail::logged_data_parallel(config, grid.expert_dp_group(), grid.cpu_expert_dp_group(),
+                                            grid.comms_log()),
+        device, std::move(place));
   }
   if (config.tensor_parallel.size > 1 || engine_detail::tensor_parallel_size(*model) > 1) {
     engine_detail::TensorParallelEngineGroups g = engine_detail::tensor_parallel_engine_groups(config, *model, grid);

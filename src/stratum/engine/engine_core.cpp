@@ -97,7 +97,11 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   check_supported(config_, params, layers.has_value(), pipeline_stage(),
                   mp_ && mp_->tensor_parallel ? mp_->tensor_parallel->size() : 1);
   // Under model parallelism the data-parallel group is world / (stages x tensor parallel).
-  batch_ = config_.resolve_batch(dp_->size() * (mp_ ? config_.model_parallel_size() : 1));
+  batch_ = config_.resolve_batch(data_parallel()->size() * (mp_ ? config_.model_parallel_size() : 1));
+  if (mp_ && mp_->expert_parallel && config_.optimizer->type == config::OptimizerType::Lamb)
+    throw ConfigError(config_.source, {"optimizer.type: Lamb's per-parameter trust ratios are not computed under "
+                                       "expert parallelism (moe.expert_parallel_size " +
+                                       std::to_string(mp_->expert_parallel->size()) + "); use Adam or AdamW"});
   zero::ZeroOptions options = zero_options(config_, model_dtype_, device);
   options.initial_value = std::move(initial_value);
   // LayerStack models, for the layers that declare the fused GEMM's contract
@@ -191,7 +195,8 @@ void EngineCore::backward(const at::Tensor& loss) {
   if (timed) timers_->start(Phase::bwd_inner);
   strategy_->prepare_backward(is_gradient_accumulation_boundary());
   // Gradients are averaged over the accumulation window; fp16 scales the loss up.
-  const double factor = scaler_->scale() / static_cast<double>(batch_.gradient_accumulation_steps);
+  const double factor = loss_factor();
+  if (observer_) observer_->before_backward(factor);
   at::Tensor scaled = factor == 1.0 ? loss : loss * factor;
   torch::autograd::backward({scaled});
   if (timed) {
@@ -208,13 +213,15 @@ void EngineCore::backward_pass(const at::Tensor& output, const at::Tensor& grad,
   const bool timed = timing();
   if (timed) timers_->start(Phase::bwd_inner);
   strategy_->prepare_backward(boundary);
+  // The last stage multiplies its loss by this; the others receive gradients scaled alike.
+  const double factor = loss_factor();
+  if (observer_) observer_->before_backward(factor);
   if (grad.defined()) {
     torch::autograd::backward({output}, {grad});
   } else {
     if (!output.defined() || output.numel() != 1)
       throw Error("pipeline backward: the last stage's loss must be a scalar, got " +
                   std::to_string(output.defined() ? output.numel() : 0) + " elements");
-    const double factor = scaler_->scale() / static_cast<double>(batch_.gradient_accumulation_steps);
     torch::autograd::backward({factor == 1.0 ? output : output * factor});
   }
   if (timed) {
@@ -224,6 +231,13 @@ void EngineCore::backward_pass(const at::Tensor& output, const at::Tensor& grad,
   strategy_->finish_backward();
   if (frozen_) frozen_->release_all();
   if (timed) timers_->stop(Phase::bwd_allreduce);
+}
+
+double EngineCore::loss_factor() const {
+  // Expert-parallel ranks read different data but the core averages over its
+  // own group only: their share of the mean is divided in here.
+  const double ep = mp_ && mp_->expert_parallel ? static_cast<double>(mp_->expert_parallel->size()) : 1.0;
+  return scaler_->scale() / static_cast<double>(batch_.gradient_accumulation_steps) / ep;
 }
 
 void EngineCore::backward_weight_pass(const std::function<void()>& run) {
@@ -315,6 +329,7 @@ bool EngineCore::optimizer_step() {
     ++skipped_steps_;
     ++global_steps_;
     strategy_->zero_gradients();
+    if (observer_) observer_->after_step(/*updated=*/false);
     return false;
   }
   last_grad_norm_ = global_grad_norm(scale);
@@ -325,6 +340,7 @@ bool EngineCore::optimizer_step() {
   strategy_->zero_gradients();
   scheduler_->step();
   ++global_steps_;
+  if (observer_) observer_->after_step(/*updated=*/true);
   if (config_.comms_logger.verbose && global_steps_ % config_.steps_per_print.value_or(10) == 0) log_comms_summary();
   return true;
 }
@@ -335,6 +351,7 @@ bool EngineCore::check_overflow() {
   at::Tensor flag = optim::local_overflow_flag(grads).to(strategy_->segments().front().grad.device());
   dp_->all_reduce(flag, distributed::ReduceOp::max)->wait();
   if (mp_ && mp_->tensor_parallel) mp_->tensor_parallel->all_reduce(flag, distributed::ReduceOp::max)->wait();
+  if (mp_ && mp_->expert_parallel) mp_->expert_parallel->all_reduce(flag, distributed::ReduceOp::max)->wait();
   if (mp_ && mp_->stages) mp_->stages->all_reduce(flag, distributed::ReduceOp::max)->wait();
   return flag.item<float>() > 0;
 }
@@ -403,6 +420,7 @@ at::Tensor EngineCore::global_grad_norm(double loss_scale) {
   // Partitioned gradients: each rank holds a disjoint part of the sum.
   if (strategy_->partitioned()) dp_->all_reduce(sq, distributed::ReduceOp::sum)->wait();
   if (mp_ && mp_->tensor_parallel) mp_->tensor_parallel->all_reduce(sq, distributed::ReduceOp::sum)->wait();
+  if (mp_ && mp_->expert_parallel) mp_->expert_parallel->all_reduce(sq, distributed::ReduceOp::sum)->wait();
   if (mp_ && mp_->stages) mp_->stages->all_reduce(sq, distributed::ReduceOp::sum)->wait();
   return (subtracted ? sq.clamp_min(0) : sq).sqrt() / loss_scale;
 }

@@ -46,6 +46,17 @@ struct TrainingState {
   bool offload_optimizer, offload_param;  // recorded in the manifest: the layout it was saved at
 };
 
+// What follows the training step from the model's side (a mixture of
+// experts' routing, engine/moe_routing.h): told the factor each backward
+// multiplies the loss by, and run after each optimizer step.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void before_backward(double loss_factor) = 0;
+  // `updated`: false when the step was skipped (fp16 overflow).
+  virtual void after_step(bool updated) = 0;
+};
+
 // Where the core's parameters sit when the model is split over other ranks
 // too (pipeline stages, tensor-parallel shards): what a step reduces beyond
 // the data-parallel group, so that every rank takes the same decision and the
@@ -76,6 +87,19 @@ struct ModelParallelPlace {
   // (the manifest's parts travel over it), null on the others.
   int64_t tp_rank = 0;
   std::vector<std::optional<nn::tp::ShardSpec>> tp_specs;
+  // Expert parallelism (cut from data parallelism, distributed/process_grid.h):
+  // the group a mixture of experts' layers are split over. Its ranks read
+  // different data: the norm and the overflow flag are reduced over it, the
+  // parameters outside the experts summed over it (`partial`, counted once:
+  // `tp_duplicates`), and every gradient divided by its size. The core's own
+  // group is then the experts' data-parallel one.
+  std::shared_ptr<distributed::Communicator> expert_parallel;
+  // Every rank that reads data of its own for this model piece (null: the
+  // core's group): the step's mean loss and its token weights.
+  std::shared_ptr<distributed::Communicator> data_parallel;
+  // Expert parallelism, for checkpoints: every parameter name of the whole
+  // model (the experts other ranks hold too).
+  std::vector<std::string> model_params;
   std::shared_ptr<distributed::Communicator> world, tp_leaders;
 };
 
@@ -151,6 +175,11 @@ class EngineCore {
   // Where the model's parameters and activations live.
   c10::Device device() const { return device_; }
   const std::shared_ptr<distributed::Communicator>& dp() const { return dp_; }
+  // The ranks whose losses make the step's mean: dp(), or with expert
+  // parallelism every data-parallel rank (ModelParallelPlace::data_parallel).
+  const std::shared_ptr<distributed::Communicator>& data_parallel() const {
+    return mp_ && mp_->data_parallel ? mp_->data_parallel : dp_;
+  }
   const std::optional<ModelParallelPlace>& model_parallel() const { return mp_; }
   // The model's tensor-parallel group's size (1: none).
   int64_t tensor_parallel_size() const { return mp_ && mp_->tensor_parallel ? mp_->tensor_parallel->size() : 1; }
@@ -173,6 +202,8 @@ class EngineCore {
   // (zero/frozen_units.h): the layer runner gathers it, and the core
   // releases what a backward pass left gathered. Null otherwise.
   void attach_frozen_units(std::unique_ptr<zero::FrozenUnits> units);
+  void attach_step_observer(std::shared_ptr<StepObserver> observer) { observer_ = std::move(observer); }
+  const std::shared_ptr<StepObserver>& step_observer() const { return observer_; }
   zero::FrozenUnits* frozen_units() { return frozen_.get(); }
   const zero::FrozenUnits* frozen_units() const { return frozen_.get(); }
   // With the flops_profiler section enabled, initialize() hands over the
@@ -203,6 +234,9 @@ class EngineCore {
   // its elements (the sums line up): collective, at construction.
   void check_partial_gradients();
   // ModelParallelPlace::partial, after the data-parallel reduction.
+  // What a backward multiplies the loss by: the loss scale over the
+  // accumulation steps (and the expert-parallel size).
+  double loss_factor() const;
   void reduce_partial_gradients();
   bool pipeline_stage() const { return mp_ && mp_->stages; }
   // zero_optimization.ignore_unused_parameters false: every trainable parameter got a gradient this window.
@@ -227,6 +261,7 @@ class EngineCore {
   std::shared_ptr<distributed::Communicator> dp_;
   std::unique_ptr<zero::ZeroStrategy> strategy_;
   std::unique_ptr<zero::FrozenUnits> frozen_;
+  std::shared_ptr<StepObserver> observer_;
   std::vector<optim::AdamState> adam_;
   std::unique_ptr<optim::HostAdam> host_adam_;  // offload_optimizer: the step runs on the host
   std::vector<optim::LambRuns> lamb_runs_;      // Lamb: per segment, the parameter runs it holds

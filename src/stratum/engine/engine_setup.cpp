@@ -5,9 +5,11 @@
 #include <torch/nn/module.h>
 
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 
 #include "stratum/engine/engine.h"
+#include "stratum/engine/moe_routing.h"
 #include "stratum/nn/segment_runs.h"
 #include "stratum/nn/deferred_init.h"
 #include "stratum/nn/parameter_modules.h"
@@ -107,6 +109,72 @@ void prepare_module(torch::nn::Module& module, c10::Device device, at::ScalarTyp
   for (auto& p : module.parameters(/*recurse=*/true))
     if (!keep_trainable_params || !p.requires_grad()) move(p);
   for (auto& b : module.buffers(/*recurse=*/true)) move(b);
+}
+
+void attach_moe_routing(EngineCore& core, nn::LayerStackImpl* stack, const std::function<bool(size_t)>& held) {
+  if (!stack) return;
+  std::vector<nn::moe::SparseMoEImpl*> layers;
+  for (size_t l = 0; l < stack->size(); ++l) {
+    if (held && !held(l)) continue;
+    for (const auto& m : stack->layer(l).modules())
+      if (auto* moe = dynamic_cast<nn::moe::SparseMoEImpl*>(m.get())) layers.push_back(moe);
+  }
+  if (layers.empty() || !layers.front()->record()) return;
+  core.attach_step_observer(
+      std::make_shared<MoERouting>(layers.front()->record(), std::move(layers), core.data_parallel(), core.device()));
+}
+
+ModelParallelPlace expert_parallel_place(const Config& config, torch::nn::Module& model,
+                                         const distributed::ProcessGrid& grid) {
+  const int64_t ep = grid.ep();
+  if (config.pipeline.stages > 1 || config.tensor_parallel.size > 1)
+    throw ConfigError(config.source, {"moe.expert_parallel_size: " + std::to_string(ep) +
+                                      " with pipeline.stages " + std::to_string(config.pipeline.stages) +
+                                      " and tensor_parallel size " + std::to_string(config.tensor_parallel.size) +
+                                      ": expert parallelism runs with data parallelism alone so far; use 1 stage "
+                                      "and no tensor parallelism, or moe.expert_parallel_size 1"});
+  std::set<const void*> experts;
+  int64_t layers = 0, experts_per_layer = 0;
+  for (const auto& m : model.modules()) {
+    auto* moe = dynamic_cast<nn::moe::SparseMoEImpl*>(m.get());
+    if (!moe) continue;
+    ++layers;
+    if (moe->expert_parallel().size() != ep)
+      throw ConfigError(config.source, {"moe.expert_parallel_size: " + std::to_string(ep) + " but the model's "
+                                        "experts are split over " + std::to_string(moe->expert_parallel().size()) +
+                                        " ranks; build it over the grid's ep_group()"});
+    for (const auto& p : moe->experts->parameters()) experts.insert(p.unsafeGetTensorImpl());
+    experts_per_layer = moe->options().router.num_experts;
+  }
+  if (layers == 0)
+    throw ConfigError(config.source, {"moe.expert_parallel_size: " + std::to_string(ep) +
+                                      " but the model has no mixture-of-experts layer"});
+  std::vector<at::Tensor> params;
+  std::vector<std::string> names;
+  trainable_parameters(model, params, names);
+  ModelParallelPlace place;
+  place.expert_parallel = grid.ep_group();
+  place.data_parallel = grid.dp_group();
+  place.world = grid.world();
+  ModelParallelPlace::PartialGradients dense{grid.ep_group(), {}};
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (experts.count(params[i].unsafeGetTensorImpl())) continue;
+    dense.params.push_back(static_cast<int>(i));
+    if (grid.ep_group()->rank() != 0) place.tp_duplicates.push_back(static_cast<int>(i));
+  }
+  place.partial.push_back(std::move(dense));
+  place.tp_specs.resize(params.size());
+  place.tp_leaders = grid.leaders();  // the first rank of each expert index's data-parallel group, by index
+  // The whole model's names, for checkpoints: each expert parameter's under every index of its layer.
+  std::set<std::string> all(names.begin(), names.end());
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!experts.count(params[i].unsafeGetTensorImpl())) continue;
+    const std::string& name = names[i];
+    const size_t at = name.rfind(".experts.") + 9, dot = name.find('.', at);
+    for (int64_t e = 0; e < experts_per_layer; ++e) all.insert(name.substr(0, at) + std::to_string(e) + name.substr(dot));
+  }
+  place.model_params.assign(all.begin(), all.end());
+  return place;
 }
 
 nn::LayerStackImpl* as_layer_stack(torch::nn::Module& module) { return dynamic_cast<nn::LayerStackImpl*>(&module); }

@@ -217,6 +217,7 @@ PipelineStages::PipelineStages(const Config& config, std::shared_ptr<nn::LayerSt
   core_ = std::make_unique<EngineCore>(config_, params, names_, dtype, dp_, device_, std::move(layers), reduction,
                                        std::move(initial_value));
   if (frozen) core_->attach_frozen_units(std::move(frozen));
+  engine_detail::attach_moe_routing(*core_, model_.get(), this_stage);
   if (outline) core_->attach_flops_profiler(std::move(*outline));
   if (any_tied && core_->strategy().partitioned() != (config_.zero_optimization.stage != 0))
     throw Error("pipeline: the tied gradients' group assumed ZeRO stage " +

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cctype>
 #include <cmath>
 
 #include "stratum/core/error.h"
@@ -15,7 +16,10 @@
 namespace stratum::models {
 
 CausalLMImpl::CausalLMImpl(ModelConfig config, nn::tp::TensorParallel tp, uint64_t init_seed)
-    : nn::LayerStackImpl(config.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel"),
+    : nn::LayerStackImpl(config.arch == "llama"       ? "LlamaForCausalLM"
+                         : config.arch == "mixtral"   ? "MixtralForCausalLM"
+                         : config.arch == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                                                      : "GPT2LMHeadModel"),
       config_(std::move(config)),
       tp_(std::move(tp)),
       vocab_(nn::tp::vocab_shard(config_.vocab_size, tp_.size(), tp_.rank())),
@@ -94,11 +98,14 @@ std::shared_ptr<CausalLMImpl> build_model(const ModelConfig& config, c10::Device
 uint64_t default_init_seed() { return at::detail::getDefaultCPUGenerator().current_seed(); }
 
 std::shared_ptr<CausalLMImpl> construct_model(const ModelConfig& config, const nn::tp::TensorParallel& tp,
-                                              c10::Device device) {
+                                              c10::Device device, const nn::moe::ExpertParallel& ep) {
   validate(config);
+  if (ep.enabled() && !config.is_moe())
+    throw Error("model '" + config.name + "' is dense: expert parallelism over " + std::to_string(ep.size()) +
+                " ranks needs a mixture of experts");
   if (config.arch == "gpt2") return construct_gpt2(config, tp, device);
-  if (config.arch == "llama") return construct_llama(config, tp, device);
-  throw Error("model '" + config.name + "': unknown arch '" + config.arch + "' (gpt2, llama)");
+  if (config.llama_family()) return construct_llama(config, tp, device, ep);
+  throw Error("model '" + config.name + "': unknown arch '" + config.arch + "' (gpt2, llama, mixtral, qwen3_moe)");
 }
 
 namespace {
@@ -128,7 +135,10 @@ at::Tensor initial_whole_value(const ModelConfig& c, const std::string& name, at
   if (ends_with(name, ".bias")) return at::zeros(shape, options);
   if (shape.size() == 1) return at::ones(shape, options);  // LayerNorm / RMSNorm scales
   const bool residual = ends_with(name, "attn.c_proj.weight") || ends_with(name, "mlp.c_proj.weight") ||
-                        ends_with(name, "self_attn.o_proj.weight") || ends_with(name, "mlp.down_proj.weight");
+                        ends_with(name, "self_attn.o_proj.weight") || ends_with(name, "mlp.down_proj.weight") ||
+                        // a mixture of experts' second GEMMs (Mixtral's w2), shared experts' too
+                        (name.find("experts.") != std::string::npos &&
+                         (ends_with(name, ".down_proj.weight") || ends_with(name, ".w2.weight")));
   const double std = residual ? c.init_std / std::sqrt(2.0 * static_cast<double>(c.layers)) : c.init_std;
   // A generator of the device's kind of its own, seeded by the name: the
   // value depends on nothing else (not on which parameters were drawn before).
@@ -145,6 +155,27 @@ at::Tensor CausalLMImpl::initial_value(const std::string& name, c10::Device devi
   at::Tensor value = initial_whole_value(config_, name, whole_shape, init_seed_, device);
   if (spec) value = nn::tp::take_shard(value, *spec);
   return value.to(dtype);
+}
+
+bool CausalLMImpl::expert_held_elsewhere(const std::string& name) const {
+  if (!ep_.enabled() || !config_.is_moe()) return false;
+  const std::string key = ".experts.";
+  const size_t at = name.find(key);
+  if (at == std::string::npos) return false;
+  size_t end = at + key.size();
+  int64_t index = 0;
+  while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end])) && index < config_.num_experts)
+    index = index * 10 + (name[end++] - '0');
+  if (end == at + key.size() || end >= name.size() || name[end] != '.' || index >= config_.num_experts) return false;
+  const int64_t local = config_.num_experts / ep_.size(), first = ep_.rank() * local;
+  return index < first || index >= first + local;
+}
+
+std::vector<nn::moe::SparseMoEImpl*> CausalLMImpl::moe_layers() const {
+  std::vector<nn::moe::SparseMoEImpl*> out;
+  for (const auto& m : modules(/*include_self=*/false))
+    if (auto* moe = dynamic_cast<nn::moe::SparseMoEImpl*>(m.get())) out.push_back(moe);
+  return out;
 }
 
 bool CausalLMImpl::held_apart(const std::string& name) const { return nf4_layers_.count(name) > 0; }

@@ -24,6 +24,8 @@
 #include "stratum/models/model_config.h"
 #include "stratum/nn/deferred_init.h"
 #include "stratum/nn/layer_stack.h"
+#include "stratum/nn/moe/routing_record.h"
+#include "stratum/nn/moe/sparse_moe.h"
 #include "stratum/nn/tensor_parallel/layers.h"
 #include "stratum/nn/tensor_parallel/shard_spec.h"
 
@@ -79,7 +81,21 @@ class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule, pu
   bool set_apart(const std::string& name, const at::Tensor& value) override;
   bool set_apart_nf4(const std::string& name, const quant::Nf4Tensor& value) override;
 
+  // What the mixture-of-experts layers record and read (nn/moe/routing_record.h);
+  // every model has one, unused by a dense one.
+  const std::shared_ptr<nn::moe::RoutingRecord>& routing_record() const { return routing_; }
+  // The group its experts are split over (none: every expert here).
+  const nn::moe::ExpertParallel& expert_parallel() const { return ep_; }
+  void set_expert_parallel(nn::moe::ExpertParallel ep) { ep_ = std::move(ep); }
+  // Whether `name` is a weight of an expert another expert-parallel rank holds
+  // ("model.layers.3.mlp.experts.17.up_proj.weight" on a rank without expert 17).
+  bool expert_held_elsewhere(const std::string& name) const;
+  // The mixture-of-experts blocks of the layers this rank holds, in layer order.
+  std::vector<nn::moe::SparseMoEImpl*> moe_layers() const;
+
  private:
+  std::shared_ptr<nn::moe::RoutingRecord> routing_ = std::make_shared<nn::moe::RoutingRecord>();
+  nn::moe::ExpertParallel ep_;
   ModelConfig config_;
   nn::tp::TensorParallel tp_;
   nn::tp::VocabShard vocab_;
@@ -101,12 +117,16 @@ uint64_t default_init_seed();
 // seeds. For the meta device: a skeleton (shapes only, nn/deferred_init.h) that allocates nothing;
 // nn::materialize then draws what a rank keeps. On another device each layer
 // starts with torch's own initialization (init_weights replaces it).
+// `ep`: a mixture of experts' layers hold their share of the experts (nn/moe/sparse_moe.h).
 std::shared_ptr<CausalLMImpl> construct_model(const ModelConfig& config, const nn::tp::TensorParallel& tp = {},
-                                              c10::Device device = c10::kCPU);
+                                              c10::Device device = c10::kCPU, const nn::moe::ExpertParallel& ep = {});
 std::shared_ptr<CausalLMImpl> construct_gpt2(const ModelConfig& config, const nn::tp::TensorParallel& tp,
                                              c10::Device device);
 std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& config, const nn::tp::TensorParallel& tp,
-                                              c10::Device device);
+                                              c10::Device device, const nn::moe::ExpertParallel& ep = {});
+
+// A mixture of experts' layer options from the model's config.
+nn::moe::MoEOptions moe_options(const ModelConfig& config);
 
 // GPT-2's initialization for either architecture, by parameter name: weights
 // normal(0, init_std), the residual projections (attn.c_proj, mlp.c_proj,

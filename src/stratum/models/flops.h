@@ -22,8 +22,12 @@ inline double training_flops_per_token(double parameters, int64_t layers, int64_
   return kTrainingFlopsPerParameter * parameters + static_cast<double>(layers) * attention_training_flops(hidden, seq_len);
 }
 
+// A mixture of experts counts the parameters a token runs through (its top_k
+// experts: active_parameter_count); attention, the heads' width (Qwen3's
+// heads x head_dim is not hidden).
 inline double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
-  return training_flops_per_token(static_cast<double>(parameter_count(c)), c.layers, c.hidden, seq_len);
+  return training_flops_per_token(static_cast<double>(active_parameter_count(c)), c.layers, c.heads * c.head_dim(),
+                                  seq_len);
 }
 
 }  // namespace stratum::models

@@ -48,12 +48,30 @@ Json hf_config_json(const ModelConfig& c, const std::string& torch_dtype) {
     j["bos_token_id"] = c.vocab_size - 1;  // GPT-2's <|endoftext|> is the last id (50256)
     j["eos_token_id"] = c.vocab_size - 1;
   } else {
-    j["architectures"] = {"LlamaForCausalLM"};
-    j["model_type"] = "llama";
+    j["architectures"] = {c.arch == "mixtral"     ? "MixtralForCausalLM"
+                          : c.arch == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                                                  : "LlamaForCausalLM"};
+    j["model_type"] = c.arch;
     j["vocab_size"] = c.vocab_size;
     j["max_position_embeddings"] = c.max_seq_len;
     j["hidden_size"] = c.hidden;
-    j["intermediate_size"] = c.ffn_hidden;
+    j["intermediate_size"] = c.arch == "mixtral" ? c.moe_ffn_hidden : c.ffn_hidden;
+    if (c.arch == "mixtral") {
+      j["num_local_experts"] = c.num_experts;
+      j["num_experts_per_tok"] = c.top_k;
+      j["router_jitter_noise"] = 0.0;
+      j["sliding_window"] = nullptr;
+    } else if (c.arch == "qwen3_moe") {
+      j["num_experts"] = c.num_experts;
+      j["num_experts_per_tok"] = c.top_k;
+      j["moe_intermediate_size"] = c.moe_ffn_hidden;
+      j["norm_topk_prob"] = c.norm_topk_prob;
+      j["decoder_sparse_step"] = 1;
+      j["mlp_only_layers"] = Json::array();
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = nullptr;
+    }
+    if (c.arch != "llama") j["router_aux_loss_coef"] = c.moe_aux_loss_coeff;
     j["num_hidden_layers"] = c.layers;
     j["num_attention_heads"] = c.heads;
     j["num_key_value_heads"] = c.kv_heads;
@@ -70,8 +88,10 @@ Json hf_config_json(const ModelConfig& c, const std::string& torch_dtype) {
                            {"original_max_position_embeddings", c.rope_original_max_seq_len}};
     j["attention_bias"] = false;
     j["attention_dropout"] = c.attention_dropout_p();
-    j["mlp_bias"] = false;
-    j["pretraining_tp"] = 1;
+    if (c.arch == "llama") {
+      j["mlp_bias"] = false;
+      j["pretraining_tp"] = 1;
+    }
     llama3_special_tokens(j, c.vocab_size);
   }
   j["tie_word_embeddings"] = c.tie_embeddings;
@@ -298,7 +318,6 @@ void refuse_sliding_window(const Json& j) {
 }
 
 void read_llama(const Json& j, ModelConfig& c) {
-  c.arch = "llama";
   c.vocab_size = dimension(j, "vocab_size", kMaxVocabSize);
   c.max_seq_len = dimension(j, "max_position_embeddings", kMaxSeqLen);
   c.hidden = dimension(j, "hidden_size", kMaxHidden);
@@ -306,13 +325,19 @@ void read_llama(const Json& j, ModelConfig& c) {
   c.heads = dimension(j, "num_attention_heads", c.hidden);
   c.kv_heads = optional_dimension(j, "num_key_value_heads", c.heads).value_or(c.heads);
   c.ffn_hidden = dimension(j, "intermediate_size", kMaxFfnHidden);
-  if (const auto head_dim = optional_dimension(j, "head_dim", c.hidden))
-    require(c.hidden % c.heads == 0 && *head_dim == c.hidden / c.heads, "head_dim",
-            "is " + std::to_string(*head_dim) + ", not hidden_size / num_attention_heads");
+  if (const auto head_dim = optional_dimension(j, "head_dim", kMaxHidden)) {
+    // Qwen3's heads have their own width; LLaMA's and Mixtral's are hidden / heads.
+    if (c.arch == "qwen3_moe") {
+      if (c.hidden % c.heads != 0 || *head_dim != c.hidden / c.heads) c.explicit_head_dim = *head_dim;
+    } else {
+      require(c.hidden % c.heads == 0 && *head_dim == c.hidden / c.heads, "head_dim",
+              "is " + std::to_string(*head_dim) + ", not hidden_size / num_attention_heads");
+    }
+  }
   const std::string act = string_or(j, "hidden_act", "silu", "hidden_act");
   require(act == "silu" || act == "swish", "hidden_act", "is '" + act + "', not 'silu'");
   require(!bool_or(j, "attention_bias", false), "attention_bias", "is true");
-  require(!bool_or(j, "mlp_bias", false), "mlp_bias", "is true");
+  if (c.arch == "llama") require(!bool_or(j, "mlp_bias", false), "mlp_bias", "is true");
   // pretraining_tp > 1 only splits transformers' matmuls (a summation order;
   // current versions ignore it): the same model, so any positive value is taken.
   if (const Json* tp = find(j, "pretraining_tp", /*null_is_absent=*/true)) int_value(*tp, "pretraining_tp", 1, INT64_MAX);
@@ -323,6 +348,54 @@ void read_llama(const Json& j, ModelConfig& c) {
   c.rope_theta = read_rope_theta(j);
   read_rope_scaling(j, c);
   c.dropout = probability_or(j, "attention_dropout", 0.0);
+}
+
+// The count of experts: Mixtral's num_local_experts, Qwen3-MoE's num_experts
+// (transformers 5 writes both spellings for either); both given must agree.
+int64_t read_num_experts(const Json& j, const char* key) {
+  std::optional<int64_t> n;
+  std::string from;
+  for (const char* k : {"num_local_experts", "num_experts"}) {
+    const Json* v = find(j, k, /*null_is_absent=*/true);
+    if (!v) continue;
+    const int64_t e = int_value(*v, k, 1, kMaxExperts);
+    if (n && *n != e) refuse(k, "is " + std::to_string(e) + " but '" + from + "' is " + std::to_string(*n) + "; keep one");
+    n = e;
+    from = k;
+  }
+  if (!n) refuse(key, "is missing; the number of experts is required");
+  return *n;
+}
+
+// Mixtral: LLaMA's blocks with a mixture of experts of intermediate_size.
+void read_mixtral(const Json& j, ModelConfig& c) {
+  c.arch = "mixtral";
+  read_llama(j, c);
+  c.num_experts = read_num_experts(j, "num_local_experts");
+  c.top_k = int_value(find(j, "num_experts_per_tok", false) ? j.at("num_experts_per_tok") : Json(2),
+                      "num_experts_per_tok", 1, c.num_experts);
+  c.moe_ffn_hidden = c.ffn_hidden;
+  c.norm_topk_prob = true;  // Mixtral's weights: a softmax over the chosen experts' logits
+  if (number_or(j, "router_jitter_noise", 0.0) != 0.0)
+    refuse("router_jitter_noise", "is not 0; Stratum's router multiplies no noise into its input");
+}
+
+// Qwen3-MoE: Qwen3's attention (q/k norms, head_dim of its own) and a
+// mixture of experts of moe_intermediate_size in every layer.
+void read_qwen3_moe(const Json& j, ModelConfig& c) {
+  c.arch = "qwen3_moe";
+  read_llama(j, c);
+  c.qk_norm = true;
+  c.num_experts = read_num_experts(j, "num_experts");
+  c.top_k = int_value(find(j, "num_experts_per_tok", false) ? j.at("num_experts_per_tok") : Json(8),
+                      "num_experts_per_tok", 1, c.num_experts);
+  c.moe_ffn_hidden = find(j, "moe_intermediate_size", true) ? dimension(j, "moe_intermediate_size", kMaxFfnHidden) : 768;
+  c.norm_topk_prob = bool_or(j, "norm_topk_prob", false);
+  if (const Json* step = find(j, "decoder_sparse_step", true))
+    require(int_value(*step, "decoder_sparse_step", 1, INT64_MAX) == 1, "decoder_sparse_step",
+            "is not 1 (dense MLPs between the sparse layers)");
+  if (const Json* dense = find(j, "mlp_only_layers", true))
+    require(dense->is_array() && dense->empty(), "mlp_only_layers", "lists dense layers (" + shown(*dense) + ")");
 }
 
 // A checkpoint saved quantized: bitsandbytes' 4-bit NF4 weights are read as
@@ -348,18 +421,23 @@ void read_quantization(const Json& j) {
 ModelConfig model_config_from_hf(const Json& j, const std::string& name) {
   if (!j.is_object()) throw Error("Hugging Face config: not a JSON object");
   const Json* type_value = find(j, "model_type", /*null_is_absent=*/false);
-  if (!type_value) refuse("model_type", "is missing (gpt2 or llama)");
+  if (!type_value) refuse("model_type", "is missing (gpt2, llama, mixtral or qwen3_moe)");
   const std::string type = string_or(j, "model_type", "", "model_type");
   ModelConfig c;
   c.name = name;
   if (type == "gpt2") {
     read_gpt2(j, c);
   } else if (type == "llama") {
+    c.arch = "llama";
     read_llama(j, c);
+  } else if (type == "mixtral") {
+    read_mixtral(j, c);
+  } else if (type == "qwen3_moe") {
+    read_qwen3_moe(j, c);
   } else {
     const std::string escaped = Json(type).dump();  // a NUL or control byte shown escaped
     throw Error("Hugging Face config: model_type '" + shorten_for_message(escaped.substr(1, escaped.size() - 2), 60) +
-                "' is not supported (gpt2, llama)");
+                "' is not supported (gpt2, llama, mixtral, qwen3_moe)");
   }
   read_quantization(j);
   c.tie_embeddings = bool_or(j, "tie_word_embeddings", type == "gpt2");  // LlamaConfig defaults to untied

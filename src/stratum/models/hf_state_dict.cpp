@@ -170,7 +170,8 @@ HfParameters hf_parameters(const CausalLMImpl& model, const std::map<std::string
     }
   }
   for (const auto& [name, was_used] : used)
-    if (!was_used && !is_hf_buffer(name)) problems.push_back("unexpected '" + name + "'");
+    if (!was_used && !is_hf_buffer(name) && !model.expert_held_elsewhere(name))
+      problems.push_back("unexpected '" + name + "'");
 
   if (problems.empty()) return result;
   std::string msg = where + "cannot load into model '" + c.name + "': ";

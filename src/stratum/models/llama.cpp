@@ -9,6 +9,7 @@
 #include "stratum/nn/embedding.h"
 #include "stratum/nn/lm_head.h"
 #include "stratum/nn/mlp.h"
+#include "stratum/nn/moe/sparse_moe.h"
 #include "stratum/nn/parameter_modules.h"
 #include "stratum/nn/rms_norm.h"
 
@@ -40,29 +41,41 @@ class LlamaEmbedding : public nn::StackLayer {
   nn::tp::VocabShard vocab_;
 };
 
-// x + self_attn(input_layernorm(x)), then + mlp(post_attention_layernorm(.)).
+// x + self_attn(input_layernorm(x)), then + mlp(post_attention_layernorm(.)):
+// LLaMA's SwiGLU MLP, or a mixture of experts (Mixtral's "block_sparse_moe",
+// Qwen3-MoE's "mlp").
 class LlamaDecoderLayer : public nn::StackLayer {
  public:
-  LlamaDecoderLayer(const ModelConfig& c, std::shared_ptr<nn::RotaryEmbedding> rope, const nn::tp::TensorParallel& tp,
-                    c10::Device device)
-      : StackLayer("LlamaDecoderLayer") {
+  LlamaDecoderLayer(const ModelConfig& c, int64_t index, std::shared_ptr<nn::RotaryEmbedding> rope,
+                    const nn::tp::TensorParallel& tp, std::shared_ptr<nn::moe::RoutingRecord> routing,
+                    c10::Device device, const nn::moe::ExpertParallel& ep)
+      : StackLayer(c.arch == "mixtral"     ? "MixtralDecoderLayer"
+                   : c.arch == "qwen3_moe" ? "Qwen3MoeDecoderLayer"
+                                           : "LlamaDecoderLayer") {
     input_layernorm = register_module("input_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps, device));
     self_attn = register_module("self_attn", std::make_shared<nn::GroupedQueryAttentionImpl>(
                                                  c.hidden, c.heads, c.kv_heads, std::move(rope), c.attention_dropout_p(),
-                                                 tp, device));
+                                                 tp, device, c.explicit_head_dim, c.qk_norm ? c.norm_eps : 0.0));
     post_attention_layernorm =
         register_module("post_attention_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps, device));
-    mlp = register_module("mlp", std::make_shared<nn::SwiGLUMLPImpl>(c.hidden, c.ffn_hidden,
-                                                                      c.recompute_mlp_activation, tp, device));
+    if (c.is_moe())
+      moe = register_module(c.arch == "mixtral" ? "block_sparse_moe" : "mlp",
+                            std::make_shared<nn::moe::SparseMoEImpl>(moe_options(c), index, std::move(routing), device, ep));
+    else
+      mlp = register_module("mlp", std::make_shared<nn::SwiGLUMLPImpl>(c.hidden, c.ffn_hidden,
+                                                                        c.recompute_mlp_activation, tp, device));
   }
   at::Tensor forward(const at::Tensor& x) override {
     const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x));
-    return h + mlp->forward(post_attention_layernorm->forward(h));
+    const at::Tensor n = post_attention_layernorm->forward(h);
+    return h + (moe ? moe->forward(n) : mlp->forward(n));
   }
-  bool linear_weights_fusable() const override { return true; }
+  // The experts' grouped GEMMs write their weights' gradients themselves.
+  bool linear_weights_fusable() const override { return moe == nullptr; }
   std::shared_ptr<nn::RMSNormImpl> input_layernorm, post_attention_layernorm;
   std::shared_ptr<nn::GroupedQueryAttentionImpl> self_attn;
-  std::shared_ptr<nn::SwiGLUMLPImpl> mlp;
+  std::shared_ptr<nn::SwiGLUMLPImpl> mlp;             // dense
+  std::shared_ptr<nn::moe::SparseMoEImpl> moe;        // mixture of experts
 };
 
 class LlamaFinalNorm : public nn::StackLayer {
@@ -76,10 +89,41 @@ class LlamaFinalNorm : public nn::StackLayer {
 
 }  // namespace
 
-std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& c, const nn::tp::TensorParallel& tp, c10::Device device) {
+nn::moe::MoEOptions moe_options(const ModelConfig& c) {
+  nn::moe::MoEOptions o;
+  o.hidden = c.hidden;
+  o.ffn_hidden = c.moe_ffn_hidden;
+  o.shared_ffn_hidden = c.shared_expert_ffn_hidden;
+  o.router.num_experts = c.num_experts;
+  o.router.top_k = c.top_k;
+  o.router.score = nn::moe::score_function(c.router_score);
+  o.router.normalize_top_k = c.norm_topk_prob;
+  o.router.groups = c.router_groups;
+  o.router.top_groups = c.router_top_groups;
+  o.router.scaling = c.routed_scaling_factor;
+  if (c.arch == "mixtral") o.names = {"w1", "w3", "w2"};
+  o.capacity_factor = c.moe_capacity_factor;
+  o.drop_policy = c.moe_drop_policy == "position" ? nn::moe::DropPolicy::position : nn::moe::DropPolicy::probs;
+  o.balancing = c.moe_load_balancing == "seq_aux_loss" ? nn::moe::Balancing::sequence_aux_loss
+                : c.moe_load_balancing == "none"       ? nn::moe::Balancing::none
+                                                       : nn::moe::Balancing::aux_loss;
+  o.aux_loss_coeff = c.moe_aux_loss_coeff;
+  o.z_loss_coeff = c.moe_z_loss_coeff;
+  o.expert_bias_rate = c.moe_expert_bias_rate;
+  o.recompute_activation = c.recompute_mlp_activation;
+  return o;
+}
+
+std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& c, const nn::tp::TensorParallel& tp, c10::Device device,
+                                              const nn::moe::ExpertParallel& ep) {
   validate(c);
-  if (c.arch != "llama") throw Error("build_llama: model '" + c.name + "' is arch '" + c.arch + "'");
+  if (!c.llama_family()) throw Error("build_llama: model '" + c.name + "' is arch '" + c.arch + "'");
+  if (c.is_moe() && tp.enabled() && tp.sequence_parallel)
+    throw Error("model '" + c.name + "': a mixture of experts under sequence parallelism is not supported (each rank "
+                "would balance its experts over its slice of the sequence alone); turn "
+                "tensor_parallel.sequence_parallel off");
   auto model = std::make_shared<CausalLMImpl>(c, tp, default_init_seed());
+  model->set_expert_parallel(ep);
   auto embedding = std::make_shared<LlamaEmbedding>(c, tp, device);
   model->append(embedding, "model");
   nn::RopeScaling scaling;
@@ -89,7 +133,7 @@ std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& c, const nn::tp
   scaling.original_max_seq_len = c.rope_original_max_seq_len;
   auto rope = std::make_shared<nn::RotaryEmbedding>(c.head_dim(), c.rope_theta, scaling);
   for (int64_t i = 0; i < c.layers; ++i) {
-    auto layer = std::make_shared<LlamaDecoderLayer>(c, rope, tp, device);
+    auto layer = std::make_shared<LlamaDecoderLayer>(c, i, rope, tp, model->routing_record(), device, ep);
     layer->self_attn->layout = model->sequence_layout();
     model->append(layer, "model.layers." + std::to_string(i));
   }

@@ -42,7 +42,7 @@ const std::vector<std::string>& lora_linear_names(const std::string& arch) {
 
 std::vector<std::string> default_lora_targets(const std::string& arch) {
   if (arch == "gpt2") return {"c_attn"};
-  if (arch == "llama") return {"q_proj", "v_proj"};
+  if (arch == "llama" || arch == "mixtral" || arch == "qwen3_moe") return {"q_proj", "v_proj"};
   throw Error("LoRA: no default target_modules for architecture '" + arch + "'; list them");
 }
 

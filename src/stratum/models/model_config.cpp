@@ -75,6 +75,36 @@ const std::vector<ModelConfig>& presets() {
     // (Brown et al.: 96 layers of 12288, 96 heads, 2048 positions) as a dense GPT-2.
     p.push_back(llama("llama-70b", 128256, 8192, 8192, 80, 64, 8, 28672, 500000, false));
     p.push_back(gpt2("gpt3-175b", 50257, 2048, 12288, 96, 96));
+    ModelConfig tiny_mixtral = llama("tiny-mixtral", 256, 64, 64, 2, 4, 2, 96, 10000, false);
+    tiny_mixtral.arch = "mixtral";
+    tiny_mixtral.num_experts = 4;
+    tiny_mixtral.top_k = 2;
+    tiny_mixtral.moe_ffn_hidden = 96;
+    p.push_back(tiny_mixtral);
+    ModelConfig tiny_qwen3 = llama("tiny-qwen3-moe", 256, 64, 64, 2, 4, 2, 128, 10000, false);
+    tiny_qwen3.arch = "qwen3_moe";
+    tiny_qwen3.explicit_head_dim = 32;
+    tiny_qwen3.qk_norm = true;
+    tiny_qwen3.num_experts = 8;
+    tiny_qwen3.top_k = 2;
+    tiny_qwen3.moe_ffn_hidden = 32;
+    tiny_qwen3.norm_eps = 1e-6;
+    p.push_back(tiny_qwen3);
+    ModelConfig mixtral = llama("mixtral-8x7b", 32000, 32768, 4096, 32, 32, 8, 14336, 1e6, false);
+    mixtral.arch = "mixtral";
+    mixtral.num_experts = 8;
+    mixtral.top_k = 2;
+    mixtral.moe_ffn_hidden = 14336;
+    p.push_back(mixtral);
+    ModelConfig qwen3 = llama("qwen3-30b-a3b", 151936, 40960, 2048, 48, 32, 4, 6144, 1e6, false);
+    qwen3.arch = "qwen3_moe";
+    qwen3.explicit_head_dim = 128;
+    qwen3.qk_norm = true;
+    qwen3.num_experts = 128;
+    qwen3.top_k = 8;
+    qwen3.moe_ffn_hidden = 768;
+    qwen3.norm_eps = 1e-6;
+    p.push_back(qwen3);
     return p;
   }();
   return all;
@@ -105,6 +135,14 @@ double parse_double(const std::string& key, const std::string& value, double min
                 std::to_string(min) + (std::isfinite(max) ? " and < " + std::to_string(max) : "") + ", got '" +
                 value + "'");
   return v;
+}
+
+std::string parse_choice(const std::string& key, const std::string& value, const std::vector<std::string>& choices) {
+  for (const auto& c : choices)
+    if (value == c) return value;
+  std::string list;
+  for (const auto& c : choices) list += (list.empty() ? "" : " or ") + c;
+  throw Error("model override '" + key + "': expected " + list + ", got '" + value + "'");
 }
 
 bool parse_bool(const std::string& key, const std::string& value) {
@@ -142,6 +180,20 @@ const std::map<std::string, Setter>& setters() {
        [](ModelConfig& c, auto& k, auto& v) { c.rope_high_freq_factor = parse_double(k, v, 0, false, inf); }},
       {"rope_original_max_seq_len",
        [](ModelConfig& c, auto& k, auto& v) { c.rope_original_max_seq_len = parse_positive_int(k, v); }},
+      {"head_dim", [](ModelConfig& c, auto& k, auto& v) { c.explicit_head_dim = parse_positive_int(k, v); }},
+      {"qk_norm", [](ModelConfig& c, auto& k, auto& v) { c.qk_norm = parse_bool(k, v); }},
+      {"num_experts", [](ModelConfig& c, auto& k, auto& v) { c.num_experts = parse_positive_int(k, v); }},
+      {"top_k", [](ModelConfig& c, auto& k, auto& v) { c.top_k = parse_positive_int(k, v); }},
+      {"moe_ffn_hidden", [](ModelConfig& c, auto& k, auto& v) { c.moe_ffn_hidden = parse_positive_int(k, v); }},
+      {"shared_expert_ffn_hidden",
+       [](ModelConfig& c, auto& k, auto& v) { c.shared_expert_ffn_hidden = parse_positive_int(k, v); }},
+      {"router_score",
+       [](ModelConfig& c, auto& k, auto& v) { c.router_score = parse_choice(k, v, {"softmax", "sigmoid"}); }},
+      {"norm_topk_prob", [](ModelConfig& c, auto& k, auto& v) { c.norm_topk_prob = parse_bool(k, v); }},
+      {"router_groups", [](ModelConfig& c, auto& k, auto& v) { c.router_groups = parse_positive_int(k, v); }},
+      {"router_top_groups", [](ModelConfig& c, auto& k, auto& v) { c.router_top_groups = parse_positive_int(k, v); }},
+      {"routed_scaling_factor",
+       [](ModelConfig& c, auto& k, auto& v) { c.routed_scaling_factor = parse_double(k, v, 0, false, inf); }},
   };
   return all;
 }
@@ -233,6 +285,17 @@ int64_t sat_sum(std::initializer_list<int64_t> terms) {
   return s;
 }
 
+// A block's feed-forward parameters: gate, up, down; a mixture of experts'
+// router, experts (top_k of them when `active`) and shared experts.
+int64_t mlp_parameters(const ModelConfig& c, bool active) {
+  const int64_t C = c.hidden;
+  if (!c.is_moe()) return sat_mul(3, sat_mul(C, c.ffn_hidden));
+  const int64_t expert = sat_mul(3, sat_mul(C, c.moe_ffn_hidden));
+  return sat_sum({sat_mul(c.num_experts, C),                              // router
+                  sat_mul(active ? c.top_k : c.num_experts, expert),      // experts
+                  sat_mul(3, sat_mul(C, c.shared_expert_ffn_hidden))});   // shared experts
+}
+
 }  // namespace
 
 void validate(const ModelConfig& c) {
@@ -240,7 +303,8 @@ void validate(const ModelConfig& c) {
   auto need = [&](bool ok, const std::string& what) {
     if (!ok) problems.push_back(what);
   };
-  need(c.arch == "gpt2" || c.arch == "llama", "arch '" + c.arch + "' is neither 'gpt2' nor 'llama'");
+  need(c.arch == "gpt2" || c.llama_family(),
+       "arch '" + c.arch + "' is not one of 'gpt2', 'llama', 'mixtral', 'qwen3_moe'");
   need(c.vocab_size > 0, "vocab_size must be positive");
   need(c.max_seq_len > 0, "max_seq_len must be positive");
   need(c.hidden > 0, "hidden must be positive");
@@ -253,9 +317,9 @@ void validate(const ModelConfig& c) {
   need(c.hidden <= kMaxHidden, beyond_limit("hidden", c.hidden, kMaxHidden, 17));
   need(c.layers <= kMaxLayers, beyond_limit("layers", c.layers, kMaxLayers, 12));
   need(c.ffn_hidden <= kMaxFfnHidden, beyond_limit("ffn_hidden", c.ffn_hidden, kMaxFfnHidden, 20));
-  need(c.heads <= c.hidden || c.hidden <= 0, "heads (" + std::to_string(c.heads) + ") must be at most hidden (" +
+  need(c.heads <= c.hidden || c.hidden <= 0 || c.explicit_head_dim > 0, "heads (" + std::to_string(c.heads) + ") must be at most hidden (" +
                                                  std::to_string(c.hidden) + "): a head has at least one dimension");
-  if (c.hidden > 0 && c.heads > 0)
+  if (c.hidden > 0 && c.heads > 0 && c.explicit_head_dim == 0)
     need(c.hidden % c.heads == 0, "hidden (" + std::to_string(c.hidden) + ") must be a multiple of heads (" +
                                       std::to_string(c.heads) + ")");
   if (c.heads > 0 && c.kv_heads > 0)
@@ -269,7 +333,49 @@ void validate(const ModelConfig& c) {
     need(c.kv_heads == c.heads, "kv_heads (" + std::to_string(c.kv_heads) + ") must equal heads (" +
                                     std::to_string(c.heads) + ") for gpt2: grouped-query attention is LLaMA's");
   }
-  if (c.arch == "llama") {
+  if (c.arch == "gpt2" || c.arch == "llama")
+    need(c.num_experts == 0, "num_experts " + std::to_string(c.num_experts) + ": arch '" + c.arch +
+                                 "' is dense; a mixture of experts is arch 'mixtral' or 'qwen3_moe'");
+  if (c.arch == "mixtral" || c.arch == "qwen3_moe") {
+    const std::string e = std::to_string(c.num_experts);
+    need(c.num_experts > 0, "arch '" + c.arch + "' needs num_experts > 0");
+    need(c.num_experts <= kMaxExperts, beyond_limit("num_experts", c.num_experts, kMaxExperts, 16));
+    need(c.top_k >= 1 && c.top_k <= c.num_experts,
+         "top_k " + std::to_string(c.top_k) + " must be between 1 and num_experts (" + e + ")");
+    need(c.moe_ffn_hidden > 0, "moe_ffn_hidden must be positive");
+    need(c.moe_ffn_hidden <= kMaxFfnHidden, beyond_limit("moe_ffn_hidden", c.moe_ffn_hidden, kMaxFfnHidden, 20));
+    need(c.shared_expert_ffn_hidden >= 0 && c.shared_expert_ffn_hidden <= kMaxFfnHidden,
+         "shared_expert_ffn_hidden must be in [0, " + std::to_string(kMaxFfnHidden) + "]");
+    need(c.router_score == "softmax" || c.router_score == "sigmoid",
+         "router_score '" + c.router_score + "' is neither 'softmax' nor 'sigmoid'");
+    need(c.router_groups >= 1 && c.num_experts % std::max<int64_t>(c.router_groups, 1) == 0,
+         "router_groups " + std::to_string(c.router_groups) + " must divide num_experts (" + e + ")");
+    need(c.router_top_groups >= 1 && c.router_top_groups <= c.router_groups,
+         "router_top_groups " + std::to_string(c.router_top_groups) + " must be between 1 and router_groups (" +
+             std::to_string(c.router_groups) + ")");
+    if (c.router_groups > 1 && c.num_experts % c.router_groups == 0)
+      need(c.num_experts / c.router_groups * c.router_top_groups >= c.top_k,
+           "the top router_top_groups (" + std::to_string(c.router_top_groups) + ") groups hold fewer experts than top_k (" +
+               std::to_string(c.top_k) + ")");
+    need(c.routed_scaling_factor > 0 && std::isfinite(c.routed_scaling_factor),
+         "routed_scaling_factor must be positive and finite");
+    need(c.moe_capacity_factor >= 0 && std::isfinite(c.moe_capacity_factor),
+         "moe capacity_factor must be 0 (dropless) or positive");
+    need(c.moe_drop_policy == "probs" || c.moe_drop_policy == "position",
+         "moe drop_policy '" + c.moe_drop_policy + "' is neither 'probs' nor 'position'");
+    need(c.moe_load_balancing == "aux_loss" || c.moe_load_balancing == "seq_aux_loss" || c.moe_load_balancing == "none",
+         "moe load_balancing '" + c.moe_load_balancing + "' is not 'aux_loss', 'seq_aux_loss' or 'none'");
+    need(c.moe_aux_loss_coeff >= 0 && std::isfinite(c.moe_aux_loss_coeff), "moe aux_loss_coeff must be >= 0");
+    need(c.moe_z_loss_coeff >= 0 && std::isfinite(c.moe_z_loss_coeff), "moe z_loss_coeff must be >= 0");
+    need(c.moe_expert_bias_rate >= 0 && std::isfinite(c.moe_expert_bias_rate), "moe expert_bias_rate must be >= 0");
+  }
+  if (c.arch == "gpt2") {
+    need(c.explicit_head_dim == 0 || c.explicit_head_dim * c.heads == c.hidden,
+         "head_dim " + std::to_string(c.explicit_head_dim) + ": GPT-2's heads are hidden / heads wide");
+    need(!c.qk_norm, "qk_norm: GPT-2 has no query/key norms");
+  }
+  need(c.explicit_head_dim <= kMaxHidden, beyond_limit("head_dim", c.explicit_head_dim, kMaxHidden, 17));
+  if (c.llama_family()) {
     need(c.rope_theta > 0 && std::isfinite(c.rope_theta), "rope_theta must be positive and finite");
     if (c.rope_scaling_factor != 0) {
       need(c.rope_scaling_factor > 0 && std::isfinite(c.rope_scaling_factor),
@@ -281,8 +387,8 @@ void validate(const ModelConfig& c) {
       need(c.rope_original_max_seq_len <= kMaxSeqLen,
            beyond_limit("rope_original_max_seq_len", c.rope_original_max_seq_len, kMaxSeqLen, 24));
     }
-    if (c.hidden > 0 && c.heads > 0 && c.hidden % c.heads == 0)
-      need(c.head_dim() % 2 == 0, "head dimension hidden / heads (" + std::to_string(c.head_dim()) +
+    if (c.hidden > 0 && c.heads > 0 && (c.explicit_head_dim > 0 || c.hidden % c.heads == 0))
+      need(c.head_dim() % 2 == 0, "head dimension (" + std::to_string(c.head_dim()) +
                                       ") must be even for rotary embeddings");
   }
   // The whole model, once each dimension is known to be in range (then no product overflows).
@@ -311,11 +417,19 @@ int64_t parameter_count(const ModelConfig& c) {
                                    CF, C});                          // mlp.c_proj
     return sat_sum({sat_mul(V, C), sat_mul(c.max_seq_len, C), sat_mul(L, block), sat_mul(2, C), head});
   }
+  const int64_t q = sat_mul(C, sat_mul(c.heads, c.head_dim()));
   const int64_t block = sat_sum({C,                                           // input_layernorm
-                                 CC, sat_mul(2, sat_mul(C, kv)), CC,          // q, k, v, o
+                                 q, sat_mul(2, sat_mul(C, kv)), q,            // q, k, v, o
+                                 c.qk_norm ? sat_mul(2, c.head_dim()) : 0,    // q_norm, k_norm
                                  C,                                           // post_attention_layernorm
-                                 sat_mul(3, CF)});                            // gate, up, down
+                                 mlp_parameters(c, /*active=*/false)});
   return sat_sum({sat_mul(V, C), sat_mul(L, block), C, head});
+}
+
+int64_t active_parameter_count(const ModelConfig& c) {
+  if (!c.is_moe()) return parameter_count(c);
+  return sat_add(parameter_count(c),
+                 -sat_mul(c.layers, mlp_parameters(c, false) - mlp_parameters(c, /*active=*/true)));
 }
 
 int64_t tensor_parallel_param_count(const ModelConfig& c, int64_t t) {
@@ -334,10 +448,14 @@ int64_t tensor_parallel_param_count(const ModelConfig& c, int64_t t) {
   }
   // Key/value heads split, or (fewer than ranks) one shared head each.
   const int64_t kv = (c.kv_heads % t == 0 ? c.kv_heads / t : 1) * c.head_dim();
+  const int64_t q = C * c.heads * c.head_dim() / t;
+  // A mixture of experts is replicated over the tensor-parallel group (its router and experts whole).
+  const int64_t mlp = c.is_moe() ? mlp_parameters(c, false) : 3 * C * F / t;
   const int64_t block = C                              // input_layernorm
-                        + C * C / t + 2 * C * kv + C * C / t  // q, k, v, o
+                        + q + 2 * C * kv + q              // q, k, v, o
+                        + (c.qk_norm ? 2 * c.head_dim() : 0)  // q_norm, k_norm
                         + C                               // post_attention_layernorm
-                        + 3 * C * F / t;                  // gate, up, down
+                        + mlp;                            // gate, up, down
   return V * C + L * block + C + head;
 }
 
@@ -345,14 +463,22 @@ std::string describe(const ModelConfig& c) {
   std::string s = c.name + " (" + c.arch + "): " + std::to_string(c.layers) + " layers, " + std::to_string(c.hidden) +
                   " hidden, " + std::to_string(c.heads) + " heads";
   if (c.kv_heads != c.heads) s += " (" + std::to_string(c.kv_heads) + " kv)";
-  if (c.arch == "llama" && c.rope_scaling_factor > 0) {
+  if (c.explicit_head_dim > 0) s += ", head_dim " + std::to_string(c.explicit_head_dim);
+  if (c.qk_norm) s += ", q/k norms";
+  if (c.llama_family() && c.rope_scaling_factor > 0) {
     char factor[32];  // %g: a factor of any size (a cast to an integer overflows past 2^63)
     std::snprintf(factor, sizeof factor, "%g", c.rope_scaling_factor);
     s += std::string(", rope x") + factor;
   }
-  s += ", ffn " + std::to_string(c.ffn_hidden) + ", vocab " + std::to_string(c.vocab_size) + ", seq " +
+  if (c.is_moe())
+    s += ", " + std::to_string(c.num_experts) + " experts of ffn " + std::to_string(c.moe_ffn_hidden) + " (top " +
+         std::to_string(c.top_k) + (c.shared_expert_ffn_hidden > 0 ? ", shared ffn " + std::to_string(c.shared_expert_ffn_hidden) : "") + ")";
+  else
+    s += ", ffn " + std::to_string(c.ffn_hidden);
+  s += ", vocab " + std::to_string(c.vocab_size) + ", seq " +
        std::to_string(c.max_seq_len) + (c.tie_embeddings ? ", tied" : ", untied") + "; " +
        with_commas(parameter_count(c)) + " parameters";
+  if (c.is_moe()) s += " (" + with_commas(active_parameter_count(c)) + " active a token)";
   return s;
 }
 

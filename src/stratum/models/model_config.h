@@ -17,6 +17,16 @@
 //                    seq 131072, tied embeddings (1,235,814,400)
 //   llama-8b         Llama 3 8B (not 3.1): 4096 hidden, 32 layers, 32 heads, 8 kv heads, ffn 14336,
 //                    plain RoPE, seq 8192, untied (8,030,261,248)
+//   tiny-mixtral     vocab 256, seq 64, 64 hidden, 2 layers, 4 heads, 2 kv heads, 4 experts of
+//                    ffn 96, top 2: unit tests
+//   tiny-qwen3-moe   vocab 256, seq 64, 64 hidden, 2 layers, 4 heads of 32 (head_dim != hidden /
+//                    heads), 2 kv heads, q/k norms, 8 experts of ffn 32, top 2: unit tests
+//   mixtral-8x7b     Mixtral 8x7B: vocab 32000, 4096 hidden, 32 layers, 32 heads, 8 kv heads,
+//                    8 experts of ffn 14336, top 2, rope theta 1e6, seq 32768, untied
+//                    (46,702,792,704; 12,879,925,248 active a token)
+//   qwen3-30b-a3b    Qwen3-30B-A3B: vocab 151936, 2048 hidden, 48 layers, 32 heads of 128, 4 kv
+//                    heads, q/k norms, 128 experts of ffn 768, top 8 (normalised), rope theta 1e6,
+//                    seq 40960, untied (30,532,122,624; 3,353,032,704 active)
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -26,7 +36,7 @@ namespace stratum::models {
 
 struct ModelConfig {
   std::string name;            // the preset it came from (for logs)
-  std::string arch = "gpt2";   // "gpt2" | "llama"
+  std::string arch = "gpt2";   // "gpt2" | "llama" | "mixtral" | "qwen3_moe"
   int64_t vocab_size = 0;
   int64_t max_seq_len = 0;     // GPT-2: rows of the position table; LLaMA: longest input accepted
   int64_t hidden = 0;
@@ -55,7 +65,36 @@ struct ModelConfig {
   // A training setting, not the model's: the same values either way.
   bool recompute_mlp_activation = false;
 
-  int64_t head_dim() const { return heads > 0 ? hidden / heads : 0; }
+  // LLaMA's family: an attention head's width when it is not hidden / heads
+  // (Qwen3's 128 at hidden 2048 and 32 heads); 0: hidden / heads.
+  int64_t explicit_head_dim = 0;
+  // Qwen3: RMSNorm over each query and key head (q_norm, k_norm) before RoPE.
+  bool qk_norm = false;
+
+  // Mixture of experts ("mixtral", "qwen3_moe"): every block's MLP is a
+  // router over num_experts SwiGLU experts of moe_ffn_hidden, top_k a token
+  // (nn/moe/sparse_moe.h). Mixtral's experts are ffn_hidden wide.
+  int64_t num_experts = 0;  // 0: a dense model
+  int64_t top_k = 0;
+  int64_t moe_ffn_hidden = 0;
+  int64_t shared_expert_ffn_hidden = 0;  // shared experts every token goes through (0: none)
+  std::string router_score = "softmax";  // "softmax" | "sigmoid"
+  bool norm_topk_prob = true;            // the chosen experts' weights divided by their sum
+  int64_t router_groups = 1, router_top_groups = 1;  // group-limited routing (DeepSeek-V3)
+  double routed_scaling_factor = 1.0;
+  // How the routing trains (the config's "moe" section; not the model's
+  // shape: the same weights either way). capacity 0: dropless.
+  double moe_capacity_factor = 0;
+  std::string moe_drop_policy = "probs";         // "probs" | "position"
+  std::string moe_load_balancing = "aux_loss";   // "aux_loss" | "seq_aux_loss" | "none"
+  double moe_aux_loss_coeff = 1e-2;
+  double moe_z_loss_coeff = 0;
+  double moe_expert_bias_rate = 0;  // > 0: aux-loss-free balancing's per-expert bias, updated by this much a step
+
+  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : heads > 0 ? hidden / heads : 0; }
+  bool is_moe() const { return num_experts > 0; }
+  // LLaMA's blocks (RMSNorm, RoPE, grouped-query attention): llama, mixtral, qwen3_moe.
+  bool llama_family() const { return arch == "llama" || arch == "mixtral" || arch == "qwen3_moe"; }
 };
 
 // Names of every preset, in the order above.
@@ -66,7 +105,10 @@ ModelConfig preset(const std::string& name);
 // Sets one field from text ("layers", "hidden", "heads", "kv_heads", "ffn_hidden",
 // "vocab_size", "max_seq_len", "rope_theta", "norm_eps", "init_std", "dropout", "attention_dropout",
 // "tie_embeddings", "rope_scaling_factor", "rope_low_freq_factor",
-// "rope_high_freq_factor", "rope_original_max_seq_len", "recompute_mlp_activation");
+// "rope_high_freq_factor", "rope_original_max_seq_len", "recompute_mlp_activation",
+// "head_dim", "qk_norm", "num_experts", "top_k", "moe_ffn_hidden",
+// "shared_expert_ffn_hidden", "router_score", "norm_topk_prob", "router_groups",
+// "router_top_groups", "routed_scaling_factor");
 // throws stratum::Error naming the key and the value.
 void apply_override(ModelConfig& config, const std::string& key, const std::string& value);
 // The override keys apply_override accepts.
@@ -91,6 +133,7 @@ inline constexpr int64_t kMaxLayers = int64_t{1} << 12;        // 4,096
 inline constexpr int64_t kMaxFfnHidden = int64_t{1} << 20;     // 1,048,576
 inline constexpr int64_t kMaxSeqLen = int64_t{1} << 24;        // 16,777,216 positions
 inline constexpr int64_t kMaxParameters = int64_t{1} << 41;    // 2.2 trillion
+inline constexpr int64_t kMaxExperts = int64_t{1} << 16;       // 65,536 (DeepSeek-V3: 256)
 // heads: at most hidden (a head of at least one dimension); kv_heads: at most heads.
 
 // Throws stratum::Error listing every problem (hidden % heads, heads % kv_heads,
@@ -100,6 +143,9 @@ void validate(const ModelConfig& config);
 // Trainable parameters, counted from the architecture (tied embeddings once).
 // Saturates at INT64_MAX rather than overflowing (meaningful after validate()).
 int64_t parameter_count(const ModelConfig& config);
+// Those a token runs through: a mixture of experts counts top_k of its
+// experts (and the shared ones); a dense model, all (parameter_count).
+int64_t active_parameter_count(const ModelConfig& config);
 // What one rank of a tensor-parallel group of `size` holds (its shards, the
 // replicated rest, its rows of the padded vocabulary; models/tensor_parallel_plan.h).
 int64_t tensor_parallel_param_count(const ModelConfig& config, int64_t size);

@@ -21,8 +21,8 @@ void validate_tensor_parallel(const ModelConfig& c, int64_t t) {
   std::vector<std::string> problems;
   const std::string ranks = " is not divisible by the tensor-parallel size " + std::to_string(t);
   if (c.heads % t != 0) problems.push_back("heads " + std::to_string(c.heads) + ranks);
-  if (c.ffn_hidden % t != 0) problems.push_back("ffn_hidden " + std::to_string(c.ffn_hidden) + ranks);
-  if (c.arch == "llama" && c.kv_heads % t != 0 && t % c.kv_heads != 0)
+  if (!c.is_moe() && c.ffn_hidden % t != 0) problems.push_back("ffn_hidden " + std::to_string(c.ffn_hidden) + ranks);
+  if (c.llama_family() && c.kv_heads % t != 0 && t % c.kv_heads != 0)
     problems.push_back("kv_heads " + std::to_string(c.kv_heads) + " and the tensor-parallel size " +
                        std::to_string(t) + " do not divide one another (split key/value heads need kv_heads % size "
                        "== 0; shared ones size % kv_heads == 0)");
@@ -61,6 +61,9 @@ std::optional<nn::tp::ShardSpec> shard_spec(const ModelConfig& c, const std::str
     return ShardSpec{0, 1, c.kv_heads, r / (t / c.kv_heads), 0};
   }
   if (ends_with(name, "self_attn.o_proj.weight") || ends_with(name, "mlp.down_proj.weight")) return columns;
+  // Qwen3's q/k norms: whole on every rank, each computing its heads' part of the gradient (summed over the group).
+  if (ends_with(name, "self_attn.q_norm.weight") || ends_with(name, "self_attn.k_norm.weight"))
+    return ShardSpec{0, 1, 1, 0, 0};
   return std::nullopt;
 }
 

@@ -26,7 +26,7 @@ std::string ProgressReporter::format_eta(double seconds) {
 }
 
 std::string ProgressReporter::format_line(const StepMetrics& m, double eta_seconds) {
-  char buf[360];
+  char buf[420];
   const double tps = m.tokens_per_second;
   const std::string tokens = tps >= 1e6 ? std::to_string(tps / 1e6).substr(0, 5) + "M"
                              : tps >= 1e3 ? std::to_string(tps / 1e3).substr(0, 5) + "k"
@@ -40,6 +40,15 @@ std::string ProgressReporter::format_line(const StepMetrics& m, double eta_secon
     char b[32];
     std::snprintf(b, sizeof b, " | bubble %.1f%%", 100.0 * *m.bubble);
     bubble = b;
+  }
+  if (m.expert_imbalance) {
+    char b[64];
+    if (m.experts_dropped && *m.experts_dropped > 0)
+      std::snprintf(b, sizeof b, " | experts max/mean %.2f, dropped %.1f%%", *m.expert_imbalance,
+                    100.0 * *m.experts_dropped);
+    else
+      std::snprintf(b, sizeof b, " | experts max/mean %.2f", *m.expert_imbalance);
+    bubble += b;
   }
   std::snprintf(buf, sizeof buf,
                 "step %lld/%lld | loss %.4f | lr %.3e | scale %g | tok/s %s | MFU %s | mem %.2f GiB%s%s | ETA %s%s",

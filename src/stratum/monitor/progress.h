@@ -25,6 +25,11 @@ struct StepMetrics {
   // Pipelines: the share of the step the reporting stage waited on others (measured).
   std::optional<double> bubble;
   std::optional<double> eval_loss;
+  // A mixture of experts: the step's largest load over the mean (most tokens
+  // an expert got / tokens an expert on average, worst layer) and the share of
+  // assignments dropped over capacity.
+  std::optional<double> expert_imbalance;
+  std::optional<double> experts_dropped;
 };
 
 class ProgressReporter {

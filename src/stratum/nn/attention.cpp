@@ -70,20 +70,25 @@ at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
 
 GroupedQueryAttentionImpl::GroupedQueryAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads,
                                                      std::shared_ptr<RotaryEmbedding> rope, double dropout,
-                                                     tp::TensorParallel tp, c10::Device device)
+                                                     tp::TensorParallel tp, c10::Device device, int64_t head_dim,
+                                                     double qk_norm_eps)
     : torch::nn::Module("GroupedQueryAttention"),
       heads(heads / tp.size()),
       // Fewer key/value heads than ranks: each rank holds the one its query heads read.
       kv_heads(kv_heads % tp.size() == 0 ? kv_heads / tp.size() : 1),
-      head_dim(hidden / heads),
+      head_dim(head_dim > 0 ? head_dim : hidden / heads),
       dropout(dropout),
       tp(std::move(tp)),
       rope(std::move(rope)) {
   auto linear = [device](int64_t in, int64_t out) { return Linear(in, out, /*bias=*/false, device); };
-  q_proj = register_module("q_proj", linear(hidden, this->heads * head_dim));
-  k_proj = register_module("k_proj", linear(hidden, this->kv_heads * head_dim));
-  v_proj = register_module("v_proj", linear(hidden, this->kv_heads * head_dim));
-  o_proj = register_module("o_proj", linear(this->heads * head_dim, hidden));
+  q_proj = register_module("q_proj", linear(hidden, this->heads * this->head_dim));
+  k_proj = register_module("k_proj", linear(hidden, this->kv_heads * this->head_dim));
+  v_proj = register_module("v_proj", linear(hidden, this->kv_heads * this->head_dim));
+  o_proj = register_module("o_proj", linear(this->heads * this->head_dim, hidden));
+  if (qk_norm_eps > 0) {
+    q_norm = register_module("q_norm", std::make_shared<RMSNormImpl>(this->head_dim, qk_norm_eps, device));
+    k_norm = register_module("k_norm", std::make_shared<RMSNormImpl>(this->head_dim, qk_norm_eps, device));
+  }
 }
 
 at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
@@ -108,8 +113,13 @@ at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
     for (int i = 0; i < 3; ++i)
       if (projections[i]->has_lora()) qkv[i] = qkv[i] + column_parallel_lora(x, *projections[i], tp, is_training());
   }
-  const at::Tensor q = apply_rotary(split_heads(qkv[0], heads), cos, sin);
-  const at::Tensor k = apply_rotary(split_heads(qkv[1], kv_heads), cos, sin);
+  at::Tensor q = split_heads(qkv[0], heads), k = split_heads(qkv[1], kv_heads);
+  if (q_norm) {
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  q = apply_rotary(q, cos, sin);
+  k = apply_rotary(k, cos, sin);
   const at::Tensor v = split_heads(qkv[2], kv_heads);
   const double p = is_training() ? dropout : 0.0;
   auto attend = [&] { return causal_attention(q, k, v, p, rows ? &*rows : nullptr); };

@@ -17,6 +17,7 @@
 #include <torch/nn/module.h>
 
 #include "stratum/nn/parameter_modules.h"
+#include "stratum/nn/rms_norm.h"
 #include "stratum/nn/rope.h"
 #include "stratum/nn/sequence_layout.h"
 #include "stratum/nn/tensor_parallel/mappings.h"
@@ -48,11 +49,15 @@ class FusedQKVAttentionImpl : public torch::nn::Module {
 
 class GroupedQueryAttentionImpl : public torch::nn::Module {
  public:
+  // `head_dim`: a head's width (0: hidden / heads). `qk_norm_eps` > 0: Qwen3's
+  // RMSNorm over each query and key head (q_norm, k_norm [head_dim]) before RoPE.
   GroupedQueryAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, std::shared_ptr<RotaryEmbedding> rope,
-                            double dropout, tp::TensorParallel tp = {}, c10::Device device = c10::kCPU);
+                            double dropout, tp::TensorParallel tp = {}, c10::Device device = c10::kCPU,
+                            int64_t head_dim = 0, double qk_norm_eps = 0);
   at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
 
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  std::shared_ptr<RMSNormImpl> q_norm, k_norm;  // null without qk_norm
   int64_t heads, kv_heads, head_dim;  // this rank's heads
   double dropout;
   tp::TensorParallel tp;

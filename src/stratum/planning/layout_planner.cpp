@@ -42,6 +42,7 @@ std::vector<std::string> hardware_names() { return {"a100-40gb", "a100-80gb", "h
 std::string describe(const Layout& l) {
   std::string s = "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " + std::to_string(l.tp);
   if (l.sequence_parallel) s += " (sequence parallel)";
+  if (l.ep > 1) s += ", experts over " + std::to_string(l.ep);
   s += ", ZeRO-" + std::to_string(l.zero_stage);
   if (l.offload_param) s += ", offload optimizer and parameters";
   else if (l.offload_optimizer) s += ", offload optimizer";
@@ -86,6 +87,7 @@ EstimateInput input_for(const PlanRequest& r, const Layout& l) {
   in.schedule = l.schedule;
   in.tensor_parallel = l.tp;
   in.sequence_parallel = l.sequence_parallel;
+  in.expert_parallel = l.ep;
   if (r.model) set_model_shape(in, *r.model);
   return in;
 }
@@ -103,6 +105,15 @@ void check_layout(const PlanRequest& r, const Layout& l) {
     throw Error("tp " + n(l.tp) + " x pp " + n(l.pp) + " needs the model's shape (a preset): give --model");
   if (r.model) models::validate_tensor_parallel(*r.model, l.tp);
   if (l.sequence_parallel && l.tp < 2) throw Error("sequence parallelism needs tp > 1");
+  if (l.ep < 1 || l.dp % l.ep != 0) throw Error("ep " + n(l.ep) + " does not divide dp " + n(l.dp));
+  if (l.ep > 1) {
+    if (!r.model || !r.model->is_moe()) throw Error("ep " + n(l.ep) + " needs a mixture-of-experts model (--model)");
+    if (r.model->num_experts % l.ep != 0)
+      throw Error("ep " + n(l.ep) + " does not divide the model's " + n(r.model->num_experts) + " experts");
+    if (l.pp > 1 || l.tp > 1)
+      throw Error("ep " + n(l.ep) + " with pp " + n(l.pp) + " x tp " + n(l.tp) +
+                  ": expert parallelism runs with data parallelism alone");
+  }
   if (l.micro_batch < 1 || l.micro_batches < 1 || l.micro_batch * l.micro_batches * l.dp != r.global_batch)
     throw Error("micro-batch " + n(l.micro_batch) + " x " + n(l.micro_batches) + " micro-batches x dp " + n(l.dp) +
                 " is not the global batch of " + n(r.global_batch));
@@ -122,13 +133,18 @@ std::vector<double> layer_flops(const PlanRequest& r) {
   std::vector<double> out;
   const size_t n = whole.layer_weights.size();
   const double tied = static_cast<double>(whole.tied_embedding_params);
+  // A mixture of experts' block multiplies by top_k of its experts.
+  const models::ModelConfig& c = *r.model;
+  const double idle_experts =
+      c.is_moe() ? static_cast<double>((c.num_experts - c.top_k) * 3 * c.hidden * c.moe_ffn_hidden) : 0.0;
   for (size_t i = 0; i < n; ++i) {
     double p = static_cast<double>(whole.layer_weights[i].parameters);
     if (i == 0) p -= tied;          // a tied matrix is counted where it multiplies: at the head
     if (i + 1 == n) p += tied;
     const bool block = i >= 1 && i + 2 < n;
+    if (block) p -= idle_experts;
     out.push_back(models::kTrainingFlopsPerParameter * p +
-                  (block ? models::attention_training_flops(whole.hidden, whole.seq_len) : 0.0));
+                  (block ? models::attention_training_flops(c.heads * c.head_dim(), whole.seq_len) : 0.0));
   }
   return out;
 }
@@ -166,6 +182,8 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
 
   std::vector<StageEstimate> pipeline_stages;
   if (p > 1) pipeline_stages = estimate_pipeline_stages(in);
+  // Expert parallelism's all-to-all, each way: half of it forward, half backward.
+  const double a2a = all_to_all_bytes(in) / 2.0 / (l.ep <= g ? hw.node_bandwidth : hw.network_bandwidth);
 
   std::vector<pipeline::Costs> costs;
   std::vector<double> compute_of, tp_of, p2p_of;
@@ -189,6 +207,8 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
       if (part < p * v - 1) recv_b += receive((part + 1) % p, rank);
     }
     StageFigures st;
+    recv_f += a2a;
+    recv_b += a2a * (l.checkpointing ? 2.0 : 1.0);  // a recomputed forward exchanges its tokens again
     st.forward = fwd + tp_fwd + recv_f;
     st.backward = 2.0 * fwd + recompute + tp_bwd + recv_b;
     const double dv = static_cast<double>(v);
@@ -205,6 +225,12 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
       st.activations = e.activation_bytes;
       // The received activation and gradient of the chunk running.
       st.buffers = 2.0 * unit / (l.sequence_parallel ? static_cast<double>(t) : 1.0) + sp_gather;
+    } else if (l.ep > 1) {
+      st.params = static_cast<double>(in.params - in.expert_params) +
+                  static_cast<double>(in.expert_params) / static_cast<double>(l.ep);
+      st.states = estimate_model_states(in);
+      st.activations = estimate_activation_bytes(in);
+      st.buffers = 0;
     } else {
       st.params = static_cast<double>(t > 1 && in.tp_params > 0 ? in.tp_params : in.params);
       st.states = estimate_model_states(in);
@@ -229,12 +255,15 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
   out.time.compute = m * compute_of[busiest];
   out.time.tensor_parallel = m * tp_of[busiest];
   out.time.transfers = m * p2p_of[busiest];
+  out.time.all_to_all = m * a2a * (2.0 + (l.checkpointing ? 1.0 : 0.0));
   return out;
 }
 
 LayoutEstimate finish(const PlanRequest& r, const Layout& l, const Shared& shared) {
   const Hardware& hw = r.hardware;
-  const int64_t g = r.shape.gpus_per_node, d = l.dp, t = l.tp;
+  const int64_t g = r.shape.gpus_per_node, t = l.tp;
+  // ZeRO's group: the GPUs holding the same experts under expert parallelism.
+  const int64_t d = l.dp / l.ep;
   const double w = static_cast<double>(r.shape.param_bytes);
   const double wire = r.shape.grad_bytes > 0 ? static_cast<double>(r.shape.grad_bytes) : d > 1 ? std::max(w, 4.0) : w;
   const double m = static_cast<double>(l.micro_batches), fd = static_cast<double>(d);
@@ -266,6 +295,13 @@ LayoutEstimate finish(const PlanRequest& r, const Layout& l, const Shared& share
       case 1: exposed = std::max(0.0, reduce_scatter - st.backward) + gather; break;
       case 2: exposed = m * std::max(0.0, reduce_scatter - st.backward) + gather; break;
       default: exposed = m * std::max(0.0, 2.0 * gather + reduce_scatter - st.forward - st.backward); break;
+    }
+    if (l.ep > 1) {  // the parameters outside the experts, summed over the expert-parallel GPUs at the step
+      const models::ModelConfig& c = *r.model;  // check_layout: expert parallelism needs the model
+      const double dense = static_cast<double>(models::parameter_count(c) -
+                                               c.layers * c.num_experts * 3 * c.hidden * c.moe_ffn_hidden);
+      const double fe = static_cast<double>(l.ep);
+      exposed += 2.0 * (fe - 1.0) / fe * dense * wire / (l.ep <= g ? hw.node_bandwidth : hw.network_bandwidth);
     }
     e.time.data_parallel = std::max(e.time.data_parallel, exposed);
     if (l.offload_optimizer) {
@@ -342,6 +378,9 @@ Plan plan_layouts(const PlanRequest& r) {
       const int64_t dp = world / (tp * pp);
       if (r.global_batch % dp != 0) continue;
       const int64_t per_rank = r.global_batch / dp;
+      const bool moe = r.model && r.model->is_moe() && tp == 1 && pp == 1;
+      for (int64_t ep : divisors(dp)) {
+      if (!allowed(fx.ep, ep) || (ep > 1 && (!moe || r.model->num_experts % ep != 0))) continue;
       for (int64_t micro = 1; micro <= per_rank; micro *= 2) {
         if (per_rank % micro != 0 || !allowed(fx.micro_batch, micro) || !allowed(fx.micro_batches, per_rank / micro))
           continue;
@@ -360,7 +399,7 @@ Plan plan_layouts(const PlanRequest& r) {
             for (bool sp : {false, true}) {
               if ((sp && tp < 2) || !allowed(fx.sequence_parallel, sp)) continue;
               Layout l;
-              l.dp = dp, l.pp = pp, l.tp = tp, l.sequence_parallel = sp;
+              l.dp = dp, l.pp = pp, l.tp = tp, l.ep = ep, l.sequence_parallel = sp;
               l.micro_batch = micro, l.micro_batches = m, l.schedule = kind, l.virtual_stages = v;
               l.checkpointing = ckpt;
               check_layout(r, l);
@@ -381,6 +420,7 @@ Plan plan_layouts(const PlanRequest& r) {
             }
           }
         }
+      }
       }
     }
   }
@@ -472,8 +512,8 @@ std::string format_plan(const PlanRequest& r, const Plan& plan, size_t rows) {
     std::snprintf(line, sizeof line, "; the %zu fastest (GiB a GPU at the busiest stage; seconds a step):\n",
                   std::min(rows, plan.fitting.size()));
     out += line;
-    out += "     #    dp   pp   tp  sp  ZeRO  offload  micro x acc  schedule        ckpt  states  activ  buffers   "
-           "total  host/node    step  bubble  tp comm  dp comm  offload   MFU  tokens/s\n";
+    out += "     #    dp   pp   tp   ep  sp  ZeRO  offload  micro x acc  schedule        ckpt  states  activ  buffers   "
+           "total  host/node    step  bubble  tp comm  a2a      dp comm  offload   MFU  tokens/s\n";
     for (size_t i = 0; i < std::min(rows, plan.fitting.size()); ++i) {
       const LayoutEstimate& e = plan.fitting[i];
       const Layout& l = e.layout;
@@ -481,13 +521,15 @@ std::string format_plan(const PlanRequest& r, const Plan& plan, size_t rows) {
       if (l.virtual_stages > 1) schedule += " x" + std::to_string(l.virtual_stages);
       const std::string micro = std::to_string(l.micro_batch) + " x " + std::to_string(l.micro_batches);
       std::snprintf(line, sizeof line,
-                    "  %4zu  %4lld %4lld %4lld  %-3s %4d  %-7s  %-11s  %-14s  %-4s %7.2f %6.2f %8.2f %7.2f %10.1f "
-                    "%7.3f %7.3f %8.3f %8.3f %8.3f %4.0f%% %9.4g\n",
-                    i + 1, (long long)l.dp, (long long)l.pp, (long long)l.tp, l.sequence_parallel ? "on" : "-",
+                    "  %4zu  %4lld %4lld %4lld %4lld  %-3s %4d  %-7s  %-11s  %-14s  %-4s %7.2f %6.2f %8.2f %7.2f %10.1f "
+                    "%7.3f %7.3f %8.3f %8.3f %8.3f %8.3f %4.0f%% %9.4g\n",
+                    i + 1, (long long)l.dp, (long long)l.pp, (long long)l.tp, (long long)l.ep,
+                    l.sequence_parallel ? "on" : "-",
                     l.zero_stage, l.offload_param ? "opt+par" : l.offload_optimizer ? "opt" : "-", micro.c_str(),
                     schedule.c_str(), l.checkpointing ? "on" : "-", gib(e.states), gib(e.activations), gib(e.buffers),
                     gib(e.gpu_bytes), gib(e.host_bytes_per_node), e.time.total, e.time.bubble,
-                    e.time.tensor_parallel, e.time.data_parallel, e.time.offload, 100.0 * e.mfu, e.tokens_per_s);
+                    e.time.tensor_parallel, e.time.all_to_all, e.time.data_parallel, e.time.offload, 100.0 * e.mfu,
+                    e.tokens_per_s);
       out += line;
     }
   }

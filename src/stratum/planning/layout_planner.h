@@ -29,6 +29,13 @@
 //    link the group spans. They overlap the backward they follow (ZeRO-3: the
 //    forward and backward) and what exceeds it shows; the parameters'
 //    all-gather after the step (ZeRO-1/2) shows whole.
+//  - expert parallelism (a mixture of experts, cut from data parallelism,
+//    pp = tp = 1 as the engine runs it): the experts' share of the
+//    parameters 1/ep a GPU; each MoE layer's all-to-all of the assignments
+//    (b·s·top_k rows of h, the share bound for other GPUs) there and back,
+//    forward and backward, over the node's link when ep GPUs fit a node, not
+//    overlapped; ZeRO's collectives over dp / ep GPUs, and the parameters
+//    outside the experts all-reduced over the ep GPUs once a step.
 //  - offload: the gradient shard down and the parameters up over the host link
 //    a step (offload_param: the parameters up forward and backward every
 //    micro-batch), and the host optimizer's step at `host_updates_per_s` for
@@ -64,6 +71,7 @@ std::vector<std::string> hardware_names();
 
 struct Layout {
   int64_t dp = 1, pp = 1, tp = 1;
+  int64_t ep = 1;  // expert parallelism: divides dp (the GPUs holding the same experts: dp / ep)
   bool sequence_parallel = false;
   int zero_stage = 0;
   bool offload_optimizer = false, offload_param = false;
@@ -79,7 +87,7 @@ std::string describe(const Layout& layout);
 struct LayoutChoices {
   std::optional<int> zero_stage;
   std::optional<bool> offload_optimizer, offload_param;
-  std::optional<int64_t> pp, tp, micro_batch, micro_batches, virtual_stages;
+  std::optional<int64_t> pp, tp, ep, micro_batch, micro_batches, virtual_stages;
   std::optional<pipeline::ScheduleKind> schedule;
   std::optional<bool> checkpointing, sequence_parallel;
 };
@@ -101,6 +109,7 @@ struct StepTime {
   double bubble = 0;           // of which the busiest stage waits (pipeline - its busy time)
   double tensor_parallel = 0;  // of the busiest stage's busy time: its tensor-parallel collectives
   double transfers = 0;        // of it: receiving activations and gradients between stages
+  double all_to_all = 0;       // of it: expert parallelism's token exchanges
   double data_parallel = 0;    // exposed gradient and parameter collectives (the slowest stage's)
   double offload = 0;          // host transfers and the host optimizer
   double total = 0;

@@ -80,7 +80,15 @@ double block_activation_bytes(const EstimateInput& in) {
   const double ffn = in.ffn > 0 ? static_cast<double>(in.ffn) : 4.0 * h;
   const double mlp = (in.gated_mlp ? 2.0 : 1.0) + (in.mlp_activation_recomputed ? 0.0 : 1.0);
   const double norms = in.sequence_parallel ? 4.0 * h / t : 4.0 * h;
-  const double per_token = norms + h / t + 2.0 * kv + h / t + mlp * ffn / t;
+  // A mixture of experts keeps, per assignment (top_k a token), its gathered
+  // row (h), gate and up (2 F), the SwiGLU output (F) and the expert's output
+  // (h); per token the combined output (h) and the router's fp32 scores and
+  // probabilities (2 E floats). Replicated over tensor parallelism.
+  const double moe = in.experts > 0
+                         ? static_cast<double>(in.top_k) * (2.0 * h + 3.0 * static_cast<double>(in.moe_ffn)) + h +
+                               2.0 * static_cast<double>(in.experts) * 4.0 / static_cast<double>(in.param_bytes)
+                         : 0.0;
+  const double per_token = norms + h / t + 2.0 * kv + h / t + (in.experts > 0 ? moe : mlp * ffn / t);
   return w * s * b * per_token;
 }
 
@@ -93,7 +101,26 @@ double loss_bytes_per_logit(const EstimateInput& in) {
 
 }  // namespace
 
+double all_to_all_bytes(const EstimateInput& in) {
+  const int64_t ep = std::max<int64_t>(1, in.expert_parallel);
+  if (ep == 1 || in.experts == 0) return 0.0;
+  const double rows = static_cast<double>(in.micro_batch * in.seq_len * in.top_k);
+  const double off_rank = static_cast<double>(ep - 1) / static_cast<double>(ep);
+  return 4.0 * static_cast<double>(in.layers) * rows * static_cast<double>(in.hidden) *
+         static_cast<double>(in.param_bytes) * off_rank;
+}
+
 std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
+  const int64_t ep = std::max<int64_t>(1, in.expert_parallel);
+  if (ep > 1) {
+    // The experts split over ep GPUs; everything partitioned over the GPUs holding the same experts.
+    const double held = static_cast<double>(in.params - in.expert_params) +
+                        static_cast<double>(in.expert_params) / static_cast<double>(ep);
+    EstimateInput shard = in;
+    const int64_t block_experts = in.layers > 0 ? in.expert_params / in.layers : 0;
+    shard.largest_layer_params = in.largest_layer_params - block_experts + block_experts / ep;
+    return model_states(shard, held, static_cast<double>(in.nodes * in.gpus_per_node / ep));
+  }
   const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
   if (t == 1) return model_states(in, static_cast<double>(in.params), static_cast<double>(in.nodes * in.gpus_per_node));
   EstimateInput shard = in;
@@ -109,9 +136,15 @@ void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
   in.heads = c.heads;
   in.kv_heads = c.kv_heads;
   in.ffn = c.ffn_hidden;
-  in.gated_mlp = c.arch == "llama";
+  in.gated_mlp = c.llama_family();
   in.mlp_activation_recomputed = c.recompute_mlp_activation;
   in.vocab = c.vocab_size;
+  if (c.is_moe()) {
+    in.experts = c.num_experts;
+    in.top_k = c.top_k;
+    in.moe_ffn = c.moe_ffn_hidden;
+    in.expert_params = c.layers * c.num_experts * 3 * c.hidden * c.moe_ffn_hidden;
+  }
   models::ModelConfig block = c;
   block.layers = 1;
   const int64_t one_block =
@@ -125,7 +158,7 @@ void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
   no_blocks.layers = 0;
   const int64_t final_norm = models::parameter_count(no_blocks) - embedding - head;
   const int64_t block_params = c.layers > 0 ? (in.params - models::parameter_count(no_blocks)) / c.layers : 0;
-  const std::string arch = c.arch == "llama" ? "Llama" : "GPT2";
+  const std::string arch = c.llama_family() ? "Llama" : "GPT2";
   in.layer_weights = {{arch + "Embedding", embedding}};
   for (int64_t i = 0; i < c.layers; ++i)
     in.layer_weights.push_back({arch == "GPT2" ? "GPT2Block" : "LlamaDecoderLayer", block_params});
@@ -172,6 +205,17 @@ std::string format_estimate(const EstimateInput& in) {
                 in.params / 1e9, in.largest_layer_params / 1e6, (long long)in.nodes, (long long)in.gpus_per_node,
                 in.param_bytes == 2 ? "16-bit" : "fp32");
   out += line;
+  if (in.expert_parallel > 1) {
+    const int64_t ep = in.expert_parallel;
+    std::snprintf(line, sizeof line,
+                  "  expert parallel %lld: %.3gB parameters a GPU (1/%lld of the %.3gB in experts), ZeRO over %lld "
+                  "data-parallel ranks; all-to-all %.3g GiB a micro-batch a GPU (micro-batch %lld, seq %lld)\n",
+                  (long long)ep,
+                  (static_cast<double>(in.params - in.expert_params) + static_cast<double>(in.expert_params) / ep) / 1e9,
+                  (long long)ep, in.expert_params / 1e9, (long long)(in.nodes * in.gpus_per_node / ep),
+                  gib(all_to_all_bytes(in)), (long long)in.micro_batch, (long long)in.seq_len);
+    out += line;
+  }
   if (in.tensor_parallel > 1) {
     std::snprintf(line, sizeof line,
                   "  tensor parallel %lld%s: %.3gB parameters a GPU, ZeRO over %lld data-parallel ranks\n",

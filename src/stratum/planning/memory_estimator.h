@@ -59,7 +59,21 @@ struct EstimateInput {
   int64_t tensor_parallel = 1;
   int64_t tp_params = 0;
   bool sequence_parallel = false;
+  // A mixture of experts (set_model_shape): every layer's routed experts'
+  // parameters, the experts a layer, a token's, an expert's inner width.
+  int64_t expert_params = 0, experts = 0, top_k = 0, moe_ffn = 0;
+  // Expert parallelism (cut from data parallelism, as the engine's): each GPU
+  // holds 1/expert_parallel of the experts; ZeRO partitions over the GPUs
+  // holding the same experts (GPUs / expert_parallel); tokens go to their
+  // experts' GPUs and back by all-to-all.
+  int64_t expert_parallel = 1;
 };
+
+// Bytes one GPU sends (and receives) by all-to-all for one micro-batch,
+// forward and backward: each MoE layer's assignments (micro-batch x seq x
+// top_k rows of hidden) to the other expert-parallel ranks and back, twice
+// (the backward returns their gradients). 0 without expert parallelism.
+double all_to_all_bytes(const EstimateInput& in);
 
 // Sets the fields `model` determines (a preset with its overrides):
 // parameters, the largest layer (a transformer block or the embedding table)

@@ -71,6 +71,10 @@ void apply_plan_config(PlanRequest& r, const std::string& path) {
     const int64_t tp = std::max<int64_t>(1, c.tensor_parallel.size);
     fix(fx.tp, tp, path, "tensor_parallel.autotp_size", std::to_string(tp));
   }
+  if (given("/moe/expert_parallel_size")) {
+    const int64_t ep = c.moe.expert_parallel_size;
+    fix(fx.ep, ep, path, "moe.expert_parallel_size", std::to_string(ep));
+  }
   if (given("/tensor_parallel/sequence_parallel"))
     fix(fx.sequence_parallel, c.tensor_parallel.sequence_parallel, path, "tensor_parallel.sequence_parallel",
         c.tensor_parallel.sequence_parallel ? "true" : "false");

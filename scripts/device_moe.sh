@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# On the GPU machine, after `scripts/device_build.sh --only-build --targets
+# "stratum-train stratum-run bench_engine bench_moe_gemm"` (build-device/):
+#   1. Expert parallelism on the CUDA path, its ranks sharing the one GPU (over
+#      MPI through the host): tiny Mixtral (4 experts, top 2, dropless) at
+#      EP = 2 and 4 (each also data parallel), EP 2 x 2 at ZeRO-3, with
+#      activation checkpointing, against the one-rank run: fp32, per-step
+#      losses within 1e-5 relative. The all-to-all's GPU path exercised.
+#   2. Throughput against transformers' own models (bench/peers/moe_peers.py,
+#      eager and compiled, from .pylib/: WHEELS=.whl/lora_b installs
+#      transformers first, scripts/device_lora_wheels.sh fills it): the
+#      Mixtral shape (8 experts, top 2, d 4096, ffn 14336) at LAYERS_MIXTRAL
+#      layers (default 4: what fits beside AdamW's states on one H200) and the
+#      Qwen3-30B-A3B shape (128 experts, top 8) at LAYERS_QWEN (default 8),
+#      seq 4096, micro-batch 1, bf16: tokens/s, MFU on the active parameters, peak.
+#   3. The experts' GEMMs alone at both shapes (bench_moe_gemm): the grouped
+#      GEMM (ATen's _grouped_mm) against a loop of one GEMM per expert.
+#   PARTS="1 2 3" (default), STEPS=8.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STRATUM_LOG_LEVEL=info
+bin=${BIN:-build-device/bin}
+parts=${PARTS:-1 2 3}
+steps=${STEPS:-8}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if [ -n "${WHEELS:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --target .pylib "$WHEELS"/*.whl 2>&1 | grep -v "^WARNING" | tail -3
+fi
+
+if [[ " $parts " == *" 1 "* ]]; then
+  echo "=== expert parallelism on the shared GPU: tiny Mixtral, fp32, against one rank ==="
+  model=(--model tiny-mixtral --set layers=2 --set max_seq_len=64)
+  for entry in "ref 1 1 0" "ep2 2 2 0" "ep4 4 4 0" "ep2-dp2-zero3 4 2 3" "ep2-checkpointed 2 2 1"; do
+    read -r name ranks ep zero <<< "$entry"
+    ckpt=""
+    [ "$name" = ep2-checkpointed ] && ckpt='"activation_checkpointing": {},' && zero=0
+    cat > "$work/$name.json" <<JSON
+{"train_batch_size": 16, "gradient_accumulation_steps": 2, $ckpt
+ "moe": {"expert_parallel_size": $ep, "aux_loss_coeff": 0, "z_loss_coeff": 0.001},
+ "zero_optimization": {"stage": $zero},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}
+JSON
+    "$bin/stratum-run" --num_procs "$ranks" "$bin/stratum-train" --config "$work/$name.json" "${model[@]}" \
+      --data default --cache-dir "$work/cache" --steps 12 --eval-every 100 --sample-tokens 0 --print-every 1000 \
+      --seed 7 --log-dir "$work/$name" > "$work/$name.log" 2>&1 || { echo "$name: exit $?"; tail -5 "$work/$name.log"; }
+    [ "$name" = ref ] && continue
+    python3 - "$work" "$name" <<'PY'
+import csv, sys
+work, name = sys.argv[1:]
+def losses(n):
+    with open(f"{work}/{n}/metrics.csv") as f:
+        return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(f)}
+a, b = losses(name), losses("ref")
+worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in b)
+print(f"{name:20s} {'PASS' if worst <= 1e-5 else 'FAIL'}  largest relative difference {worst:.2e}; "
+      f"loss {b[min(b)]:.4f} -> {a[max(a)]:.4f}")
+PY
+    grep -m1 -E "experts max/mean" "$work/$name.log" | sed 's/^/  /'
+  done
+fi
+
+if [[ " $parts " == *" 2 "* ]]; then
+  echo "=== throughput: Stratum against transformers' MoE models (bf16, seq 4096, micro-batch 1) ==="
+  for entry in "mixtral mixtral-8x7b ${LAYERS_MIXTRAL:-4}" "qwen3_moe qwen3-30b-a3b ${LAYERS_QWEN:-8}"; do
+    read -r arch preset layers <<< "$entry"
+    "$bin/bench_engine" --model "$preset" --set "layers=$layers" --set max_seq_len=4096 --seq 4096 --micro 1 \
+      --stage 0 --precision bf16 --steps "$steps" --warmup 3 2>&1 | tail -1
+    STRATUM_MOE_GROUPED_GEMM=0 "$bin/bench_engine" --model "$preset" --set "layers=$layers" --set max_seq_len=4096 \
+      --seq 4096 --micro 1 --stage 0 --precision bf16 --steps "$steps" --warmup 3 2>&1 | tail -1 | sed 's/^/loop GEMMs: /'
+    for compile in "" --compile; do
+      PYTHONPATH=.pylib python3 bench/peers/moe_peers.py --arch "$arch" --layers "$layers" --seq 4096 \
+        --steps "$steps" $compile 2>&1 | tail -1
+    done
+  done
+fi
+
+if [[ " $parts " == *" 3 "* ]]; then
+  echo "=== the experts' GEMMs alone: grouped against a loop ==="
+  for shape in "--experts 8 --top-k 2 --hidden 4096 --ffn 14336" "--experts 128 --top-k 8 --hidden 2048 --ffn 768"; do
+    # shellcheck disable=SC2086
+    "$bin/bench_moe_gemm" $shape --tokens 8192
+    # shellcheck disable=SC2086
+    STRATUM_MOE_GROUPED_GEMM=0 "$bin/bench_moe_gemm" $shape --tokens 8192
+  done
+fi

@@ -1,0 +1,231 @@
+#include "stratum/nn/moe/grouped_linear.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "stratum/core/error.h"
+#include "stratum/core/log.h"
+#include "stratum/nn/linear.h"
+
+namespace stratum::nn::moe {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// `ts` as one tensor [n, rows, cols] when they lie evenly spaced in one
+// buffer (each [rows, cols] contiguous), else an undefined tensor.
+at::Tensor evenly_spaced(const std::vector<at::Tensor>& ts) {
+  const at::Tensor& first = ts.front();
+  if (first.dim() != 2 || !first.is_contiguous()) return {};
+  const int64_t step = ts.size() > 1 ? ts[1].storage_offset() - first.storage_offset() : first.numel();
+  if (step < first.numel()) return {};
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const at::Tensor& t = ts[i];
+    if (!t.is_contiguous() || t.sizes() != first.sizes() || t.scalar_type() != first.scalar_type() ||
+        t.device() != first.device() || !t.storage().is_alias_of(first.storage()) ||
+        t.storage_offset() != first.storage_offset() + static_cast<int64_t>(i) * step)
+      return {};
+  }
+  return first.as_strided({static_cast<int64_t>(ts.size()), first.size(0), first.size(1)},
+                          {step, first.size(1), 1}, first.storage_offset());
+}
+
+// Expert e's blocks as one [Σ out_j, in] matrix (a view when adjacent).
+at::Tensor expert_weight(const std::vector<std::vector<at::Tensor>>& blocks, size_t e) {
+  if (blocks.size() == 1) return blocks[0][e];
+  std::vector<at::Tensor> parts;
+  for (const auto& b : blocks) parts.push_back(b[e]);
+  // Adjacent blocks of one expert: evenly spaced by a block's size, when the blocks share a shape.
+  bool same_shape = true;
+  for (const auto& p : parts) same_shape = same_shape && p.sizes() == parts[0].sizes();
+  if (same_shape) {
+    const at::Tensor v = evenly_spaced(parts);
+    if (v.defined() && v.stride(0) == parts[0].numel()) return v.reshape({-1, parts[0].size(1)});
+  }
+  return at::cat(parts, 0);
+}
+
+// Every expert's weight stacked [E, Σ out_j, in] (a view when evenly spaced).
+at::Tensor stacked_weights(const std::vector<std::vector<at::Tensor>>& blocks) {
+  const size_t experts = blocks[0].size();
+  std::vector<at::Tensor> per_expert;
+  for (size_t e = 0; e < experts; ++e) per_expert.push_back(expert_weight(blocks, e));
+  const at::Tensor v = evenly_spaced(per_expert);
+  return v.defined() ? v : at::stack(per_expert, 0);
+}
+
+std::atomic<bool> g_grouped_refused{false};
+
+// STRATUM_MOE_GROUPED_GEMM=0 runs the loop on the GPU too (a diagnostic
+// switch, read once: the same math, for side-by-side timing).
+bool grouped_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("STRATUM_MOE_GROUPED_GEMM");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled;
+}
+
+bool grouped_available(const at::Tensor& x) {
+  return x.is_cuda() && x.scalar_type() == at::kBFloat16 && grouped_enabled() && !g_grouped_refused.load();
+}
+
+at::Tensor offsets_of(const std::vector<int64_t>& counts, c10::Device device) {
+  std::vector<int32_t> ends(counts.size());
+  int64_t sum = 0;
+  for (size_t e = 0; e < counts.size(); ++e) ends[e] = static_cast<int32_t>(sum += counts[e]);
+  return at::tensor(at::ArrayRef<int32_t>(ends), at::TensorOptions().dtype(at::kInt)).to(device, /*non_blocking=*/true);
+}
+
+// Runs `grouped`; when ATen refuses (shapes or strides its kernel does not
+// take), says so once and returns an undefined tensor: the loop serves from then on.
+template <class F>
+at::Tensor try_grouped(F&& grouped) {
+  try {
+    return grouped();
+  } catch (const std::exception& e) {
+    if (!g_grouped_refused.exchange(true))
+      log::warn(std::string("MoE experts: ATen's grouped GEMM refused these operands; a loop of per-expert GEMMs "
+                            "runs instead: ") + e.what());
+    return {};
+  }
+}
+
+std::vector<std::vector<at::Tensor>> unflatten(at::TensorList flat, size_t blocks) {
+  const size_t experts = flat.size() / blocks;
+  std::vector<std::vector<at::Tensor>> out(blocks);
+  for (size_t j = 0; j < blocks; ++j) out[j].assign(flat.begin() + j * experts, flat.begin() + (j + 1) * experts);
+  return out;
+}
+
+at::Tensor loop_forward(const at::Tensor& x, const std::vector<int64_t>& counts,
+                        const std::vector<std::vector<at::Tensor>>& blocks) {
+  int64_t out = 0;
+  for (const auto& b : blocks) out += b[0].size(0);
+  at::Tensor y = at::empty({x.size(0), out}, x.options());
+  int64_t row = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    if (counts[e] > 0) {
+      at::Tensor rows = y.narrow(0, row, counts[e]);
+      at::mm_out(rows, x.narrow(0, row, counts[e]), expert_weight(blocks, e).t());
+    }
+    row += counts[e];
+  }
+  return y;
+}
+
+struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList flat, std::vector<int64_t> counts,
+                            int64_t nblocks) {
+    std::vector<at::Tensor> saved{x};
+    saved.insert(saved.end(), flat.begin(), flat.end());
+    ctx->save_for_backward(saved);  // the weight parameters themselves (see nn/linear.h)
+    ctx->saved_data["counts"] = counts;
+    ctx->saved_data["blocks"] = nblocks;
+    const auto blocks = unflatten(flat, static_cast<size_t>(nblocks));
+    if (grouped_available(x)) {
+      const at::Tensor w = stacked_weights(blocks);
+      at::Tensor y = try_grouped([&] { return at::_grouped_mm(x, w.transpose(1, 2), offsets_of(counts, x.device())); });
+      if (y.defined()) return y;
+    }
+    return loop_forward(x, counts, blocks);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const std::vector<int64_t> counts = ctx->saved_data["counts"].toIntVector();
+    const auto blocks =
+        unflatten(at::TensorList(saved).slice(1), static_cast<size_t>(ctx->saved_data["blocks"].toInt()));
+    const at::Tensor dy = grads[0].contiguous();
+    variable_list out(saved.size() + 2);
+    bool any_weight = false;
+    for (size_t i = 1; i < saved.size(); ++i) any_weight = any_weight || ctx->needs_input_grad(i);
+    if (grouped_available(x)) {
+      const at::Tensor w = stacked_weights(blocks);
+      const at::Tensor offs = offsets_of(counts, x.device());
+      at::Tensor dx, dw;
+      if (ctx->needs_input_grad(0)) dx = try_grouped([&] { return at::_grouped_mm(dy, w, offs); });
+      if (any_weight && (dx.defined() || !ctx->needs_input_grad(0)))
+        dw = try_grouped([&] { return at::_grouped_mm(dy.t(), x, offs); });  // [E, Σ out, in]
+      if ((dx.defined() || !ctx->needs_input_grad(0)) && (dw.defined() || !any_weight)) {
+        out[0] = dx;
+        size_t i = 1;
+        int64_t col = 0;
+        for (const auto& b : blocks) {
+          for (size_t e = 0; e < b.size(); ++e, ++i)
+            if (ctx->needs_input_grad(i)) out[i] = dw[static_cast<int64_t>(e)].narrow(0, col, b[e].size(0));
+          col += b[0].size(0);
+        }
+        return out;
+      }
+    }
+    if (ctx->needs_input_grad(0)) out[0] = at::empty_like(x);
+    int64_t row = 0;
+    for (size_t e = 0; e < counts.size(); ++e) {
+      const int64_t n = counts[e];
+      const at::Tensor dy_e = dy.narrow(0, row, n), x_e = x.narrow(0, row, n);
+      if (ctx->needs_input_grad(0) && n > 0) {
+        at::Tensor dx_e = out[0].narrow(0, row, n);
+        at::mm_out(dx_e, dy_e, expert_weight(blocks, e));
+      }
+      int64_t col = 0;
+      for (size_t j = 0; j < blocks.size(); ++j) {
+        const at::Tensor& w = blocks[j][e];
+        const size_t i = 1 + j * counts.size() + e;
+        if (ctx->needs_input_grad(i)) out[i] = weight_grad(w, dy_e.narrow(1, col, w.size(0)), x_e);
+        col += w.size(0);
+      }
+      row += n;
+    }
+    return out;
+  }
+};
+
+void check_operands(const at::Tensor& x, const std::vector<int64_t>& counts,
+                    const std::vector<std::vector<at::Tensor>>& blocks) {
+  const auto fail = [](const std::string& why) { throw Error("grouped_linear: " + why); };
+  if (!x.defined() || x.dim() != 2) fail("x must be [rows, in]");
+  if (blocks.empty() || blocks[0].empty()) fail("no expert weights");
+  if (blocks[0].size() != counts.size())
+    fail(std::to_string(counts.size()) + " row counts for " + std::to_string(blocks[0].size()) + " experts");
+  int64_t rows = 0;
+  for (int64_t n : counts) {
+    if (n < 0) fail("a negative row count");
+    rows += n;
+  }
+  if (rows != x.size(0)) fail("row counts sum to " + std::to_string(rows) + ", x has " + std::to_string(x.size(0)));
+  for (const auto& b : blocks) {
+    if (b.size() != counts.size()) fail("every block needs one weight an expert");
+    for (const auto& w : b)
+      if (!w.defined() || w.dim() != 2 || w.size(1) != x.size(1) || w.size(0) != b[0].size(0))
+        fail("a block's weights must all be [out, " + std::to_string(x.size(1)) + "], got " +
+             (w.defined() ? c10::str(w.sizes()) : std::string("undefined")));
+  }
+}
+
+}  // namespace
+
+at::Tensor grouped_linear(const at::Tensor& x, const std::vector<int64_t>& counts,
+                          const std::vector<std::vector<at::Tensor>>& blocks) {
+  check_operands(x, counts, blocks);
+  std::vector<at::Tensor> flat;
+  for (const auto& b : blocks) flat.insert(flat.end(), b.begin(), b.end());
+  return GroupedLinear::apply(x, at::TensorList(flat), counts, static_cast<int64_t>(blocks.size()));
+}
+
+const char* grouped_linear_path(const at::Tensor& x) { return grouped_available(x) ? "grouped" : "loop"; }
+
+at::Tensor grouped_linear_loop(const at::Tensor& x, const std::vector<int64_t>& counts,
+                               const std::vector<std::vector<at::Tensor>>& blocks) {
+  check_operands(x, counts, blocks);
+  c10::AutoGradMode values_only(false);
+  return loop_forward(x, counts, blocks);
+}
+
+}  // namespace stratum::nn::moe

@@ -1,0 +1,42 @@
+#pragma once
+// Terms that keep a router's load even, from their definitions:
+//
+//   auxiliary loss (Switch Transformer; Megatron-Core's normalisation, 1 for
+//   a perfectly even router):
+//       aux = E / (k T²) Σ_e c_e Σ_t p_te
+//     c_e: the tokens routed to expert e (before any capacity drop), T
+//     tokens, k experts a token, p_te the token's score of e normalised over
+//     the experts (a softmax's as they are; sigmoid scores divided by their sum);
+//   per sequence (DeepSeek-V3's complementary sequence-wise loss): the same
+//     over each sequence's tokens alone, averaged over the sequences;
+//   router z-loss (ST-MoE): mean over tokens of logsumexp(logits)².
+//
+// Their gradients join the backward without adding the terms to the
+// model's loss (Megatron's auxiliary-loss scaler): attach_aux_loss returns its
+// input unchanged, and its backward gives the term the gradient `factor`
+// holds when the backward runs: the factor the trainer multiplied the loss
+// by (loss scale over accumulation steps). So the terms train every layer they are computed in
+// under activation checkpointing (the recomputed forward attaches them) and
+// on every pipeline stage, not only where the loss is.
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace stratum::nn::moe {
+
+// scores: [T, E] (fp32, differentiable); experts: int64 [T, k].
+at::Tensor aux_loss(const at::Tensor& scores, const at::Tensor& experts, int64_t num_experts, bool normalize_scores);
+// The same per sequence: T = sequences * sequence_length, rows in sequence order.
+at::Tensor sequence_aux_loss(const at::Tensor& scores, const at::Tensor& experts, int64_t num_experts,
+                             int64_t sequences, bool normalize_scores);
+// logits: [T, E], any float dtype (computed in fp32).
+at::Tensor z_loss(const at::Tensor& logits);
+
+// Tokens routed to each expert: int64 [E] from experts [T, k].
+at::Tensor tokens_per_expert(const at::Tensor& experts, int64_t num_experts);
+
+// x unchanged; `term` (a scalar) receives in backward the gradient `factor`
+// (a 0-dim tensor read then, not now; undefined: 1).
+at::Tensor attach_aux_loss(const at::Tensor& x, const at::Tensor& term, const at::Tensor& factor);
+
+}  // namespace stratum::nn::moe

@@ -1,0 +1,203 @@
+#include "stratum/nn/moe/sparse_moe.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+
+#include "stratum/core/error.h"
+#include "stratum/nn/linear.h"
+#include "stratum/nn/moe/grouped_linear.h"
+#include "stratum/nn/moe/load_balancing.h"
+
+namespace stratum::nn::moe {
+
+void check(const MoEOptions& o) {
+  check(o.router);
+  std::vector<std::string> problems;
+  if (o.hidden < 1) problems.push_back("hidden must be positive");
+  if (o.ffn_hidden < 1) problems.push_back("an expert's ffn_hidden must be positive");
+  if (o.shared_ffn_hidden < 0) problems.push_back("the shared experts' ffn_hidden must be 0 (none) or positive");
+  if (!(o.capacity_factor >= 0) || !std::isfinite(o.capacity_factor))
+    problems.push_back("capacity_factor must be 0 (dropless) or positive");
+  if (!(o.aux_loss_coeff >= 0) || !std::isfinite(o.aux_loss_coeff)) problems.push_back("aux_loss_coeff must be >= 0");
+  if (!(o.z_loss_coeff >= 0) || !std::isfinite(o.z_loss_coeff)) problems.push_back("z_loss_coeff must be >= 0");
+  if (!(o.expert_bias_rate >= 0) || !std::isfinite(o.expert_bias_rate))
+    problems.push_back("expert_bias_rate must be >= 0");
+  if (problems.empty()) return;
+  std::string msg = "MoE layer: ";
+  for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+  throw Error(msg);
+}
+
+ExpertImpl::ExpertImpl(int64_t hidden, int64_t ffn_hidden, const ExpertNames& names, c10::Device device)
+    : torch::nn::Module("Expert") {
+  gate = register_module(names.gate, Linear(hidden, ffn_hidden, /*bias=*/false, device));
+  up = register_module(names.up, Linear(hidden, ffn_hidden, /*bias=*/false, device));
+  down = register_module(names.down, Linear(ffn_hidden, hidden, /*bias=*/false, device));
+}
+
+SparseMoEImpl::SparseMoEImpl(const MoEOptions& options, int64_t layer, std::shared_ptr<RoutingRecord> record,
+                             c10::Device device, ExpertParallel ep)
+    : torch::nn::Module("SparseMoE"), options_(options), layer_(layer), ep_(std::move(ep)), record_(std::move(record)) {
+  check(options_);
+  const int64_t e = options_.router.num_experts;
+  if (e % ep_.size() != 0)
+    throw Error("MoE layer " + std::to_string(layer) + ": " + std::to_string(e) + " experts do not split over " +
+                std::to_string(ep_.size()) + " expert-parallel ranks (moe.expert_parallel_size must divide num_experts)");
+  const int64_t local = e / ep_.size();
+  first_expert_ = ep_.rank() * local;
+  gate = register_module("gate", Linear(options_.hidden, e, /*bias=*/false, device));
+  experts = register_module("experts", std::make_shared<torch::nn::Module>("Experts"));
+  for (int64_t i = first_expert_; i < first_expert_ + local; ++i) {
+    expert_list.push_back(std::make_shared<ExpertImpl>(options_.hidden, options_.ffn_hidden, options_.names, device));
+    experts->register_module(std::to_string(i), expert_list.back());
+  }
+  if (options_.shared_ffn_hidden > 0)
+    shared_experts = register_module("shared_experts",
+                                     std::make_shared<SwiGLUMLPImpl>(options_.hidden, options_.shared_ffn_hidden,
+                                                                     options_.recompute_activation, tp::TensorParallel{},
+                                                                     device));
+  if (options_.expert_bias_rate > 0) expert_bias_ = at::zeros({e}, at::kFloat);
+}
+
+void SparseMoEImpl::set_expert_bias(const at::Tensor& bias) {
+  if (!expert_bias_.defined()) throw Error("MoE layer " + std::to_string(layer_) + ": has no expert bias to set");
+  if (bias.dim() != 1 || bias.size(0) != options_.router.num_experts)
+    throw Error("MoE layer " + std::to_string(layer_) + ": an expert bias must be [" +
+                std::to_string(options_.router.num_experts) + "], got " + c10::str(bias.sizes()));
+  expert_bias_ = bias.to(expert_bias_.device(), at::kFloat).clone();
+}
+
+void SparseMoEImpl::update_expert_bias(const at::Tensor& load) {
+  if (!expert_bias_.defined()) return;
+  const at::Tensor l = load.to(expert_bias_.device(), at::kFloat);
+  expert_bias_.add_(at::sign(l.mean() - l), options_.expert_bias_rate);
+}
+
+namespace {
+
+// For each assignment (flat index i = token * k + slot) in `order` (sorted
+// by expert), whether it fits its expert's capacity: the first `capacity`
+// of each expert's run.
+at::Tensor within_capacity(const at::Tensor& sorted_experts, const std::vector<int64_t>& counts, int64_t capacity) {
+  std::vector<int64_t> starts(counts.size());
+  int64_t sum = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    starts[e] = sum;
+    sum += counts[e];
+  }
+  const at::Tensor start = at::tensor(starts, at::kLong).to(sorted_experts.device()).index_select(0, sorted_experts);
+  const at::Tensor rank = at::arange(sorted_experts.size(0), sorted_experts.options()) - start;
+  return rank < capacity;
+}
+
+}  // namespace
+
+at::Tensor SparseMoEImpl::run_experts(const at::Tensor& rows, const std::vector<int64_t>& counts) {
+  std::vector<std::vector<at::Tensor>> gate_up(2), down(1);
+  for (const auto& ex : expert_list) {
+    gate_up[0].push_back(ex->gate->weight);
+    gate_up[1].push_back(ex->up->weight);
+    down[0].push_back(ex->down->weight);
+  }
+  const at::Tensor h = grouped_linear(rows, counts, gate_up);  // [N, 2F]
+  return grouped_linear(nn::swiglu(h), counts, down);          // [N, C]
+}
+
+at::Tensor SparseMoEImpl::remote_experts(const at::Tensor& rows, const std::vector<int64_t>& counts) {
+  const int64_t p = ep_.size(), me = ep_.rank(), local = static_cast<int64_t>(expert_list.size());
+  std::vector<int64_t> kept(counts);  // after any capacity drop: what is sent
+  const at::Tensor all = gather_counts(at::tensor(kept, at::kLong), ep_);  // [P, E]: each rank's, for each expert
+  const auto c = all.accessor<int64_t, 2>();
+  std::vector<int64_t> send(static_cast<size_t>(p), 0), recv(static_cast<size_t>(p), 0);
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t j = 0; j < local; ++j) {
+      send[static_cast<size_t>(q)] += c[me][q * local + j];
+      recv[static_cast<size_t>(q)] += c[q][first_expert_ + j];
+    }
+  const at::Tensor received = exchange_rows(rows, send, recv, ep_);  // by sending rank, then expert
+  // Regrouped by expert (then sending rank) for the grouped GEMM, and back after it.
+  std::vector<int64_t> by_expert, expert_rows(static_cast<size_t>(local), 0);
+  std::vector<int64_t> rank_start(static_cast<size_t>(p), 0);
+  for (int64_t q = 1; q < p; ++q) rank_start[static_cast<size_t>(q)] = rank_start[static_cast<size_t>(q - 1)] + recv[static_cast<size_t>(q - 1)];
+  for (int64_t j = 0; j < local; ++j)
+    for (int64_t q = 0; q < p; ++q) {
+      int64_t at_row = rank_start[static_cast<size_t>(q)];
+      for (int64_t i = 0; i < j; ++i) at_row += c[q][first_expert_ + i];
+      for (int64_t r = 0; r < c[q][first_expert_ + j]; ++r) by_expert.push_back(at_row + r);
+      expert_rows[static_cast<size_t>(j)] += c[q][first_expert_ + j];
+    }
+  const at::Tensor order = at::tensor(by_expert, at::kLong).to(rows.device());
+  const at::Tensor out = run_experts(received.index_select(0, order), expert_rows);
+  // Back in the order received (an index_select's inverse), then to the tokens' ranks.
+  const at::Tensor restored = at::zeros_like(out).index_add(0, order, out);
+  return exchange_rows(restored, recv, send, ep_);
+}
+
+at::Tensor SparseMoEImpl::forward(const at::Tensor& x) {
+  const MoEOptions& o = options_;
+  const int64_t c = o.hidden, e = o.router.num_experts, k = o.router.top_k;
+  if (x.size(-1) != c) throw Error("MoE layer: input has " + std::to_string(x.size(-1)) + " features, not " + std::to_string(c));
+  const at::Tensor x2 = x.reshape({-1, c});
+  const int64_t tokens = x2.size(0);
+  const at::Tensor logits = nn::linear(x2, gate->weight);  // [T, E] in the model's dtype
+  if (expert_bias_.defined() && expert_bias_.device() != logits.device()) expert_bias_ = expert_bias_.to(logits.device());
+  const Routing r = route(logits, expert_bias_, o.router);
+
+  // Every assignment sorted by expert (stable: token order within an expert).
+  const at::Tensor flat_experts = r.experts.reshape({-1});
+  const at::Tensor flat_weights = r.weights.reshape({-1});
+  at::Tensor order;
+  if (o.capacity_factor > 0 && o.drop_policy == DropPolicy::probs) {
+    // By weight (highest first), then stably by expert: each expert's run best first.
+    const at::Tensor by_weight = std::get<1>(flat_weights.detach().sort(/*stable=*/true, 0, /*descending=*/true));
+    order = by_weight.index_select(0, std::get<1>(flat_experts.index_select(0, by_weight).sort(true, 0, false)));
+  } else {
+    order = std::get<1>(flat_experts.sort(/*stable=*/true, 0, false));
+  }
+  const at::Tensor sorted_experts = flat_experts.index_select(0, order);
+  const at::Tensor routed = tokens_per_expert(r.experts, e);
+  const at::Tensor routed_host = routed.cpu();  // the GEMMs' row counts: one synchronization
+  std::vector<int64_t> counts(routed_host.data_ptr<int64_t>(), routed_host.data_ptr<int64_t>() + e);
+  int64_t dropped = 0;
+  if (o.capacity_factor > 0) {
+    const int64_t capacity =
+        static_cast<int64_t>(std::ceil(o.capacity_factor * static_cast<double>(tokens * k) / static_cast<double>(e)));
+    const at::Tensor keep = within_capacity(sorted_experts, counts, capacity);
+    order = order.masked_select(keep);
+    for (int64_t& n : counts) {
+      dropped += std::max<int64_t>(0, n - capacity);
+      n = std::min(n, capacity);
+    }
+  }
+  const at::Tensor token_of = at::floor_divide(order, k);
+  const at::Tensor rows = x2.index_select(0, token_of);  // grouped by expert, so by the expert's rank
+  at::Tensor y = ep_.enabled() ? remote_experts(rows, counts) : run_experts(rows, counts);
+  y = y * flat_weights.index_select(0, order).to(y.scalar_type()).unsqueeze(1);
+  at::Tensor out = at::zeros({tokens, c}, y.options()).index_add(0, token_of, y);
+  if (shared_experts) out = out + shared_experts->forward(x2);
+
+  // The balancing terms: their gradients joined to the output's backward.
+  const bool training = is_training() && c10::GradMode::is_enabled();
+  at::Tensor aux, z;
+  if (training) {
+    const bool normalize = o.router.score == ScoreFunction::sigmoid;
+    if (o.balancing == Balancing::aux_loss) {
+      aux = aux_loss(r.scores, r.experts, e, normalize);
+    } else if (o.balancing == Balancing::sequence_aux_loss) {
+      const int64_t sequences = x.dim() == 3 ? x.size(0) : 1;
+      aux = sequence_aux_loss(r.scores, r.experts, e, sequences, normalize);
+    }
+    if (o.z_loss_coeff > 0) z = z_loss(logits);
+    if (aux.defined() && o.aux_loss_coeff > 0)
+      out = attach_aux_loss(out, aux * o.aux_loss_coeff, record_ ? record_->backward_factor() : at::Tensor());
+    if (z.defined()) out = attach_aux_loss(out, z * o.z_loss_coeff, record_ ? record_->backward_factor() : at::Tensor());
+    if (record_)
+      record_->add(layer_, routed, dropped, tokens * k, aux.defined() ? aux.detach() : at::Tensor(),
+                   z.defined() ? z.detach() : at::Tensor());
+  }
+  return out.view(x.sizes());
+}
+
+}  // namespace stratum::nn::moe

@@ -1,0 +1,241 @@
+// The engine training a mixture of experts with its experts split over
+// expert-parallel ranks against the single-process engine training the whole
+// model: tiny Mixtral (4 experts, top 2, dropless), 20 steps of the same
+// global batch and seed, at EP = 2 and 4 (each rank also data parallel for
+// the rest of the model), EP 2 x 2 expert-data-parallel ranks at ZeRO-0 to 3,
+// with activation checkpointing and the router's z-loss: losses and gradient
+// norms within 1e-5 relative in fp32, each rank's parameters (its experts by
+// their names) within 2e-4. A rank holds its experts only: its parameter
+// count is the dense part plus 1/EP of the experts'. Mismatched shapes fail by
+// key.
+//
+// Runs under mpirun (CTest: 2 and 4 ranks); each layout runs on a group of
+// the world's ranks, the reference on every rank by itself.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "../common/error_of.h"
+#include "../distributed/distributed_test_context.h"
+#include "dp_groups.h"
+#include "shared_temp_dir.h"
+#include "stratum/checkpoint/checkpoint.h"
+#include "stratum/checkpoint/manifest.h"
+#include "stratum/engine/engine.h"
+#include "stratum/engine/moe_routing.h"
+#include "stratum/models/causal_lm.h"
+#include "stratum/models/moe_config.h"
+
+using namespace stratum;
+using stratum::test::groups_of;
+using stratum::test::rel_diff;
+using stratum::test::sub_context;
+
+namespace {
+
+constexpr int kSteps = 20;
+constexpr int kSeq = 16;
+constexpr double kWeightTol = 2e-4;  // as the tensor-parallel engine test's (Adam's normalised steps)
+
+struct Layout {
+  int ep = 1, dp = 1;  // dp: every data-parallel rank, the expert-parallel ones included
+  int zero = 0;
+  bool checkpointing = false;
+  double z_loss = 0;
+  int gas = 2;
+  int global_batch = 8;
+};
+
+std::string config_json(const Layout& l) {
+  return R"({"train_batch_size": )" + std::to_string(l.global_batch) + R"(, "gradient_accumulation_steps": )" +
+         std::to_string(l.gas) + "," + (l.checkpointing ? R"("activation_checkpointing": {},)" : "") + R"(
+    "moe": {"expert_parallel_size": )" + std::to_string(l.ep) + R"(, "aux_loss_coeff": 0, "z_loss_coeff": )" +
+         c10::str(l.z_loss) + R"(},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0003, "warmup_max_lr": 0.003, "warmup_num_steps": 5}},
+    "gradient_clipping": 0.3,
+    "zero_optimization": {"stage": )" + std::to_string(l.zero) + R"(, "reduce_bucket_size": 2000}})";
+}
+
+std::string describe(const Layout& l) {
+  return "ep " + std::to_string(l.ep) + " of dp " + std::to_string(l.dp) + " zero " + std::to_string(l.zero) +
+         (l.checkpointing ? " checkpointed" : "") + (l.z_loss > 0 ? " z-loss" : "");
+}
+
+models::ModelConfig model_config(const Config& config) {
+  models::ModelConfig c = models::make_model_config("tiny-mixtral", {{"layers", "2"}, {"max_seq_len", std::to_string(kSeq)}});
+  models::apply_moe_section(c, config.moe, config.source);
+  return c;
+}
+
+struct TrainRun {
+  std::vector<double> losses, grad_norms;
+  std::map<std::string, at::Tensor> weights;  // this rank's parameters by name, fp32
+  int64_t numel = 0;
+  double imbalance = 0;
+};
+
+// Steps [first, first + steps), optionally resumed from and saved to a checkpoint.
+struct Span {
+  int first = 0, steps = kSteps;
+  std::string load_dir, save_dir;
+};
+
+TrainRun train(const Layout& l, const std::shared_ptr<distributed::Communicator>& world, const Span& span = {}) {
+  Config config = Config::from_string(config_json(l), describe(l));
+  const distributed::DistContext ctx = sub_context(world);
+  const distributed::ProcessGrid grid = distributed::ProcessGrid::create(config, ctx);
+  at::manual_seed(42);
+  auto model = models::construct_model(model_config(config), {}, c10::kMeta, nn::moe::ExpertParallel{grid.ep_group()});
+  auto engine = initialize(config, model, grid);
+  if (!span.load_dir.empty()) load_checkpoint(engine.core(), span.load_dir);
+  EXPECT_EQ(engine.core().data_parallel()->size(), l.dp) << describe(l);
+  EXPECT_EQ(engine.core().dp()->size(), l.dp / l.ep) << describe(l);
+  TrainRun run;
+  test::train_steps(engine, span.first, span.steps, l.global_batch, l.gas, kSeq, run.losses, run.grad_norms);
+  if (!span.save_dir.empty())
+    save_checkpoint(engine.core(), span.save_dir, "step" + std::to_string(span.first + span.steps), {});
+  engine.core().sync_params();
+  for (auto& p : model->named_parameters()) {
+    run.weights[p.key()] = p.value().detach().to(at::kFloat).clone();
+    run.numel += p.value().numel();
+  }
+  if (const RoutingStats* stats = routing_stats(engine.core())) run.imbalance = stats->imbalance;
+  return run;
+}
+
+// `norm_tol`: ZeRO-1/2's reduce-scatter over the experts' data-parallel
+// ranks, then the sum over the expert group, rounds one step's norm 1.03e-5
+// apart (AVX-512 and AVX2 alike); the losses stay within 1e-5.
+void expect_same_training(const Layout& l, const TrainRun& got, const TrainRun& ref, double norm_tol = 1e-5) {
+  const std::string what = describe(l);
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (size_t i = 0; i < got.losses.size(); ++i) {
+    EXPECT_LE(std::abs(got.losses[i] - ref.losses[i]) / std::abs(ref.losses[i]), 1e-5)
+        << what << ": loss at step " << i << " " << got.losses[i] << " vs " << ref.losses[i];
+    EXPECT_LE(std::abs(got.grad_norms[i] - ref.grad_norms[i]) / ref.grad_norms[i], norm_tol)
+        << what << ": gradient norm at step " << i << " " << got.grad_norms[i] << " vs " << ref.grad_norms[i];
+  }
+  for (const auto& [name, w] : got.weights) {
+    auto it = ref.weights.find(name);
+    ASSERT_NE(it, ref.weights.end()) << what << ": " << name;
+    EXPECT_LE(rel_diff(w, it->second), kWeightTol) << what << ": final " << name;
+  }
+  EXPECT_NEAR(got.imbalance, ref.imbalance, 1e-9) << what << ": the last step's expert load";
+}
+
+TrainRun reference(Layout l, const Span& span = {}) {
+  l.ep = l.dp = 1;
+  l.zero = 0;
+  return train(l, groups_of(1), span);
+}
+
+}  // namespace
+
+TEST(ExpertParallelEngine, ExpertParallel_MatchesSingleProcess_Fp32) {
+  const int world = test::context().cpu_world->size();
+  const TrainRun ref = reference(Layout{});
+  EXPECT_LT(ref.losses.back(), ref.losses.front()) << "the reference must learn";
+  EXPECT_GT(ref.imbalance, 1.0);
+  const models::ModelConfig mc = models::preset("tiny-mixtral");
+  const int64_t expert = 3 * mc.hidden * mc.moe_ffn_hidden, all_experts = 2 * mc.num_experts * expert;
+  for (int ep = 2; ep <= world; ep *= 2) {
+    Layout l;
+    l.ep = l.dp = ep;
+    const TrainRun got = train(l, groups_of(ep));
+    expect_same_training(l, got, ref);
+    EXPECT_EQ(got.numel, ref.numel - all_experts + all_experts / ep) << "a rank holds its experts only";
+  }
+}
+
+TEST(ExpertParallelEngine, ExpertParallelWithDataParallelZeroStages) {
+  if (test::context().cpu_world->size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  const TrainRun ref = reference(Layout{});
+  for (int zero : {0, 1, 2, 3}) {
+    Layout l;
+    l.ep = 2;
+    l.dp = 4;
+    l.zero = zero;
+    expect_same_training(l, train(l, groups_of(4)), ref, zero == 1 || zero == 2 ? 2e-5 : 1e-5);
+  }
+}
+
+// A checkpoint saved with the experts over every rank (EP = world, ZeRO-1)
+// holds each expert once; it resumes exactly at its own layout, and at EP = 2
+// (ZeRO-3) and in one process within the tolerances of another reduction order.
+TEST(ExpertParallelEngine, CheckpointsResumeAtAnotherExpertParallelSize) {
+  const auto& world = test::context().cpu_world;
+  const int n = world->size();
+  const std::string dir = test::shared_temp_dir("stratum_ep_ckpt_");
+  constexpr int kHalf = 5;
+  Layout saved;
+  saved.ep = saved.dp = n;
+  saved.zero = 1;
+  const TrainRun whole = reference(saved, Span{0, 2 * kHalf, "", ""});
+  const TrainRun uninterrupted = train(saved, world, Span{0, 2 * kHalf, "", ""});
+  train(saved, world, Span{0, kHalf, "", dir});
+  const std::string tag_dir = dir + "/step" + std::to_string(kHalf);
+  EXPECT_EQ(verify_checkpoint(tag_dir).shards, n);
+  const ConsolidatedCheckpoint c = read_consolidated_checkpoint(tag_dir);
+  EXPECT_EQ(c.manifest->expert_parallel_size, n);
+  EXPECT_EQ(c.tensors.size(), whole.weights.size()) << "every expert of every layer, once";
+
+  const TrainRun same = train(saved, world, Span{kHalf, kHalf, dir, ""});
+  for (int i = 0; i < kHalf; ++i) {
+    EXPECT_EQ(same.losses[i], uninterrupted.losses[kHalf + i]) << "exact resume, step " << kHalf + i;
+    EXPECT_EQ(same.grad_norms[i], uninterrupted.grad_norms[kHalf + i]) << "exact resume, step " << kHalf + i;
+  }
+  TrainRun tail;
+  tail.losses.assign(whole.losses.begin() + kHalf, whole.losses.end());
+  tail.grad_norms.assign(whole.grad_norms.begin() + kHalf, whole.grad_norms.end());
+  tail.weights = whole.weights;
+  tail.imbalance = whole.imbalance;
+  std::vector<std::pair<Layout, std::shared_ptr<distributed::Communicator>>> others;
+  Layout one;  // every expert here
+  others.push_back({one, groups_of(1)});
+  if (n >= 4) {
+    Layout two;
+    two.ep = 2;
+    two.dp = 2;
+    two.zero = 3;
+    others.push_back({two, groups_of(2)});
+  }
+  for (const auto& [l, group] : others) {
+    SCOPED_TRACE(describe(l));
+    expect_same_training(l, train(l, group, Span{kHalf, kHalf, dir, ""}), tail, 2e-5);
+  }
+}
+
+TEST(ExpertParallelEngine, CheckpointedLayersAndTheZLoss) {
+  Layout base;
+  base.z_loss = 1e-3;
+  const TrainRun ref = reference(base);
+  Layout l = base;
+  l.ep = l.dp = 2;
+  l.checkpointing = true;
+  expect_same_training(l, train(l, groups_of(2)), ref);
+}
+
+TEST(ExpertParallelEngine, ShapesThatDoNotSplitAreNamed) {
+  const std::string bad = test::error_of([] {
+    Config config = Config::from_string(R"({"train_batch_size": 4, "moe": {"num_experts": 4, "expert_parallel_size": 3}})",
+                                        "bad.json");
+  });
+  EXPECT_NE(bad.find("moe.expert_parallel_size"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("does not divide num_experts (4)"), std::string::npos) << bad;
+  const std::string dense = test::error_of([] {
+    models::ModelConfig c = models::preset("tiny-llama");
+    config::MoeConfig moe;
+    moe.present = true;
+    models::apply_moe_section(c, moe, "dense.json");
+  });
+  EXPECT_NE(dense.find("is dense"), std::string::npos) << dense;
+  const std::string top_k = test::error_of([] {
+    models::ModelConfig c = models::preset("tiny-mixtral");
+    config::MoeConfig moe;
+    moe.present = true;
+    moe.top_k = 3;
+    models::apply_moe_section(c, moe, "k.json");
+  });
+  EXPECT_NE(top_k.find("moe.top_k is 3"), std::string::npos) << top_k;
+}

@@ -1,0 +1,343 @@
+// The mixture-of-experts layer against references written here from the
+// definitions: the router (softmax / sigmoid, normalised top-k, bias on the
+// choice only, group-limited routing), the balancing terms (auxiliary loss
+// global and per sequence, z-loss) and their gradients' scale, the grouped
+// GEMM against one GEMM per row, the whole layer against a token-by-token
+// loop (dropless and with capacity dropping), the expert bias update.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "stratum/core/error.h"
+#include "stratum/nn/linear.h"
+#include "stratum/nn/moe/grouped_linear.h"
+#include "stratum/nn/moe/load_balancing.h"
+#include "stratum/nn/moe/router.h"
+#include "stratum/nn/moe/sparse_moe.h"
+
+using namespace stratum;
+using namespace stratum::nn::moe;
+
+namespace {
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+// Token t's top-k experts by `choice` (ties: lower index), as a list.
+std::vector<int64_t> top_k_of(const at::Tensor& choice_row, int64_t k) {
+  std::vector<int64_t> idx(choice_row.size(0));
+  std::iota(idx.begin(), idx.end(), 0);
+  auto acc = choice_row.accessor<float, 1>();
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return acc[a] > acc[b]; });
+  idx.resize(k);
+  return idx;
+}
+
+}  // namespace
+
+TEST(MoERouter, SoftmaxTopKNormalisedMatchesItsDefinition) {
+  torch::manual_seed(0);
+  const at::Tensor logits = torch::randn({9, 6});
+  RouterOptions o;
+  o.num_experts = 6;
+  o.top_k = 2;
+  const Routing r = route(logits, {}, o);
+  const at::Tensor p = torch::softmax(logits, -1);
+  for (int64_t t = 0; t < 9; ++t) {
+    const auto chosen = top_k_of(p[t], 2);
+    const double sum = p[t][chosen[0]].item<double>() + p[t][chosen[1]].item<double>();
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_EQ(r.experts[t][j].item<int64_t>(), chosen[j]);
+      EXPECT_NEAR(r.weights[t][j].item<double>(), p[t][chosen[j]].item<double>() / sum, 1e-6);
+    }
+  }
+  o.normalize_top_k = false;
+  o.scaling = 2.5;
+  const Routing raw = route(logits, {}, o);
+  EXPECT_LT(max_diff(raw.weights, p.gather(1, raw.experts) * 2.5), 1e-6);
+}
+
+TEST(MoERouter, SigmoidBiasMovesTheChoiceNotTheWeights) {
+  torch::manual_seed(1);
+  const at::Tensor logits = torch::randn({7, 8});
+  RouterOptions o;
+  o.num_experts = 8;
+  o.top_k = 3;
+  o.score = ScoreFunction::sigmoid;
+  const at::Tensor bias = torch::linspace(-1, 1, 8);
+  const Routing r = route(logits, bias, o);
+  const at::Tensor s = torch::sigmoid(logits);
+  for (int64_t t = 0; t < 7; ++t) {
+    const auto chosen = top_k_of(s[t] + bias, 3);
+    double sum = 0;
+    for (int64_t e : chosen) sum += s[t][e].item<double>();
+    for (int j = 0; j < 3; ++j) {
+      EXPECT_EQ(r.experts[t][j].item<int64_t>(), chosen[j]);
+      EXPECT_NEAR(r.weights[t][j].item<double>(), s[t][chosen[j]].item<double>() / sum, 1e-6);
+    }
+  }
+}
+
+TEST(MoERouter, GroupLimitedRoutingPicksOnlyFromTheBestGroups) {
+  torch::manual_seed(2);
+  const at::Tensor logits = torch::randn({11, 12});
+  RouterOptions o;
+  o.num_experts = 12;
+  o.top_k = 3;
+  o.score = ScoreFunction::sigmoid;
+  o.groups = 4;      // 3 experts a group
+  o.top_groups = 2;  // a token chooses within its 2 best
+  const Routing r = route(logits, {}, o);
+  const at::Tensor s = torch::sigmoid(logits);
+  for (int64_t t = 0; t < 11; ++t) {
+    std::vector<std::pair<double, int64_t>> groups;
+    for (int64_t g = 0; g < 4; ++g) {
+      std::vector<double> v;
+      for (int64_t i = 0; i < 3; ++i) v.push_back(s[t][g * 3 + i].item<double>());
+      std::sort(v.rbegin(), v.rend());
+      groups.push_back({v[0] + v[1], g});
+    }
+    std::stable_sort(groups.begin(), groups.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    at::Tensor masked = s[t].clone();
+    for (int64_t g = 0; g < 4; ++g)
+      if (g != groups[0].second && g != groups[1].second) masked.narrow(0, g * 3, 3).fill_(-INFINITY);
+    const auto chosen = top_k_of(masked, 3);
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(r.experts[t][j].item<int64_t>(), chosen[j]) << "token " << t;
+  }
+}
+
+TEST(MoERouter, BadOptionsAreNamed) {
+  RouterOptions o;
+  o.num_experts = 4;
+  o.top_k = 5;
+  try {
+    check(o);
+    ADD_FAILURE() << "top_k > experts accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("top_k 5 must be between 1 and num_experts (4)"), std::string::npos) << e.what();
+  }
+  o.top_k = 2;
+  o.groups = 3;
+  EXPECT_THROW(check(o), Error);
+}
+
+TEST(MoEBalancing, AuxLossMatchesItsDefinitionAndIsOneWhenEven) {
+  torch::manual_seed(3);
+  const int64_t T = 10, E = 5, k = 2;
+  const at::Tensor scores = torch::softmax(torch::randn({T, E}), -1);
+  const at::Tensor experts = std::get<1>(scores.topk(k, -1));
+  double want = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const double c = (experts == e).sum().item<double>();
+    want += c * scores.select(1, e).sum().item<double>();
+  }
+  want *= static_cast<double>(E) / (k * T * T);
+  EXPECT_NEAR(aux_loss(scores, experts, E, false).item<double>(), want, 1e-6);
+  // An even router: every expert k T / E tokens, every score 1 / E.
+  const at::Tensor even_scores = torch::full({T, E}, 1.0 / E);
+  const at::Tensor even_experts = torch::arange(T * k).remainder(E).view({T, k});
+  EXPECT_NEAR(aux_loss(even_scores, even_experts, E, false).item<double>(), 1.0, 1e-6);
+}
+
+TEST(MoEBalancing, SequenceAuxLossIsTheMeanOfEachSequencesLoss) {
+  torch::manual_seed(4);
+  const int64_t S = 3, L = 6, E = 4, k = 2;
+  const at::Tensor scores = torch::sigmoid(torch::randn({S * L, E}));
+  const at::Tensor experts = std::get<1>(scores.topk(k, -1));
+  double want = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const at::Tensor sc = scores.narrow(0, s * L, L), ex = experts.narrow(0, s * L, L);
+    const at::Tensor norm = sc / sc.sum(-1, true);
+    double loss = 0;
+    for (int64_t e = 0; e < E; ++e) loss += (ex == e).sum().item<double>() * norm.select(1, e).sum().item<double>();
+    want += loss * E / (k * L * L);
+  }
+  want /= S;
+  EXPECT_NEAR(sequence_aux_loss(scores, experts, E, S, true).item<double>(), want, 1e-6);
+  EXPECT_THROW(sequence_aux_loss(scores, experts, E, 4, true), Error);  // 18 tokens are not 4 sequences
+}
+
+TEST(MoEBalancing, ZLossIsTheMeanSquaredLogSumExp) {
+  torch::manual_seed(5);
+  const at::Tensor logits = torch::randn({6, 4}) * 3;
+  double want = 0;
+  for (int64_t t = 0; t < 6; ++t) {
+    double s = 0;
+    for (int64_t e = 0; e < 4; ++e) s += std::exp(logits[t][e].item<double>());
+    want += std::log(s) * std::log(s);
+  }
+  EXPECT_NEAR(z_loss(logits).item<double>(), want / 6, 1e-5);
+}
+
+TEST(MoEBalancing, AnAttachedTermGetsTheLossFactorAsItsGradient) {
+  const at::Tensor x = torch::randn({3, 2}, torch::requires_grad());
+  const at::Tensor w = torch::tensor({2.0}, torch::requires_grad());
+  const at::Tensor term = (w * w).sum();  // d term / dw = 2w = 4
+  const at::Tensor factor = torch::full({}, 0.25, torch::kDouble);
+  const at::Tensor y = attach_aux_loss(x, term, factor);
+  factor.fill_(0.5);  // read when the backward runs
+  (y.sum() * 3).backward();
+  EXPECT_TRUE(torch::allclose(x.grad(), torch::full({3, 2}, 3.0)));
+  EXPECT_NEAR(w.grad().item<double>(), 0.5 * 4.0, 1e-12);
+}
+
+TEST(MoEGroupedLinear, MatchesOneGemmARowWithGradients) {
+  torch::manual_seed(6);
+  const std::vector<int64_t> counts{3, 0, 5, 2};
+  const int64_t rows = 10, in = 8, out0 = 6, out1 = 6;
+  const at::Tensor x = torch::randn({rows, in}, torch::requires_grad());
+  std::vector<std::vector<at::Tensor>> blocks(2);
+  for (int b = 0; b < 2; ++b)
+    for (int e = 0; e < 4; ++e) blocks[b].push_back(torch::randn({b ? out1 : out0, in}, torch::requires_grad()));
+  const at::Tensor y = grouped_linear(x, counts, blocks);
+  // The reference: each row by its own expert's blocks, through autograd.
+  std::vector<at::Tensor> want;
+  int64_t row = 0;
+  for (int e = 0; e < 4; ++e)
+    for (int64_t i = 0; i < counts[e]; ++i, ++row)
+      want.push_back(torch::cat({torch::mv(blocks[0][e], x[row]), torch::mv(blocks[1][e], x[row])}));
+  const at::Tensor ref = torch::stack(want);
+  EXPECT_LT(max_diff(y, ref), 1e-5);
+  const at::Tensor g = torch::randn_like(ref);
+  auto grads = torch::autograd::grad({y}, {x, blocks[0][0], blocks[1][2], blocks[0][1]}, {g});
+  auto ref_grads = torch::autograd::grad({ref}, {x, blocks[0][0], blocks[1][2]}, {g});
+  EXPECT_LT(max_diff(grads[0], ref_grads[0]), 1e-5);
+  EXPECT_LT(max_diff(grads[1], ref_grads[1]), 1e-5);
+  EXPECT_LT(max_diff(grads[2], ref_grads[2]), 1e-5);
+  EXPECT_EQ(grads[3].abs().max().item<double>(), 0.0);  // expert 1 had no rows
+  EXPECT_LT(max_diff(grouped_linear_loop(x, counts, blocks), ref), 1e-5);
+  EXPECT_STREQ(grouped_linear_path(x), "loop");
+}
+
+TEST(MoEGroupedLinear, WeightsLyingInOneBufferGiveTheSameValues) {
+  // As ZeRO's flat parameters hold them: expert e's gate, up, down one after another.
+  torch::manual_seed(7);
+  const int64_t in = 4, f = 6, experts = 3;
+  const at::Tensor flat = torch::randn({experts * 3 * f * in});
+  std::vector<std::vector<at::Tensor>> views(2), copies(2);
+  for (int64_t e = 0; e < experts; ++e)
+    for (int b = 0; b < 2; ++b) {
+      at::Tensor v = flat.narrow(0, (e * 3 + b) * f * in, f * in).view({f, in});
+      views[b].push_back(v);
+      copies[b].push_back(v.clone());
+    }
+  const at::Tensor x = torch::randn({7, in});
+  const std::vector<int64_t> counts{2, 4, 1};
+  EXPECT_LT(max_diff(grouped_linear(x, counts, views), grouped_linear(x, counts, copies)), 1e-6);
+}
+
+namespace {
+
+MoEOptions small_options(int64_t experts, int64_t k) {
+  MoEOptions o;
+  o.hidden = 8;
+  o.ffn_hidden = 12;
+  o.router.num_experts = experts;
+  o.router.top_k = k;
+  o.balancing = Balancing::none;
+  return o;
+}
+
+// The layer token by token: each token's chosen experts (the same router),
+// weighted; dropped assignments (keep[t][j] false) add nothing.
+at::Tensor token_by_token(SparseMoEImpl& moe, const at::Tensor& x2, const std::vector<std::vector<bool>>* keep = nullptr) {
+  const Routing r = route(torch::mm(x2, moe.gate->weight.t()), moe.expert_bias(), moe.options().router);
+  std::vector<at::Tensor> rows;
+  for (int64_t t = 0; t < x2.size(0); ++t) {
+    at::Tensor acc = torch::zeros({x2.size(1)});
+    for (int64_t j = 0; j < r.experts.size(1); ++j) {
+      if (keep && !(*keep)[t][j]) continue;
+      const auto& ex = *moe.expert_list[r.experts[t][j].item<int64_t>()];
+      const at::Tensor h = torch::silu(torch::mv(ex.gate->weight, x2[t])) * torch::mv(ex.up->weight, x2[t]);
+      acc = acc + r.weights[t][j] * torch::mv(ex.down->weight, h);
+    }
+    rows.push_back(acc);
+  }
+  return torch::stack(rows);
+}
+
+}  // namespace
+
+TEST(SparseMoE, DroplessMatchesTheTokenByTokenLayerWithGradients) {
+  torch::manual_seed(8);
+  auto record = std::make_shared<RoutingRecord>();
+  SparseMoEImpl moe(small_options(4, 2), 0, record);
+  moe.gate->weight.data().mul_(5);  // decisive routing
+  const at::Tensor x = torch::randn({2, 5, 8}, torch::requires_grad());
+  const at::Tensor y = moe.forward(x);
+  const at::Tensor ref = token_by_token(moe, x.view({10, 8})).view({2, 5, 8});
+  EXPECT_LT(max_diff(y, ref), 1e-5);
+  const at::Tensor g = torch::randn_like(ref);
+  const std::vector<at::Tensor> wrt{x, moe.gate->weight, moe.expert_list[1]->up->weight, moe.expert_list[3]->down->weight};
+  auto got = torch::autograd::grad({y}, wrt, {g}, true);
+  auto want = torch::autograd::grad({ref}, wrt, {g}, true);
+  for (size_t i = 0; i < wrt.size(); ++i) EXPECT_LT(max_diff(got[i], want[i]), 1e-5) << "gradient " << i;
+  const auto loads = record->take();
+  ASSERT_EQ(loads.count(0), 1u);
+  EXPECT_EQ(loads.at(0).tokens.sum().item<int64_t>(), 20);
+  EXPECT_EQ(loads.at(0).dropped, 0);
+}
+
+TEST(SparseMoE, CapacityDropsTheLowestWeightedAssignmentsAndCountsThem) {
+  torch::manual_seed(9);
+  auto record = std::make_shared<RoutingRecord>();
+  MoEOptions o = small_options(4, 2);
+  o.capacity_factor = 0.5;  // ceil(0.5 * 12 * 2 / 4) = 3 assignments an expert
+  SparseMoEImpl moe(o, 3, record);
+  moe.gate->weight.data().mul_(5);
+  const at::Tensor x2 = torch::randn({12, 8});
+  const Routing r = route(torch::mm(x2, moe.gate->weight.t()), {}, o.router);
+  // Keep each expert's 3 highest-weighted assignments (ties: the earlier one).
+  std::vector<std::vector<bool>> keep(12, std::vector<bool>(2, false));
+  int64_t dropped = 0;
+  for (int64_t e = 0; e < 4; ++e) {
+    std::vector<std::pair<int64_t, int64_t>> mine;
+    for (int64_t t = 0; t < 12; ++t)
+      for (int64_t j = 0; j < 2; ++j)
+        if (r.experts[t][j].item<int64_t>() == e) mine.push_back({t, j});
+    std::stable_sort(mine.begin(), mine.end(), [&](auto& a, auto& b) {
+      return r.weights[a.first][a.second].item().toFloat() > r.weights[b.first][b.second].item().toFloat();
+    });
+    for (size_t i = 0; i < mine.size(); ++i) keep[mine[i].first][mine[i].second] = i < 3;
+    dropped += std::max<int64_t>(0, static_cast<int64_t>(mine.size()) - 3);
+  }
+  ASSERT_GT(dropped, 0);
+  const at::Tensor y = moe.forward(x2);
+  EXPECT_LT(max_diff(y, token_by_token(moe, x2, &keep)), 1e-5);
+  EXPECT_EQ(record->take().at(3).dropped, dropped);
+}
+
+TEST(SparseMoE, TheAuxiliaryLossTrainsTheRouterAtTheLossFactor) {
+  torch::manual_seed(10);
+  auto record = std::make_shared<RoutingRecord>();
+  MoEOptions o = small_options(4, 2);
+  SparseMoEImpl plain(o, 0, nullptr);
+  o.balancing = Balancing::aux_loss;
+  o.aux_loss_coeff = 0.1;
+  SparseMoEImpl balanced(o, 0, record);
+  torch::NoGradGuard no_grad;
+  for (auto& p : balanced.named_parameters()) p.value().copy_(plain.named_parameters()[p.key()]);
+  torch::AutoGradMode grad(true);
+  const at::Tensor x = torch::randn({2, 6, 8});
+  record->set_backward_factor(0.5);
+  plain.forward(x).sum().backward();
+  balanced.forward(x).sum().backward();
+  const at::Tensor logits = torch::mm(x.view({12, 8}), balanced.gate->weight.t());
+  const Routing r = route(logits, {}, o.router);
+  const at::Tensor aux_grad = torch::autograd::grad({aux_loss(r.scores, r.experts, 4, false)}, {balanced.gate->weight})[0];
+  EXPECT_LT(max_diff(balanced.gate->weight.grad(), plain.gate->weight.grad() + 0.5 * 0.1 * aux_grad), 1e-5);
+  EXPECT_GT(aux_grad.abs().max().item<double>(), 1e-4);
+}
+
+TEST(SparseMoE, ExpertBiasMovesTowardsTheLessLoadedExperts) {
+  MoEOptions o = small_options(4, 1);
+  o.expert_bias_rate = 0.01;
+  SparseMoEImpl moe(o, 0, nullptr);
+  moe.update_expert_bias(torch::tensor({10, 2, 4, 4}, torch::kLong));
+  EXPECT_TRUE(torch::allclose(moe.expert_bias(), torch::tensor({-0.01f, 0.01f, 0.01f, 0.01f})));
+  EXPECT_THROW(moe.set_expert_bias(torch::zeros({3})), Error);
+}
