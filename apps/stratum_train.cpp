@@ -551,7 +551,8 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   }
   report_startup_peak(ctx, lead);
   const auto& batch = engine.core().batch();
-  const auto& dp = engine.core().dp();
+  // Every rank reading data of its own: the expert-parallel ones are data-parallel ranks too.
+  const auto& dp = engine.core().data_parallel();
   const int64_t seq = mcfg.max_seq_len;
 
   data::TrainingSourceOptions source_options;
@@ -600,6 +601,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
               (tp.enabled() ? " | tensor parallel " + std::to_string(tp.size()) +
                                   (tp.sequence_parallel ? " with sequence parallelism" : "")
                             : "") +
+              (grid->ep() > 1 ? " | experts over " + std::to_string(grid->ep()) + " expert-parallel ranks" : "") +
               " | ZeRO " + std::to_string(config.zero_optimization.stage) +
               " | " + c10::toString(engine.core().model_dtype()));
 

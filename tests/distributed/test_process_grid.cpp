@@ -182,6 +182,29 @@ TEST(ProcessGridGroups, LeadersAtTensorParallelOneAreTheStagesOfDataParallelZero
   EXPECT_EQ(ProcessGrid::leader_groups(Topology::from_model_parallel(4, 1, 1)), (Groups{{0}, {1}, {2}, {3}}));
 }
 
+// Expert parallelism cut from data parallelism: 8 ranks, tp 2 (tp-dp-pp:
+// rank = tp + 2 dp), dp 4, ep 2. Each tp index's dp ranks in blocks of 2 are
+// the expert groups; one place in the blocks the experts' data-parallel
+// groups; the leaders the dp indices below ep, by (tp, dp); the partitioned
+// tied groups one expert index's ranks.
+TEST(ProcessGridGroups, ExpertParallelGroupsCutFromDataParallel) {
+  const Topology t = Topology::from_model_parallel(8, 1, 2);
+  EXPECT_EQ(ProcessGrid::expert_groups(t, 2), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(ProcessGrid::expert_data_groups(t, 2), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(ProcessGrid::leader_groups(t, 2), (Groups{{0, 2, 1, 3}, {4}, {5}, {6}, {7}}));
+  EXPECT_EQ(ProcessGrid::expert_groups(t, 4), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  // 2 stages x dp 4 (pp slowest: stage 1 is ranks 4-7), ep 2, partitioned: stage 0 and 1 of dp % 2.
+  const Topology p = Topology::from_model_parallel(8, 2, 1);
+  EXPECT_EQ(ProcessGrid::tied_groups(p, false, 2), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(ProcessGrid::tied_groups(p, false, 1), (Groups{{0, 1, 2, 3, 4, 5, 6, 7}}));
+  Config c;
+  c.moe.expert_parallel_size = 3;
+  const auto problems = ProcessGrid::problems(c, 8, 8);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("moe.expert_parallel_size: 3 does not divide the 8 data-parallel ranks"), std::string::npos)
+      << problems[0];
+}
+
 TEST(ProcessGridGroups, TiedOnTwoByTwoByTwo) {
   const Topology t = Topology::create(8, 2, 2, 2);
   // ZeRO-0: stage 0 and stage 1 of each (dp, tp) pipeline.

@@ -16,7 +16,7 @@ namespace {
 // The architectures' parameter tensors listed one by one (numel of each),
 // written independently of models::parameter_count.
 int64_t count_by_tensors(const ModelConfig& c) {
-  const int64_t C = c.hidden, F = c.ffn_hidden, hd = c.hidden / c.heads;
+  const int64_t C = c.hidden, F = c.ffn_hidden, hd = c.head_dim();
   std::vector<int64_t> sizes;
   if (c.arch == "gpt2") {
     sizes = {c.vocab_size * C, c.max_seq_len * C};  // wte, wpe
@@ -39,9 +39,18 @@ int64_t count_by_tensors(const ModelConfig& c) {
                         c.kv_heads * hd * C,               // k_proj
                         c.kv_heads * hd * C,               // v_proj
                         C * c.heads * hd,                  // o_proj
-                        C,                                 // post_attention_layernorm
-                        F * C, F * C, C * F})              // gate, up, down
+                        C})                                // post_attention_layernorm
         sizes.push_back(t);
+      if (c.qk_norm) sizes.insert(sizes.end(), {hd, hd});  // q_norm, k_norm
+      if (!c.is_moe()) {
+        sizes.insert(sizes.end(), {F * C, F * C, C * F});  // gate, up, down
+        continue;
+      }
+      sizes.push_back(c.num_experts * C);  // the router
+      for (int64_t e = 0; e < c.num_experts; ++e)
+        sizes.insert(sizes.end(), {c.moe_ffn_hidden * C, c.moe_ffn_hidden * C, C * c.moe_ffn_hidden});
+      const int64_t S = c.shared_expert_ffn_hidden;
+      if (S > 0) sizes.insert(sizes.end(), {S * C, S * C, C * S});
     }
     sizes.push_back(C);  // norm
   }
@@ -78,7 +87,7 @@ TEST(ModelConfig, PublishedParameterCounts) {
 }
 
 TEST(ModelConfig, EveryPresetValidatesAndCountsLikeItsTensors) {
-  ASSERT_EQ(preset_names().size(), 11u);
+  ASSERT_EQ(preset_names().size(), 15u);
   for (const auto& name : preset_names()) {
     SCOPED_TRACE(name);
     const ModelConfig c = preset(name);
@@ -147,7 +156,25 @@ TEST(ModelConfig, OverridesEveryDimension) {
   EXPECT_EQ(c.rope_high_freq_factor, 3);
   EXPECT_EQ(c.rope_original_max_seq_len, 16);
   EXPECT_TRUE(c.recompute_mlp_activation);
-  EXPECT_EQ(override_keys().size(), 18u);
+  // A mixture of experts' shape, and Qwen3's attention.
+  const ModelConfig m = make_model_config(
+      "tiny-mixtral", {{"num_experts", "8"}, {"top_k", "3"}, {"moe_ffn_hidden", "40"}, {"shared_expert_ffn_hidden", "24"},
+                       {"router_score", "sigmoid"}, {"norm_topk_prob", "false"}, {"router_groups", "4"},
+                       {"router_top_groups", "2"}, {"routed_scaling_factor", "2.5"}, {"head_dim", "32"},
+                       {"qk_norm", "true"}});
+  EXPECT_EQ(m.num_experts, 8);
+  EXPECT_EQ(m.top_k, 3);
+  EXPECT_EQ(m.moe_ffn_hidden, 40);
+  EXPECT_EQ(m.shared_expert_ffn_hidden, 24);
+  EXPECT_EQ(m.router_score, "sigmoid");
+  EXPECT_FALSE(m.norm_topk_prob);
+  EXPECT_EQ(m.router_groups, 4);
+  EXPECT_EQ(m.router_top_groups, 2);
+  EXPECT_EQ(m.routed_scaling_factor, 2.5);
+  EXPECT_EQ(m.head_dim(), 32);
+  EXPECT_TRUE(m.qk_norm);
+  EXPECT_EQ(parameter_count(m), count_by_tensors(m));
+  EXPECT_EQ(override_keys().size(), 29u);
   EXPECT_THROW(make_model_config("tiny-llama", {{"rope_scaling_factor", "8"}, {"rope_high_freq_factor", "0.5"}}), Error);
 }
 

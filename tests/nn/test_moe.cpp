@@ -282,6 +282,22 @@ TEST(SparseMoE, DroplessMatchesTheTokenByTokenLayerWithGradients) {
   EXPECT_EQ(loads.at(0).dropped, 0);
 }
 
+TEST(SparseMoE, SharedExpertsAddTheirMlpForEveryToken) {
+  torch::manual_seed(11);
+  MoEOptions o = small_options(4, 1);
+  o.shared_ffn_hidden = 6;
+  o.router.score = ScoreFunction::sigmoid;  // DeepSeek's
+  SparseMoEImpl moe(o, 0, nullptr);
+  moe.gate->weight.data().mul_(5);
+  const at::Tensor x2 = torch::randn({7, 8});
+  const auto& s = *moe.shared_experts;
+  const at::Tensor shared =
+      torch::mm(torch::silu(torch::mm(x2, s.gate_proj->weight.t())) * torch::mm(x2, s.up_proj->weight.t()),
+                s.down_proj->weight.t());
+  EXPECT_LT(max_diff(moe.forward(x2), token_by_token(moe, x2) + shared), 1e-5);
+  EXPECT_EQ(s.gate_proj->weight.size(0), 6);
+}
+
 TEST(SparseMoE, CapacityDropsTheLowestWeightedAssignmentsAndCountsThem) {
   torch::manual_seed(9);
   auto record = std::make_shared<RoutingRecord>();

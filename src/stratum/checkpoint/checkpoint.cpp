@@ -138,7 +138,7 @@ json manifest_part(const CheckpointManifest& m) {
     for (const auto& [name, crc] : s.checksums) sums[name] = crc;
     shards.push_back({{"file", s.file}, {"rank", s.rank}, {"fragments", fragments}, {"checksums", sums}});
   }
-  return {{"params", params}, {"shards", shards}};
+  return {{"params", params}, {"shards", shards}, {"routing", m.routing}};
 }
 
 // Rank 0: every part into `m` (parameters by name, fragments renumbered).
@@ -166,6 +166,9 @@ void merge_manifest_parts(CheckpointManifest& m, const std::vector<json>& parts)
         shard.checksums[it.key()] = it.value().get<uint32_t>();
       m.shards.push_back(std::move(shard));
     }
+    // Each pipeline stage's layers' routing state (the same on every part of one stage).
+    for (auto it = part.at("routing").begin(); it != part.at("routing").end(); ++it)
+      m.routing[it.key()] = it.value().get<std::vector<double>>();
   }
 }
 
@@ -345,6 +348,7 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     const auto& sc = state.scaler.state();
     m.loss_scaler = {sc.cur_scale, sc.cur_iter, sc.last_overflow_iter, sc.cur_hysteresis, sc.overflows_at_min};
     m.client_state = client_state.is_null() ? json::object() : client_state;
+    if (engine.step_observer()) m.routing = engine.step_observer()->saved_state();
   }
   // Pipelines and tensor parallelism: each part's manifest to rank 0, which lists every part's shards.
   if (sp.several_parts() && rank == 0) {
@@ -590,6 +594,7 @@ nlohmann::json load_checkpoint(EngineCore& engine, const std::string& load_dir, 
     state.global_steps = manifest.global_steps;
     state.micro_steps = manifest.micro_steps;
     state.skipped_steps = manifest.skipped_steps;
+    if (engine.step_observer()) engine.step_observer()->load_state(manifest.routing);
     // Same layout: each rank gets its own random stream back; otherwise they start afresh.
     const int own = sp.shard(sp.dp_rank);
     if (manifest.data_parallel_size == sp.dp * sp.ep && manifest.pipeline_stages == sp.stages &&

@@ -18,6 +18,9 @@ using nlohmann::json;
 namespace {
 
 constexpr int kMaxDataParallel = 1 << 20;
+// A mixture of experts' routing state: a bias a layer (4,096 layers), an entry an expert (65,536).
+constexpr size_t kMaxRoutingEntries = 1 << 12;
+constexpr size_t kMaxRoutingValues = 1 << 16;
 constexpr size_t kMaxShownProblems = 12;
 constexpr size_t kMaxDims = 16;
 
@@ -384,6 +387,29 @@ CheckpointManifest parse_checkpoint_manifest(const std::string& text, const std:
     r.integer(*sc, "cur_hysteresis", "loss_scaler", 0, big, ls.cur_hysteresis);
     r.integer(*sc, "overflows_at_min", "loss_scaler", 0, big, ls.overflows_at_min);
   }
+  // Written when a mixture of experts moves expert biases: names to arrays of finite numbers.
+  if (m.contains("routing")) {
+    const json& routing = m["routing"];
+    if (!routing.is_object() || routing.size() > kMaxRoutingEntries) {
+      r.problem("routing: expected an object of at most " + std::to_string(kMaxRoutingEntries) + " arrays, got " +
+                FieldReader::shown(routing));
+    } else {
+      for (auto it = routing.begin(); it != routing.end(); ++it) {
+        const json& v = it.value();
+        bool ok = v.is_array() && v.size() <= kMaxRoutingValues;
+        std::vector<double> values;
+        for (size_t i = 0; ok && i < v.size(); ++i) {
+          ok = v[i].is_number() && std::isfinite(v[i].get<double>());
+          if (ok) values.push_back(v[i].get<double>());
+        }
+        if (!ok)
+          r.problem("routing." + it.key() + ": expected an array of at most " + std::to_string(kMaxRoutingValues) +
+                    " finite numbers");
+        else
+          out.routing[it.key()] = std::move(values);
+      }
+    }
+  }
   if (m.contains("client_state")) {
     if (m["client_state"].is_object()) out.client_state = m["client_state"];
     else if (m["client_state"].is_null()) out.client_state = json::object();  // saved without one
@@ -459,6 +485,7 @@ std::string manifest_to_json_text(const CheckpointManifest& c) {
                       {"cur_hysteresis", ls.cur_hysteresis},
                       {"overflows_at_min", ls.overflows_at_min}};
   m["client_state"] = c.client_state;
+  if (!c.routing.empty()) m["routing"] = c.routing;
   return m.dump(2);
 }
 

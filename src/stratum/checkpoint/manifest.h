@@ -78,6 +78,9 @@ struct CheckpointManifest {
   double adam_step = 0.0;
   int64_t lr_last_batch_iteration = -1;
   ManifestLossScaler loss_scaler;
+  // State outside the parameters that training moves (a mixture of experts'
+  // expert biases), by name: "layers.3.expert_bias" -> its values.
+  std::map<std::string, std::vector<double>> routing;
   nlohmann::json client_state = nlohmann::json::object();
 
   bool has_checksums() const { return version >= 2; }

@@ -108,7 +108,7 @@ ProcessGrid::Groups ProcessGrid::leader_groups(const Topology& topology, int64_t
   return groups;
 }
 
-ProcessGrid::Groups ProcessGrid::tied_groups(const Topology& topology, bool whole_gradients) {
+ProcessGrid::Groups ProcessGrid::tied_groups(const Topology& topology, bool whole_gradients, int64_t ep) {
   const int64_t n = topology.world_size();
   Groups groups;
   std::vector<bool> placed(static_cast<size_t>(n), false);
@@ -120,7 +120,8 @@ ProcessGrid::Groups ProcessGrid::tied_groups(const Topology& topology, bool whol
       if (whole_gradients) {
         groups.push_back({first, last});
       } else {
-        auto& all = by_tp[topology.coord_of(first).tp];
+        const Coord c = topology.coord_of(first);
+        auto& all = by_tp[c.tp * ep + c.dp % ep];
         all.push_back(first);
         all.push_back(last);
       }
@@ -208,8 +209,8 @@ ProcessGrid ProcessGrid::create(const Config& config, const DistContext& ctx) {
   g.pp_ = world->split(t.groups(Axis::pp), "pp");
   g.tp_ = world->split(t.groups(Axis::tp), "tp");
   g.dp_tp_ = world->split(t.dp_tp_groups(), "dp_tp");
-  if (t.pp() > 1) g.tied_ = world->split(tied_groups(t, g.zero_stage_ == 0), "tied");
   g.ep_size_ = config.moe.expert_parallel_size;
+  if (t.pp() > 1) g.tied_ = world->split(tied_groups(t, g.zero_stage_ == 0, g.ep_size_), "tied");
   if (g.ep_size_ > 1) {
     g.ep_ = world->split(expert_groups(t, g.ep_size_), "ep");
     g.edp_ = world->split(expert_data_groups(t, g.ep_size_), "edp");

@@ -59,7 +59,9 @@ class ProcessGrid {
   // stage differently): all stage-0 and stage-(p-1) ranks of one tp index,
   // by rank. Every group's first rank holds stage 0; every rank of the
   // stages between is alone; at pp = 1 every rank is alone.
-  static Groups tied_groups(const Topology& topology, bool whole_gradients);
+  // With expert parallelism over `ep` ranks, the partitioned variant groups
+  // one expert index's ranks only (dp % ep): the others hold the same pieces.
+  static Groups tied_groups(const Topology& topology, bool whole_gradients, int64_t ep = 1);
   // Expert parallelism is cut from data parallelism: each data-parallel group
   // (ordered by dp index) into consecutive blocks of `ep` ranks, the experts'
   // groups; and across those blocks, the ranks of one place in them, the

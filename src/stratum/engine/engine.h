@@ -119,13 +119,15 @@ nn::SequenceLayoutSlot* layout_slot(torch::nn::Module& model, const std::optiona
 // when the stack's layers l with held(l) (all, when null) hold any
 // nn::moe::SparseMoE block.
 void attach_moe_routing(EngineCore& core, nn::LayerStackImpl* stack, const std::function<bool(size_t)>& held = nullptr);
-// Expert parallelism over the grid's expert groups (grid.ep() > 1): the
-// place's expert-parallel and data-parallel groups, and the parameters
-// outside the experts summed over the expert group (engine_core.h). Throws
-// ConfigError when the model's experts are split over another size, or the
-// layout combines expert parallelism with pipeline stages or tensor parallelism.
-ModelParallelPlace expert_parallel_place(const Config& config, torch::nn::Module& model,
-                                         const distributed::ProcessGrid& grid);
+// Expert parallelism over the grid's expert groups (grid.ep() > 1) added to
+// `place` (empty, or tensor parallelism's): its expert-parallel and
+// data-parallel groups, the parameters outside the experts summed over the
+// expert group and counted by its first rank (engine_core.h), the whole
+// model's names for checkpoints. `names`: the core's parameters (a pipeline
+// stage's share), in its order. Throws ConfigError when the model's experts
+// are split over another size.
+void add_expert_parallel(ModelParallelPlace& place, const Config& config, torch::nn::Module& model,
+                         const distributed::ProcessGrid& grid, const std::vector<std::string>& names);
 // The mean of a window's summed losses over its `count` micro-batches and `dp`.
 double mean_over_data_parallel(at::Tensor sum, int64_t count, distributed::Communicator& dp);
 
@@ -393,25 +395,35 @@ Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, con
                                         "is not one"});
     }
   }
-  if (grid.ep() > 1) {
-    ModelParallelPlace place = engine_detail::expert_parallel_place(config, *model, grid);
-    return engine_detail::initialize_core(
-        config, std::move(model),
-        engine_detail::logged_data_parallel(config, grid.expert_dp_group(), grid.cpu_expert_dp_group(),
-                                            grid.comms_log()),
-        device, std::move(place));
-  }
+  // Expert parallelism: the core's group is the ranks holding the same experts.
+  const bool ep = grid.ep() > 1;
+  std::shared_ptr<distributed::Communicator> dp = ep ? grid.expert_dp_group() : grid.dp_group();
+  std::shared_ptr<distributed::Communicator> dp_control = ep ? grid.cpu_expert_dp_group() : grid.cpu_dp_group();
   if (config.tensor_parallel.size > 1 || engine_detail::tensor_parallel_size(*model) > 1) {
     engine_detail::TensorParallelEngineGroups g = engine_detail::tensor_parallel_engine_groups(config, *model, grid);
+    if (ep) {
+      std::vector<at::Tensor> params;
+      std::vector<std::string> names;
+      engine_detail::trainable_parameters(*model, params, names);
+      engine_detail::add_expert_parallel(g.place, config, *model, grid, names);
+      g.dp = dp;
+      g.dp_control = dp_control;
+    }
     return engine_detail::initialize_core(config, std::move(model),
                                           engine_detail::logged_data_parallel(config, g.dp, g.dp_control,
                                                                               grid.comms_log()),
                                           device, std::move(g.place));
   }
+  std::optional<ModelParallelPlace> place;
+  if (ep) {
+    std::vector<at::Tensor> params;
+    std::vector<std::string> names;
+    engine_detail::trainable_parameters(*model, params, names);
+    engine_detail::add_expert_parallel(place.emplace(), config, *model, grid, names);
+  }
   return engine_detail::initialize_core(
-      config, std::move(model),
-      engine_detail::logged_data_parallel(config, grid.dp_group(), grid.cpu_dp_group(), grid.comms_log()), device,
-      std::nullopt);
+      config, std::move(model), engine_detail::logged_data_parallel(config, dp, dp_control, grid.comms_log()), device,
+      std::move(place));
 }
 
 // Over the whole job: the grid built here (ProcessGrid::create, collective;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <set>
 #include <cmath>
 #include <cstdio>
 #include <unordered_set>
@@ -408,10 +409,13 @@ at::Tensor EngineCore::global_grad_norm(double loss_scale) {
   if (mp_ && (!mp_->stage_duplicates.empty() || !mp_->tp_duplicates.empty())) {  // counted on another rank
     std::vector<at::Tensor> excluded;
     const std::vector<zero::FlatPiece> owned = strategy_->owned_pieces();
-    for (const std::vector<int>* list : {&mp_->stage_duplicates, &mp_->tp_duplicates})
-      for (int p : *list)
-        for (const ParamPiece& piece : param_pieces(strategy_->layout(), owned, p))
-          excluded.push_back(strategy_->segments()[piece.segment].grad.narrow(0, piece.segment_offset, piece.numel));
+    // Once each: a parameter can be a duplicate twice over (the last stage's
+    // copy of a tied embedding on an expert-parallel rank other than the first).
+    std::set<int> duplicates(mp_->stage_duplicates.begin(), mp_->stage_duplicates.end());
+    duplicates.insert(mp_->tp_duplicates.begin(), mp_->tp_duplicates.end());
+    for (int p : duplicates)
+      for (const ParamPiece& piece : param_pieces(strategy_->layout(), owned, p))
+        excluded.push_back(strategy_->segments()[piece.segment].grad.narrow(0, piece.segment_offset, piece.numel));
     if (!excluded.empty()) {
       sq = sq - optim::squared_norm(excluded).to(sq.device());
       subtracted = true;

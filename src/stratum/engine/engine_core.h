@@ -4,6 +4,7 @@
 // they are reduced), the optimizer states, the LR schedule and the loss scaler.
 // Engine<Model> (engine.h) puts the model's forward in front of it.
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,6 +56,11 @@ class StepObserver {
   virtual void before_backward(double loss_factor) = 0;
   // `updated`: false when the step was skipped (fp16 overflow).
   virtual void after_step(bool updated) = 0;
+  // What it moves across steps that a checkpoint holds (named arrays, the
+  // same on every data-parallel rank), and its restoring from a checkpoint
+  // holding every rank's: each observer takes the names it knows.
+  virtual std::map<std::string, std::vector<double>> saved_state() const { return {}; }
+  virtual void load_state(const std::map<std::string, std::vector<double>>& state) { (void)state; }
 };
 
 // Where the core's parameters sit when the model is split over other ranks

@@ -124,15 +124,9 @@ void attach_moe_routing(EngineCore& core, nn::LayerStackImpl* stack, const std::
       std::make_shared<MoERouting>(layers.front()->record(), std::move(layers), core.data_parallel(), core.device()));
 }
 
-ModelParallelPlace expert_parallel_place(const Config& config, torch::nn::Module& model,
-                                         const distributed::ProcessGrid& grid) {
+void add_expert_parallel(ModelParallelPlace& place, const Config& config, torch::nn::Module& model,
+                         const distributed::ProcessGrid& grid, const std::vector<std::string>& core_names) {
   const int64_t ep = grid.ep();
-  if (config.pipeline.stages > 1 || config.tensor_parallel.size > 1)
-    throw ConfigError(config.source, {"moe.expert_parallel_size: " + std::to_string(ep) +
-                                      " with pipeline.stages " + std::to_string(config.pipeline.stages) +
-                                      " and tensor_parallel size " + std::to_string(config.tensor_parallel.size) +
-                                      ": expert parallelism runs with data parallelism alone so far; use 1 stage "
-                                      "and no tensor parallelism, or moe.expert_parallel_size 1"});
   std::set<const void*> experts;
   int64_t layers = 0, experts_per_layer = 0;
   for (const auto& m : model.modules()) {
@@ -149,22 +143,30 @@ ModelParallelPlace expert_parallel_place(const Config& config, torch::nn::Module
   if (layers == 0)
     throw ConfigError(config.source, {"moe.expert_parallel_size: " + std::to_string(ep) +
                                       " but the model has no mixture-of-experts layer"});
+  // The whole model's (every pipeline stage's), and the core's by name.
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
   trainable_parameters(model, params, names);
-  ModelParallelPlace place;
+  std::map<std::string, const at::Tensor*> by_name;
+  for (size_t i = 0; i < names.size(); ++i) by_name[names[i]] = &params[i];
   place.expert_parallel = grid.ep_group();
   place.data_parallel = grid.dp_group();
   place.world = grid.world();
+  place.tp_leaders = grid.leaders();  // the first rank of each (tp index, expert index)'s data-parallel group, in that order
+  if (place.tp_specs.empty()) place.tp_specs.resize(core_names.size());
+  // The parameters outside the experts: summed over the expert group, written and counted by its first rank.
   ModelParallelPlace::PartialGradients dense{grid.ep_group(), {}};
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (experts.count(params[i].unsafeGetTensorImpl())) continue;
+  std::set<int> duplicates(place.tp_duplicates.begin(), place.tp_duplicates.end());
+  for (size_t i = 0; i < core_names.size(); ++i) {
+    const auto it = by_name.find(core_names[i]);
+    if (it == by_name.end()) throw Error("expert parallelism: the engine's parameter '" + core_names[i] +
+                                         "' is not the model's");
+    if (experts.count(it->second->unsafeGetTensorImpl())) continue;
     dense.params.push_back(static_cast<int>(i));
-    if (grid.ep_group()->rank() != 0) place.tp_duplicates.push_back(static_cast<int>(i));
+    if (grid.ep_group()->rank() != 0) duplicates.insert(static_cast<int>(i));
   }
+  place.tp_duplicates.assign(duplicates.begin(), duplicates.end());
   place.partial.push_back(std::move(dense));
-  place.tp_specs.resize(params.size());
-  place.tp_leaders = grid.leaders();  // the first rank of each expert index's data-parallel group, by index
   // The whole model's names, for checkpoints: each expert parameter's under every index of its layer.
   std::set<std::string> all(names.begin(), names.end());
   for (size_t i = 0; i < params.size(); ++i) {
@@ -174,7 +176,6 @@ ModelParallelPlace expert_parallel_place(const Config& config, torch::nn::Module
     for (int64_t e = 0; e < experts_per_layer; ++e) all.insert(name.substr(0, at) + std::to_string(e) + name.substr(dot));
   }
   place.model_params.assign(all.begin(), all.end());
-  return place;
 }
 
 nn::LayerStackImpl* as_layer_stack(torch::nn::Module& module) { return dynamic_cast<nn::LayerStackImpl*>(&module); }

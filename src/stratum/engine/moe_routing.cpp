@@ -17,6 +17,30 @@ MoERouting::MoERouting(std::shared_ptr<nn::moe::RoutingRecord> record, std::vect
 
 void MoERouting::before_backward(double loss_factor) { record_->set_backward_factor(loss_factor); }
 
+namespace {
+std::string bias_name(int64_t layer) { return "layers." + std::to_string(layer) + ".expert_bias"; }
+}  // namespace
+
+std::map<std::string, std::vector<double>> MoERouting::saved_state() const {
+  std::map<std::string, std::vector<double>> out;
+  for (const auto* layer : layers_) {
+    if (!layer->expert_bias().defined()) continue;
+    const at::Tensor b = layer->expert_bias().to(at::kCPU, at::kDouble).contiguous();
+    out[bias_name(layer->layer())] = std::vector<double>(b.data_ptr<double>(), b.data_ptr<double>() + b.numel());
+  }
+  return out;
+}
+
+void MoERouting::load_state(const std::map<std::string, std::vector<double>>& state) {
+  for (auto* layer : layers_) {
+    if (!layer->expert_bias().defined()) continue;
+    // A checkpoint saved without the bias (expert_bias_update_rate 0 then): it starts at zero.
+    const auto it = state.find(bias_name(layer->layer()));
+    if (it == state.end()) continue;
+    layer->set_expert_bias(at::tensor(it->second, at::kDouble));
+  }
+}
+
 void MoERouting::after_step(bool updated) {
   const auto loads = record_->take();
   last_ = RoutingStats{};

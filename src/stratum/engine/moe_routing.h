@@ -36,6 +36,9 @@ class MoERouting : public StepObserver {
              std::shared_ptr<distributed::Communicator> dp, c10::Device device);
   void before_backward(double loss_factor) override;
   void after_step(bool updated) override;
+  // The expert biases (aux-loss-free balancing), "layers.<i>.expert_bias".
+  std::map<std::string, std::vector<double>> saved_state() const override;
+  void load_state(const std::map<std::string, std::vector<double>>& state) override;
   const RoutingStats& last() const { return last_; }
 
  private:

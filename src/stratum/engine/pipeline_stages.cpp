@@ -176,7 +176,10 @@ PipelineStages::PipelineStages(const Config& config, std::shared_ptr<nn::LayerSt
   engine_detail::prepare_module(*model_, device_, dtype, /*keep_trainable_params=*/stage3);
   pp_ = grid.pp_group();
   control_ = grid.cpu_pp_group();
-  dp_ = engine_detail::logged_data_parallel(config_, grid.dp_group(), grid.cpu_dp_group(), grid.comms_log());
+  // Expert parallelism: the stage's core partitions over the ranks holding the same experts.
+  const bool ep = grid.ep() > 1;
+  dp_ = engine_detail::logged_data_parallel(config_, ep ? grid.expert_dp_group() : grid.dp_group(),
+                                            ep ? grid.cpu_expert_dp_group() : grid.cpu_dp_group(), grid.comms_log());
   // comms_logger: the stage transfers (send/recv rows) and the step's
   // reductions over the stages go into the same log as the data-parallel ones.
   // Not the grid's: with_comms_logger splits the CPU twin for the desync check
@@ -204,6 +207,7 @@ PipelineStages::PipelineStages(const Config& config, std::shared_ptr<nn::LayerSt
   reduction.stages = pp_;
   if (stage_ == stages_ - 1 && stages_ > 1) reduction.stage_duplicates = tied_;
   if (sharded) engine_detail::add_tensor_parallel(reduction, *sharded, names_);
+  if (ep) engine_detail::add_expert_parallel(reduction, config_, *model_, grid, names_);
   std::unique_ptr<zero::FrozenUnits> frozen;
   if (partition_frozen) {
     frozen = engine_detail::partition_frozen_base(
@@ -266,7 +270,7 @@ void PipelineStages::read_batches(const NextBatch& next_batch, int m, const char
     batches_.push_back(std::move(b));
   }
   // Token-weighted losses (MicroBatch::loss_tokens), in training and evaluation alike: the last stage's.
-  weights_ = is_last_stage() ? engine_detail::token_weights(batches_, *dp_, device_)
+  weights_ = is_last_stage() ? engine_detail::token_weights(batches_, *core_->data_parallel(), device_)
                              : std::vector<double>(batches_.size(), 1.0);
 }
 
@@ -295,7 +299,9 @@ bool PipelineStages::input_shape_changed() {
 double PipelineStages::mean_loss(int m) {
   at::Tensor loss = loss_sum_ / static_cast<double>(m);
   distributed::WaitContext context(where() + "the loss from the last stage");
-  if (is_last_stage() && dp_->size() > 1) dp_->all_reduce(loss, distributed::ReduceOp::avg)->wait();
+  // Every data-parallel rank's (the expert-parallel ones too).
+  const auto& data = core_->data_parallel();
+  if (is_last_stage() && data->size() > 1) data->all_reduce(loss, distributed::ReduceOp::avg)->wait();
   if (stages_ > 1) pp_->broadcast(loss, stages_ - 1)->wait();
   return loss.item<double>();
 }
