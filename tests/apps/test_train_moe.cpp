@@ -14,12 +14,6 @@ using namespace stratum::test::train_cli;
 
 namespace {
 
-std::string write_config(const std::string& dir, const std::string& name, const std::string& json) {
-  const std::string path = dir + "/" + name;
-  std::ofstream(path) << json;
-  return path;
-}
-
 std::string train_args(const std::string& dir, const std::string& config, int steps, const std::string& log,
                        const std::string& model = "--model tiny-mixtral --set layers=2 --set max_seq_len=32") {
   return kBin + "/stratum-train --config " + config + " " + model + " --data default --cache-dir " + dir +
@@ -37,7 +31,7 @@ std::string moe_config(int ep) {
 }  // namespace
 
 TEST_F(TrainCli, MixtureOfExpertsTrainsOverExpertParallelRanksAndResumesInOneProcess) {
-  const std::string ep2 = write_config(dir_, "ep2.json", moe_config(2));
+  const std::string ep2 = write_file(dir_, "ep2.json", moe_config(2));
   Result r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, ep2, 4, "ep2_log") + " --save-dir " + dir_ +
                  "/ckpt --save-every 2");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -48,7 +42,7 @@ TEST_F(TrainCli, MixtureOfExpertsTrainsOverExpertParallelRanksAndResumesInOnePro
 
   // One rank, every expert: the same losses (the per-sequence auxiliary loss and the z-loss are means over
   // sequences and tokens, which the data-parallel mean keeps).
-  const std::string one = write_config(dir_, "one.json", moe_config(1));
+  const std::string one = write_file(dir_, "one.json", moe_config(1));
   r = run(kBin + "/stratum-run --num_procs 1 " + train_args(dir_, one, 4, "one_log"));
   ASSERT_EQ(r.status, 0) << r.output;
   const auto ep_losses = losses(dir_ + "/ep2_log/metrics.csv"), one_losses = losses(dir_ + "/one_log/metrics.csv");
@@ -73,7 +67,7 @@ TEST_F(TrainCli, MixtureOfExpertsTrainsOverExpertParallelRanksAndResumesInOnePro
 }
 
 TEST_F(TrainCli, MoeSectionForADenseModelIsRefused) {
-  const std::string config = write_config(dir_, "moe.json", moe_config(1));
+  const std::string config = write_file(dir_, "moe.json", moe_config(1));
   Result r = run(kBin + "/stratum-run --num_procs 1 " +
                  train_args(dir_, config, 2, "log", "--model tiny-llama --set max_seq_len=32"));
   EXPECT_NE(r.status, 0) << r.output;

@@ -13,12 +13,6 @@ using namespace stratum::test::train_cli;
 
 namespace {
 
-std::string write_config(const std::string& dir, const std::string& name, const std::string& json) {
-  const std::string path = dir + "/" + name;
-  std::ofstream(path) << json;
-  return path;
-}
-
 std::string train_args(const std::string& dir, const std::string& config, int steps, const std::string& log) {
   return kBin + "/stratum-train --config " + config + " --model gpt2-tiny-bytes --set layers=2 --set max_seq_len=32" +
          " --data default --cache-dir " + dir + "/cache --steps " + std::to_string(steps) +
@@ -35,7 +29,7 @@ const char* kWhole = R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumula
 }  // namespace
 
 TEST_F(TrainCli, TensorParallelTrainsResumesAndMatchesTheWholeModel) {
-  const std::string tp = write_config(dir_, "tp.json", kTensorParallel);
+  const std::string tp = write_file(dir_, "tp.json", kTensorParallel);
   Result r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, tp, 4, "tp_log") + " --save-dir " + dir_ +
                  "/ckpt --save-every 2");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -45,7 +39,7 @@ TEST_F(TrainCli, TensorParallelTrainsResumesAndMatchesTheWholeModel) {
   EXPECT_NE(r.output.find("--- sample (8 tokens"), std::string::npos) << r.output;
 
   // The whole model, one rank, same seed and batch: the same losses.
-  const std::string whole = write_config(dir_, "whole.json", kWhole);
+  const std::string whole = write_file(dir_, "whole.json", kWhole);
   r = run(kBin + "/stratum-run --num_procs 1 " + train_args(dir_, whole, 4, "whole_log"));
   ASSERT_EQ(r.status, 0) << r.output;
   const auto tp_losses = losses(dir_ + "/tp_log/metrics.csv"), whole_losses = losses(dir_ + "/whole_log/metrics.csv");
@@ -69,7 +63,7 @@ TEST_F(TrainCli, TensorParallelTrainsResumesAndMatchesTheWholeModel) {
 }
 
 TEST_F(TrainCli, TensorParallelModelThatCannotSplitIsRefused) {
-  const std::string config = write_config(dir_, "tp.json", kTensorParallel);
+  const std::string config = write_file(dir_, "tp.json", kTensorParallel);
   Result r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, config, 2, "log") + " --set heads=3 --set hidden=96");
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("heads 3 is not divisible by the tensor-parallel size 2"), std::string::npos) << r.output;
@@ -80,7 +74,7 @@ TEST_F(TrainCli, TensorParallelModelThatCannotSplitIsRefused) {
 // sequence parallel, ZeRO-1): trains, and its checkpoint resumes at TP = 2
 // on the data-parallel path.
 TEST_F(TrainCli, PipelineTimesTensorParallelTrainsAndResumesWithoutThePipeline) {
-  const std::string both = write_config(dir_, "pp_tp.json", R"({"train_micro_batch_size_per_gpu": 2,
+  const std::string both = write_file(dir_, "pp_tp.json", R"({"train_micro_batch_size_per_gpu": 2,
     "gradient_accumulation_steps": 4, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
     "zero_optimization": {"stage": 1}, "pipeline": {"stages": 2},
     "tensor_parallel": {"autotp_size": 2, "sequence_parallel": true}})");
@@ -90,7 +84,7 @@ TEST_F(TrainCli, PipelineTimesTensorParallelTrainsAndResumesWithoutThePipeline) 
   EXPECT_NE(r.output.find("pipeline: 2 stages x 1 data-parallel x 2 tensor-parallel"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" GiB (rank "), std::string::npos) << "the largest rank's memory: " << r.output;
   EXPECT_NE(r.output.find("step 2/2 | loss"), std::string::npos) << r.output;
-  const std::string tp = write_config(dir_, "tp.json", kTensorParallel);
+  const std::string tp = write_file(dir_, "tp.json", kTensorParallel);
   r = run(kBin + "/stratum-run --num_procs 2 " + train_args(dir_, tp, 3, "tp_log") + " --save-dir " + dir_ +
           "/ckpt --resume");
   ASSERT_EQ(r.status, 0) << r.output;

@@ -19,6 +19,13 @@ inline Result run(const std::string& cmd) { return stratum::test::run_command("t
 
 inline const std::string kBin = STRATUM_BIN_DIR;
 
+// Writes `text` to dir/name (a config); returns its path.
+inline std::string write_file(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
 // `config`: a file of configs/, or an absolute path.
 inline std::string train_cmd(const std::string& dir, int steps, const std::string& extra = "",
                       const std::string& config = "default.json") {

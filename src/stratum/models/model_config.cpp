@@ -52,6 +52,23 @@ ModelConfig llama(const std::string& name, int64_t vocab, int64_t seq, int64_t h
   return c;
 }
 
+// LLaMA's blocks with a mixture of `experts` SwiGLU experts of `ffn`, `top_k` a token.
+ModelConfig moe(ModelConfig c, const std::string& arch, int64_t experts, int64_t top_k, int64_t ffn) {
+  c.arch = arch;
+  c.num_experts = experts;
+  c.top_k = top_k;
+  c.moe_ffn_hidden = ffn;
+  return c;
+}
+
+// Qwen3's attention: q/k norms, heads `head_dim` wide; its RMSNorm epsilon.
+ModelConfig qwen3(ModelConfig c, int64_t head_dim) {
+  c.explicit_head_dim = head_dim;
+  c.qk_norm = true;
+  c.norm_eps = 1e-6;
+  return c;
+}
+
 const std::vector<ModelConfig>& presets() {
   static const std::vector<ModelConfig> all = [] {
     std::vector<ModelConfig> p;
@@ -75,36 +92,12 @@ const std::vector<ModelConfig>& presets() {
     // (Brown et al.: 96 layers of 12288, 96 heads, 2048 positions) as a dense GPT-2.
     p.push_back(llama("llama-70b", 128256, 8192, 8192, 80, 64, 8, 28672, 500000, false));
     p.push_back(gpt2("gpt3-175b", 50257, 2048, 12288, 96, 96));
-    ModelConfig tiny_mixtral = llama("tiny-mixtral", 256, 64, 64, 2, 4, 2, 96, 10000, false);
-    tiny_mixtral.arch = "mixtral";
-    tiny_mixtral.num_experts = 4;
-    tiny_mixtral.top_k = 2;
-    tiny_mixtral.moe_ffn_hidden = 96;
-    p.push_back(tiny_mixtral);
-    ModelConfig tiny_qwen3 = llama("tiny-qwen3-moe", 256, 64, 64, 2, 4, 2, 128, 10000, false);
-    tiny_qwen3.arch = "qwen3_moe";
-    tiny_qwen3.explicit_head_dim = 32;
-    tiny_qwen3.qk_norm = true;
-    tiny_qwen3.num_experts = 8;
-    tiny_qwen3.top_k = 2;
-    tiny_qwen3.moe_ffn_hidden = 32;
-    tiny_qwen3.norm_eps = 1e-6;
-    p.push_back(tiny_qwen3);
-    ModelConfig mixtral = llama("mixtral-8x7b", 32000, 32768, 4096, 32, 32, 8, 14336, 1e6, false);
-    mixtral.arch = "mixtral";
-    mixtral.num_experts = 8;
-    mixtral.top_k = 2;
-    mixtral.moe_ffn_hidden = 14336;
-    p.push_back(mixtral);
-    ModelConfig qwen3 = llama("qwen3-30b-a3b", 151936, 40960, 2048, 48, 32, 4, 6144, 1e6, false);
-    qwen3.arch = "qwen3_moe";
-    qwen3.explicit_head_dim = 128;
-    qwen3.qk_norm = true;
-    qwen3.num_experts = 128;
-    qwen3.top_k = 8;
-    qwen3.moe_ffn_hidden = 768;
-    qwen3.norm_eps = 1e-6;
-    p.push_back(qwen3);
+    p.push_back(moe(llama("tiny-mixtral", 256, 64, 64, 2, 4, 2, 96, 10000, false), "mixtral", 4, 2, 96));
+    p.push_back(qwen3(moe(llama("tiny-qwen3-moe", 256, 64, 64, 2, 4, 2, 128, 10000, false), "qwen3_moe", 8, 2, 32), 32));
+    p.push_back(moe(llama("mixtral-8x7b", 32000, 32768, 4096, 32, 32, 8, 14336, 1e6, false), "mixtral", 8, 2, 14336));
+    p.push_back(
+        qwen3(moe(llama("qwen3-30b-a3b", 151936, 40960, 2048, 48, 32, 4, 6144, 1e6, false), "qwen3_moe", 128, 8, 768),
+              128));
     return p;
   }();
   return all;
