@@ -52,30 +52,34 @@ def main():
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--device", default="cuda", help="cuda (the measurement), or cpu for a smoke run")
     args = p.parse_args()
     from transformers import MixtralForCausalLM, Qwen3MoeForCausalLM
 
     torch.manual_seed(0)
     cfg = config(args)
     cls = MixtralForCausalLM if args.arch == "mixtral" else Qwen3MoeForCausalLM
-    with torch.device("cuda"):
+    cuda = args.device == "cuda"
+    with torch.device(args.device):
         model = cls(cfg).to(torch.bfloat16)
     model.train()
     active = active_parameters(model, cfg)
     step_model = torch.compile(model) if args.compile else model
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
-    torch.cuda.reset_peak_memory_stats()
-    tokens = torch.randint(0, cfg.vocab_size, (args.micro, args.seq), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=cuda)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    tokens = torch.randint(0, cfg.vocab_size, (args.micro, args.seq), device=args.device)
     times = []
     for step in range(args.warmup + args.steps):
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         out = step_model(input_ids=tokens, labels=tokens)  # transformers shifts the labels itself
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
+        sync()
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
     tok_s = args.micro * args.seq * len(times) / sum(times)
@@ -83,7 +87,8 @@ def main():
     flops = 6 * active + 12 * cfg.num_hidden_layers * head_width * args.seq
     print(json.dumps({"system": f"transformers-{args.arch}" + ("-compile" if args.compile else ""),
                       "layers": args.layers, "seq": args.seq, "micro": args.micro, "tokens_per_s": tok_s,
-                      "mfu": tok_s * flops / 989e12, "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+                      "mfu": tok_s * flops / 989e12,
+                      "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
                       "active_parameters": active, "loss": out.loss.item()}))
 
 
