@@ -257,7 +257,10 @@ void run(const distributed::DistContext& ctx, const Options& o) {
   const auto [forward, backward, optimizer] = timeline.totals();
   const double loss_value = last_loss.item<double>();
   const double tokens_per_gpu = o.micro * o.gas * o.seq * o.steps / wall;
-  const double flops_per_token = models::training_flops_per_token(static_cast<double>(n_params), mcfg.layers, mcfg.hidden, o.seq);
+  // A mixture of experts runs a token through top_k of its experts: its active parameters' FLOPs.
+  const double flops_per_token =
+      mcfg.is_moe() ? models::training_flops_per_token(mcfg, o.seq)
+                    : models::training_flops_per_token(static_cast<double>(n_params), mcfg.layers, mcfg.hidden, o.seq);
   const double tflops = tokens_per_gpu * flops_per_token / 1e12;
   // "-tuned": zero_optimization keys beyond the defaults (named in the row's zero_extra).
   const std::string system = "stratum-zero" + std::to_string(o.stage) + (o.checkpointing ? "-ckpt" : "") +
@@ -269,6 +272,7 @@ void run(const distributed::DistContext& ctx, const Options& o) {
                         {"seq", o.seq},
                         {"micro", o.micro},
                         {"params", n_params},
+                        {"active_params", mcfg.is_moe() ? models::active_parameter_count(mcfg) : n_params},
                         {"tokens_per_s_per_gpu", tokens_per_gpu},
                         {"tflops_per_gpu", tflops},
                         {"mfu", tflops / o.peak_tflops},
