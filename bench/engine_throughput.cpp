@@ -11,6 +11,7 @@
 // (--help lists every flag and its default).
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -116,6 +117,7 @@ double peak_gib(int device) {
 
 struct Options {
   std::string model = "gpt2-350m", precision = "bf16", zero_extra, profile;
+  std::string moe_gemm = "grouped";  // a mixture of experts' GEMMs: "grouped", or "loop" (one GEMM per expert)
   std::string lora;  // a "lora" section: adapters on a frozen base drawn on the device (MFU then counts the full model's FLOPs)
   std::vector<std::pair<std::string, std::string>> overrides;
   int64_t seq = 1024, micro = 8, gas = 1, steps = 10, warmup = 3;
@@ -146,6 +148,10 @@ void add_flags(CLI::App& app, Options& o, std::vector<std::string>& overrides) {
   app.add_option("--profile", o.profile, "trace one more step (rank 0) to this Chrome trace path");
   app.add_option("--overlap-param-gather", o.overlap_param_gather,
                  "stages 1/2: leave the parameter all-gathers to the next forward (0 or 1)")
+      ->capture_default_str();
+  app.add_option("--moe-gemm", o.moe_gemm,
+                 "a mixture of experts' GEMMs: grouped (ATen's grouped GEMM on the GPU) or loop (one GEMM per expert)")
+      ->check(CLI::IsMember({"grouped", "loop"}))
       ->capture_default_str();
   app.add_option("--lora", o.lora,
                  "a lora section, e.g. '{\"r\": 16, \"target_modules\": \"all-linear\", \"base_dtype\": \"nf4\"}'");
@@ -195,7 +201,9 @@ void run(const distributed::DistContext& ctx, const Options& o) {
                 std::to_string(mcfg.max_seq_len) + "; add --set max_seq_len=" + std::to_string(o.seq));
   torch::manual_seed(1);
   // LoRA: a skeleton with adapters, its frozen base drawn (or quantized) on the device one weight at a time.
-  auto model = o.lora.empty() ? models::build_model(mcfg) : models::construct_model(mcfg, {}, c10::kMeta);
+  // A mixture of experts: a skeleton too, its billions of parameters drawn on the device.
+  const bool skeleton = !o.lora.empty() || mcfg.is_moe();
+  auto model = skeleton ? models::construct_model(mcfg, {}, c10::kMeta) : models::build_model(mcfg);
   if (!o.lora.empty()) models::apply_lora(*model, config.lora);
   const int64_t n_params = models::parameter_count(mcfg);
   auto engine = initialize(config, model, ctx);
@@ -265,7 +273,7 @@ void run(const distributed::DistContext& ctx, const Options& o) {
   // "-tuned": zero_optimization keys beyond the defaults (named in the row's zero_extra).
   const std::string system = "stratum-zero" + std::to_string(o.stage) + (o.checkpointing ? "-ckpt" : "") +
                              (o.sparse_gradients ? "-sparse" : "") + (o.zero_extra.empty() ? "" : "-tuned") +
-                             (o.lora.empty() ? "" : "-lora");
+                             (o.lora.empty() ? "" : "-lora") + (o.moe_gemm == "loop" ? "-loop" : "");
   nlohmann::ordered_json out = {{"system", system},
                         {"model", o.model},
                         {"gpus", dp},
@@ -314,6 +322,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     for (const auto& kv : overrides) options.overrides.push_back(models::parse_override(kv));
+    // Read once by the experts' GEMMs (nn/moe/grouped_linear.h): set before any runs.
+    if (options.moe_gemm == "loop") setenv("STRATUM_MOE_GROUPED_GEMM", "0", 1);
     distributed::DistContext ctx = distributed::init();
     // Every CUDA object dies inside run(), before distributed::finalize() (see init.h).
     run(ctx, options);

@@ -19,7 +19,9 @@ import scenarios as sc  # noqa: E402
 
 COMMAND = "python3 bench/report.py > docs/benchmarks.md"
 GROUPS = [  # (heading, which scenarios)
-    ("Training throughput on one GPU", lambda s: s["kind"] == "matrix" and sc.gpus_needed(s) == 1),
+    ("Training throughput on one GPU",
+     lambda s: s["kind"] == "matrix" and sc.gpus_needed(s) == 1 and not s.get("moe_arch")),
+    ("Mixtures of experts on one GPU", lambda s: s["kind"] == "matrix" and s.get("moe_arch")),
     ("Training throughput on two GPUs", lambda s: s["kind"] == "matrix" and sc.gpus_needed(s) >= 2),
     ("Collectives", lambda s: s["kind"] == "collectives"),
     ("Kernels", lambda s: s["kind"] in ("attention", "adam-bandwidth", "cpu-adam")),

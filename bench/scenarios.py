@@ -14,7 +14,10 @@ kind matrix (bench_engine against bench/peers/gpt_peers.py):
   model, seq, micro  the preset, sequence length and micro-batch per GPU of every row
   stratum    ZeRO stages, or {"stage": N, "flags": [bench_engine flags]} for a row with more flags
   stratum_flags  bench_engine flags of every Stratum row (e.g. ["--set", "max_seq_len=2048"])
-  peers      gpt_peers.py systems: single, ddp, fsdp2, each also "-compile"; deepspeed-zero1/2/3
+  peers      gpt_peers.py systems: single, ddp, fsdp2, each also "-compile"; deepspeed-zero1/2/3;
+             a mixture of experts: transformers, transformers-compile (bench/peers/moe_peers.py, its own
+             MixtralForCausalLM / Qwen3MoeForCausalLM; transformers from .pylib/)
+  moe_arch   mixtral | qwen3_moe: the transformers model the peers build (its layers: stratum_flags' layers=N)
   steps, warmup, rounds  timed steps (8) after warm-up steps (3); rounds (1): every system once a round
 kind collectives: rounds, max_bytes, dtype
 kind attention: iters
@@ -36,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS_FILE = os.path.join(HERE, "scenarios.json")
 KINDS = ("matrix", "collectives", "attention", "adam-bandwidth", "cpu-adam", "pipeline-bubble", "train")
 PEERS = ("single", "single-compile", "ddp", "ddp-compile", "fsdp2", "fsdp2-compile",
-         "deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3")
+         "deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3", "transformers", "transformers-compile")
 # NVLink multicast off: a program using it can take the host's shared GPUs out of service.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -168,6 +171,9 @@ def plan_matrix(run, build, work, gpus_available):
             steps.append(Step(f"stratum-zero{stage}", argv, env=env, phase=rnd, lane=0,
                               fields={"run": label, "flags": shlex.join(flags), "round": rnd}))
         for peer in run.get("peers", []):
+            if peer.startswith("transformers"):
+                steps.append(moe_peer(run, peer, rnd, label, side_by_side))
+                continue
             if peer.startswith("deepspeed-zero"):
                 args = ["--system", "deepspeed", "--zero", peer[-1]]
             elif peer.endswith("-compile"):
@@ -180,6 +186,22 @@ def plan_matrix(run, build, work, gpus_available):
             steps.append(Step(peer, launch + ["bench/peers/gpt_peers.py"] + args + common, env=env, phase=rnd,
                               lane=1 if side_by_side else 0, fields={"run": label, "flags": "", "round": rnd}))
     return steps
+
+
+def moe_peer(run, peer, rnd, label, side_by_side):
+    """transformers' own MoE model at the scenario's shape (bench/peers/moe_peers.py), one GPU."""
+    flags = run.get("stratum_flags", [])
+    layers = next((f.split("=", 1)[1] for f in flags if f.startswith("layers=")), None)
+    if not run.get("moe_arch") or layers is None:
+        raise ValueError(f"{peer}: a transformers peer needs moe_arch and stratum_flags' --set layers=N")
+    argv = ["python3", "bench/peers/moe_peers.py", "--arch", run["moe_arch"], "--layers", layers,
+            "--seq", str(run["seq"]), "--micro", str(run["micro"]), "--steps", str(run.get("steps", 8)),
+            "--warmup", str(run.get("warmup", 3))] + (["--compile"] if peer.endswith("-compile") else [])
+    env = {"PYTHONPATH": ".pylib"}
+    if side_by_side:
+        env["CUDA_VISIBLE_DEVICES"] = "1"
+    return Step(peer, argv, env=env, phase=rnd, lane=1 if side_by_side else 0,
+                fields={"run": label, "flags": "", "round": rnd})
 
 
 def plan_collectives(run, build, work, gpus_available):

@@ -6,23 +6,23 @@
 #      EP = 2 and 4 (each also data parallel), EP 2 x 2 at ZeRO-3, with
 #      activation checkpointing, against the one-rank run: fp32, per-step
 #      losses within 1e-5 relative. The all-to-all's GPU path exercised.
-#   2. Throughput against transformers' own models (bench/peers/moe_peers.py,
+#   2. Throughput against transformers' own models: the scenarios
+#      1gpu-moe-mixtral and 1gpu-moe-qwen3 of bench/run_matrix.sh (Mixtral's
+#      shape at 4 layers, Qwen3-30B-A3B's at 8; seq 4096, micro-batch 1, bf16;
+#      the grouped GEMM and a loop of per-expert GEMMs; bench/peers/moe_peers.py
 #      eager and compiled, from .pylib/: WHEELS=.whl/lora_b installs
-#      transformers first, scripts/device_lora_wheels.sh fills it): the
-#      Mixtral shape (8 experts, top 2, d 4096, ffn 14336) at LAYERS_MIXTRAL
-#      layers (default 4: what fits beside AdamW's states on one H200) and the
-#      Qwen3-30B-A3B shape (128 experts, top 8) at LAYERS_QWEN (default 8),
-#      seq 4096, micro-batch 1, bf16: tokens/s, MFU on the active parameters, peak.
+#      transformers first, scripts/device_lora_wheels.sh fills it). Their
+#      .jsonl land in $OUT: copy them into bench/results/, then regenerate
+#      docs/benchmarks.md (python3 bench/report.py).
 #   3. The experts' GEMMs alone at both shapes (bench_moe_gemm): the grouped
 #      GEMM (ATen's _grouped_mm) against a loop of one GEMM per expert.
-#   PARTS="1 2 3" (default), STEPS=8.
+#   PARTS="1 2 3" (default).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STRATUM_LOG_LEVEL=info
 bin=${BIN:-build-device/bin}
 parts=${PARTS:-1 2 3}
-steps=${STEPS:-8}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 if [ -n "${WHEELS:-}" ]; then
@@ -62,18 +62,8 @@ PY
 fi
 
 if [[ " $parts " == *" 2 "* ]]; then
-  echo "=== throughput: Stratum against transformers' MoE models (bf16, seq 4096, micro-batch 1) ==="
-  for entry in "mixtral mixtral-8x7b ${LAYERS_MIXTRAL:-4}" "qwen3_moe qwen3-30b-a3b ${LAYERS_QWEN:-8}"; do
-    read -r arch preset layers <<< "$entry"
-    "$bin/bench_engine" --model "$preset" --set "layers=$layers" --set max_seq_len=4096 --seq 4096 --micro 1 \
-      --stage 0 --precision bf16 --steps "$steps" --warmup 3 2>&1 | tail -1
-    STRATUM_MOE_GROUPED_GEMM=0 "$bin/bench_engine" --model "$preset" --set "layers=$layers" --set max_seq_len=4096 \
-      --seq 4096 --micro 1 --stage 0 --precision bf16 --steps "$steps" --warmup 3 2>&1 | tail -1 | sed 's/^/loop GEMMs: /'
-    for compile in "" --compile; do
-      PYTHONPATH=.pylib python3 bench/peers/moe_peers.py --arch "$arch" --layers "$layers" --seq 4096 \
-        --steps "$steps" $compile 2>&1 | tail -1
-    done
-  done
+  echo "=== throughput: Stratum against transformers' MoE models (bench/run_matrix.sh) ==="
+  bash bench/run_matrix.sh 1gpu-moe-mixtral 1gpu-moe-qwen3 2>&1 | tail -20
 fi
 
 if [[ " $parts " == *" 3 "* ]]; then

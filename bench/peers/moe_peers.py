@@ -7,9 +7,9 @@ sequence as given; eager, or under torch.compile (--compile). The router's
 auxiliary loss is off on both sides (transformers computes it only with
 output_router_logits).
 
-Prints one JSON line: tokens/s over the steps after the warm-up, MFU on the
-active parameters (6 N_active + 12 L d s FLOPs a token, 989 TFLOP/s), peak
-allocated GiB (torch.cuda.max_memory_allocated).
+Prints one JSON line with bench_engine's keys: tokens/s over the steps after
+the warm-up, MFU on the active parameters (6 N_active + 12 L d s FLOPs a
+token, 989 TFLOP/s), peak allocated GiB (torch.cuda.max_memory_allocated).
 
   python3 bench/peers/moe_peers.py --arch mixtral --layers 4 --seq 4096 --steps 8 [--compile]
 """
@@ -85,11 +85,13 @@ def main():
     tok_s = args.micro * args.seq * len(times) / sum(times)
     head_width = cfg.num_attention_heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
     flops = 6 * active + 12 * cfg.num_hidden_layers * head_width * args.seq
-    print(json.dumps({"system": f"transformers-{args.arch}" + ("-compile" if args.compile else ""),
-                      "layers": args.layers, "seq": args.seq, "micro": args.micro, "tokens_per_s": tok_s,
-                      "mfu": tok_s * flops / 989e12,
-                      "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-                      "active_parameters": active, "loss": out.loss.item()}))
+    # The keys of bench_engine's and gpt_peers.py's rows (bench/report.py reads them alike).
+    print(json.dumps({"system": "transformers" + ("-compile" if args.compile else ""), "arch": args.arch,
+                      "layers": args.layers, "gpus": 1, "seq": args.seq, "micro": args.micro,
+                      "tokens_per_s_per_gpu": round(tok_s, 1), "tflops_per_gpu": round(tok_s * flops / 1e12, 2),
+                      "mfu": round(tok_s * flops / 989e12, 4),
+                      "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+                      "wall_step_s": sum(times) / len(times), "active_params": active, "loss": out.loss.item()}))
 
 
 if __name__ == "__main__":
