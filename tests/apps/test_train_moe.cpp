@@ -49,6 +49,13 @@ TEST_F(TrainCli, MixtureOfExpertsTrainsOverExpertParallelRanksAndResumesInOnePro
   ASSERT_EQ(ep_losses.size(), 4u);
   ASSERT_EQ(one_losses.size(), 4u);
   for (const auto& [step, loss] : one_losses) EXPECT_NEAR(ep_losses.at(step), loss, 1e-5 * loss) << "step " << step;
+  // metrics.csv's 11th column: the step's largest expert load over the mean, the same at both layouts.
+  const auto ep_load = metric(dir_ + "/ep2_log/metrics.csv", 10), one_load = metric(dir_ + "/one_log/metrics.csv", 10);
+  ASSERT_EQ(ep_load.size(), 4u);
+  for (const auto& [step, load] : one_load) {
+    EXPECT_GE(load, 1.0);
+    EXPECT_NEAR(ep_load.at(step), load, 1e-9) << "step " << step;
+  }
 
   r = run(kBin + "/stratum-ckpt info " + dir_ + "/ckpt --tag global_step4");
   EXPECT_EQ(r.status, 0) << r.output;

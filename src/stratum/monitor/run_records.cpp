@@ -12,7 +12,8 @@ RunRecords::RunRecords(const Config& config, const std::string& log_dir, int64_t
   if (!metrics_dir_.empty())
     metrics_ = std::make_unique<MetricsLog>(metrics_dir_, std::vector<std::string>{"step", "loss", "eval_loss", "lr",
                                                                                   "loss_scale", "tokens_per_s", "mfu",
-                                                                                  "memory_gib", "grad_norm", "skipped"});
+                                                                                  "memory_gib", "grad_norm", "skipped",
+                                                                                  "expert_imbalance", "experts_dropped"});
   if (!tensorboard_dir_.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir_);
 }
 
@@ -27,6 +28,8 @@ void RunRecords::step(const StepMetrics& m, double grad_norm, std::optional<doub
                                          {"memory_gib", m.memory_gib}, {"grad_norm", grad_norm},
                                          {"skipped", double(m.skipped)}};
     if (eval_loss) row["eval_loss"] = *eval_loss;
+    if (m.expert_imbalance) row["expert_imbalance"] = *m.expert_imbalance;
+    if (m.experts_dropped) row["experts_dropped"] = *m.experts_dropped;
     metrics_->write(row);
   }
   if (tensorboard_) {
@@ -38,6 +41,7 @@ void RunRecords::step(const StepMetrics& m, double grad_norm, std::optional<doub
     tensorboard_->add_scalar("Train/Samples/tokens_per_s", m.tokens_per_second, samples);
     tensorboard_->add_scalar("Train/Samples/mfu", m.mfu, samples);
     tensorboard_->add_scalar("Train/Samples/memory_gib", m.memory_gib, samples);
+    if (m.expert_imbalance) tensorboard_->add_scalar("Train/Samples/expert_imbalance", *m.expert_imbalance, samples);
     if (eval_loss) tensorboard_->add_scalar("Eval/Samples/eval_loss", *eval_loss, samples);
     tensorboard_->flush();
   }
