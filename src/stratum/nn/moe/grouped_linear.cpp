@@ -59,7 +59,11 @@ at::Tensor stacked_weights(const std::vector<std::vector<at::Tensor>>& blocks) {
   return v.defined() ? v : at::stack(per_expert, 0);
 }
 
-std::atomic<bool> g_grouped_refused{false};
+// Each pass's grouped GEMM (the forward's, the input gradient's, the weights'
+// gradient's): one ATen refuses falls back to the loop alone, the others stay.
+enum Pass { kForward = 0, kInputGrad = 1, kWeightGrad = 2 };
+std::atomic<bool> g_grouped_refused[3] = {false, false, false};
+const char* const kPassName[3] = {"forward", "input gradient", "weight gradient"};
 
 // STRATUM_MOE_GROUPED_GEMM=0 runs the loop on the GPU too (a diagnostic
 // switch, read once: the same math, for side-by-side timing).
@@ -71,8 +75,8 @@ bool grouped_enabled() {
   return enabled;
 }
 
-bool grouped_available(const at::Tensor& x) {
-  return x.is_cuda() && x.scalar_type() == at::kBFloat16 && grouped_enabled() && !g_grouped_refused.load();
+bool grouped_available(const at::Tensor& x, Pass pass) {
+  return x.is_cuda() && x.scalar_type() == at::kBFloat16 && grouped_enabled() && !g_grouped_refused[pass].load();
 }
 
 at::Tensor offsets_of(const std::vector<int64_t>& counts, c10::Device device) {
@@ -82,16 +86,17 @@ at::Tensor offsets_of(const std::vector<int64_t>& counts, c10::Device device) {
   return at::tensor(at::ArrayRef<int32_t>(ends), at::TensorOptions().dtype(at::kInt)).to(device, /*non_blocking=*/true);
 }
 
-// Runs `grouped`; when ATen refuses (shapes or strides its kernel does not
-// take), says so once and returns an undefined tensor: the loop serves from then on.
+// Runs `grouped` for `pass`; when ATen refuses (shapes or strides its kernel
+// does not take), says so once and returns an undefined tensor: that pass's
+// loop serves from then on.
 template <class F>
-at::Tensor try_grouped(F&& grouped) {
+at::Tensor try_grouped(Pass pass, F&& grouped) {
   try {
     return grouped();
   } catch (const std::exception& e) {
-    if (!g_grouped_refused.exchange(true))
-      log::warn(std::string("MoE experts: ATen's grouped GEMM refused these operands; a loop of per-expert GEMMs "
-                            "runs instead: ") + e.what());
+    if (!g_grouped_refused[pass].exchange(true))
+      log::warn(std::string("MoE experts: ATen's grouped GEMM refused the ") + kPassName[pass] +
+                "'s operands; a loop of per-expert GEMMs runs it instead: " + e.what());
     return {};
   }
 }
@@ -128,9 +133,10 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
     ctx->saved_data["counts"] = counts;
     ctx->saved_data["blocks"] = nblocks;
     const auto blocks = unflatten(flat, static_cast<size_t>(nblocks));
-    if (grouped_available(x)) {
+    if (grouped_available(x, kForward)) {
       const at::Tensor w = stacked_weights(blocks);
-      at::Tensor y = try_grouped([&] { return at::_grouped_mm(x, w.transpose(1, 2), offsets_of(counts, x.device())); });
+      at::Tensor y =
+          try_grouped(kForward, [&] { return at::_grouped_mm(x, w.transpose(1, 2), offsets_of(counts, x.device())); });
       if (y.defined()) return y;
     }
     return loop_forward(x, counts, blocks);
@@ -146,40 +152,33 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
     variable_list out(saved.size() + 2);
     bool any_weight = false;
     for (size_t i = 1; i < saved.size(); ++i) any_weight = any_weight || ctx->needs_input_grad(i);
-    if (grouped_available(x)) {
-      const at::Tensor w = stacked_weights(blocks);
-      const at::Tensor offs = offsets_of(counts, x.device());
-      at::Tensor dx, dw;
-      if (ctx->needs_input_grad(0)) dx = try_grouped([&] { return at::_grouped_mm(dy, w, offs); });
-      if (any_weight && (dx.defined() || !ctx->needs_input_grad(0)))
-        dw = try_grouped([&] { return at::_grouped_mm(dy.t(), x, offs); });  // [E, Σ out, in]
-      if ((dx.defined() || !ctx->needs_input_grad(0)) && (dw.defined() || !any_weight)) {
-        out[0] = dx;
-        size_t i = 1;
-        int64_t col = 0;
-        for (const auto& b : blocks) {
-          for (size_t e = 0; e < b.size(); ++e, ++i)
-            if (ctx->needs_input_grad(i)) out[i] = dw[static_cast<int64_t>(e)].narrow(0, col, b[e].size(0));
-          col += b[0].size(0);
-        }
-        return out;
-      }
+    const bool grouped_dx = ctx->needs_input_grad(0) && grouped_available(x, kInputGrad);
+    const bool grouped_dw = any_weight && grouped_available(x, kWeightGrad);
+    at::Tensor w, offs, dw;
+    if (grouped_dx || grouped_dw) {
+      w = stacked_weights(blocks);
+      offs = offsets_of(counts, x.device());
     }
-    if (ctx->needs_input_grad(0)) out[0] = at::empty_like(x);
+    if (grouped_dx) out[0] = try_grouped(kInputGrad, [&] { return at::_grouped_mm(dy, w, offs); });
+    if (grouped_dw) dw = try_grouped(kWeightGrad, [&] { return at::_grouped_mm(dy.t(), x, offs); });  // [E, Σ out, in]
+    const bool loop_dx = ctx->needs_input_grad(0) && !out[0].defined();
+    if (loop_dx) out[0] = at::empty_like(x);
     int64_t row = 0;
     for (size_t e = 0; e < counts.size(); ++e) {
       const int64_t n = counts[e];
       const at::Tensor dy_e = dy.narrow(0, row, n), x_e = x.narrow(0, row, n);
-      if (ctx->needs_input_grad(0) && n > 0) {
+      if (loop_dx && n > 0) {
         at::Tensor dx_e = out[0].narrow(0, row, n);
         at::mm_out(dx_e, dy_e, expert_weight(blocks, e));
       }
       int64_t col = 0;
       for (size_t j = 0; j < blocks.size(); ++j) {
-        const at::Tensor& w = blocks[j][e];
+        const at::Tensor& wj = blocks[j][e];
         const size_t i = 1 + j * counts.size() + e;
-        if (ctx->needs_input_grad(i)) out[i] = weight_grad(w, dy_e.narrow(1, col, w.size(0)), x_e);
-        col += w.size(0);
+        if (ctx->needs_input_grad(i))
+          out[i] = dw.defined() ? dw[static_cast<int64_t>(e)].narrow(0, col, wj.size(0))
+                                : weight_grad(wj, dy_e.narrow(1, col, wj.size(0)), x_e);
+        col += wj.size(0);
       }
       row += n;
     }
@@ -219,7 +218,7 @@ at::Tensor grouped_linear(const at::Tensor& x, const std::vector<int64_t>& count
   return GroupedLinear::apply(x, at::TensorList(flat), counts, static_cast<int64_t>(blocks.size()));
 }
 
-const char* grouped_linear_path(const at::Tensor& x) { return grouped_available(x) ? "grouped" : "loop"; }
+const char* grouped_linear_path(const at::Tensor& x) { return grouped_available(x, kForward) ? "grouped" : "loop"; }
 
 at::Tensor grouped_linear_loop(const at::Tensor& x, const std::vector<int64_t>& counts,
                                const std::vector<std::vector<at::Tensor>>& blocks) {
