@@ -161,6 +161,10 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
     }
     if (grouped_dx) out[0] = try_grouped(kInputGrad, [&] { return at::_grouped_mm(dy, w, offs); });
     if (grouped_dw) dw = try_grouped(kWeightGrad, [&] { return at::_grouped_mm(dy.t(), x, offs); });  // [E, Σ out, in]
+    // An expert given no rows has a zero gradient, whatever the kernel leaves in its group.
+    if (dw.defined())
+      for (size_t e = 0; e < counts.size(); ++e)
+        if (counts[e] == 0) dw[static_cast<int64_t>(e)].zero_();
     const bool loop_dx = ctx->needs_input_grad(0) && !out[0].defined();
     if (loop_dx) out[0] = at::empty_like(x);
     int64_t row = 0;
