@@ -108,7 +108,8 @@ at::Tensor SparseMoEImpl::run_experts(const at::Tensor& rows, const std::vector<
 at::Tensor SparseMoEImpl::remote_experts(const at::Tensor& rows, const std::vector<int64_t>& counts) {
   const int64_t p = ep_.size(), me = ep_.rank(), local = static_cast<int64_t>(expert_list.size());
   // `counts`: after any capacity drop, what is sent. [P, E]: each rank's, for each expert.
-  const at::Tensor all = gather_counts(at::tensor(counts, at::kLong), ep_);
+  // On the rows' device: an NCCL group takes no host tensors.
+  const at::Tensor all = gather_counts(at::tensor(counts, at::kLong).to(rows.device()), ep_);
   const auto c = all.accessor<int64_t, 2>();
   std::vector<int64_t> send(static_cast<size_t>(p), 0), recv(static_cast<size_t>(p), 0);
   for (int64_t q = 0; q < p; ++q)

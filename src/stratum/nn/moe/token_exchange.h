@@ -29,9 +29,10 @@ struct ExpertParallel {
 at::Tensor exchange_rows(const at::Tensor& x, const std::vector<int64_t>& send_splits,
                          const std::vector<int64_t>& recv_splits, const ExpertParallel& ep);
 
-// Every rank's count of assignments for each expert: counts int64 [E] on any
-// device in, [size, E] int64 on the CPU out (one all-gather and one
-// synchronization: the transfers' sizes).
+// Every rank's count of assignments for each expert: counts int64 [E] on the
+// group's device (an NCCL group's GPU; an MPI group takes either) in, [size, E]
+// int64 on the CPU out (one all-gather and one synchronization: the
+// transfers' sizes).
 at::Tensor gather_counts(const at::Tensor& counts, const ExpertParallel& ep);
 
 }  // namespace stratum::nn::moe
