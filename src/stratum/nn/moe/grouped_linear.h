@@ -11,8 +11,9 @@
 // (ATen's _grouped_mm) over the experts' weights stacked [E, Σ out_j, in]:
 // a view when they lie evenly spaced in one buffer (ZeRO's flat parameters
 // keep an expert's blocks and the experts in registration order), else a
-// copy. Elsewhere a loop of one GEMM per expert, which also serves when
-// _grouped_mm refuses the shapes (and everywhere with STRATUM_MOE_GROUPED_GEMM=0). The weights' gradients are per expert and
+// copy. Elsewhere a loop of one GEMM per expert, which also serves a pass
+// (forward, input gradient, weight gradient) whose operands _grouped_mm
+// refuses, and everywhere with STRATUM_MOE_GROUPED_GEMM=0. The weights' gradients are per expert and
 // block; an expert given no rows gets a zero gradient.
 #include <cstdint>
 #include <vector>
