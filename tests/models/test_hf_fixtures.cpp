@@ -19,7 +19,9 @@ const std::string kFixtures = std::string(STRATUM_TEST_DATA_DIR) + "/hf";
 }  // namespace
 
 TEST(HfFixtures, LogitsMatchTransformers) {
-  for (const std::string name : {"gpt2", "llama3", "llama2"}) {
+  // The mixtures of experts (make_moe_fixtures.py) too: Mixtral, Qwen3-MoE with
+  // and without the chosen experts' weights normalised.
+  for (const std::string name : {"gpt2", "llama3", "llama2", "mixtral", "qwen3_moe", "qwen3_moe_unnormalised"}) {
     SCOPED_TRACE(name);
     const std::string dir = kFixtures + "/" + name;
     const ModelConfig c = read_hf_model_config(dir);
