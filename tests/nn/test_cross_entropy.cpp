@@ -7,6 +7,7 @@
 
 #include "stratum/core/error.h"
 #include "stratum/nn/cross_entropy.h"
+#include "stratum/nn/tiled_lm_loss.h"
 
 using namespace stratum;
 
@@ -116,4 +117,85 @@ TEST(ChunkedCrossEntropy, GpuKernelsMatchTorch) {
       EXPECT_EQ(got[1][4].abs().max().item<double>(), 0.0) << "an ignored row has no gradient; " << what;
     }
   }
+}
+
+// nn::tiled_lm_head_loss (the LM head and its loss fused, a tile of rows at a
+// time) against the untiled path it replaces: the head's logits, then
+// nn::chunked_cross_entropy (and torch's loss): the same loss and gradients of
+// the hidden states and the weight, with ignored rows, for tiles that do and
+// do not divide the rows, a single row tile, and a tile wider than the rows.
+namespace {
+
+struct HeadGrads {
+  double loss;
+  at::Tensor hidden_grad, weight_grad;
+};
+
+HeadGrads run_head(const at::Tensor& hidden0, const at::Tensor& weight0, const at::Tensor& targets, int64_t tile) {
+  at::Tensor hidden = hidden0.detach().clone().requires_grad_(true);
+  at::Tensor weight = weight0.detach().clone().requires_grad_(true);
+  at::Tensor loss = tile > 0 ? nn::tiled_lm_head_loss(hidden, weight, targets, -100, tile)
+                             : nn::chunked_cross_entropy(at::linear(hidden, weight), targets);
+  loss.backward();
+  return {loss.item<double>(), hidden.grad(), weight.grad()};
+}
+
+double rel(const at::Tensor& got, const at::Tensor& want) {
+  return (got - want).abs().max().item<double>() / std::max(want.abs().max().item<double>(), 1e-12);
+}
+
+}  // namespace
+
+TEST(TiledLoss, MatchesUntiledCrossEntropy) {
+  torch::manual_seed(5);
+  const at::Tensor hidden = torch::randn({3, 7, 16}), weight = torch::randn({37, 16}) * 0.5;  // V: no multiple of 64
+  at::Tensor targets = torch::randint(37, {3, 7});
+  targets[0][0] = -100;
+  targets[1][4] = -100;
+  targets[2][6] = -100;
+  const HeadGrads ref = run_head(hidden, weight, targets, 0);
+  const double torch_loss = at::cross_entropy_loss(at::linear(hidden, weight).reshape({-1, 37}), targets.reshape({-1}),
+                                                   {}, at::Reduction::Mean, -100)
+                                .item<double>();
+  EXPECT_NEAR(ref.loss, torch_loss, 1e-6 * std::abs(torch_loss));
+  for (int64_t tile : {int64_t{1}, int64_t{4}, int64_t{7}, int64_t{21}, int64_t{1000}}) {
+    const HeadGrads got = run_head(hidden, weight, targets, tile);
+    EXPECT_NEAR(got.loss, ref.loss, 1e-5 * std::abs(ref.loss)) << "tile " << tile;
+    EXPECT_EQ(got.hidden_grad.sizes(), hidden.sizes());
+    EXPECT_LE(rel(got.hidden_grad, ref.hidden_grad), 1e-5) << "tile " << tile;
+    EXPECT_LE(rel(got.weight_grad, ref.weight_grad), 1e-5) << "tile " << tile;
+    // Ignored rows get no hidden gradient.
+    EXPECT_EQ(got.hidden_grad[1][4].abs().max().item<double>(), 0.0);
+  }
+}
+
+// A tied head: the weight is also the embedding the hidden states were looked
+// up from; its gradient is the lookup's plus the head's, as untiled.
+TEST(TiledLoss, TiedHeadMatchesUntiledCrossEntropy) {
+  torch::manual_seed(6);
+  const at::Tensor table0 = torch::randn({40, 12}) * 0.5, mix = torch::randn({12, 12}) * 0.3;
+  const at::Tensor tokens = torch::randint(40, {2, 9}), targets = torch::randint(40, {2, 9});
+  auto run_tied = [&](int64_t tile) {
+    at::Tensor table = table0.clone().requires_grad_(true);
+    const at::Tensor hidden = at::tanh(at::embedding(table, tokens).matmul(mix));
+    at::Tensor loss = tile > 0 ? nn::tiled_lm_head_loss(hidden, table, targets, -100, tile)
+                               : nn::chunked_cross_entropy(at::linear(hidden, table), targets);
+    loss.backward();
+    return std::make_pair(loss.item<double>(), table.grad());
+  };
+  const auto [ref_loss, ref_grad] = run_tied(0);
+  for (int64_t tile : {int64_t{1}, int64_t{5}, int64_t{18}}) {
+    const auto [loss, grad] = run_tied(tile);
+    EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss)) << "tile " << tile;
+    EXPECT_LE(rel(grad, ref_grad), 1e-5) << "tile " << tile;
+  }
+}
+
+TEST(TiledLoss, AllIgnoredIsNanAndBadArgumentsAreNamed) {
+  const at::Tensor hidden = torch::randn({4, 8}), weight = torch::randn({10, 8});
+  EXPECT_TRUE(std::isnan(nn::tiled_lm_head_loss(hidden, weight, torch::full({4}, -100, torch::kLong), -100, 2)
+                             .item<double>()));
+  EXPECT_THROW(nn::tiled_lm_head_loss(hidden, weight, torch::zeros({3}, torch::kLong), -100, 2), Error);
+  EXPECT_THROW(nn::tiled_lm_head_loss(hidden, torch::randn({10, 7}), torch::zeros({4}, torch::kLong), -100, 2), Error);
+  EXPECT_THROW(nn::tiled_lm_head_loss(hidden, weight, torch::zeros({4}, torch::kLong), -100, 0), Error);
 }

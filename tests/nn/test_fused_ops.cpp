@@ -12,6 +12,7 @@
 #include "stratum/nn/linear.h"
 #include "stratum/nn/mlp.h"
 #include "stratum/nn/rope.h"
+#include "stratum/nn/tiled_rows.h"
 #ifdef STRATUM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
@@ -247,4 +248,73 @@ TEST(FusedOps, BadShapesAreNamed) {
   EXPECT_THROW(nn::layer_norm(torch::randn({2, 4}), torch::ones({5}), torch::zeros({5}), 1e-5), Error);
   EXPECT_THROW(nn::add_layer_norm(torch::randn({2, 4}), torch::randn({2, 5}), torch::ones({4}), torch::zeros({4}), 1e-5),
                Error);
+}
+
+// The MLPs run over tiles of tokens (tile_tokens, nn/tiled_rows.h) against
+// the same MLPs untiled: output and the gradients of the input and of every
+// weight, keeping or recomputing the activation, for tiles that do and do
+// not divide the 22 rows, one row, and more than the rows.
+namespace {
+
+template <typename Mlp>
+void expect_tiling_matches(const std::function<std::shared_ptr<Mlp>()>& make, const std::string& what) {
+  torch::manual_seed(8);
+  auto untiled = make();
+  const at::Tensor x0 = torch::randn({2, 11, 16}), up = torch::randn({2, 11, 16});
+  at::Tensor x = x0.clone().requires_grad_(true);
+  const at::Tensor want = untiled->forward(x);
+  want.backward(up);
+  for (int64_t tile : {int64_t{1}, int64_t{5}, int64_t{11}, int64_t{100}}) {
+    auto tiled = make();
+    tiled->tile_tokens = tile;
+    {
+      torch::NoGradGuard no_grad;
+      auto src = untiled->named_parameters();
+      for (auto& p : tiled->named_parameters()) p.value().copy_(src[p.key()]);
+    }
+    ASSERT_TRUE(tiled->tiled());
+    at::Tensor xt = x0.clone().requires_grad_(true);
+    const at::Tensor got = tiled->forward(xt);
+    got.backward(up);
+    const std::string where = what + " tile " + std::to_string(tile);
+    EXPECT_LE(rel_err(got, want), 1e-5) << where << ": output";
+    EXPECT_LE(rel_err(xt.grad(), x.grad()), 1e-5) << where << ": input gradient";
+    auto ref = untiled->named_parameters();
+    for (const auto& p : tiled->named_parameters()) {
+      ASSERT_TRUE(p.value().grad().defined()) << where << ": " << p.key();
+      EXPECT_LE(rel_err(p.value().grad(), ref[p.key()].grad()), 1e-5) << where << ": " << p.key();
+    }
+  }
+}
+
+}  // namespace
+
+TEST(TiledMlp, MatchesUntiledGeluMlp) {
+  for (const bool recompute : {false, true})
+    expect_tiling_matches<nn::GeluMLPImpl>(
+        [&] { return std::make_shared<nn::GeluMLPImpl>(16, 40, /*dropout=*/0.0, recompute); },
+        std::string("gelu mlp") + (recompute ? " (recomputed)" : ""));
+}
+
+TEST(TiledMlp, MatchesUntiledSwiGLUMlp) {
+  for (const bool recompute : {false, true})
+    expect_tiling_matches<nn::SwiGLUMLPImpl>([&] { return std::make_shared<nn::SwiGLUMLPImpl>(16, 40, recompute); },
+                                             std::string("swiglu mlp") + (recompute ? " (recomputed)" : ""));
+}
+
+// An input that takes no gradient (the weights' alone), and tiles of a
+// function of no parameters (the input's alone).
+TEST(TiledMlp, TiledRowsGivesWhatIsAskedFor) {
+  torch::manual_seed(9);
+  auto mlp = std::make_shared<nn::SwiGLUMLPImpl>(8, 24);
+  const at::Tensor x = torch::randn({13, 8});
+  mlp->forward(x).sum().backward();
+  const at::Tensor want = mlp->down_proj->weight.grad().clone();
+  mlp->zero_grad();
+  mlp->tile_tokens = 4;
+  mlp->forward(x).sum().backward();
+  EXPECT_LE(rel_err(mlp->down_proj->weight.grad(), want), 1e-5);
+  at::Tensor y = torch::randn({13, 8}).requires_grad_(true);
+  nn::tiled_rows([](const at::Tensor& t) { return t * t; }, y, {}, 3).sum().backward();
+  EXPECT_LE(rel_err(y.grad(), 2 * y.detach()), 1e-6);
 }

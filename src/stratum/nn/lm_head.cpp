@@ -4,6 +4,7 @@
 
 #include "stratum/nn/linear.h"
 #include "stratum/nn/tensor_parallel/layers.h"
+#include "stratum/nn/tiled_lm_loss.h"
 
 namespace stratum::nn {
 
@@ -15,8 +16,17 @@ LMHeadLayer::LMHeadLayer(int64_t hidden, int64_t vocab_rows, tp::TensorParallel 
   lm_head_ = register_module("lm_head", Linear(hidden, vocab_rows, /*bias=*/false, device));
 }
 
+const at::Tensor& LMHeadLayer::weight() const { return embedding_ ? embedding_->weight : lm_head_->weight; }
+
+bool LMHeadLayer::loss_tiled() const {
+  return loss_tile_rows_ > 0 && !tp_.enabled() && (embedding_ || !(lm_head_->has_lora() || lm_head_->nf4_base));
+}
+
 at::Tensor LMHeadLayer::forward(const at::Tensor& x) {
-  const at::Tensor& w = embedding_ ? embedding_->weight : lm_head_->weight;
+  const at::Tensor& w = weight();
+  if (loss_targets_.defined() && loss_tiled() && x.dim() >= 1 &&
+      x.sizes().slice(0, x.dim() - 1) == loss_targets_.sizes())
+    return nn::tiled_lm_head_loss(x, w, loss_targets_, /*ignore_index=*/-100, loss_tile_rows_);
   // A shard's rows are a multiple of 64 already (nn::tp::padded_vocab_size).
   return tp_.enabled() ? tp::column_parallel_linear(x, w, at::Tensor(), tp_) : nn::linear_padded_rows(x, w);
 }

@@ -6,6 +6,14 @@
 // reduced and updated once. Under tensor parallelism (`tp`) the weight is
 // this rank's rows of the padded vocabulary and the logits its columns
 // (column parallel; nn/tensor_parallel/layers.h).
+//
+// Tiled loss (set_loss_tiling, nn/tiled_lm_loss.h): while loss targets are
+// set, forward returns the mean cross-entropy of its logits against them
+// (0-dim fp32), computed a tile of rows at a time, instead of the logits:
+// the loss is taken inside the head's own layer, so ZeRO-3 has its weight
+// (or the tied embedding's) gathered for both passes. Not under tensor
+// parallelism (the vocabulary-parallel loss runs there) nor for a head
+// whose weight is not plain (LoRA, NF4): forward returns logits then.
 #include <memory>
 
 #include "stratum/nn/layer_stack.h"
@@ -25,13 +33,29 @@ class LMHeadLayer : public StackLayer {
   std::vector<at::Tensor> borrowed_parameters() const override;
   // Untied: the head's weight goes through one nn::linear. (Tied: the
   // embedding's lookup reads it too; borrowed parameters are never fused.)
-  bool linear_weights_fusable() const override { return !tied(); }
+  // Tiled, the weight's gradient comes back through autograd instead.
+  bool linear_weights_fusable() const override { return !tied() && loss_tile_rows_ == 0; }
   bool tied() const { return embedding_ != nullptr; }
 
+  // Rows a tile of the tiled loss (0: the head returns logits).
+  void set_loss_tiling(int64_t tile_rows) { loss_tile_rows_ = tile_rows; }
+  // Whether forward can return the tiled loss: tiling on, no tensor
+  // parallelism, a plain weight.
+  bool loss_tiled() const;
+  // Targets [...] (the hidden input's leading shape) forward's loss is taken
+  // against; undefined: logits again. They stay set until replaced, as
+  // activation checkpointing may run the head again in backward. Input of
+  // another leading shape gets logits.
+  void set_loss_targets(at::Tensor targets) { loss_targets_ = std::move(targets); }
+
  private:
+  const at::Tensor& weight() const;
+
   std::shared_ptr<EmbeddingImpl> embedding_;  // tied: not registered here
   Linear lm_head_{nullptr};                    // untied
   tp::TensorParallel tp_;
+  int64_t loss_tile_rows_ = 0;
+  at::Tensor loss_targets_;
 };
 
 }  // namespace stratum::nn

@@ -12,6 +12,7 @@
 #include "stratum/nn/lora_linear.h"
 #include "stratum/nn/tensor_parallel/layers.h"
 #include "stratum/nn/tensor_parallel/random.h"
+#include "stratum/nn/tiled_rows.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include "stratum/nn/gemm_epilogue_cuda.h"
 #include "stratum/nn/kernel_launch.h"
@@ -280,13 +281,25 @@ GeluMLPImpl::GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, boo
   c_proj = register_module("c_proj", Linear(ffn_hidden / this->tp.size(), hidden, /*bias=*/true, device));
 }
 
+bool GeluMLPImpl::tiled() const {
+  return tile_tokens > 0 && !(c_fc->has_lora() || c_proj->has_lora() || c_fc->nf4_base || c_proj->nf4_base);
+}
+
 at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
   if (c_fc->has_lora() || c_proj->has_lora() || c_fc->nf4_base || c_proj->nf4_base) return forward_with_adapters(x);
   // Under tensor parallelism both GEMMs run on this rank's columns of the
   // inner width, as one function; c_proj's bias comes after the group's sum.
+  // The function reads the parameters when it runs (tiled: again in backward).
+  GeluMLPImpl* self = this;
+  const RowFunction mlp = [self](const at::Tensor& in) {
+    return nn::gelu_mlp(in, self->c_fc->weight, self->c_fc->bias, self->c_proj->weight,
+                        self->tp.enabled() ? at::Tensor() : self->c_proj->bias,
+                        /*keep_activation=*/!self->recompute_activation);
+  };
   const at::Tensor partial = tp::through_region(x, tp, [&](const at::Tensor& in) {
-    return nn::gelu_mlp(in, c_fc->weight, c_fc->bias, c_proj->weight, tp.enabled() ? at::Tensor() : c_proj->bias,
-                        /*keep_activation=*/!recompute_activation);
+    if (!tiled()) return mlp(in);
+    return tiled_rows(mlp, in, {c_fc->weight, c_fc->bias, c_proj->weight, tp.enabled() ? at::Tensor() : c_proj->bias},
+                      tile_tokens);
   });
   const at::Tensor y = tp.enabled() ? tp::leave_region(partial, tp) + c_proj->bias : partial;
   return is_training() ? tp::dropout_outside_region(y, dropout, tp) : y;
@@ -316,7 +329,29 @@ SwiGLUMLPImpl::SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_
   down_proj = register_module("down_proj", linear(local, hidden));
 }
 
+bool SwiGLUMLPImpl::tiled() const {
+  return tile_tokens > 0 && !(gate_proj->has_lora() || up_proj->has_lora() || down_proj->has_lora() ||
+                              gate_proj->nf4_base || up_proj->nf4_base || down_proj->nf4_base);
+}
+
 at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
+  if (tiled()) {
+    // The whole MLP a tile at a time (this rank's shard under tensor parallelism).
+    SwiGLUMLPImpl* self = this;
+    const RowFunction mlp = [self](const at::Tensor& in) {
+      const at::Tensor gate_up = nn::linear_stacked(in, {self->gate_proj->weight, self->up_proj->weight});
+      return self->recompute_activation ? nn::swiglu_linear(gate_up, self->down_proj->weight)
+                                        : nn::linear(nn::swiglu(gate_up), self->down_proj->weight);
+    };
+    return tp::leave_region(tp::through_region(x, tp,
+                                               [&](const at::Tensor& in) {
+                                                 return tiled_rows(mlp, in,
+                                                                   {gate_proj->weight, up_proj->weight,
+                                                                    down_proj->weight},
+                                                                   tile_tokens);
+                                               }),
+                            tp);
+  }
   // Gate and up projections as one GEMM over the stacked weights (4-bit ones
   // dequantized side by side), and one each way for their adapters.
   const bool nf4 = gate_proj->nf4_base || up_proj->nf4_base || down_proj->nf4_base;

@@ -10,6 +10,12 @@
 // (nn/gemm_epilogue_cuda.cu), elsewhere the ATen composition (the CPU path
 // the tests compare against). The weights' gradients go to their sinks
 // (nn/linear.h).
+// With `tile_tokens` > 0 the MLP runs over tiles of that many tokens (rows of
+// the micro-batch's [B x T] tokens; nn/tiled_rows.h): only one tile's [tile,
+// FFN] intermediates are alive, the backward recomputing each tile. Under
+// tensor parallelism the tiles are of this rank's shard (the gathered
+// sequence, this rank's columns of the FFN width); LoRA and NF4 layers run
+// untiled.
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
@@ -52,11 +58,14 @@ class GeluMLPImpl : public torch::nn::Module {
   GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, bool recompute_activation = false,
               tp::TensorParallel tp = {}, c10::Device device = c10::kCPU);
   at::Tensor forward(const at::Tensor& x);
+  // Whether forward runs tiled (tile_tokens > 0 and no adapters or NF4 weights).
+  bool tiled() const;
 
   Linear c_fc{nullptr}, c_proj{nullptr};
   double dropout;
   bool recompute_activation;
   tp::TensorParallel tp;
+  int64_t tile_tokens = 0;  // 0: untiled
 
  private:
   at::Tensor forward_with_adapters(const at::Tensor& x);
@@ -68,10 +77,13 @@ class SwiGLUMLPImpl : public torch::nn::Module {
   SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_activation = false, tp::TensorParallel tp = {},
                 c10::Device device = c10::kCPU);
   at::Tensor forward(const at::Tensor& x);
+  // Whether forward runs tiled (tile_tokens > 0 and no adapters or NF4 weights).
+  bool tiled() const;
 
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   bool recompute_activation;
   tp::TensorParallel tp;
+  int64_t tile_tokens = 0;  // 0: untiled
 };
 
 }  // namespace stratum::nn
