@@ -279,6 +279,45 @@ TEST(Models, RecomputedMlpActivationGivesTheSameGradients) {
   }
 }
 
+// The MLP and the LM head with its loss run over tiles of tokens
+// (tiled_mlp_tokens, tiled_loss_tokens) against the untiled model: the same
+// loss and gradients, tied and untied heads, ignored targets; the logits and
+// an evaluation without autograd afterwards as untiled.
+TEST(TiledModel, LlamaAndGpt2MatchUntiledLossAndGradients) {
+  for (const char* name : {"tiny-gpt2", "tiny-llama"})
+    for (const char* tied : {"true", "false"}) {
+      SCOPED_TRACE(std::string(name) + " tie_embeddings=" + tied);
+      auto untiled = build_model(make_model_config(name, {{"tie_embeddings", tied}}));
+      auto tiled = build_model(make_model_config(
+          name, {{"tie_embeddings", tied}, {"tiled_mlp_tokens", "5"}, {"tiled_loss_tokens", "7"}}));
+      randomize(*untiled, 21);
+      randomize(*tiled, 21);
+      const at::Tensor tokens = tokens_for(tiled->config(), 2, 16, 22);
+      at::Tensor targets = tokens_for(tiled->config(), 2, 16, 23);
+      targets[0][3] = -100;
+      targets[1][15] = -100;
+      const at::Tensor want = untiled->forward(tokens, targets), got = tiled->forward(tokens, targets);
+      EXPECT_EQ(got.dim(), 0);
+      EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-5 * std::abs(want.item<double>()));
+      want.backward();
+      got.backward();
+      const auto params = tiled->named_parameters(), ref = untiled->named_parameters();
+      ASSERT_EQ(params.size(), ref.size());
+      for (const auto& p : params) {
+        const at::Tensor& w = ref[p.key()].grad();
+        ASSERT_TRUE(p.value().grad().defined()) << p.key();
+        EXPECT_LE(max_diff(p.value().grad(), w), 1e-5 * std::max(1e-3, w.abs().max().item<double>())) << p.key();
+      }
+      // The head's weight gradient comes back through autograd: not fusable.
+      EXPECT_FALSE(tiled->layer(tiled->size() - 1).linear_weights_fusable());
+      EXPECT_LE(max_diff(tiled->logits(tokens), untiled->logits(tokens)), 1e-5);
+      c10::AutoGradMode no_grad(false);
+      EXPECT_NEAR(tiled->forward(tokens, targets).item<double>(), want.item<double>(),
+                  1e-5 * std::abs(want.item<double>()));
+      EXPECT_EQ(tiled->logits(tokens).dim(), 3);
+    }
+}
+
 TEST(Models, GroupedQueryAttentionEqualsMhaWithRepeatedKv) {
   auto gqa = build_model(preset("tiny-llama"));  // 4 heads, 2 kv heads
   auto mha = build_model(make_model_config("tiny-llama", {{"kv_heads", "4"}}));

@@ -174,7 +174,7 @@ TEST(ModelConfig, OverridesEveryDimension) {
   EXPECT_EQ(m.head_dim(), 32);
   EXPECT_TRUE(m.qk_norm);
   EXPECT_EQ(parameter_count(m), count_by_tensors(m));
-  EXPECT_EQ(override_keys().size(), 29u);
+  EXPECT_EQ(override_keys().size(), 31u);
   EXPECT_THROW(make_model_config("tiny-llama", {{"rope_scaling_factor", "8"}, {"rope_high_freq_factor", "0.5"}}), Error);
 }
 
@@ -185,6 +185,24 @@ TEST(ModelConfig, Gpt2HiddenAndHeadsCarryTheirDerivedSizes) {
   // An explicit ffn_hidden wins, in either order.
   EXPECT_EQ(make_model_config("tiny-gpt2", {{"ffn_hidden", "100"}, {"hidden", "128"}}).ffn_hidden, 100);
   EXPECT_EQ(make_model_config("tiny-gpt2", {{"hidden", "128"}, {"ffn_hidden", "100"}}).ffn_hidden, 100);
+}
+
+TEST(ModelConfig, TilingTokensAreZeroOrPositive) {
+  EXPECT_EQ(preset("tiny-llama").tiled_mlp_tokens, 0);
+  EXPECT_EQ(preset("tiny-llama").tiled_loss_tokens, 0);
+  const ModelConfig c = make_model_config("tiny-llama", {{"tiled_mlp_tokens", "4096"}, {"tiled_loss_tokens", "0"}});
+  EXPECT_EQ(c.tiled_mlp_tokens, 4096);
+  EXPECT_EQ(c.tiled_loss_tokens, 0);
+  for (const char* key : {"tiled_mlp_tokens", "tiled_loss_tokens"})
+    for (const char* bad : {"-1", "x", ""}) {
+      const std::string msg = error_of([&] { make_model_config("tiny-gpt2", {{key, bad}}); });
+      EXPECT_NE(msg.find(std::string("'") + key + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("non-negative"), std::string::npos) << msg;
+    }
+  ModelConfig direct = preset("tiny-gpt2");
+  direct.tiled_loss_tokens = -3;
+  const std::string msg = error_of([&] { validate(direct); });
+  EXPECT_NE(msg.find("tiled_loss_tokens"), std::string::npos) << msg;
 }
 
 TEST(ModelConfig, BadOverridesNameKeyAndValue) {

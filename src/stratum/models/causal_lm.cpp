@@ -10,6 +10,7 @@
 #include "stratum/core/error.h"
 #include "stratum/core/splitmix.h"
 #include "stratum/nn/cross_entropy.h"
+#include "stratum/nn/lm_head.h"
 #include "stratum/nn/parameter_modules.h"
 #include "stratum/quant/nf4.h"
 
@@ -54,11 +55,20 @@ at::Tensor CausalLMImpl::logits_of_output(const at::Tensor& output, int64_t leng
   return whole.size(1) != length ? whole.narrow(1, 0, length) : whole;
 }
 
+nn::LMHeadLayer* CausalLMImpl::tiled_head() const {
+  if (config_.tiled_loss_tokens <= 0 || size() == 0) return nullptr;
+  auto* head = dynamic_cast<nn::LMHeadLayer*>(&layer(size() - 1));
+  return head && head->loss_tiled() ? head : nullptr;
+}
+
 at::Tensor CausalLMImpl::logits(const at::Tensor& tokens) {
+  if (nn::LMHeadLayer* head = tiled_head()) head->set_loss_targets({});  // logits, not a loss
   return logits_of_output(nn::LayerStackImpl::forward(stack_input(tokens)), tokens.size(1));
 }
 
 at::Tensor CausalLMImpl::loss(const at::Tensor& output, const at::Tensor& targets) {
+  // A pipeline's last stage: its head has produced the logits already (the
+  // tiled loss runs only within forward(tokens, targets)).
   if (!tp_.enabled()) return causal_lm_loss(output, targets);
   return nn::tp::vocab_parallel_cross_entropy(output, targets, vocab_, tp_);
 }
@@ -75,8 +85,21 @@ at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& targets, 
 }  // namespace
 
 at::Tensor CausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
+  if (nn::LMHeadLayer* head = tiled_head()) {
+    // The head returns the loss itself, a tile of rows at a time (nn/tiled_lm_loss.h).
+    check_tokens(config_, tokens);
+    if (targets.sizes() != tokens.sizes())
+      throw Error("causal_lm_loss: targets " + c10::str(targets.sizes()) + " do not match tokens " +
+                  c10::str(tokens.sizes()));
+    head->set_loss_targets(targets);
+    at::Tensor loss = nn::LayerStackImpl::forward(tokens);
+    if (!c10::GradMode::is_enabled()) head->set_loss_targets({});  // no backward can run the head again
+    return loss;
+  }
   // The logits live only here: their gradient takes their place.
   if (!tp_.enabled()) return next_token_loss(logits(tokens), targets, /*consume=*/true);
+  // Under tensor parallelism the loss stays vocabulary-parallel over the
+  // head's logit shards (tiled_loss_tokens is not applied).
   check_tokens(config_, tokens);
   if (const int64_t pad = sequence_padding(tp_, tokens.size(1)))
     return nn::tp::vocab_parallel_cross_entropy(

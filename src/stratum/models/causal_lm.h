@@ -31,6 +31,7 @@
 
 namespace stratum::nn {
 class LinearImpl;
+class LMHeadLayer;
 }
 
 namespace stratum::models {
@@ -46,7 +47,9 @@ class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule, pu
   // tensor parallelism the vocabulary-parallel loss of the stack's logit
   // shards, the same on every rank of the group. Under sequence parallelism a
   // length the group does not divide is padded on the right and the padding
-  // ignored (logits: dropped).
+  // ignored (logits: dropped). With tiled_loss_tokens (no tensor
+  // parallelism, a plain head weight) the head computes the loss itself a
+  // tile at a time, never holding [B, T, vocab] logits (nn/tiled_lm_loss.h).
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& targets);
   // That loss from the stack's output (a pipeline's last stage): the logits,
   // or under tensor parallelism this rank's vocabulary shard of them.
@@ -94,6 +97,9 @@ class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule, pu
   std::vector<nn::moe::SparseMoEImpl*> moe_layers() const;
 
  private:
+  // The last layer when it computes the tiled loss (tiled_loss_tokens), else null.
+  nn::LMHeadLayer* tiled_head() const;
+
   std::shared_ptr<nn::moe::RoutingRecord> routing_ = std::make_shared<nn::moe::RoutingRecord>();
   nn::moe::ExpertParallel ep_;
   ModelConfig config_;

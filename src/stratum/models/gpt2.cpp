@@ -66,6 +66,7 @@ class GPT2Block : public nn::StackLayer {
     ln_2 = register_module("ln_2", layer_norm(c, device));
     mlp = register_module("mlp", std::make_shared<nn::GeluMLPImpl>(c.hidden, c.ffn_hidden, c.dropout,
                                                                     c.recompute_mlp_activation, tp, device));
+    mlp->tile_tokens = c.tiled_mlp_tokens;
   }
   at::Tensor forward(const at::Tensor& x) override {
     // The attention's residual add and ln_2 as one function (one backward pass for both).
@@ -73,7 +74,8 @@ class GPT2Block : public nn::StackLayer {
     const auto [h, normed] = nn::add_layer_norm(x, attended, ln_2->weight, ln_2->bias, ln_2->eps);
     return h + mlp->forward(normed);
   }
-  bool linear_weights_fusable() const override { return true; }
+  // A tiled MLP's weight gradients come back through autograd (nn/tiled_rows.h).
+  bool linear_weights_fusable() const override { return mlp->tile_tokens == 0; }
   nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   std::shared_ptr<nn::FusedQKVAttentionImpl> attn;
   std::shared_ptr<nn::GeluMLPImpl> mlp;
@@ -103,8 +105,10 @@ std::shared_ptr<CausalLMImpl> construct_gpt2(const ModelConfig& c, const nn::tp:
     model->append(block, "transformer.h." + std::to_string(i));
   }
   model->append(std::make_shared<GPT2FinalNorm>(c, device), "transformer");
-  if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->wte.ptr(), tp), "");
-  else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp, device), "");
+  auto head = c.tie_embeddings ? std::make_shared<nn::LMHeadLayer>(embedding->wte.ptr(), tp)
+                                : std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp, device);
+  head->set_loss_tiling(c.tiled_loss_tokens);
+  model->append(head, "");
   return model;
 }
 

@@ -64,14 +64,16 @@ class LlamaDecoderLayer : public nn::StackLayer {
     else
       mlp = register_module("mlp", std::make_shared<nn::SwiGLUMLPImpl>(c.hidden, c.ffn_hidden,
                                                                         c.recompute_mlp_activation, tp, device));
+    if (mlp) mlp->tile_tokens = c.tiled_mlp_tokens;  // a mixture of experts runs untiled
   }
   at::Tensor forward(const at::Tensor& x) override {
     const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x));
     const at::Tensor n = post_attention_layernorm->forward(h);
     return h + (moe ? moe->forward(n) : mlp->forward(n));
   }
-  // The experts' grouped GEMMs write their weights' gradients themselves.
-  bool linear_weights_fusable() const override { return moe == nullptr; }
+  // The experts' grouped GEMMs write their weights' gradients themselves, a
+  // tiled MLP's come back through autograd (nn/tiled_rows.h).
+  bool linear_weights_fusable() const override { return moe == nullptr && mlp->tile_tokens == 0; }
   std::shared_ptr<nn::RMSNormImpl> input_layernorm, post_attention_layernorm;
   std::shared_ptr<nn::GroupedQueryAttentionImpl> self_attn;
   std::shared_ptr<nn::SwiGLUMLPImpl> mlp;             // dense
@@ -138,8 +140,10 @@ std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& c, const nn::tp
     model->append(layer, "model.layers." + std::to_string(i));
   }
   model->append(std::make_shared<LlamaFinalNorm>(c, device), "model");
-  if (c.tie_embeddings) model->append(std::make_shared<nn::LMHeadLayer>(embedding->embed_tokens.ptr(), tp), "");
-  else model->append(std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp, device), "");
+  auto head = c.tie_embeddings ? std::make_shared<nn::LMHeadLayer>(embedding->embed_tokens.ptr(), tp)
+                                : std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp, device);
+  head->set_loss_tiling(c.tiled_loss_tokens);
+  model->append(head, "");
   return model;
 }
 

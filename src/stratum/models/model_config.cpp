@@ -118,6 +118,16 @@ int64_t parse_positive_int(const std::string& key, const std::string& value) {
   return v;
 }
 
+// 0 (off) or a positive count.
+int64_t parse_nonnegative_int(const std::string& key, const std::string& value) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno == ERANGE || v < 0)
+    throw Error("model override '" + key + "': expected a non-negative integer (0: off), got '" + value + "'");
+  return v;
+}
+
 double parse_double(const std::string& key, const std::string& value, double min, bool min_inclusive, double max) {
   errno = 0;
   char* end = nullptr;
@@ -165,6 +175,9 @@ const std::map<std::string, Setter>& setters() {
       {"tie_embeddings", [](ModelConfig& c, auto& k, auto& v) { c.tie_embeddings = parse_bool(k, v); }},
       {"recompute_mlp_activation",
        [](ModelConfig& c, auto& k, auto& v) { c.recompute_mlp_activation = parse_bool(k, v); }},
+      {"tiled_mlp_tokens", [](ModelConfig& c, auto& k, auto& v) { c.tiled_mlp_tokens = parse_nonnegative_int(k, v); }},
+      {"tiled_loss_tokens",
+       [](ModelConfig& c, auto& k, auto& v) { c.tiled_loss_tokens = parse_nonnegative_int(k, v); }},
       {"rope_scaling_factor",
        [](ModelConfig& c, auto& k, auto& v) { c.rope_scaling_factor = parse_double(k, v, 0, true, inf); }},
       {"rope_low_freq_factor",
@@ -322,6 +335,9 @@ void validate(const ModelConfig& c) {
   need(c.init_std > 0 && std::isfinite(c.init_std), "init_std must be positive and finite");
   need(c.dropout >= 0 && c.dropout < 1, "dropout must be in [0, 1)");
   need(c.attention_dropout < 1, "attention_dropout must be in [0, 1)");
+  need(c.tiled_mlp_tokens >= 0, "tiled_mlp_tokens must be >= 0 (0: off), got " + std::to_string(c.tiled_mlp_tokens));
+  need(c.tiled_loss_tokens >= 0,
+       "tiled_loss_tokens must be >= 0 (0: off), got " + std::to_string(c.tiled_loss_tokens));
   if (c.arch == "gpt2") {
     need(c.kv_heads == c.heads, "kv_heads (" + std::to_string(c.kv_heads) + ") must equal heads (" +
                                     std::to_string(c.heads) + ") for gpt2: grouped-query attention is LLaMA's");

@@ -64,6 +64,16 @@ struct ModelConfig {
   // (micro 8) for 0.1-0.6% of throughput, 2.0 GiB less on llama-1b for ~1%.
   // A training setting, not the model's: the same values either way.
   bool recompute_mlp_activation = false;
+  // Long sequences (DeepSpeed ALST's tiling), training settings too, the same
+  // values either way. tiled_mlp_tokens: each dense MLP runs over tiles of
+  // this many of the micro-batch's tokens, recomputed tile by tile in
+  // backward (nn/tiled_rows.h): [tile, FFN] intermediates instead of
+  // [B x T, FFN]. tiled_loss_tokens: the LM head and the loss run fused over
+  // tiles of this many tokens (nn/tiled_lm_loss.h): [tile, vocab] logits
+  // instead of [B x T, vocab]; not under tensor parallelism or in a
+  // pipeline's last stage (their loss reads the logits). 0: off.
+  int64_t tiled_mlp_tokens = 0;
+  int64_t tiled_loss_tokens = 0;
 
   // LLaMA's family: an attention head's width when it is not hidden / heads
   // (Qwen3's 128 at hidden 2048 and 32 heads); 0: hidden / heads.
@@ -106,6 +116,7 @@ ModelConfig preset(const std::string& name);
 // "vocab_size", "max_seq_len", "rope_theta", "norm_eps", "init_std", "dropout", "attention_dropout",
 // "tie_embeddings", "rope_scaling_factor", "rope_low_freq_factor",
 // "rope_high_freq_factor", "rope_original_max_seq_len", "recompute_mlp_activation",
+// "tiled_mlp_tokens", "tiled_loss_tokens",
 // "head_dim", "qk_norm", "num_experts", "top_k", "moe_ffn_hidden",
 // "shared_expert_ffn_hidden", "router_score", "norm_topk_prob", "router_groups",
 // "router_top_groups", "routed_scaling_factor");
