@@ -84,7 +84,14 @@ struct Options {
   std::string prompt = "The ";
   double temperature = 0.8, eval_fraction = 0.05, peak_tflops = 989.0;
   int64_t top_k = 40;
+  // Token windows over documents (data/training_source.h): --documents,
+  // --document-positions, --cross-document-targets.
+  std::string documents = "joined", document_positions = "restart", cross_document_targets = "keep";
 };
+
+data::DocumentWindows document_windows(const Options& o) {
+  return {o.documents == "separate", o.document_positions == "restart", o.cross_document_targets == "mask"};
+}
 
 double memory_gib(const distributed::DistContext& ctx) {
 #ifdef STRATUM_WITH_CUDA
@@ -563,6 +570,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   source_options.dp_rank = static_cast<int>(dp->rank());
   source_options.dp_size = static_cast<int>(dp->size());
   source_options.seed = o.seed;
+  source_options.documents = document_windows(o);
   const std::unique_ptr<data::TrainingSource> source = open_training_source(o, ctx, tokenizer, mcfg, source_options);
 
   // Checkpoints: every layout loads them (the data position is the first stage's).
@@ -697,6 +705,20 @@ int main(int argc, char** argv) {
                  "loss on the answers only: chat:FILE.jsonl ({\"messages\": [...]}, rendered with the chat template) "
                  "or prompt-completion:FILE.jsonl ({\"prompt\": ..., \"completion\": ...})")
       ->expected(1, -1);
+  app.add_option("--documents", o.documents,
+                 "token windows over documents: 'joined' (default: a window is one sequence, attention reads across "
+                 "document boundaries) or 'separate' (a segment per document, from the data's document index: each "
+                 "text file of a directory, each JSON Lines record, each llm.c or Megatron document; attention stays "
+                 "within each; instruction data is always packed apart)")
+      ->check(CLI::IsMember({"joined", "separate"}));
+  app.add_option("--document-positions", o.document_positions,
+                 "with --documents separate: 'restart' (default: positions 0, 1, ... from each document's first token) "
+                 "or 'continue' (positions run on through the window)")
+      ->check(CLI::IsMember({"restart", "continue"}));
+  app.add_option("--cross-document-targets", o.cross_document_targets,
+                 "with --documents separate: 'keep' (default: a document's last token is trained to predict the next "
+                 "document's first, as Megatron does) or 'mask' (no loss there, Megatron's eod_mask_loss)")
+      ->check(CLI::IsMember({"keep", "mask"}));
   app.add_option("--chat-template", o.chat_template,
                  "a Jinja chat template file for chat:FILE data (default: the tokenizer's tokenizer_config.json)");
   app.add_option("--cache-dir", o.cache_dir, "where tokenized text and the default corpus are kept");

@@ -15,6 +15,7 @@
 #include "stratum/core/fs.h"
 #include "stratum/data/dataset.h"
 #include "stratum/data/foreign_token_files.h"
+#include "stratum/data/foreign_token_headers.h"
 #include "stratum/data/token_file.h"
 #include "stratum/data/tokenizer.h"
 
@@ -87,6 +88,28 @@ TEST_F(ForeignTokenFiles, MegatronDatasetsReadInDocumentOrder) {
   EXPECT_EQ(f.vocab_size(), *std::max_element(megatron_.begin(), megatron_.end()) + 1);
   // The documents keep their end-of-document tokens: 40 of them.
   EXPECT_EQ(std::count(megatron_.begin(), megatron_.end(), 0), 40);
+}
+
+// The documents each format records become the token file's document index:
+// Megatron's document index (here each document ends in EOD 0), llm.c's
+// delimiter before each document (GPT-2's <|endoftext|>, 50256).
+TEST_F(ForeignTokenFiles, DocumentsBecomeTheDocumentIndex) {
+  TokenFile megatron(prepare_token_file(*dir_ + "/megatron_text_document", ByteTokenizer(), {*dir_ + "/cache", true}));
+  std::vector<int64_t> want = {0};
+  for (size_t i = 0; i + 1 < megatron_.size(); ++i)
+    if (megatron_[i] == 0) want.push_back(static_cast<int64_t>(i) + 1);
+  EXPECT_EQ(want.size(), 40u);
+  EXPECT_EQ(read_document_index(megatron), want);
+  const std::vector<uint16_t> tokens = {5, 6, 50256, 7, 8, 9, 50256, 50256, 3};
+  std::vector<int32_t> header(256, 0);
+  header[0] = kLlmcGpt2Magic, header[1] = 1, header[2] = static_cast<int32_t>(tokens.size());
+  {
+    std::ofstream out(*dir_ + "/docs_gpt2.bin", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), 1024);
+    out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(2 * tokens.size()));
+  }
+  TokenFile llmc(prepare_token_file(*dir_ + "/docs_gpt2.bin", ByteTokenizer(), {*dir_ + "/cache", true}));
+  EXPECT_EQ(read_document_index(llmc), (std::vector<int64_t>{0, 2, 6, 7}));
 }
 
 TEST_F(ForeignTokenFiles, DamagedFilesAreNamedWithTheByte) {

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -88,9 +89,22 @@ std::string blend_token_files(const std::vector<BlendSource>& sources, int64_t w
   char name[64];
   std::snprintf(name, sizeof name, "blend.%016llx.strtok", static_cast<unsigned long long>(h));
   const std::string out = (cache_dir.empty() ? std::string(".") : cache_dir) + "/" + name;
-  if (!may_write || fs::exists(out)) return out;
+  if (!may_write) return out;
   std::vector<TokenFile> files;
   for (const auto& s : sources) files.emplace_back(s.path);
+  // Documents: each window begins one, and the source's own starts within it
+  // begin others; only when every source has a document index.
+  bool indexed = true;
+  for (const auto& f : files) indexed = indexed && has_document_index(f.path(), f.size());
+  if (fs::exists(out)) {
+    try {
+      if (!indexed || has_document_index(out, TokenFile(out).size())) return out;
+    } catch (const Error&) {  // damaged: rebuilt
+    }
+  }
+  std::vector<std::vector<int64_t>> starts(files.size());
+  if (indexed)
+    for (size_t i = 0; i < files.size(); ++i) starts[i] = read_document_index(files[i]);
   int64_t windows = 0, vocab = 0;
   for (size_t i = 0; i < files.size(); ++i) {
     if (files[i].tokenizer_name() != files[0].tokenizer_name())
@@ -125,7 +139,20 @@ std::string blend_token_files(const std::vector<BlendSource>& sources, int64_t w
                     std::to_string(id) + ", outside its vocabulary of " + std::to_string(files[pick].vocab_size()));
       ids[static_cast<size_t>(t)] = static_cast<int32_t>(id);
     }
-    writer.append(ids);
+    if (!indexed) {
+      writer.append(ids);
+    } else {
+      const int64_t base = next[pick] * window;
+      const auto& s = starts[pick];
+      int64_t done = 0;
+      writer.begin_document();
+      for (auto it = std::upper_bound(s.begin(), s.end(), base); it != s.end() && *it < base + window; ++it) {
+        writer.append(ids.data() + done, static_cast<size_t>(*it - base - done));
+        writer.begin_document();
+        done = *it - base;
+      }
+      writer.append(ids.data() + done, static_cast<size_t>(window - done));
+    }
     ++next[pick], ++taken[pick];
   }
   writer.commit();

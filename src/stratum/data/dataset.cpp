@@ -96,7 +96,8 @@ bool cache_is_fresh(const std::string& cache, const std::string& source, const s
   if (newest > cache_time) return false;
   try {
     TokenFile file(cache);
-    return file.tokenizer_name() == tokenizer.name() && file.vocab_size() == tokenizer.vocab_size();
+    return file.tokenizer_name() == tokenizer.name() && file.vocab_size() == tokenizer.vocab_size() &&
+           has_document_index(cache, file.size());  // a cache from before document indexes is rebuilt
   } catch (const Error&) {
     return false;  // damaged or empty: rebuild
   }
@@ -109,9 +110,10 @@ class ParallelEncoder {
   ParallelEncoder(const Tokenizer& tokenizer, TokenFileWriter& writer)
       : tokenizer_(tokenizer), writer_(writer),
         threads_(std::max(1u, std::thread::hardware_concurrency())) {}
-  // `before` and `after` are ids around the piece's own (special tokens).
-  void add(std::string text, std::vector<int32_t> before = {}, std::vector<int32_t> after = {}) {
-    jobs_.push_back({std::move(text), std::move(before), std::move(after), {}});
+  // `before` and `after` are ids around the piece's own (special tokens);
+  // `document`: the piece begins a document (TokenFileWriter::begin_document).
+  void add(std::string text, std::vector<int32_t> before = {}, std::vector<int32_t> after = {}, bool document = false) {
+    jobs_.push_back({std::move(text), std::move(before), std::move(after), {}, document});
     if (jobs_.size() >= threads_) flush();
   }
   // Ids after the last piece added (a document's EOS).
@@ -133,6 +135,7 @@ class ParallelEncoder {
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
     for (auto& job : jobs_) {
+      if (job.document) writer_.begin_document();
       writer_.append(job.before);
       writer_.append(job.ids);
       writer_.append(job.after);
@@ -144,6 +147,7 @@ class ParallelEncoder {
   struct Job {
     std::string text;
     std::vector<int32_t> before, after, ids;
+    bool document = false;
   };
   void run(size_t i, std::exception_ptr& error) {
     try {
@@ -197,8 +201,9 @@ std::vector<int32_t> document_end(const Tokenizer& tokenizer) {
 
 // Each text file is a document: the tokenizer's prefix (BOS) before it, its
 // suffix and EOS after it (a tokenizer without an EOS, as the byte one, joins
-// the files with a newline instead). A file is fed in pieces of about
-// kChunkBytes cut where safe_cut says, encoded in parallel.
+// the files with a newline instead, the newline counted in the next file's
+// document). A file is fed in pieces of about kChunkBytes cut where safe_cut
+// says, encoded in parallel; its first piece begins a document.
 void tokenize_files(const std::vector<std::string>& files, const Tokenizer& tokenizer, TokenFileWriter& writer) {
   ParallelEncoder encoder(tokenizer, writer);
   const bool documents = tokenizer.eos_id() >= 0;
@@ -209,6 +214,7 @@ void tokenize_files(const std::vector<std::string>& files, const Tokenizer& toke
     std::string pending;
     if (!documents && last != '\n') pending.push_back('\n');
     std::vector<int32_t> before = tokenizer.prefix_tokens();
+    bool document = true;
     std::FILE* f = fs::open_regular_file(path, kDataFile);
     size_t got;
     while ((got = std::fread(chunk.data(), 1, chunk.size(), f)) > 0) {
@@ -216,15 +222,16 @@ void tokenize_files(const std::vector<std::string>& files, const Tokenizer& toke
       last = chunk[got - 1];
       const size_t cut = next_cut(pending);
       if (cut != std::string::npos) {
-        encoder.add(pending.substr(0, cut), std::move(before));
+        encoder.add(pending.substr(0, cut), std::move(before), {}, document);
         before.clear();
+        document = false;
         pending.erase(0, cut);
       }
     }
     const bool failed = std::ferror(f);
     std::fclose(f);
     if (failed) throw Error(path + ": read error");
-    if (!pending.empty() || !before.empty()) encoder.add(std::move(pending), std::move(before));
+    if (!pending.empty() || !before.empty()) encoder.add(std::move(pending), std::move(before), {}, document);
     if (documents) encoder.append_to_last(document_end(tokenizer));
   }
   encoder.flush();
@@ -244,7 +251,8 @@ void tokenize_jsonl(const std::string& path, const Tokenizer& tokenizer, TokenFi
   try {
     read_jsonl_lines(f, path, max_line_bytes, [&](std::string_view line, int64_t line_number, int64_t byte) {
       if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;  // blank lines are skipped
-      encoder.add(jsonl_document_text(line, jsonl_line_name(path, line_number, byte)), tokenizer.prefix_tokens(), end);
+      encoder.add(jsonl_document_text(line, jsonl_line_name(path, line_number, byte)), tokenizer.prefix_tokens(), end,
+                  true);
     });
   } catch (...) {
     std::fclose(f);

@@ -33,6 +33,11 @@ class ChunkedWriter {
     chunk_.push_back(static_cast<int32_t>(id));
     if (chunk_.size() == kChunk) flush();
   }
+  // The ids pushed from here on begin a document (the token file's index).
+  void begin_document() {
+    flush();
+    writer_.begin_document();
+  }
   void commit() {
     flush();
     writer_.commit();
@@ -74,8 +79,13 @@ void convert_llmc(const std::string& path, const std::string& out) {
   const MappedFile bytes(path);
   const LlmcShardInfo info = check_llmc_shard(bytes.data(), bytes.size(), path);
   ChunkedWriter writer(out, info.width == 2 ? "llmc-gpt2" : "llmc-llama3", info.vocab);
+  // llm.c puts its delimiter before each document: GPT-2's <|endoftext|>,
+  // LLaMA-3's <|begin_of_text|>. A document begins at each.
+  const int64_t delimiter = info.width == 2 ? kLlmcGpt2Delimiter : kLlmcLlama3Delimiter;
+  writer.begin_document();
   for (int64_t i = 0; i < info.count; ++i) {
     const int64_t id = llmc_token(bytes.data(), info, i);
+    if (id == delimiter) writer.begin_document();
     if (id >= info.vocab)
       throw Error(path + ": byte " + std::to_string(kLlmcHeaderBytes + static_cast<uint64_t>(i) * info.width) +
                   ": token " + std::to_string(id) + " is outside the " + std::to_string(info.vocab) +
@@ -99,7 +109,8 @@ int64_t largest_megatron_id(const MappedFile& bin, const MegatronIndexInfo& info
 }
 
 // The sequences lie back to back, the whole .bin (check_megatron_index), so
-// the documents in order are the .bin's tokens in order.
+// the documents in order are the .bin's tokens in order. A document begins at
+// each sequence its document index names.
 void convert_megatron(const std::string& prefix, const std::string& out) {
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
   require_regular_file(idx_path, "a Megatron index (.idx)");
@@ -107,8 +118,18 @@ void convert_megatron(const std::string& prefix, const std::string& out) {
   const MappedFile idx(idx_path), bin(bin_path);
   const MegatronIndexInfo info = check_megatron_index(idx.data(), idx.size(), bin.size(), idx_path, bin_path);
   ChunkedWriter writer(out, "megatron", largest_megatron_id(bin, info) + 1);
-  for (uint64_t at = 0; at < info.token_bytes; at += static_cast<uint64_t>(info.width))
-    writer.push(megatron_token(bin.data(), info, at));
+  writer.begin_document();
+  uint64_t next_document = 0;  // into the document index, which never goes back
+  for (uint64_t s = 0; s < info.sequences; ++s) {
+    bool begins = false;
+    while (next_document < info.documents &&
+           static_cast<uint64_t>(megatron_document(idx.data(), info, next_document)) <= s)
+      begins |= static_cast<uint64_t>(megatron_document(idx.data(), info, next_document++)) == s;
+    if (begins) writer.begin_document();
+    const auto at = static_cast<uint64_t>(megatron_sequence_pointer(idx.data(), info, s));
+    const auto size = static_cast<uint64_t>(megatron_sequence_size(idx.data(), info, s));
+    for (uint64_t k = 0; k < size; ++k) writer.push(megatron_token(bin.data(), info, at + k * static_cast<uint64_t>(info.width)));
+  }
   writer.commit();
 }
 
@@ -141,7 +162,12 @@ std::string convert_foreign_token_file(const std::string& path, const std::strin
   const std::string out = cache_path(source, cache_dir, megatron ? "megatron" : "llmc");
   if (!may_write) return out;
   const int64_t newest = megatron ? std::max(mtime(source + ".idx"), mtime(source + ".bin")) : mtime(source);
-  if (fs::exists(out) && mtime(out) >= newest) return out;
+  if (fs::exists(out) && mtime(out) >= newest) {
+    try {  // a cache from before document indexes, or damaged: rebuilt
+      if (has_document_index(out, TokenFile(out).size())) return out;
+    } catch (const Error&) {
+    }
+  }
   if (!cache_dir.empty()) fs::make_directories(cache_dir);
   if (megatron) convert_megatron(source, out);
   else convert_llmc(source, out);

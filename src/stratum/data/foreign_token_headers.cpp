@@ -150,6 +150,10 @@ int64_t megatron_sequence_pointer(const uint8_t* idx, const MegatronIndexInfo& i
   return load<int64_t>(idx, kMegatronTableOffset + info.sequences * 4 + s * 8);
 }
 
+int64_t megatron_document(const uint8_t* idx, const MegatronIndexInfo& info, uint64_t d) {
+  return load<int64_t>(idx, kMegatronTableOffset + info.sequences * 12 + d * 8);
+}
+
 int64_t megatron_token(const uint8_t* bin, const MegatronIndexInfo& info, uint64_t at) {
   switch (info.code) {
     case 1: return load<uint8_t>(bin, at);

@@ -11,6 +11,9 @@
 namespace stratum::data {
 
 inline constexpr int32_t kLlmcGpt2Magic = 20240520, kLlmcLlama3Magic = 20240801;
+// The token llm.c's scripts put before each document: <|endoftext|> (GPT-2),
+// <|begin_of_text|> (LLaMA-3).
+inline constexpr int64_t kLlmcGpt2Delimiter = 50256, kLlmcLlama3Delimiter = 128000;
 inline constexpr uint64_t kLlmcHeaderBytes = 256 * 4;
 
 struct LlmcShardInfo {
@@ -50,6 +53,11 @@ MegatronIndexInfo check_megatron_index(const uint8_t* idx, size_t idx_size, uint
 // its byte offset in the .bin.
 int32_t megatron_sequence_size(const uint8_t* idx, const MegatronIndexInfo& info, uint64_t s);
 int64_t megatron_sequence_pointer(const uint8_t* idx, const MegatronIndexInfo& info, uint64_t s);
+
+// Entry d of a checked index's document index (d < info.documents): the
+// sequence where document d begins (0 first; the last entry is usually S,
+// the end of the last document).
+int64_t megatron_document(const uint8_t* idx, const MegatronIndexInfo& info, uint64_t d);
 
 // The token at byte `at` of a .bin whose index passed the check (at +
 // info.width <= info.token_bytes), as a signed id.

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -60,6 +61,11 @@ TokenFileWriter::~TokenFileWriter() {
   }
 }
 
+void TokenFileWriter::begin_document() {
+  if (!file_) throw Error(path_ + ": begin_document after commit");
+  if (document_starts_.empty() || document_starts_.back() != count_) document_starts_.push_back(count_);
+}
+
 void TokenFileWriter::append(const int32_t* ids, size_t count) {
   if (!file_) throw Error(path_ + ": append after commit");
   buffer_.resize(count * dtype_bytes_);
@@ -98,6 +104,25 @@ void TokenFileWriter::commit() {
   if (!ok || !closed) {
     ::unlink(temp_path_.c_str());
     throw Error(temp_path_ + ": write failed: " + (ok ? sys_error() : why));
+  }
+  // The index first: a reader that finds the new token file finds its index.
+  const std::string index_path = document_index_path(path_);
+  while (!document_starts_.empty() && document_starts_.back() >= count_) document_starts_.pop_back();
+  if (!document_starts_.empty() && document_starts_.front() != 0) document_starts_.insert(document_starts_.begin(), 0);
+  if (!document_starts_.empty()) {
+    std::string bytes(static_cast<size_t>(kDocumentIndexHeaderBytes) + 8 * document_starts_.size(), '\0');
+    const uint64_t head[2] = {static_cast<uint64_t>(count_), static_cast<uint64_t>(document_starts_.size())};
+    std::memcpy(bytes.data(), kDocumentIndexMagic, 8);
+    std::memcpy(bytes.data() + 8, head, sizeof head);
+    std::memcpy(bytes.data() + kDocumentIndexHeaderBytes, document_starts_.data(), 8 * document_starts_.size());
+    try {
+      fs::write_file_atomically(index_path, bytes, "document index");
+    } catch (...) {
+      ::unlink(temp_path_.c_str());
+      throw;
+    }
+  } else {
+    ::unlink(index_path.c_str());  // an older file's index would not match
   }
   if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
     const std::string err = sys_error();
@@ -262,6 +287,80 @@ void TokenFile::require_sequence(int64_t seq_len) const {
     throw Error(path_ + ": too short for one sequence: seq_len " + std::to_string(seq_len) +
                 " requires at least seq_len + 1 = " + std::to_string(seq_len + 1) + " tokens, has " +
                 std::to_string(size_));
+}
+
+// ---------------------------------------------------------------- documents
+
+std::string document_index_path(const std::string& token_file_path) { return token_file_path + ".docs"; }
+
+std::vector<int64_t> check_document_index(const unsigned char* bytes, uint64_t size, const std::string& path,
+                                          int64_t tokens) {
+  if (size < 8 || std::memcmp(bytes, kDocumentIndexMagic, 8) != 0)
+    throw Error(path + ": not a Stratum document index (bad magic; expected \"STRDOC1\")");
+  if (size < static_cast<uint64_t>(kDocumentIndexHeaderBytes))
+    throw Error(path + ": truncated document index: the header needs " + std::to_string(kDocumentIndexHeaderBytes) +
+                " bytes, the file has " + std::to_string(size));
+  uint64_t head[2];
+  std::memcpy(head, bytes + 8, sizeof head);
+  if (head[0] != static_cast<uint64_t>(tokens))
+    throw Error(path + ": document index of a " + std::to_string(head[0]) + "-token file, but the token file holds " +
+                std::to_string(tokens) + " tokens (rebuilt since? remove the index, or the cache, to rebuild it)");
+  const uint64_t rest = size - static_cast<uint64_t>(kDocumentIndexHeaderBytes);
+  if (head[1] == 0 || head[1] > rest / 8 || rest != head[1] * 8)
+    throw Error(path + ": corrupt document index: " + std::to_string(head[1]) + " documents but " +
+                std::to_string(rest) + " bytes after the header (8 a document)");
+  std::vector<int64_t> starts(static_cast<size_t>(head[1]));
+  std::memcpy(starts.data(), bytes + kDocumentIndexHeaderBytes, 8 * starts.size());
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const bool ok = i == 0 ? starts[0] == 0 : starts[i] > starts[i - 1] && starts[i] < tokens;
+    if (!ok)
+      throw Error(path + ": corrupt document index: byte " +
+                  std::to_string(kDocumentIndexHeaderBytes + 8 * static_cast<int64_t>(i)) + ": document " +
+                  std::to_string(i) + " starts at token " + std::to_string(starts[i]) +
+                  (i == 0 ? " (the first starts at 0)"
+                          : " (after " + std::to_string(starts[i - 1]) + " and below " + std::to_string(tokens) + ")"));
+  }
+  return starts;
+}
+
+std::vector<int64_t> read_document_index(const TokenFile& token_file) {
+  const std::string path = document_index_path(token_file.path());
+  if (!fs::exists(path))
+    throw Error(path + ": no such file: " + token_file.path() + " has no document index (Stratum writes one beside "
+                "each token file it makes from text, JSON Lines, llm.c shards, Megatron datasets and blends of them; "
+                "a cache from an older Stratum is rebuilt from its source)");
+  const std::string bytes = fs::read_regular_file(path, size_t{1} << 40, "document index");
+  return check_document_index(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), path,
+                              token_file.size());
+}
+
+bool has_document_index(const std::string& token_file_path, int64_t tokens) {
+  try {
+    const std::string path = document_index_path(token_file_path);
+    if (!fs::is_regular_file(path)) return false;
+    const std::string bytes = fs::read_regular_file(path, size_t{1} << 40, "document index");
+    check_document_index(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), path, tokens);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+void document_window_layout(const std::vector<int64_t>& starts, int64_t start, int64_t seq_len, bool restart_positions,
+                            int32_t* segment_ids, int64_t* position_ids, bool* target_starts_document) {
+  // The first document start after the window's first input.
+  auto next = std::upper_bound(starts.begin(), starts.end(), start);
+  int32_t segment = 0;
+  int64_t begins = 0;  // where the current document begins in the window
+  for (int64_t i = 0; i < seq_len; ++i) {
+    if (next != starts.end() && *next == start + i) {
+      ++segment, begins = i;
+      ++next;
+    }
+    segment_ids[i] = segment;
+    position_ids[i] = restart_positions ? i - begins : i;
+    target_starts_document[i] = next != starts.end() && *next == start + i + 1;
+  }
 }
 
 }  // namespace stratum::data

@@ -11,6 +11,8 @@
 //       32    32  tokenizer name, NUL-padded
 //       64        tokens
 //
+// Beside it, `<file>.docs` may hold its document index (below).
+//
 // Plain C++, no torch. Readers map the file (read-only, MAP_PRIVATE), so many
 // ranks on one node share the page cache and nothing is loaded up front.
 #include <cstdint>
@@ -36,15 +38,21 @@ class TokenFileWriter {
   TokenFileWriter(const TokenFileWriter&) = delete;
   TokenFileWriter& operator=(const TokenFileWriter&) = delete;
 
+  // The tokens appended from here on begin a document (the document index,
+  // below). A document with no tokens is dropped.
+  void begin_document();
   // Throws if an id is outside [0, vocab_size).
   void append(const int32_t* ids, size_t count);
   void append(const std::vector<int32_t>& ids) { append(ids.data(), ids.size()); }
   int64_t count() const { return count_; }
-  // Writes the header, flushes to disk, renames into place.
+  // Writes the header, flushes to disk, renames into place; first the
+  // document index when begin_document() was called (else an old index of
+  // that path is removed).
   void commit();
 
  private:
   std::string path_, temp_path_, tokenizer_name_;
+  std::vector<int64_t> document_starts_;
   int64_t vocab_size_;
   int dtype_bytes_;
   int64_t count_ = 0;
@@ -107,5 +115,52 @@ class TokenFile {
   size_t map_bytes_ = 0;
   const unsigned char* tokens_ = nullptr;
 };
+
+// ---------------------------------------------------------------- documents
+//
+// A token file's document index, `<token file>.docs`: where each document's
+// tokens begin in the stream, for training windows that keep documents apart
+// (training_source.h). Written beside every token file Stratum makes from
+// documents: each text file of a directory, each JSON Lines record, each
+// Megatron document, each llm.c document (from its delimiter token on). The
+// stream itself does not change: a document owns whatever the stream holds
+// between its start and the next (its BOS, its text, its EOS; with the byte
+// tokenizer the newline that joins it to the one before).
+//
+//   offset  size  field
+//        0     8  magic "STRDOC1\0"
+//        8     8  tokens in the token file it indexes
+//       16     8  document count D
+//       24   8*D  int64 start of each document: the first 0, strictly
+//                 increasing, each below the token count
+inline constexpr char kDocumentIndexMagic[8] = {'S', 'T', 'R', 'D', 'O', 'C', '1', '\0'};
+inline constexpr int64_t kDocumentIndexHeaderBytes = 24;
+
+std::string document_index_path(const std::string& token_file_path);
+
+// Throws stratum::Error naming `path`: bad magic, a size the count
+// contradicts (checked without overflow), another token count than `tokens`,
+// starts not as above.
+std::vector<int64_t> check_document_index(const unsigned char* bytes, uint64_t size, const std::string& path,
+                                          int64_t tokens);
+
+// The index beside `token_file` (a file of `tokens` tokens). Throws
+// stratum::Error naming it when it is missing, not a regular file, or fails
+// check_document_index.
+std::vector<int64_t> read_document_index(const TokenFile& token_file);
+
+// Whether `token_file_path` has an index for its `tokens` tokens (a freshness
+// check for caches: false on any fault).
+bool has_document_index(const std::string& token_file_path, int64_t tokens);
+
+// A window's layout over documents: inputs [start, start + seq_len) and
+// targets one token later, `starts` a checked index. segment_ids[i]: 0 for
+// the document holding the first input, one more at each document start up
+// to input i; position_ids[i]: i - (where input i's document begins in the
+// window) when `restart_positions`, else i; target_starts_document[i]: the
+// target of input i (token start + i + 1) begins a document, i.e. input i is
+// the last token of its document and its target the next one's first.
+void document_window_layout(const std::vector<int64_t>& starts, int64_t start, int64_t seq_len, bool restart_positions,
+                            int32_t* segment_ids, int64_t* position_ids, bool* target_starts_document);
 
 }  // namespace stratum::data

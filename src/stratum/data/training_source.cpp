@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 
 #include "stratum/core/error.h"
 #include "stratum/data/batch.h"
@@ -47,30 +48,51 @@ class TokenWindows final : public TrainingSource {
         sampler_(split_.train, o.seq_len, o.dp_rank, o.dp_size, o.seed),
         eval_(plan_eval(split_.eval.num_windows(o.seq_len), o)) {
     for (int64_t& w : eval_.items) w = split_.eval.begin + w * o.seq_len;  // window index -> offset
+    if (o.documents.separate) starts_ = read_document_index(file_);
   }
-  TrainingBatch next() override {
-    Batch b = make_batch(file_, sampler_.next(o_.micro_batch), o_.seq_len);
-    return {b.tokens, b.targets, {}, {}};
-  }
+  TrainingBatch next() override { return batch(sampler_.next(o_.micro_batch)); }
   SamplerState state() const override { return sampler_.state(); }
   void load_state(const SamplerState& s) override { sampler_.load_state(s); }
   int eval_micro_batches() const override { return eval_.micro_batches; }
   int64_t eval_sequences() const override { return eval_.sequences; }
-  TrainingBatch eval_batch(int index) const override {
-    Batch b = make_batch(file_, slice(eval_.items, index, eval_.micro), o_.seq_len);
-    return {b.tokens, b.targets, {}, {}};
-  }
+  TrainingBatch eval_batch(int index) const override { return batch(slice(eval_.items, index, eval_.micro)); }
   int64_t train_sequences() const override { return split_.train.num_windows(o_.seq_len); }
   const std::string& path() const override { return file_.path(); }
   const std::string& tokenizer_name() const override { return file_.tokenizer_name(); }
-  std::string details() const override { return std::to_string(file_.size()) + " tokens"; }
+  std::string details() const override {
+    std::string out = std::to_string(file_.size()) + " tokens";
+    if (o_.documents.separate)
+      out += " in " + std::to_string(starts_.size()) + " documents kept apart in each window, positions " +
+             (o_.documents.restart_positions ? "restarting at each document" : "running through the window") +
+             (o_.documents.mask_cross_document_targets ? ", no loss on a document's first token" : "");
+    return out;
+  }
 
  private:
+  TrainingBatch batch(const std::vector<int64_t>& offsets) const {
+    Batch b = make_batch(file_, offsets, o_.seq_len);
+    if (!o_.documents.separate) return {b.tokens, b.targets, {}, {}};
+    const auto rows = static_cast<int64_t>(offsets.size()), n = o_.seq_len;
+    at::Tensor segments = at::empty({rows, n}, at::kInt), positions = at::empty({rows, n}, at::kLong);
+    const auto starts_document = std::make_unique<bool[]>(static_cast<size_t>(n));
+    int64_t* targets = b.targets.data_ptr<int64_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+      document_window_layout(starts_, offsets[static_cast<size_t>(r)], n, o_.documents.restart_positions,
+                             segments.data_ptr<int32_t>() + r * n, positions.data_ptr<int64_t>() + r * n,
+                             starts_document.get());
+      if (o_.documents.mask_cross_document_targets)
+        for (int64_t i = 0; i < n; ++i)
+          if (starts_document[static_cast<size_t>(i)]) targets[r * n + i] = -100;
+    }
+    return {b.tokens, b.targets, segments, positions};
+  }
+
   TokenFile file_;
   TrainingSourceOptions o_;
   TrainEvalSplit split_;
   DistributedSampler sampler_;
   EvalPlan eval_;
+  std::vector<int64_t> starts_;  // the document index, when documents are kept apart
 };
 
 // The last ceil(fraction * rows) rows held out (none at fraction 0), the rest

@@ -4,7 +4,15 @@
 // held-out micro-batches for evaluation. Two kinds:
 //
 //   token windows: a token file cut into windows of seq_len + 1 tokens, the
-//     last eval_fraction of the tokens held out (split.h, sampler.h);
+//     last eval_fraction of the tokens held out (split.h, sampler.h); with
+//     DocumentWindows::separate, each window carries the layout of the
+//     documents it holds (the token file's document index, token_file.h):
+//     a segment per document, so attention keeps them apart, positions
+//     restarting at each document's first token (or running on through the
+//     window), and, if asked, no loss on a target that begins a document
+//     (Megatron's eod_mask_loss). The layout is a function of the window's
+//     place in the file alone, so it is the same after a resume and at every
+//     data-parallel size;
 //   packed rows: instruction examples packed into rows (packing.h), each
 //     micro-batch with the rows' layout (segment and position ids) so that
 //     attention keeps the examples apart and the loss counts only the
@@ -34,11 +42,25 @@ struct TrainingBatch {
   at::Tensor tokens, targets, segment_ids, position_ids;
 };
 
+// How token windows treat the documents they span.
+struct DocumentWindows {
+  // false: one sequence per window, attention across document boundaries
+  // (GPT-2's and nanoGPT's way); true: a segment per document.
+  bool separate = false;
+  // Positions restart at 0 with each document (else they run 0..seq_len-1
+  // through the window, as Megatron without reset_position_ids).
+  bool restart_positions = true;
+  // No loss where a target begins a document: the prediction of the next
+  // document's first token from the end of the one before.
+  bool mask_cross_document_targets = false;
+};
+
 struct TrainingSourceOptions {
   int64_t seq_len = 0, micro_batch = 1, eval_batches = 4;
   double eval_fraction = 0.05;
   int dp_rank = 0, dp_size = 1;
   uint64_t seed = 0;
+  DocumentWindows documents;
 };
 
 class TrainingSource {
@@ -63,7 +85,8 @@ class TrainingSource {
   virtual std::string details() const = 0;
 };
 
-// Throws stratum::Error naming the file when it holds too few tokens.
+// Throws stratum::Error naming the file when it holds too few tokens, or, for
+// separate documents, when it has no document index.
 std::unique_ptr<TrainingSource> token_window_source(TokenFile file, const TrainingSourceOptions& options);
 // Throws stratum::Error naming the file when it packs into fewer rows than
 // data-parallel ranks. `pad_id`: the token on padding (never a target).
