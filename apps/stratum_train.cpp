@@ -472,6 +472,11 @@ int train(const Options& o, const distributed::DistContext& ctx) {
                   std::to_string(mcfg.vocab_size) + " is smaller than the " +
                   tokenizer.name() + " tokenizer's " + std::to_string(tokenizer.vocab_size()));
     models::apply_moe_section(mcfg, config_read->moe, o.config_path);
+    const int64_t kv_heads = mcfg.kv_heads > 0 ? mcfg.kv_heads : mcfg.heads;
+    if (auto problems = engine_detail::context_parallel_problems(*config_read, mcfg.heads, kv_heads, mcfg.max_seq_len,
+                                                                 mcfg.attention_dropout_p());
+        !problems.empty())
+      throw ConfigError(o.config_path, problems);
     resume = resume_point(o);
     if (resume.kind == ResumePoint::Kind::resume) check_resumed_tokenizer(o, resume, tokenizer);
   });
@@ -567,8 +572,9 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   source_options.micro_batch = batch.micro_batch_per_gpu;
   source_options.eval_batches = o.eval_batches;
   source_options.eval_fraction = o.eval_fraction;
-  source_options.dp_rank = static_cast<int>(dp->rank());
-  source_options.dp_size = static_cast<int>(dp->size());
+  // A context-parallel group reads one batch (each rank keeps its part of the sequence).
+  source_options.dp_rank = static_cast<int>(dp->rank() / grid->cp());
+  source_options.dp_size = static_cast<int>(dp->size() / grid->cp());
   source_options.seed = o.seed;
   source_options.documents = document_windows(o);
   const std::unique_ptr<data::TrainingSource> source = open_training_source(o, ctx, tokenizer, mcfg, source_options);
@@ -602,7 +608,10 @@ int train(const Options& o, const distributed::DistContext& ctx) {
               std::to_string(source->train_sequences()) + " train / " + std::to_string(source->eval_sequences()) +
               " eval sequences) | batch " + std::to_string(batch.train_batch_size) + " = " +
               std::to_string(batch.micro_batch_per_gpu) + " x " + std::to_string(batch.gradient_accumulation_steps) +
-              " x " + std::to_string(dp->size()) + " data-parallel" +
+              " x " + std::to_string(dp->size() / grid->cp()) + " data-parallel" +
+              (grid->cp() > 1 ? " | each sequence over " + std::to_string(grid->cp()) + " context-parallel ranks (" +
+                                    config.context_parallel.method + ")"
+                              : "") +
               (engine.stages() > 1 ? " | " + std::to_string(engine.stages()) + " pipeline stages, " +
                                          config::pipeline_schedule_name(config.pipeline.schedule)
                                    : "") +

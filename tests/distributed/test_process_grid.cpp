@@ -205,6 +205,28 @@ TEST(ProcessGridGroups, ExpertParallelGroupsCutFromDataParallel) {
       << problems[0];
 }
 
+// Context parallelism cut from data parallelism as expert parallelism is: 8
+// ranks, tp 2 (rank = tp + 2 dp), dp 4, cp 4 as 2 ring ranks x 2 Ulysses
+// ranks. Each tp index's four dp ranks are one context-parallel group, its
+// consecutive pairs the Ulysses groups, and the ranks of one place in the
+// pairs the ring groups; a size that does not divide the data-parallel
+// ranks is refused by key.
+TEST(ProcessGridGroups, ContextParallelGroupsCutFromDataParallel) {
+  const Topology t = Topology::from_model_parallel(8, 1, 2);
+  EXPECT_EQ(ProcessGrid::expert_groups(t, 4), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(ProcessGrid::expert_groups(t, 2), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(ProcessGrid::context_ring_groups(t, 4, 2), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(ProcessGrid::context_ring_groups(t, 4, 1), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(ProcessGrid::context_ring_groups(t, 2, 2), (Groups{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  Config c;
+  c.tensor_parallel.size = 2;
+  c.context_parallel.size = 3;
+  const auto problems = ProcessGrid::problems(c, 8, 8);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("context_parallel.size: 3 does not divide the 4 data-parallel ranks"), std::string::npos)
+      << problems[0];
+}
+
 TEST(ProcessGridGroups, TiedOnTwoByTwoByTwo) {
   const Topology t = Topology::create(8, 2, 2, 2);
   // ZeRO-0: stage 0 and stage 1 of each (dp, tp) pipeline.

@@ -36,6 +36,7 @@ struct Config {
   config::ActivationCheckpointingConfig activation_checkpointing;
   config::PipelineConfig pipeline;
   config::TensorParallelConfig tensor_parallel;
+  config::ContextParallelConfig context_parallel;
   config::TopologyConfig topology;
   config::CommsLoggerConfig comms_logger;
   config::MonitorConfig monitor;
@@ -60,9 +61,11 @@ struct Config {
 
   // The dtype of parameters and activations.
   config::DType precision() const;
-  int64_t model_parallel_size() const { return pipeline.stages * tensor_parallel.size; }
+  // The ranks of one data replica: pipeline stages x tensor-parallel x
+  // context-parallel ranks (those read the same batch, each its part of the sequence).
+  int64_t model_parallel_size() const { return pipeline.stages * tensor_parallel.size * context_parallel.size; }
   // The batch triple for a world of `world_size` ranks (data parallel size =
-  // world_size / (pipeline stages x tensor parallel size)). Throws ConfigError.
+  // world_size / model_parallel_size()). Throws ConfigError.
   config::BatchSizes resolve_batch(int64_t world_size) const;
 };
 

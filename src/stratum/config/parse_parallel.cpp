@@ -78,6 +78,35 @@ void parse_tensor_parallel(KeyReader& root, Config& config) {
   tp.finish();
 }
 
+void parse_context_parallel(KeyReader& root, Config& config) {
+  KeyReader cp = root.child("context_parallel");
+  if (!cp.present()) return;
+  ContextParallelConfig& c = config.context_parallel;
+  Diagnostics& diag = cp.diagnostics();
+  c.size = cp.get_int("size", 1, 1, kMaxTensorParallel * kMaxTensorParallel);
+  c.method = cp.get_enum("method", c.method, {"ulysses", "ring", "hybrid"});
+  const std::optional<int64_t> ulysses = cp.get_opt_int("ulysses_size", 1, c.size);
+  if (c.method == "hybrid") {
+    if (!ulysses || *ulysses <= 1 || *ulysses >= c.size || c.size % *ulysses != 0)
+      diag.error(cp.path_of("ulysses_size"),
+                 (ulysses ? "is " + std::to_string(*ulysses) : std::string("is missing")) +
+                     ": method \"hybrid\" runs Ulysses over ulysses_size ranks inside each ring rank, so it must "
+                     "divide size (" + std::to_string(c.size) + ") and lie strictly between 1 and size");
+    else
+      c.ulysses_size = *ulysses;
+  } else {
+    const int64_t implied = c.method == "ulysses" ? c.size : 1;
+    if (ulysses && *ulysses != implied)
+      diag.error(cp.path_of("ulysses_size"), "is " + std::to_string(*ulysses) + " but method \"" + c.method +
+                                                 "\" runs Ulysses over " + std::to_string(implied) +
+                                                 " ranks; leave it out, or use method \"hybrid\"");
+    c.ulysses_size = implied;
+  }
+  if (c.size == 1 && cp.has("method"))
+    diag.note(cp.path_of("method"), "has no effect with context_parallel.size 1");
+  cp.finish();
+}
+
 void parse_topology(KeyReader& root, Config& config) {
   KeyReader topo = root.child("topology");
   const std::string order = topo.get_string("order", "tp-dp-pp");
@@ -122,6 +151,7 @@ void parse_activation_checkpointing(KeyReader& root, Config& config) {
 void parse_parallel(KeyReader& root, Config& config) {
   parse_pipeline(root, config);
   parse_tensor_parallel(root, config);
+  parse_context_parallel(root, config);
   parse_topology(root, config);
   parse_activation_checkpointing(root, config);
 }

@@ -181,6 +181,18 @@ struct TensorParallelConfig {
   bool sequence_parallel = false;
 };
 
+// The "context_parallel" section: the sequence split over `size` ranks cut
+// from the data-parallel ones (nn/context_parallel/context_parallel.h).
+// "ulysses" trades the sequence for heads by all-to-all (the heads must
+// divide), "ring" passes key/value blocks around the ring (any heads),
+// "hybrid" runs Ulysses over `ulysses_size` consecutive ranks inside each
+// ring rank.
+struct ContextParallelConfig {
+  int64_t size = 1;
+  std::string method = "ring";  // "ulysses" | "ring" | "hybrid"
+  int64_t ulysses_size = 1;     // hybrid only; ulysses: size, ring: 1
+};
+
 // Stratum's "topology" section: how ranks map to (dp, pp, tp) coordinates,
 // the axes fastest-varying first (Megatron's default, "tp-dp-pp", keeps a
 // tensor-parallel group on consecutive ranks, inside a node).

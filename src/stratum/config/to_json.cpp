@@ -166,6 +166,9 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
   j["topology"] = {{"order", c.topology.order}};
   j["tensor_parallel"] = {{"autotp_size", c.tensor_parallel.size},
                           {"sequence_parallel", c.tensor_parallel.sequence_parallel}};
+  j["context_parallel"] = {{"size", c.context_parallel.size},
+                           {"method", c.context_parallel.method},
+                           {"ulysses_size", c.context_parallel.ulysses_size}};
   const CommsLoggerConfig& cl = c.comms_logger;
   j["comms_logger"] = {{"enabled", cl.enabled}, {"verbose", cl.verbose}, {"prof_all", cl.prof_all},
                        {"prof_ops", cl.prof_ops}, {"debug", cl.debug}};

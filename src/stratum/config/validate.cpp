@@ -54,6 +54,14 @@ void check_cross_field_rules(const Config& c, Diagnostics& diag) {
     diag.error("pipeline.stages", std::to_string(p.stages) + " x tensor_parallel size (" +
                                       std::to_string(c.tensor_parallel.size) +
                                       ") is over the 64-bit limit 9223372036854775807");
+  int64_t replica = 0;
+  if (!__builtin_mul_overflow(model_parallel, c.context_parallel.size, &replica) && replica > (int64_t{1} << 40))
+    diag.error("context_parallel.size", std::to_string(c.context_parallel.size) + " x pipeline stages x tensor "
+                                        "parallel size is over any job's ranks");
+  if (c.context_parallel.size > 1 && c.moe.present)
+    diag.error("context_parallel.size", std::to_string(c.context_parallel.size) +
+                                            ": a mixture of experts under context parallelism is not supported yet "
+                                            "(its routing statistics are per sequence); use context_parallel.size 1");
   if (p.schedule == PipelineSchedule::interleaved && p.virtual_stages < 2)
     diag.error("pipeline.schedule", "\"interleaved\" needs pipeline.virtual_stages >= 2");
   if (p.stages == 1 && p.schedule != PipelineSchedule::one_f_one_b)

@@ -89,6 +89,12 @@ std::vector<std::string> ProcessGrid::problems(const Config& config, int world_s
                   " data-parallel ranks (" + s(world) + " ranks / " + s(p) + " stages / " + s(t) +
                   " tensor-parallel); expert parallelism is cut from data parallelism: use a divisor of " +
                   s(world / (p * t)));
+  const int64_t cp = config.context_parallel.size;
+  if (cp > 1 && shape_fits && (world / (p * t)) % cp != 0)
+    out.push_back("context_parallel.size: " + s(cp) + " does not divide the " + s(world / (p * t)) +
+                  " data-parallel ranks (" + s(world) + " ranks / " + s(p) + " stages / " + s(t) +
+                  " tensor-parallel); context parallelism is cut from data parallelism: use a divisor of " +
+                  s(world / (p * t)) + ", or " + s(cp * p * t) + " x n ranks");
   if (config.pipeline.virtual_stages > 1 && p == 1)
     out.push_back("pipeline.virtual_stages: " + s(config.pipeline.virtual_stages) +
                   " virtual stages interleave chunks over several pipeline stages, but pipeline.stages is 1; "
@@ -168,6 +174,18 @@ ProcessGrid::Groups ProcessGrid::expert_data_groups(const Topology& t, int64_t e
   return out;
 }
 
+ProcessGrid::Groups ProcessGrid::context_ring_groups(const Topology& t, int64_t cp, int64_t ulysses) {
+  Groups out;
+  for (const auto& block : expert_groups(t, cp))
+    for (int64_t j = 0; j < ulysses; ++j) {
+      std::vector<int64_t> ring;
+      for (size_t i = static_cast<size_t>(j); i < block.size(); i += static_cast<size_t>(ulysses)) ring.push_back(block[i]);
+      out.push_back(std::move(ring));
+    }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::string ProcessGrid::summary(const Topology& t) {
   return s(t.world_size()) + (t.world_size() == 1 ? " rank: " : " ranks: ") + s(t.dp()) + " data-parallel x " +
          s(t.pp()) + (t.pp() == 1 ? " pipeline stage x " : " pipeline stages x ") + s(t.tp()) +
@@ -214,6 +232,14 @@ ProcessGrid ProcessGrid::create(const Config& config, const DistContext& ctx) {
   if (g.ep_size_ > 1) {
     g.ep_ = world->split(expert_groups(t, g.ep_size_), "ep");
     g.edp_ = world->split(expert_data_groups(t, g.ep_size_), "edp");
+  }
+
+  g.cp_size_ = config.context_parallel.size;
+  if (g.cp_size_ > 1) {
+    const int64_t ulysses = config.context_parallel.ulysses_size;
+    g.cp_ = world->split(expert_groups(t, g.cp_size_), "cp");
+    g.cp_ulysses_ = world->split(expert_groups(t, ulysses), "cp_ulysses");
+    g.cp_ring_ = world->split(context_ring_groups(t, g.cp_size_, ulysses), "cp_ring");
   }
 
   g.cpu_world_ = ctx.cpu_world;

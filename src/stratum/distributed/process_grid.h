@@ -68,6 +68,11 @@ class ProcessGrid {
   // expert parameters' data-parallel groups (size dp / ep).
   static Groups expert_groups(const Topology& topology, int64_t ep);
   static Groups expert_data_groups(const Topology& topology, int64_t ep);
+  // Context parallelism is cut from data parallelism as expert parallelism
+  // is: its groups are expert_groups(topology, cp), its Ulysses groups
+  // expert_groups(topology, ulysses) (consecutive ranks inside them), and
+  // its ring groups the ranks of one Ulysses index inside each.
+  static Groups context_ring_groups(const Topology& topology, int64_t cp, int64_t ulysses);
   // "8 ranks: 2 data-parallel x 2 pipeline stages x 2 tensor-parallel, order tp-dp-pp".
   static std::string summary(const Topology& topology);
 
@@ -80,6 +85,11 @@ class ProcessGrid {
   int64_t pp() const { return topology_.pp(); }
   int64_t tp() const { return topology_.tp(); }
   int64_t ep() const { return ep_size_; }  // moe.expert_parallel_size: divides dp()
+  int64_t cp() const { return cp_size_; }  // context_parallel.size: divides dp()
+  // The data-parallel ranks that read batches of their own (a context-parallel
+  // group reads one batch, each rank its part of the sequence), and this rank's index among them.
+  int64_t data_replicas() const { return dp() / cp_size_; }
+  int64_t data_replica() const { return coord_.dp / cp_size_; }
   bool is_first_stage() const { return coord_.pp == 0; }
   bool is_last_stage() const { return coord_.pp == topology_.pp() - 1; }
   // The fewest ranks any node of the job runs, as the ranks agreed.
@@ -100,6 +110,12 @@ class ProcessGrid {
   const std::shared_ptr<Communicator>& ep_group() const { return ep_; }
   const std::shared_ptr<Communicator>& expert_dp_group() const { return edp_; }
   const std::shared_ptr<Communicator>& cpu_expert_dp_group() const { return cpu_edp_; }
+  // Context parallelism (cp() > 1; null otherwise): the ranks one sequence
+  // is split over, its Ulysses groups and its ring groups (of one rank where
+  // the method has no such part).
+  const std::shared_ptr<Communicator>& cp_group() const { return cp_; }
+  const std::shared_ptr<Communicator>& cp_ulysses_group() const { return cp_ulysses_; }
+  const std::shared_ptr<Communicator>& cp_ring_group() const { return cp_ring_; }
   // Their CPU (MPI) twins, for control messages and host tensors: the same
   // objects as the device ones when the device world is the CPU world.
   const std::shared_ptr<Communicator>& cpu_world() const { return cpu_world_; }
@@ -131,22 +147,23 @@ class ProcessGrid {
   // Topology::table: one line per rank, with hosts and GPUs when given.
   std::string table(const std::vector<Topology::Place>& places = {}) const { return topology_.table(places); }
   std::string summary() const {
-    return summary(topology_) + (ep_size_ > 1 ? ", experts over " + std::to_string(ep_size_) + " of the data-parallel ranks" : "");
+    return summary(topology_) +
+           (ep_size_ > 1 ? ", experts over " + std::to_string(ep_size_) + " of the data-parallel ranks" : "") +
+           (cp_size_ > 1 ? ", each sequence over " + std::to_string(cp_size_) + " of the data-parallel ranks" : "");
   }
 
  private:
   ProcessGrid(Topology topology, int64_t rank, int fewest_ranks_per_node, int zero_stage);
 
-  // Context parallelism would join as an axis of Topology, with its groups
-  // (and CPU twins) beside these; expert parallelism is carved from dp.
+  // Expert and context parallelism are carved from dp.
   Topology topology_;
-  int64_t ep_size_ = 1;
+  int64_t ep_size_ = 1, cp_size_ = 1;
   Coord coord_;
   int64_t rank_ = 0;
   int fewest_ranks_per_node_ = 1;
   int zero_stage_ = 0;  // what the tied group was built for
   int cuda_device_ = -1;
-  std::shared_ptr<Communicator> world_, dp_, pp_, tp_, dp_tp_, ep_, edp_, cpu_edp_;
+  std::shared_ptr<Communicator> world_, dp_, pp_, tp_, dp_tp_, ep_, edp_, cpu_edp_, cp_, cp_ulysses_, cp_ring_;
   std::shared_ptr<Communicator> cpu_world_, cpu_dp_, cpu_pp_, cpu_tp_;
   std::shared_ptr<Communicator> leaders_, tied_;
   std::shared_ptr<CommsLog> comms_log_;

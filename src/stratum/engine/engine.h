@@ -37,6 +37,7 @@
 #include "stratum/core/heartbeat.h"
 #include "stratum/distributed/init.h"
 #include "stratum/distributed/process_grid.h"
+#include "stratum/engine/context_shard.h"
 #include "stratum/engine/engine_core.h"
 #include "stratum/engine/flops_profiler.h"
 #include "stratum/engine/layer_runner.h"
@@ -161,6 +162,23 @@ class Engine {
   template <class... Args>
   auto forward(Args&&... args) {
     if (pipeline_) engine_detail::refuse_under_pipeline("forward", pipeline_->stages());
+    if (context_.enabled())
+      throw Error("engine.forward: context parallelism splits each micro-batch's sequence over " +
+                  std::to_string(context_.size()) + " ranks, which train_batch and eval_batch do; train with them");
+    return model_forward(std::forward<Args>(args)...);
+  }
+  void backward(const at::Tensor& loss) {
+    if (pipeline_) engine_detail::refuse_under_pipeline("backward", pipeline_->stages());
+    core_->backward(loss);
+  }
+  bool step() {
+    if (pipeline_) engine_detail::refuse_under_pipeline("step", pipeline_->stages());
+    return core_->step();
+  }
+
+ private:
+  template <class... Args>
+  auto model_forward(Args&&... args) {
     heartbeat::beat();
     ForwardBracket bracket(*core_);
     if constexpr (std::is_void_v<decltype(model_->forward(cast(std::forward<Args>(args))...))>) {
@@ -172,15 +190,8 @@ class Engine {
       return out;
     }
   }
-  void backward(const at::Tensor& loss) {
-    if (pipeline_) engine_detail::refuse_under_pipeline("backward", pipeline_->stages());
-    core_->backward(loss);
-  }
-  bool step() {
-    if (pipeline_) engine_detail::refuse_under_pipeline("step", pipeline_->stages());
-    return core_->step();
-  }
 
+ public:
   // The second API, every layout: one optimizer step over
   // gradient_accumulation_steps micro-batches read from `next_batch` (under a
   // pipeline on every stage: the first reads the inputs, the last the
@@ -196,7 +207,7 @@ class Engine {
                   std::to_string(m) + " micro-steps were taken with forward/backward/step; finish the window first");
     at::Tensor sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(core_->device()));
     std::vector<MicroBatch> batches;
-    for (int64_t i = 0; i < m; ++i) batches.push_back(next_batch());
+    for (int64_t i = 0; i < m; ++i) batches.push_back(read(next_batch, static_cast<int>(i), "train_batch"));
     const std::vector<double> weights = engine_detail::token_weights(batches, *core_->data_parallel(), core_->device());
     for (int64_t i = 0; i < m; ++i) {
       const MicroBatch& b = batches[static_cast<size_t>(i)];
@@ -226,7 +237,7 @@ class Engine {
     at::Tensor sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(core_->device()));
     try {
       std::vector<MicroBatch> batches;
-      for (int i = 0; i < m; ++i) batches.push_back(next_batch());
+      for (int i = 0; i < m; ++i) batches.push_back(read(next_batch, i, "eval_batch"));
       const std::vector<double> weights =
           engine_detail::token_weights(batches, *core_->data_parallel(), core_->device());
       for (int i = 0; i < m; ++i) {
@@ -277,7 +288,24 @@ class Engine {
   bool last_step_skipped() const { return core().last_step_skipped(); }
   bool is_gradient_accumulation_boundary() const { return core().is_gradient_accumulation_boundary(); }
 
+  // Context parallelism (initialize sets it from the grid): train_batch and
+  // eval_batch keep this rank's part of each micro-batch's sequence, whose
+  // length must split so, and a multiple of `multiple` (the tensor-parallel
+  // size under sequence parallelism). Pipeline stages take it from the grid.
+  void set_context_parallel(nn::cp::ContextParallel cp, int64_t multiple) {
+    context_ = std::move(cp);
+    context_multiple_ = multiple;
+  }
+  const nn::cp::ContextParallel& context_parallel() const {
+    return pipeline_ ? pipeline_->context_parallel() : context_;
+  }
+
  private:
+  MicroBatch read(const NextBatch& next_batch, int index, const char* what) {
+    MicroBatch b = next_batch();
+    if (!context_.enabled()) return b;
+    return engine_detail::context_shard(b, context_, context_multiple_, index, what, core_->device());
+  }
   template <class T>
   decltype(auto) cast(T&& v) {
     if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) return engine_detail::cast_input(v, core_->model_dtype());
@@ -289,7 +317,7 @@ class Engine {
                     { m.forward(t, t) } -> std::convertible_to<at::Tensor>;
                   }) {
       engine_detail::check_micro_batch(b, index, what);
-      return forward(b.inputs.to(core_->device()), b.labels.to(core_->device()));
+      return model_forward(b.inputs.to(core_->device()), b.labels.to(core_->device()));
     } else {
       throw Error(std::string(what) + " needs a model whose forward(inputs, labels) returns the loss; call forward, "
                   "backward and step yourself");
@@ -298,6 +326,8 @@ class Engine {
 
   std::shared_ptr<Model> model_;
   std::unique_ptr<PipelineStages> pipeline_;  // pipeline.stages > 1: it holds the core
+  nn::cp::ContextParallel context_;
+  int64_t context_multiple_ = 1;
   std::unique_ptr<EngineCore> core_;
   std::shared_ptr<void> runner_guard_;  // declared last: the runner goes before the core it points into
 };
@@ -367,34 +397,11 @@ Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, std
   return engine_detail::initialize_core(config, std::move(model), std::move(dp), device, std::nullopt);
 }
 
-// Over the process grid (distributed/process_grid.h, built from this config),
-// on its rank's training device. With pipeline.stages > 1 the model (a
-// LayerStack with loss(output, labels)) is cut into the grid's stages, each
-// data parallel over its group (engine/pipeline_stages.h). With
-// tensor_parallel.autotp_size t > 1 the model must be sharded over
-// tensor_parallel_group(config, grid) (engine/tensor_parallel_setup.h) and the
-// data-parallel group is the world / (stages x t) ranks of this rank's
-// stage and TP index. The engine keeps its own references to the grid's
-// communicators.
+namespace engine_detail {
+// initialize(config, model, grid) with one pipeline stage.
 template <class Model>
-Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, const distributed::ProcessGrid& grid) {
-  engine_detail::check_grid(config, grid);
-  const c10::Device device = engine_detail::device_of(grid);
-  if (config.pipeline.stages > 1) {
-    if constexpr (std::is_base_of_v<nn::LayerStackImpl, Model>) {
-      StageHead head = engine_detail::stage_head(model);
-      if (!head.loss)
-        throw ConfigError(config.source, {"pipeline.stages: " + std::to_string(config.pipeline.stages) +
-                                          " stages: the last one computes the loss from the stack's output, so the "
-                                          "model needs loss(output, labels)"});
-      auto stages = std::make_unique<PipelineStages>(config, model, std::move(head), grid);
-      return Engine<Model>(std::move(model), std::move(stages));
-    } else {
-      throw ConfigError(config.source, {"pipeline.stages: " + std::to_string(config.pipeline.stages) +
-                                        " stages cut a stratum::nn::LayerStack model by its layers; this model "
-                                        "is not one"});
-    }
-  }
+Engine<Model> initialize_over_grid(const Config& config, std::shared_ptr<Model> model,
+                                   const distributed::ProcessGrid& grid, c10::Device device) {
   // Expert parallelism: the core's group is the ranks holding the same experts.
   const bool ep = grid.ep() > 1;
   std::shared_ptr<distributed::Communicator> dp = ep ? grid.expert_dp_group() : grid.dp_group();
@@ -425,6 +432,42 @@ Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, con
       config, std::move(model), engine_detail::logged_data_parallel(config, dp, dp_control, grid.comms_log()), device,
       std::move(place));
 }
+}  // namespace engine_detail
+
+// Over the process grid (distributed/process_grid.h, built from this config),
+// on its rank's training device. With pipeline.stages > 1 the model (a
+// LayerStack with loss(output, labels)) is cut into the grid's stages, each
+// data parallel over its group (engine/pipeline_stages.h). With
+// tensor_parallel.autotp_size t > 1 the model must be sharded over
+// tensor_parallel_group(config, grid) (engine/tensor_parallel_setup.h) and the
+// data-parallel group is the world / (stages x t) ranks of this rank's
+// stage and TP index. The engine keeps its own references to the grid's
+// communicators.
+template <class Model>
+Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, const distributed::ProcessGrid& grid) {
+  engine_detail::check_grid(config, grid);
+  const c10::Device device = engine_detail::device_of(grid);
+  if (config.pipeline.stages > 1) {
+    if constexpr (std::is_base_of_v<nn::LayerStackImpl, Model>) {
+      StageHead head = engine_detail::stage_head(model);
+      if (!head.loss)
+        throw ConfigError(config.source, {"pipeline.stages: " + std::to_string(config.pipeline.stages) +
+                                          " stages: the last one computes the loss from the stack's output, so the "
+                                          "model needs loss(output, labels)"});
+      auto stages = std::make_unique<PipelineStages>(config, model, std::move(head), grid);
+      return Engine<Model>(std::move(model), std::move(stages));
+    } else {
+      throw ConfigError(config.source, {"pipeline.stages: " + std::to_string(config.pipeline.stages) +
+                                        " stages cut a stratum::nn::LayerStack model by its layers; this model "
+                                        "is not one"});
+    }
+  }
+  Engine<Model> engine = engine_detail::initialize_over_grid(config, std::move(model), grid, device);
+  engine.set_context_parallel(engine_detail::context_parallel_of(config, grid),
+                              config.tensor_parallel.sequence_parallel ? config.tensor_parallel.size : 1);
+  return engine;
+}
+
 
 // Over the whole job: the grid built here (ProcessGrid::create, collective;
 // ConfigError on every rank when the shape does not fit). A tensor-parallel

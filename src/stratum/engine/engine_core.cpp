@@ -98,7 +98,8 @@ EngineCore::EngineCore(const Config& config, std::vector<at::Tensor> params, std
   check_supported(config_, params, layers.has_value(), pipeline_stage(),
                   mp_ && mp_->tensor_parallel ? mp_->tensor_parallel->size() : 1);
   // Under model parallelism the data-parallel group is world / (stages x tensor parallel).
-  batch_ = config_.resolve_batch(data_parallel()->size() * (mp_ ? config_.model_parallel_size() : 1));
+  batch_ = config_.resolve_batch(data_parallel()->size() *
+                                 (mp_ ? config_.pipeline.stages * config_.tensor_parallel.size : 1));
   if (mp_ && mp_->expert_parallel && config_.optimizer->type == config::OptimizerType::Lamb)
     throw ConfigError(config_.source, {"optimizer.type: Lamb's per-parameter trust ratios are not computed under "
                                        "expert parallelism (moe.expert_parallel_size " +
@@ -579,7 +580,7 @@ void EngineCore::finish_step_diagnostics(bool profiled) {
   if (profiled) {
     FlopsProfiler::StepFacts f;
     f.profile_step = config_.flops_profiler.profile_step;
-    f.mp_size = config_.model_parallel_size();
+    f.mp_size = config_.pipeline.stages * config_.tensor_parallel.size;  // context parallelism is inside dp
     f.dp_size = dp_->size();
     f.world_size = f.dp_size * f.mp_size;
     f.micro_batch = batch_.micro_batch_per_gpu;

@@ -264,7 +264,8 @@ std::optional<nn::SequenceLayout> micro_batch_layout(const MicroBatch& b, int in
   if (b.inputs.defined() && b.inputs.sizes() != b.segment_ids.sizes())
     throw Error(where + "segment_ids " + c10::str(b.segment_ids.sizes()) + " but inputs " + c10::str(b.inputs.sizes()));
   // On the host, before a device would read them: positions index RoPE's rows and GPT-2's position embedding.
-  if (b.position_ids.device().is_cpu() && b.position_ids.numel() > 0) {
+  // (A context-parallel rank's part holds the whole rows' positions, checked before the cut.)
+  if (!b.context && b.position_ids.device().is_cpu() && b.position_ids.numel() > 0) {
     const at::Tensor index = at::arange(b.position_ids.size(1), b.position_ids.options()).expand_as(b.position_ids);
     if (b.position_ids.lt(0).any().item<bool>() || b.position_ids.gt(index).any().item<bool>())
       throw Error(where + "a position id is negative or larger than its index in the row (packed positions restart "
@@ -274,6 +275,7 @@ std::optional<nn::SequenceLayout> micro_batch_layout(const MicroBatch& b, int in
   }
   // The runs, counted here on the host, spare the GPU a mask (nn/segment_runs.h).
   std::shared_ptr<const nn::SegmentRuns> runs;
+  if (b.context) return nn::SequenceLayout{b.segment_ids.to(device), b.position_ids.to(device), nullptr, b.context};
   if (b.segment_ids.device().is_cpu()) runs = std::make_shared<const nn::SegmentRuns>(b.segment_ids);
   return nn::SequenceLayout{b.segment_ids.to(device), b.position_ids.to(device), runs};
 }
@@ -301,8 +303,9 @@ nn::SequenceLayoutSlot* layout_slot(torch::nn::Module& model, const std::optiona
   if (!layout) return nullptr;
   nn::LayerStackImpl* stack = as_layer_stack(model);
   if (!stack)
-    throw Error(std::string(what) + ": the micro-batch packs several sequences a row (segment_ids) but the model is "
-                "not a LayerStack whose attention reads them");
+    throw Error(std::string(what) + ": the micro-batch " +
+                (layout->context ? "is split by context parallelism" : "packs several sequences a row (segment_ids)") +
+                " but the model is not a LayerStack whose attention reads that");
   return stack->sequence_layout().get();
 }
 

@@ -10,6 +10,7 @@
 #include "stratum/core/log.h"
 #include "stratum/distributed/logged_communicator.h"
 #include "stratum/distributed/wait_context.h"
+#include "stratum/engine/context_shard.h"
 #include "stratum/engine/engine.h"
 #include "stratum/engine/flops_profiler.h"
 #include "stratum/engine/param_runs.h"
@@ -93,6 +94,7 @@ PipelineStages::PipelineStages(const Config& config, std::shared_ptr<nn::LayerSt
   if (!head_.loss) throw Error("stratum::initialize: a pipeline's last stage needs the model's loss");
   // The grid checked the shape (ProcessGrid::problems): stages and TP divide the world, TP stays in a node.
   engine_detail::check_grid(config_, grid);
+  context_ = engine_detail::context_parallel_of(config_, grid);
   const auto& world = grid.world();
   stages_ = static_cast<int>(grid.pp());
   chunks_ = static_cast<int>(config_.pipeline.virtual_stages);
@@ -252,8 +254,10 @@ PipelineStages::~PipelineStages() = default;
 void PipelineStages::read_batches(const NextBatch& next_batch, int m, const char* what) {
   batches_.clear();
   layouts_.clear();
+  const int64_t multiple = config_.tensor_parallel.sequence_parallel ? config_.tensor_parallel.size : 1;
   for (int i = 0; i < m; ++i) {
     MicroBatch b = next_batch();
+    if (context_.enabled()) b = engine_detail::context_shard(b, context_, multiple, i, what, device_);
     if ((is_first_stage() && !b.inputs.defined()) || (is_last_stage() && !b.labels.defined()))
       throw Error(std::string(what) + ": micro-batch " + std::to_string(i) + " has no " +
                   (is_first_stage() && !b.inputs.defined() ? "inputs" : "labels"));

@@ -30,6 +30,7 @@
 #include "stratum/config/config.h"
 #include "stratum/distributed/process_grid.h"
 #include "stratum/engine/engine_core.h"
+#include "stratum/nn/context_parallel/context_parallel.h"
 #include "stratum/nn/layer_stack.h"
 #include "stratum/nn/weight_grad_deferral.h"
 #include "stratum/pipeline/executor.h"
@@ -71,6 +72,9 @@ struct MicroBatch {
   // packed rows hold different numbers of trained tokens, and every layout
   // then weighs each token alike. Not given, a step costs no collective.
   int64_t loss_tokens = -1;
+  // Set by the engine under context parallelism (engine/context_shard.h):
+  // the tensors above are this rank's part of the sequence.
+  std::shared_ptr<const nn::cp::ContextShard> context{};
 };
 using NextBatch = std::function<MicroBatch()>;
 // The last stage's loss of one micro-batch, from the model's output and the labels.
@@ -113,6 +117,8 @@ class PipelineStages : private pipeline::StageOps {
 
   int stage() const { return stage_; }
   int stages() const { return stages_; }
+  // The grid's context parallelism: each stage keeps its part of every micro-batch's sequence.
+  const nn::cp::ContextParallel& context_parallel() const { return context_; }
   bool is_first_stage() const { return stage_ == 0; }
   bool is_last_stage() const { return stage_ == stages_ - 1; }
   // Layers [begin, end) of chunk c of this rank are those of virtual stage c·p + stage.
@@ -158,6 +164,7 @@ class PipelineStages : private pipeline::StageOps {
   StageHead head_;
   int stage_ = 0, stages_ = 1, chunks_ = 1;
   c10::Device device_;
+  nn::cp::ContextParallel context_;
   pipeline::Partition partition_;
   std::vector<std::string> names_;
   std::vector<int> tied_;  // indices into the core's parameters held by the first and last stage

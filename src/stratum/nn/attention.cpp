@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "stratum/nn/context_parallel/context_parallel.h"
 #include "stratum/nn/linear.h"
 #include "stratum/nn/lora_linear.h"
 #include "stratum/nn/tensor_parallel/layers.h"
@@ -11,6 +12,7 @@ namespace stratum::nn {
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p,
                             const SequenceLayout* rows) {
+  if (rows && rows->context) return cp::context_attention(q, k, v, dropout_p, *rows->context);
   if (rows) return segment_attention(q, k, v, dropout_p, *rows);
   // enable_gqa (torch >= 2.5) groups query heads over k/v heads without
   // materializing repeated k/v; flash kernels support it.
@@ -97,7 +99,8 @@ at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   // Packed rows: each example's positions from 0, and attention within it.
   const SequenceLayout* packed = layout ? layout->get() : nullptr;
   const std::optional<SequenceLayout> rows = packed ? std::optional(layout_of_length(*packed, length)) : std::nullopt;
-  const auto [cos, sin] = rows ? rope->cos_sin_at(rows->position_ids, x.scalar_type())
+  const auto [cos, sin] = rows ? rope->cos_sin_at(rows->position_ids, x.scalar_type(),
+                                                  rows->context ? rows->context->whole_length : 0)
                                : rope->cos_sin(length, x.device(), x.scalar_type());
   // One GEMM for the three projections (HF keeps them as three weights; 4-bit
   // ones dequantized side by side), and one each way for their adapters.

@@ -28,7 +28,9 @@ namespace stratum::nn {
 // Query head h attends with k/v head h / (heads / kv_heads) (HF's repeat_kv).
 // Dropout on the attention weights when dropout_p > 0. With `rows` (packed
 // rows at q's length: nn/sequence_layout.h) a query reads only the keys of
-// its own segment.
+// its own segment; with a context shard in them (context parallelism) q, k
+// and v are this rank's tokens and attention meets the other ranks' tokens
+// (nn/context_parallel/context_parallel.h).
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p,
                             const SequenceLayout* rows = nullptr);
 

@@ -1,5 +1,7 @@
 #include "stratum/nn/rope.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -51,10 +53,11 @@ std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(int64_t seq_len, c10:
   return {cos_.narrow(0, 0, seq_len).to(dtype), sin_.narrow(0, 0, seq_len).to(dtype)};
 }
 
-std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin_at(const at::Tensor& position_ids, at::ScalarType dtype) {
+std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin_at(const at::Tensor& position_ids, at::ScalarType dtype,
+                                                              int64_t length) {
   // A position never exceeds its index in the row, so the first T rows hold them all.
   const int64_t b = position_ids.size(0), t = position_ids.size(1);
-  const auto [cos, sin] = cos_sin(t, position_ids.device(), dtype);
+  const auto [cos, sin] = cos_sin(std::max(t, length), position_ids.device(), dtype);
   const at::Tensor flat = position_ids.reshape({-1});
   return {cos.index_select(0, flat).view({b, t, head_dim_}), sin.index_select(0, flat).view({b, t, head_dim_})};
 }

@@ -36,8 +36,10 @@ class RotaryEmbedding {
   std::pair<at::Tensor, at::Tensor> cos_sin(int64_t seq_len, c10::Device device, at::ScalarType dtype);
 
   // cos and sin at each row's own positions (packed rows, nn/sequence_layout.h):
-  // position_ids int64 [B, T], each below T; [B, T, head_dim] in `dtype`.
-  std::pair<at::Tensor, at::Tensor> cos_sin_at(const at::Tensor& position_ids, at::ScalarType dtype);
+  // position_ids int64 [B, T], each below `length` (0: T; a context-parallel
+  // rank's part of a longer sequence gives that sequence's); [B, T, head_dim] in `dtype`.
+  std::pair<at::Tensor, at::Tensor> cos_sin_at(const at::Tensor& position_ids, at::ScalarType dtype,
+                                               int64_t length = 0);
 
   int64_t head_dim() const { return head_dim_; }
   double theta() const { return theta_; }

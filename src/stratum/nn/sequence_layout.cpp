@@ -24,9 +24,10 @@ void check_sequence_layout(const SequenceLayout& l) {
 SequenceLayout layout_of_length(const SequenceLayout& l, int64_t length) {
   const int64_t t = l.segment_ids.size(1);
   if (length == t) return l;
-  if (length < t) return {l.segment_ids.narrow(1, 0, length), l.position_ids.narrow(1, 0, length), nullptr};
+  if (length < t)
+    return {l.segment_ids.narrow(1, 0, length), l.position_ids.narrow(1, 0, length), nullptr, l.context};
   return {at::constant_pad_nd(l.segment_ids, {0, length - t}, -1), at::constant_pad_nd(l.position_ids, {0, length - t}, 0),
-          l.runs};
+          l.runs, l.context};
 }
 
 at::Tensor segment_causal_mask(const at::Tensor& segment_ids) {

@@ -18,6 +18,9 @@
 namespace stratum::nn {
 
 class SegmentRuns;
+namespace cp {
+struct ContextShard;
+}
 
 struct SequenceLayout {
   at::Tensor segment_ids;   // int32 [B, T]: the example within its row, -1 on padding
@@ -25,6 +28,11 @@ struct SequenceLayout {
   // The rows' runs, counted on the host (nn/segment_runs.h): variable-length
   // attention reads them instead of a mask. Null: not counted.
   std::shared_ptr<const SegmentRuns> runs{};
+  // Context parallelism (nn/context_parallel/context_parallel.h): the rows
+  // above are this rank's tokens of the whole sequence (their positions
+  // those of the whole: RoPE reads them), and attention meets the other
+  // ranks' through the shard. Null: the rows are whole.
+  std::shared_ptr<const cp::ContextShard> context{};
 };
 
 // Throws stratum::Error unless both are defined, [B, T] alike, segment ids
@@ -33,7 +41,7 @@ void check_sequence_layout(const SequenceLayout& layout);
 
 // The layout for `length` positions: cut (its runs dropped), or padded on
 // the right with segment -1 and position 0 (sequence parallelism pads the
-// tokens so).
+// tokens so). The context shard, if any, stays.
 SequenceLayout layout_of_length(const SequenceLayout& layout, int64_t length);
 
 // Where query i may read key j: the same segment and j <= i. bool [B, 1, T, T].

@@ -1,0 +1,266 @@
+#include "stratum/nn/context_parallel/ring_attention.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "stratum/core/error.h"
+#include "stratum/distributed/wait_context.h"
+
+namespace stratum::nn::cp {
+namespace {
+
+using distributed::Communicator;
+using distributed::P2POp;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// ---------------------------------------------------------------------------
+// One block: queries against one rank's keys and values.
+
+struct Block {
+  at::Tensor out;  // [B, H, q, D] fp32
+  at::Tensor lse;  // [B, H, q] fp32 (-inf on a row that reads nothing)
+};
+
+bool flash_cuda_applies(const at::Tensor& q) {
+  return q.is_cuda() && (q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16) && q.size(-1) % 8 == 0 &&
+         q.size(-1) <= 256;
+}
+
+// Scores of a block in fp32, -inf where the block may not read.
+at::Tensor masked_scores(const at::Tensor& q, const at::Tensor& k, bool causal, const at::Tensor& mask, double scale) {
+  at::Tensor s = at::matmul(q.to(at::kFloat), k.to(at::kFloat).transpose(-2, -1)).mul_(scale);
+  if (causal) {
+    const at::Tensor above = at::ones({q.size(2), k.size(2)}, q.options().dtype(at::kBool)).triu_(1);
+    s.masked_fill_(above, -INFINITY);
+  }
+  if (mask.defined()) s.masked_fill_(mask.logical_not(), -INFINITY);
+  return s;
+}
+
+// exp(s - lse), 0 on the rows that read nothing.
+at::Tensor probabilities(const at::Tensor& s, const at::Tensor& lse) {
+  const at::Tensor safe = at::where(at::isinf(lse), at::zeros_like(lse), lse);
+  return at::exp(s - safe.unsqueeze(-1));
+}
+
+Block block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, const at::Tensor& mask,
+                    double scale) {
+  if (!mask.defined() && q.is_cpu()) {
+    auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, {}, scale);
+    return {out.to(at::kFloat), lse.to(at::kFloat)};
+  }
+  if (!mask.defined() && flash_cuda_applies(q)) {
+    auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, causal, false, scale);
+    return {std::get<0>(r).to(at::kFloat), std::get<1>(r).narrow(-1, 0, q.size(2)).to(at::kFloat)};
+  }
+  const at::Tensor s = masked_scores(q, k, causal, mask, scale);
+  const at::Tensor lse = at::logsumexp(s, -1);
+  return {at::matmul(probabilities(s, lse), v.to(at::kFloat)), lse};
+}
+
+// The block's share of dq, dk, dv given the merged output and log-sum-exp of its queries.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> block_backward(const at::Tensor& dout, const at::Tensor& q,
+                                                              const at::Tensor& k, const at::Tensor& v,
+                                                              const at::Tensor& out, const at::Tensor& lse,
+                                                              bool causal, const at::Tensor& mask, double scale) {
+  if (!mask.defined() && q.is_cpu()) {
+    auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+        dout.to(q.scalar_type()).contiguous(), q, k, v, out.to(q.scalar_type()).contiguous(), lse.contiguous(), 0.0,
+        causal, {}, scale);
+    return {dq, dk, dv};
+  }
+  if (!mask.defined() && flash_cuda_applies(q)) {
+    const at::Tensor none = at::zeros({2}, q.options().dtype(at::kLong));
+    auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_backward(
+        dout.to(q.scalar_type()).contiguous(), q, k, v, out.to(q.scalar_type()).contiguous(), lse.contiguous(),
+        at::Tensor(), at::Tensor(), q.size(2), k.size(2), 0.0, causal, none, none, scale);
+    return {dq, dk, dv};
+  }
+  const at::Tensor s = masked_scores(q, k, causal, mask, scale);
+  const at::Tensor p = probabilities(s, lse);
+  const at::Tensor g = dout.to(at::kFloat), of = out.to(at::kFloat);
+  const at::Tensor dv = at::matmul(p.transpose(-2, -1), g);
+  const at::Tensor dp = at::matmul(g, v.to(at::kFloat).transpose(-2, -1));
+  const at::Tensor ds = p * (dp - (g * of).sum(-1, /*keepdim=*/true));
+  return {at::matmul(ds, k.to(at::kFloat)).mul_(scale), at::matmul(ds.transpose(-2, -1), q.to(at::kFloat)).mul_(scale),
+          dv};
+}
+
+// Merges a block over rows [from, from + block.out.size(2)) into the running output and log-sum-exp.
+void merge(at::Tensor& out, at::Tensor& lse, const Block& block, int64_t from) {
+  const int64_t rows = block.out.size(2);
+  at::Tensor o = out.narrow(2, from, rows), l = lse.narrow(2, from, rows);
+  const at::Tensor merged = at::logaddexp(l, block.lse);
+  // A row that has read nothing yet on either side keeps 0 (exp(-inf - -inf) is NaN).
+  const at::Tensor keep = at::nan_to_num(at::exp(l - merged), 0.0), add = at::nan_to_num(at::exp(block.lse - merged), 0.0);
+  o.mul_(keep.unsqueeze(-1)).add_(block.out * add.unsqueeze(-1));
+  l.copy_(merged);
+}
+
+// ---------------------------------------------------------------------------
+// The ring.
+
+// What both passes need besides the tensors (kept in the autograd context).
+struct RingPlan : torch::CustomClassHolder {
+  ContextShard shard;
+  double scale = 1.0;
+};
+
+// k and v of a rank, side by side in one buffer, so that a hop is one message.
+at::Tensor pack(const at::Tensor& k, const at::Tensor& v) { return at::stack({k, v}).contiguous(); }
+
+at::Tensor expand_heads(const at::Tensor& kv, int64_t heads) {
+  const int64_t group = heads / kv.size(1);
+  return group == 1 ? kv : kv.repeat_interleave(group, 1);
+}
+// The gradient of expand_heads: each key/value head's query group summed.
+at::Tensor sum_heads(const at::Tensor& g, int64_t kv_heads) {
+  const int64_t group = g.size(1) / kv_heads;
+  if (group == 1) return g;
+  return g.view({g.size(0), kv_heads, group, g.size(2), g.size(3)}).sum(2);
+}
+
+// Starts sending `buffers` to the next ring rank and receiving theirs from the previous one.
+distributed::WorkPtr start_hop(Communicator& ring, const std::vector<at::Tensor>& send, std::vector<at::Tensor>& recv) {
+  const int64_t n = ring.size(), me = ring.rank();
+  const int next = static_cast<int>((me + 1) % n), prev = static_cast<int>((me + n - 1) % n);
+  std::vector<P2POp> ops;
+  for (size_t i = 0; i < send.size(); ++i) {
+    recv.push_back(at::empty_like(send[i]));
+    ops.push_back({P2POp::Kind::send, send[i], next});
+    ops.push_back({P2POp::Kind::recv, recv[i], prev});
+  }
+  return ring.batch_p2p(ops);
+}
+
+// Which rows of the queries meet which half of the keys of the block from
+// ring rank `source`, under the zigzag split (no mask).
+struct Meeting {
+  int64_t q_from, q_rows, k_from, k_rows;
+  bool causal;
+};
+Meeting zigzag_meeting(int64_t me, int64_t source, int64_t n) {
+  const int64_t half = n / 2;
+  if (source == me) return {0, n, 0, n, true};
+  if (source < me) return {0, n, 0, half, false};  // its first chunk is before both of ours
+  return {half, half, 0, n, false};                // both its chunks are before our second
+}
+
+// Packed rows: where queries of ring rank `me` may read keys of ring rank
+// `source` (same segment, not after), bool [B, 1, n, n].
+at::Tensor packed_mask(const RingPlan& plan, int64_t me, int64_t source, c10::Device device) {
+  const ContextShard& s = plan.shard;
+  const auto positions = [&](int64_t r) {
+    const std::vector<int64_t> p = ring_positions(s.whole_length, s.cp.split(), r);
+    return at::tensor(p, at::TensorOptions().dtype(at::kLong)).to(device);
+  };
+  const at::Tensor qi = positions(me), ki = positions(source);
+  const at::Tensor& seg = s.whole->segment_ids;
+  const at::Tensor sq = seg.index_select(1, qi), sk = seg.index_select(1, ki);
+  const at::Tensor same = sq.unsqueeze(2).eq(sk.unsqueeze(1));
+  const at::Tensor before = ki.unsqueeze(0).le(qi.unsqueeze(1));
+  return same.logical_and(before.unsqueeze(0)).unsqueeze(1);
+}
+
+struct RingAttention : torch::autograd::Function<RingAttention> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            c10::IValue plan_value) {
+    const auto plan = c10::static_intrusive_pointer_cast<RingPlan>(plan_value.toCapsule());
+    Communicator& ring = *plan->shard.cp.ring;
+    const int64_t r = ring.size(), me = ring.rank(), n = q.size(2), heads = q.size(1);
+    const bool packed = plan->shard.whole.has_value();
+    at::Tensor out = at::zeros({q.size(0), heads, n, q.size(3)}, q.options().dtype(at::kFloat));
+    at::Tensor lse = at::full({q.size(0), heads, n}, -INFINITY, q.options().dtype(at::kFloat));
+    at::Tensor kv = pack(k, v);
+    for (int64_t step = 0; step < r; ++step) {
+      const int64_t source = (me - step + r) % r;
+      std::vector<at::Tensor> next;
+      distributed::WorkPtr hop;
+      if (step + 1 < r) hop = start_hop(ring, {kv}, next);  // the next block travels while this one is read
+      const at::Tensor kb = expand_heads(kv[0], heads), vb = expand_heads(kv[1], heads);
+      if (packed) {
+        merge(out, lse, block_forward(q, kb, vb, false, packed_mask(*plan, me, source, q.device()), plan->scale), 0);
+      } else {
+        const Meeting m = zigzag_meeting(me, source, n);
+        merge(out, lse,
+              block_forward(q.narrow(2, m.q_from, m.q_rows).contiguous(), kb.narrow(2, m.k_from, m.k_rows).contiguous(),
+                            vb.narrow(2, m.k_from, m.k_rows).contiguous(), m.causal, {}, plan->scale),
+              m.q_from);
+      }
+      if (hop) {
+        distributed::WaitContext waiting("ring attention: key/value block " + std::to_string(step + 1) + " of " +
+                                         std::to_string(r) + " from ring rank " +
+                                         std::to_string((me - step - 1 + r) % r));
+        hop->wait();
+        kv = next[0];
+      }
+    }
+    ctx->saved_data["plan"] = plan_value;
+    const at::Tensor result = out.to(q.scalar_type());
+    ctx->save_for_backward({q, k, v, result, lse});
+    return result;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto plan = c10::static_intrusive_pointer_cast<RingPlan>(ctx->saved_data["plan"].toCapsule());
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    Communicator& ring = *plan->shard.cp.ring;
+    const int64_t r = ring.size(), me = ring.rank(), n = q.size(2), heads = q.size(1), kv_heads = k.size(1);
+    const bool packed = plan->shard.whole.has_value();
+    const at::Tensor dout = grads[0].contiguous();
+    at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
+    at::Tensor kv = pack(k, v);
+    // The gradient of the block in hand, carried with it around the ring.
+    at::Tensor dkv = at::zeros(kv.sizes(), kv.options().dtype(at::kFloat));
+    for (int64_t step = 0; step < r; ++step) {
+      const int64_t source = (me - step + r) % r;
+      const at::Tensor kb = expand_heads(kv[0], heads), vb = expand_heads(kv[1], heads);
+      Meeting m = packed ? Meeting{0, n, 0, n, false} : zigzag_meeting(me, source, n);
+      const at::Tensor mask = packed ? packed_mask(*plan, me, source, q.device()) : at::Tensor();
+      auto [bq, bk, bv] =
+          block_backward(dout.narrow(2, m.q_from, m.q_rows), q.narrow(2, m.q_from, m.q_rows).contiguous(),
+                         kb.narrow(2, m.k_from, m.k_rows).contiguous(), vb.narrow(2, m.k_from, m.k_rows).contiguous(),
+                         out.narrow(2, m.q_from, m.q_rows), lse.narrow(2, m.q_from, m.q_rows), m.causal, mask,
+                         plan->scale);
+      dq.narrow(2, m.q_from, m.q_rows).add_(bq);
+      dkv[0].narrow(2, m.k_from, m.k_rows).add_(sum_heads(bk.to(at::kFloat), kv_heads));
+      dkv[1].narrow(2, m.k_from, m.k_rows).add_(sum_heads(bv.to(at::kFloat), kv_heads));
+      // One hop: the gradient on to the block's next reader (after the last
+      // step, home), and the next block with it.
+      const std::vector<at::Tensor> send = step + 1 < r ? std::vector<at::Tensor>{dkv, kv} : std::vector<at::Tensor>{dkv};
+      std::vector<at::Tensor> next;
+      {
+        distributed::WaitContext waiting("ring attention backward: step " + std::to_string(step + 1) + " of " +
+                                         std::to_string(r));
+        start_hop(ring, send, next)->wait();
+      }
+      dkv = next[0];
+      if (step + 1 < r) kv = next[1];
+    }
+    return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const ContextShard& shard) {
+  if (!shard.cp.ring || shard.cp.ring->size() == 1)
+    throw Error("ring attention: no ring group (context parallelism's method is " +
+                std::string(method_name(shard.cp.method)) + ")");
+  if (q.size(2) % 2 != 0 || k.size(2) != q.size(2))
+    throw Error("ring attention: the ring rank holds " + std::to_string(q.size(2)) + " queries and " +
+                std::to_string(k.size(2)) + " keys; the zigzag split gives it two equal chunks of both");
+  auto plan = c10::make_intrusive<RingPlan>();
+  plan->shard = shard;
+  plan->scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  return RingAttention::apply(q, k, v, c10::IValue::make_capsule(plan));
+}
+
+}  // namespace stratum::nn::cp
