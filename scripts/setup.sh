@@ -30,6 +30,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
 fi
 
+# --- the main job's corpus on GPUs -----------------------------------------------
+# The Linux kernel's documentation (Debian's linux-doc: about 37 MB to fetch,
+# 25 MB of English text; scripts/linux_docs_corpus.py), only where there are
+# GPUs to train on it; CPU machines and the tests keep the default corpus. Not
+# fatal: without it the main job trains on the default corpus, saying so.
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU ' &&
+   ! dpkg-query -W -f='${Status}' linux-doc 2>/dev/null | grep -q "install ok installed" &&
+   command -v apt-get >/dev/null; then
+  log "installing linux-doc (the main job's corpus on GPUs)"
+  ( as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-doc ) >&2 ||
+    log "linux-doc not installed: the main job will train on the default corpus"
+fi
+
 # --- torch ---------------------------------------------------------------------
 # A torch >= 2.11 already importable (e.g. the CUDA build on a GPU machine) wins;
 # otherwise the project venv gets the CPU wheel.
