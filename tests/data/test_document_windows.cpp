@@ -20,6 +20,8 @@
 #include "stratum/core/fs.h"
 #include "stratum/data/blend.h"
 #include "stratum/data/dataset.h"
+#include "stratum/data/hf_tokenizer.h"
+#include "stratum/data/load_tokenizer.h"
 #include "stratum/data/token_file.h"
 #include "stratum/data/tokenizer.h"
 #include "stratum/data/training_source.h"
@@ -129,6 +131,18 @@ TEST_F(DocumentWindows, TextFilesAreDocuments) {
   ::unlink(document_index_path(cache).c_str());
   prepare_token_file(path("one.txt"), bytes, {path("cache"), true});
   EXPECT_TRUE(has_document_index(cache, 5));
+}
+
+TEST_F(DocumentWindows, JsonLinesRecordsAreDocuments) {
+  if (!hf_tokenizer_available()) GTEST_SKIP() << "this build has no PCRE2";
+  auto tok = load_tokenizer(std::string(STRATUM_TEST_DATA_DIR) + "/tokenizers/gpt2");
+  ASSERT_GE(tok->eos_id(), 0);
+  write("docs.jsonl", "{\"text\": \"The first one.\"}\n\n{\"text\": \"A second,\\nlonger one.\"}\n{\"text\": \"3\"}\n");
+  TokenFile f(prepare_token_file(path("docs.jsonl"), *tok, {path("cache"), true}));
+  const std::vector<int64_t> starts = read_document_index(f);
+  ASSERT_EQ(starts.size(), 3u);  // the blank line is no document
+  for (size_t d = 1; d < starts.size(); ++d) EXPECT_EQ(f.token(starts[d] - 1), tok->eos_id()) << d;
+  EXPECT_EQ(f.token(f.size() - 1), tok->eos_id());
 }
 
 TEST_F(DocumentWindows, BlendsKeepTheSourcesDocuments) {
