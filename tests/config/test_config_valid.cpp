@@ -323,3 +323,25 @@ TEST(ConfigValid, MixtureOfExpertsSection) {
   EXPECT_DOUBLE_EQ(dropless.moe.capacity_factor, 0.0);
   EXPECT_DOUBLE_EQ(dropless.moe.aux_loss_coeff, 1e-2);
 }
+
+// The "context_parallel" section: off without it; the Ulysses size each method
+// implies; hybrid's own; the batch counting data replicas (world / (stages x
+// tensor-parallel x context-parallel)); the resolved config read back alike.
+TEST(ConfigValid, ContextParallelSection) {
+  Config none = parse(R"({"train_batch_size": 8})");
+  EXPECT_EQ(none.context_parallel.size, 1);
+  Config ulysses = parse(R"({"train_batch_size": 8, "context_parallel": {"size": 4, "method": "ulysses"}})");
+  EXPECT_EQ(ulysses.context_parallel.ulysses_size, 4);
+  Config ring = parse(R"({"train_batch_size": 8, "context_parallel": {"size": 4}})");
+  EXPECT_EQ(ring.context_parallel.method, "ring");
+  EXPECT_EQ(ring.context_parallel.ulysses_size, 1);
+  Config hybrid = parse(R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 2},
+      "context_parallel": {"size": 4, "method": "hybrid", "ulysses_size": 2}})");
+  EXPECT_EQ(hybrid.context_parallel.ulysses_size, 2);
+  EXPECT_EQ(hybrid.model_parallel_size(), 8);
+  EXPECT_EQ(hybrid.resolve_batch(16).train_batch_size, 8);
+  EXPECT_EQ(hybrid.resolve_batch(16).micro_batch_per_gpu, 4);  // 2 data replicas
+  nlohmann::json resolved = stratum::to_json(hybrid, 16);
+  EXPECT_EQ(resolved["context_parallel"]["ulysses_size"], 2);
+  EXPECT_EQ(stratum::to_json(Config::from_json(resolved, "resolved"), 16), resolved);
+}
