@@ -88,3 +88,27 @@ TEST(GradientAccumulationFusion, MatchesUnfused) {
   EXPECT_NO_THROW(nn::register_weight_grad_sink(layer->fc->weight, &probe)) << "an undeclared layer has a sink";
   nn::unregister_weight_grad_sink(layer->fc->weight, &probe);
 }
+
+// The sequence-tiled MLP and LM head loss (tiled_mlp_tokens,
+// tiled_loss_tokens) train as the untiled model at every ZeRO stage, fusion
+// on (their layers keep autograd's path) and stage 3 gathering the head's
+// weight (the tied embedding's too) for the loss inside the head's layer,
+// with and without activation checkpointing (which recomputes the blocks,
+// and in a one-layer LLaMA the head as well).
+TEST(SequenceTiling, TrainsAsUntiledAtEveryZeroStage) {
+  const test::Backend backend = test::backends().front();  // the CPU ranks (MPI)
+  for (const auto& [model, tied, layers] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"tiny-gpt2", "true", "2"}, {"tiny-llama", "false", "2"}, {"tiny-llama", "true", "1"}})
+    for (int stage : {0, 1, 2, 3})
+      for (const std::string checkpointing : {"", "{}"}) {
+        Options o{model, {{"tie_embeddings", tied}, {"layers", layers}}, stage};
+        o.checkpointing = checkpointing;
+        if (stage == 3) o.zero_extra = R"(, "stage3_param_persistence_threshold": 0)";
+        const TrainRun untiled = train(o, backend.world, kSteps, backend.device);
+        o.overrides.push_back({"tiled_mlp_tokens", "5"});
+        o.overrides.push_back({"tiled_loss_tokens", "7"});
+        expect_same_training(train(o, backend.world, kSteps, backend.device), untiled, 1e-5,
+                             backend.name + " " + model + " tied " + tied + " layers " + layers + " stage " +
+                                 std::to_string(stage) + (checkpointing.empty() ? "" : " checkpointed"));
+      }
+}
