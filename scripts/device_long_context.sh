@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# On the GPU machine, after `scripts/device_build.sh --only-build --targets
+# "stratum-train stratum-run"` (build-device/):
+#   1. Context parallelism on the CUDA path, its ranks sharing the one GPU
+#      (over MPI through the host): tiny LLaMA (seq 256, 4 key/value heads)
+#      with each sequence over CP = 2 and 4 ranks by ring, Ulysses and hybrid,
+#      against the one-rank run: fp32 (the ring's blocks by the math path;
+#      per-step losses within 1e-5 relative) and bf16 (FlashAttention-2's
+#      kernels for the ring's blocks; within 2e-2, bf16's own noise).
+#   2. The longest sequence that trains one step on the one GPU, doubling
+#      from 32K: llama-1b, then llama-8b; ZeRO-3 with the optimizer on the
+#      host, activation checkpoints on the host (cpu_checkpointing), the MLP
+#      and the LM head's loss tiled along the sequence, bf16, micro-batch 1.
+#      Each length's tokens/s, MFU and peak GPU memory, and attention's share
+#      of the FLOPs (causal: 6 L d S against 6 N a token).
+#   3. llama-1b at 32K with each sequence over 2 ranks sharing the GPU
+#      (ring): a rank's peak memory against one rank's.
+#   PARTS="1 2 3" (default); MAX_SEQ caps part 2 (default 2097152).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STRATUM_LOG_LEVEL=info
+bin=${BIN:-build-device/bin}
+parts=${PARTS:-1 2 3}
+max_seq=${MAX_SEQ:-2097152}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+out=${OUT:-$work}
+
+# Per-step losses of run $2 against run $3 within relative $4.
+compare() {
+  python3 - "$1" "$2" "$3" "$4" <<'PY'
+import csv, sys
+work, name, ref, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+def losses(n):
+    with open(f"{work}/{n}/metrics.csv") as f:
+        return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(f)}
+try:
+    a, b = losses(name), losses(ref)
+except OSError as e:
+    print(f"{name:24s} FAIL  {e}")
+    sys.exit(0)
+worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in b)
+print(f"{name:24s} {'PASS' if worst <= tol else 'FAIL'}  largest relative difference {worst:.2e} (bound {tol:g}); "
+      f"loss {b[min(b)]:.4f} -> {a[max(a)]:.4f}")
+PY
+}
+
+if [[ " $parts " == *" 1 "* ]]; then
+  echo "=== context parallelism on the shared GPU: tiny LLaMA, against one rank ==="
+  model=(--model tiny-llama --set layers=2 --set max_seq_len=256 --set kv_heads=4)
+  for precision in fp32 bf16; do
+    bf16=""
+    tol=1e-5
+    [ "$precision" = bf16 ] && bf16='"bf16": {"enabled": true},' && tol=2e-2
+    for entry in "ref 1 1 ring 1" "ring2 2 2 ring 1" "ring4 4 4 ring 1" "ulysses2 2 2 ulysses 2" \
+                 "ulysses4 4 4 ulysses 4" "hybrid4 4 4 hybrid 2"; do
+      read -r name ranks cp method ulysses <<< "$entry"
+      extra=""
+      [ "$method" = hybrid ] && extra=", \"ulysses_size\": $ulysses"
+      cat > "$work/$precision-$name.json" <<JSON
+{"train_batch_size": 4, "gradient_accumulation_steps": 2, $bf16
+ "context_parallel": {"size": $cp, "method": "$method"$extra},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}
+JSON
+      "$bin/stratum-run" --num_procs "$ranks" "$bin/stratum-train" --config "$work/$precision-$name.json" \
+        "${model[@]}" --data default --cache-dir "$work/cache" --steps 12 --eval-every 100 --sample-tokens 0 \
+        --print-every 1000 --seed 7 --log-dir "$work/$precision-$name" > "$work/$precision-$name.log" 2>&1 ||
+        { echo "$precision-$name: exit $?"; tail -5 "$work/$precision-$name.log"; }
+      [ "$name" = ref ] || compare "$work" "$precision-$name" "$precision-ref" "$tol"
+    done
+  done
+fi
+
+# A corpus of repeated licence texts, long enough for the longest windows
+# (the content does not change the speed or the memory).
+long_corpus() {
+  python3 - "$1" "$2" <<'PY'
+import glob, sys
+path, size = sys.argv[1], int(sys.argv[2])
+text = "".join(open(f, errors="replace").read() + "\n\n" for f in sorted(glob.glob("/usr/share/common-licenses/*"))
+               if not f.endswith(".gz"))
+with open(path, "w") as f:
+    written = 0
+    while written < size:
+        f.write(text)
+        written += len(text)
+PY
+}
+
+# One step (three, the last timed) of $1 at sequence $2 on $3 ranks with context parallelism $4; prints a line.
+long_run() {
+  local model=$1 seq=$2 ranks=$3 cp=$4 name="$1-$2-cp$4"
+  local cpjson=""
+  [ "$cp" -gt 1 ] && cpjson="\"context_parallel\": {\"size\": $cp, \"method\": \"ring\"},"
+  cat > "$work/$name.json" <<JSON
+{"train_batch_size": 1, "bf16": {"enabled": true}, $cpjson
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true}},
+ "activation_checkpointing": {"cpu_checkpointing": true},
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}}
+JSON
+  local tile=$((seq < 8192 ? seq : 8192))
+  "$bin/stratum-run" --num_procs "$ranks" "$bin/stratum-train" --config "$work/$name.json" --model "$model" \
+    --set max_seq_len="$seq" --set tiled_mlp_tokens="$tile" --set tiled_loss_tokens="$tile" \
+    --data "$work/long.txt" --cache-dir "$work/cache" --steps 3 --eval-every 0 --eval-fraction 0.02 \
+    --sample-tokens 0 --print-every 1 --log-dir "$work/$name" > "$work/$name.log" 2>&1
+  local rc=$?
+  python3 - "$work/$name" "$model" "$seq" "$rc" "$cp" <<'PY'
+import csv, sys
+d, model, seq, rc, cp = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+shape = {"llama-1b": (16, 2048, 1.24e9), "llama-8b": (32, 4096, 8.03e9)}[model]
+layers, hidden, params = shape
+attention = 6 * layers * hidden * seq / (6 * params + 6 * layers * hidden * seq)
+try:
+    rows = list(csv.DictReader(open(f"{d}/metrics.csv")))
+except OSError:
+    rows = []
+if rc != 0 or not rows:
+    print(f"{model:9s} seq {seq:>8d} cp {cp}: did not train (exit {rc})")
+    sys.exit(1)
+r = rows[-1]
+keys = {k: r.get(k, "") for k in ("tokens_per_s", "mfu", "memory_gib")}
+print(f"{model:9s} seq {seq:>8d} cp {cp}: " + ", ".join(f"{k} {v}" for k, v in keys.items() if v) +
+      f", attention {attention:.0%} of the FLOPs, loss {r['loss']}")
+PY
+}
+
+if [[ " $parts " == *" 2 "* ]]; then
+  echo "=== the longest sequence one GPU trains a step at ==="
+  long_corpus "$work/long.txt" $((3 * max_seq * 2 + 4000000))
+  for model in llama-1b llama-8b; do
+    first=4096
+    [ "$model" = llama-8b ] && first=32768
+    seq=$first
+    while [ "$seq" -le "$max_seq" ]; do
+      long_run "$model" "$seq" 1 1 || { tail -4 "$work/$model-$seq-cp1.log" | sed 's/^/  /'; break; }
+      seq=$((seq * 2))
+    done
+  done
+fi
+
+if [[ " $parts " == *" 3 "* ]]; then
+  echo "=== llama-1b at 32K: each sequence over 2 ranks sharing the GPU, against one rank ==="
+  [ -f "$work/long.txt" ] || long_corpus "$work/long.txt" 8000000
+  long_run llama-1b 32768 1 1
+  long_run llama-1b 32768 2 2 || tail -4 "$work/llama-1b-32768-cp2.log" | sed 's/^/  /'
+fi
+cp "$work"/*.log "$out"/ 2>/dev/null || true
