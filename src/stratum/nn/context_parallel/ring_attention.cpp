@@ -221,6 +221,10 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     at::Tensor dkv = at::zeros(kv.sizes(), kv.options().dtype(at::kFloat));
     for (int64_t step = 0; step < r; ++step) {
       const int64_t source = (me - step + r) % r;
+      // The next block travels while this one's gradients are computed.
+      std::vector<at::Tensor> next_kv;
+      distributed::WorkPtr kv_hop;
+      if (step + 1 < r) kv_hop = start_hop(ring, {kv}, next_kv);
       const at::Tensor kb = expand_heads(kv[0], heads), vb = expand_heads(kv[1], heads);
       Meeting m = packed ? Meeting{0, n, 0, n, false} : zigzag_meeting(me, source, n);
       const at::Tensor mask = packed ? packed_mask(*plan, me, source, q.device()) : at::Tensor();
@@ -232,17 +236,16 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       dq.narrow(2, m.q_from, m.q_rows).add_(bq);
       dkv[0].narrow(2, m.k_from, m.k_rows).add_(sum_heads(bk.to(at::kFloat), kv_heads));
       dkv[1].narrow(2, m.k_from, m.k_rows).add_(sum_heads(bv.to(at::kFloat), kv_heads));
-      // One hop: the gradient on to the block's next reader (after the last
-      // step, home), and the next block with it.
-      const std::vector<at::Tensor> send = step + 1 < r ? std::vector<at::Tensor>{dkv, kv} : std::vector<at::Tensor>{dkv};
-      std::vector<at::Tensor> next;
+      // The block's gradient on to its next reader (after the last step, home).
+      std::vector<at::Tensor> next_dkv;
       {
-        distributed::WaitContext waiting("ring attention backward: step " + std::to_string(step + 1) + " of " +
-                                         std::to_string(r));
-        start_hop(ring, send, next)->wait();
+        distributed::WaitContext waiting("ring attention backward: key/value gradients, step " +
+                                         std::to_string(step + 1) + " of " + std::to_string(r));
+        start_hop(ring, {dkv}, next_dkv)->wait();
+        if (kv_hop) kv_hop->wait();
       }
-      dkv = next[0];
-      if (step + 1 < r) kv = next[1];
+      dkv = next_dkv[0];
+      if (kv_hop) kv = next_kv[0];
     }
     return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), at::Tensor()};
   }
