@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
       std::cout << "batch: train_batch_size " << sizes.train_batch_size << " = micro " << sizes.micro_batch_per_gpu
                 << " x accumulation " << sizes.gradient_accumulation_steps << " x data-parallel "
                 << sizes.data_parallel_size << " (world " << *world << " = dp " << sizes.data_parallel_size
+                << (config.context_parallel.size > 1 ? " x cp " + std::to_string(config.context_parallel.size) : "")
                 << " x pp " << config.pipeline.stages << " x tp " << config.tensor_parallel.size << ")\n";
     } else {
       std::cout << "batch: not resolved (pass --world-size N to resolve train_batch_size = micro x accumulation x "

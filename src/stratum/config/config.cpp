@@ -169,8 +169,11 @@ config::BatchSizes Config::resolve_batch(int64_t world_size) const {
   if (world_size < 1 || world_size % mp != 0)
     throw ConfigError(source, {"world size " + std::to_string(world_size) +
                                " is not a multiple of pipeline.stages (" + std::to_string(pipeline.stages) +
-                               ") x tensor_parallel size (" + std::to_string(tensor_parallel.size) +
-                               ") = " + std::to_string(mp)});
+                               ") x tensor_parallel size (" + std::to_string(tensor_parallel.size) + ")" +
+                               (context_parallel.size > 1
+                                    ? " x context_parallel.size (" + std::to_string(context_parallel.size) + ")"
+                                    : std::string()) +
+                               " = " + std::to_string(mp)});
   return config::resolve_batch(batch, world_size / mp, source);
 }
 
