@@ -1,7 +1,8 @@
 // stratum-estimate: memory per GPU (and per node on the CPU) for every ZeRO
 // stage and offload choice, plus activations, before a run. Like DeepSpeed's
 // estimate_zero{2,3}_model_states_mem_needs_all_live, with activations added;
-// with --pp, per pipeline stage. With --plan, every layout (dp x pp x tp,
+// with --pp, per pipeline stage; with --cp, for a GPU's part of each sequence.
+// With --plan, every layout (dp x pp x tp, expert and context parallelism,
 // ZeRO, offload, micro-batch, schedule, checkpointing) the cluster can run,
 // those that fit ranked by an estimated step time (planning/layout_planner.h).
 //
@@ -9,6 +10,8 @@
 //   stratum-estimate --model llama-8b --num_gpus 2 --micro-batch 1 --seq 8192 --checkpointing
 //   stratum-estimate --model gpt2-1.3b --num_gpus 8 --pp 4 --micro-batches 8
 //   stratum-estimate --model llama-8b --num_gpus 8 --tp 4 --sequence-parallel --seq 8192
+//   stratum-estimate --model llama-8b --num_gpus 8 --cp 8 --cp-method ring --seq 131072 --checkpointing
+//   stratum-estimate --plan --model llama-8b --num_gpus 8 --gpu h200 --seq 131072 --global-batch 8
 //   stratum-estimate --plan --model gpt3-175b --nodes 8 --gpus-per-node 8 --gpu a100-80gb --seq 2048 --global-batch 1536
 #include <CLI/CLI.hpp>
 
@@ -68,11 +71,25 @@ int main(int argc, char** argv) {
                             "expert-parallel size: a mixture of experts' experts over this many of the data-parallel "
                             "GPUs (needs a mixture-of-experts --model)")
                  ->check(CLI::Range(1, 1 << 16));
+  std::string cp_method = "ring";
+  int64_t cp_ulysses = 1;
+  auto* cp = app.add_option("--cp", in.context_parallel,
+                            "context-parallel size: each sequence split over this many of the data-parallel GPUs "
+                            "(needs --model)")
+                 ->check(CLI::Range(1, 1 << 16));
+  auto* cp_method_opt = app.add_option("--cp-method", cp_method,
+                                       "context parallelism's attention: ring (default), ulysses, hybrid (Ulysses "
+                                       "over --cp-ulysses GPUs inside each ring rank)")
+                            ->check(CLI::IsMember({"ulysses", "ring", "hybrid"}));
+  auto* cp_ulysses_opt = app.add_option("--cp-ulysses", cp_ulysses,
+                                        "hybrid: the Ulysses size inside each ring rank (dividing --cp)")
+                             ->check(CLI::Range(1, 1 << 16));
   auto* zero_opt = app.add_option("--zero", zero, "ZeRO stage of the per-stage table with --pp (0-3; default 1)")
                        ->check(CLI::Range(0, 3));
   // The layout planner; with --plan the layout flags above (--pp, --tp, --zero,
   // --micro-batch, --micro-batches, --schedule, --virtual-stages,
-  // --checkpointing, --sequence-parallel) fix that choice instead of setting it.
+  // --checkpointing, --sequence-parallel, --ep, --cp, --cp-method, --cp-ulysses)
+  // fix that choice instead of setting it.
   bool plan = false;
   std::string gpu = "a100-80gb", gpu_memory, host_memory, config_path, offload;
   int64_t global_batch = 0;
@@ -94,7 +111,7 @@ int main(int argc, char** argv) {
   plan_option("--global-batch", global_batch, "sequences a step (train_batch_size)")->check(CLI::Range(1, 1 << 30));
   plan_option("--config", config_path,
               "a ds_config.json; it fixes what it says (precision, gradient dtype, stage, offload, batch, pipeline, "
-              "tensor parallelism, checkpointing)");
+              "tensor parallelism, context parallelism, checkpointing)");
   plan_option("--offload", offload, "fix the offload: none, optimizer, optimizer+param")
       ->check(CLI::IsMember({"none", "optimizer", "optimizer+param"}));
   plan_option("--peak-tflops", peak_tflops, "dense 16-bit TFLOP/s a GPU (default: --gpu's)")
@@ -170,6 +187,10 @@ int main(int argc, char** argv) {
       if (tp->count()) fx.tp = in.tensor_parallel;
       if (ep->count()) fx.ep = in.expert_parallel;
       request.shape.expert_parallel = 1;
+      if (cp->count()) fx.cp = in.context_parallel;
+      if (cp_method_opt->count()) fx.cp_method = mon::parse_context_method(cp_method);
+      if (cp_ulysses_opt->count()) fx.cp_ulysses = cp_ulysses;
+      request.shape.context_parallel = request.shape.context_ulysses = 1;
       if (zero_opt->count()) fx.zero_stage = zero;
       if (micro_batch->count()) fx.micro_batch = in.micro_batch;
       if (micro_batches->count()) fx.micro_batches = in.micro_batches;
@@ -214,9 +235,35 @@ int main(int argc, char** argv) {
       if (in.tensor_parallel > 1 || in.pipeline_stages > 1)
         throw stratum::Error("--ep with --tp or --pp: expert parallelism runs with data parallelism alone");
     }
+    if (in.context_parallel > 1 || cp_method_opt->count() || cp_ulysses_opt->count()) {
+      const std::string what = "--cp " + std::to_string(in.context_parallel);
+      if (in.context_parallel <= 1) throw stratum::Error("--cp-method and --cp-ulysses need --cp > 1");
+      if (!mc) throw stratum::Error(what + " needs --model: context parallelism splits the model's attention");
+      const int64_t dp = in.nodes * in.gpus_per_node / (in.pipeline_stages * in.tensor_parallel);
+      if ((in.nodes * in.gpus_per_node) % (in.pipeline_stages * in.tensor_parallel) != 0 || dp % in.context_parallel != 0)
+        throw stratum::Error(what + " does not divide the " + std::to_string(dp) +
+                             " data-parallel GPUs (GPUs / (--pp x --tp)): context parallelism is cut from them");
+      const auto method = stratum::planning::parse_context_method(cp_method);
+      using stratum::planning::ContextMethod;
+      const int64_t implied = method == ContextMethod::ulysses ? in.context_parallel : 1;
+      if (method == ContextMethod::hybrid) {
+        if (!cp_ulysses_opt->count() || cp_ulysses <= 1 || cp_ulysses >= in.context_parallel)
+          throw stratum::Error("--cp-method hybrid needs --cp-ulysses strictly between 1 and " +
+                               std::to_string(in.context_parallel) + " (--cp), dividing it");
+        in.context_ulysses = cp_ulysses;
+      } else {
+        if (cp_ulysses_opt->count() && cp_ulysses != implied)
+          throw stratum::Error("--cp-ulysses " + std::to_string(cp_ulysses) + " with --cp-method " + cp_method +
+                               " (which runs Ulysses over " + std::to_string(implied) +
+                               "): leave it out, or use --cp-method hybrid");
+        in.context_ulysses = implied;
+      }
+    }
     if (mc) {
       stratum::models::validate_tensor_parallel(*mc, in.tensor_parallel);
       stratum::planning::set_model_shape(in, *mc);
+      if (const std::string problem = stratum::planning::context_parallel_problem(in); !problem.empty())
+        throw stratum::Error("--cp " + std::to_string(in.context_parallel) + ": " + problem);
     } else {
       in.params = static_cast<int64_t>(params);
       in.largest_layer_params = static_cast<int64_t>(largest_layer);

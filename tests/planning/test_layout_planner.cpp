@@ -184,6 +184,144 @@ TEST(LayoutPlanner, ExpertParallelByHand) {
   EXPECT_TRUE(seen) << format_plan(r, plan, 5);
 }
 
+// LLaMA 8B at 32768 tokens over 8 GPUs of one node, each sequence over all
+// 8 (one data replica: the batch of 2 is 1 x 2 micro-batches): a GPU
+// computes 1/8 of every token's work, keeps the activations of its 4096
+// tokens, and holds ZeRO's states over all 8 GPUs; per block and micro-batch
+// Ulysses' all-to-alls (forward and backward) at the node's 10 GB/s, not
+// overlapped; the ring's forward hops hidden behind attention while it is
+// the longer, its backward not.
+TEST(LayoutPlanner, ContextParallelByHand) {
+  const ModelConfig llama = preset("llama-8b");
+  PlanRequest r = with_model(llama, 1, 8, 32768, 2);
+  Layout l = data_parallel(1, 8, 1, 2);
+  l.cp = 8;
+  l.cp_ulysses = 8;
+  const LayoutEstimate e = estimate_layout(r, l);
+  const double s = 32768, L = 32, psi = static_cast<double>(parameter_count(llama));
+  const double flops_per_token = 6 * psi + 12 * L * 4096 * s;
+  EXPECT_NEAR(e.time.compute, 2 * (s / 8) * flops_per_token / 5e13, 1e-6);
+  const double row = (s / 8) * 128;  // a head's elements on a GPU
+  const double ulysses = 2 * (7.0 / 8) * row * (32 + 16 + 32) * 2;  // q, k, v and the output; forward and backward
+  EXPECT_NEAR(e.time.context_parallel, 2 * L * ulysses / 10e9, 1e-9);
+  EXPECT_NEAR(e.time.pipeline, e.time.compute + e.time.context_parallel, 1e-9);
+  EstimateInput in = r.shape;
+  in.context_parallel = 8, in.context_ulysses = 8, in.micro_batch = 1;
+  EXPECT_DOUBLE_EQ(e.activations, estimate_activation_bytes(in));
+  EXPECT_DOUBLE_EQ(e.buffers, context_parallel_buffer_bytes(in));
+  // ZeRO-1 over all 8 GPUs: (2 + 4) Psi + 12 Psi / 8, as at cp 1.
+  EXPECT_NEAR(e.states, 6 * psi + 12 * psi / 8, 1e-6 * psi);
+  EXPECT_NEAR(e.tokens_per_s, 2 * s / e.time.total, 1e-6);
+
+  // The ring: 7 hops of k and v forward, each 4096 x 2 x 8 x 128 16-bit
+  // values (1.68 ms at 10 GB/s), hidden behind an eighth of the block's
+  // forward attention (4096 tokens x 12 x 4096 x 32768 / 3 / 5e13 / 8 = 5.5 ms);
+  // backward 7 hops again and 8 of their fp32 gradients.
+  l.cp_ulysses = 1;
+  const LayoutEstimate ring = estimate_layout(r, l);
+  const double kv = row * 16;
+  EXPECT_NEAR(ring.time.context_parallel, 2 * L * (7 * kv * 2 + 8 * kv * 4) / 10e9, 1e-9);
+  // A slow link shows the forward's hops beyond the attention they overlap.
+  PlanRequest slow = r;
+  slow.hardware.node_bandwidth = 0.1e9;
+  const double hop = kv * 2 / 0.1e9, attention = (s / 8) * 12 * 4096 * s / 3 / 5e13;
+  EXPECT_NEAR(estimate_layout(slow, l).time.context_parallel,
+              2 * L * (7 * (hop - attention / 8) + (7 * kv * 2 + 8 * kv * 4) / 0.1e9), 1e-6);
+  // Checkpointing: the recomputed forward exchanges again (Ulysses: 3 of its 2-way volumes).
+  l.cp_ulysses = 8;
+  l.checkpointing = true;
+  EXPECT_NEAR(estimate_layout(r, l).time.context_parallel, 1.5 * e.time.context_parallel, 1e-9);
+  // Across nodes (2 nodes of 4 GPUs): the group spans the network's 1 GB/s.
+  PlanRequest two_nodes = with_model(llama, 2, 4, 32768, 2);
+  l.checkpointing = false;
+  EXPECT_NEAR(estimate_layout(two_nodes, l).time.context_parallel, 10 * e.time.context_parallel, 1e-9);
+  // Two data replicas of cp 4: the batch counts replicas, activations twice cp 8's.
+  l.cp = 4, l.cp_ulysses = 1, l.micro_batches = 1;
+  const LayoutEstimate four = estimate_layout(r, l);
+  EXPECT_DOUBLE_EQ(four.activations, 2 * e.activations);
+}
+
+// What cannot run is named with its numbers.
+TEST(LayoutPlanner, BadContextParallelLayoutsNameTheirNumbers) {
+  PlanRequest r = with_model(preset("llama-8b"), 1, 8, 8192, 4);
+  Layout l = data_parallel(1, 8, 1, 1);
+  l.cp = 3;
+  EXPECT_NE(error_of(r, l).find("cp 3 does not divide dp 8"), std::string::npos) << error_of(r, l);
+  l.cp = 4;
+  l.micro_batches = 3;
+  EXPECT_NE(error_of(r, l).find("micro-batch 1 x 3 micro-batches x 2 data replicas (dp 8 / cp 4) is not the global "
+                                "batch of 4"),
+            std::string::npos)
+      << error_of(r, l);
+  l.micro_batches = 2;
+  EXPECT_EQ(error_of(r, l), "no error");
+  l.cp = 2, l.micro_batches = 1;
+  PlanRequest odd = with_model(preset("llama-8b"), 1, 8, 8194, 4);
+  EXPECT_NE(error_of(odd, l).find("cp 2 (ring): a sequence of 8194 tokens"), std::string::npos) << error_of(odd, l);
+  // Ulysses over 8 of tensor parallelism 2's 4 key/value heads a GPU.
+  PlanRequest tp2 = with_model(preset("llama-8b"), 1, 16, 8192, 1);
+  Layout u = data_parallel(1, 8, 1, 1);
+  u.tp = 2, u.cp = 8, u.cp_ulysses = 8;
+  EXPECT_NE(error_of(tp2, u).find("cp 8 (ulysses): Ulysses over 8 GPUs splits the heads"), std::string::npos)
+      << error_of(tp2, u);
+  u.cp_ulysses = 4;  // hybrid: 4 of them
+  EXPECT_EQ(error_of(tp2, u), "no error");
+  PlanRequest p = parameters_only();
+  Layout two = data_parallel(0, 4, 1, 4);
+  two.cp = 2;
+  EXPECT_NE(error_of(p, two).find("cp 2 (ring) needs the model's shape"), std::string::npos) << error_of(p, two);
+  PlanRequest moe = with_model(preset("mixtral-8x7b"), 1, 8, 4096, 4);
+  EXPECT_NE(error_of(moe, l).find("mixture of experts"), std::string::npos) << error_of(moe, l);
+}
+
+// LLaMA 8B at 131072 tokens on 8 H200s, a batch of 8 sequences: without
+// context parallelism no layout of data parallelism alone fits (a GPU would
+// keep a whole sequence's activations, over 100 GiB with checkpointing, and
+// offloading is ruled out here); split over the GPUs it fits, and the whole
+// plan ranks such a layout first. At 1024 tokens none is searched.
+TEST(LayoutPlanner, LongSequencesRankContextParallelLayouts) {
+  PlanRequest r = with_model(preset("llama-8b"), 1, 8, 131072, 8);
+  r.hardware = hardware_preset("h200");
+  r.fixed.tp = 1, r.fixed.pp = 1;
+  r.fixed.offload_optimizer = false;
+  PlanRequest whole = r;
+  whole.fixed.cp = 1;
+  const Plan none = plan_layouts(whole);
+  EXPECT_TRUE(none.fitting.empty()) << format_plan(whole, none, 3);
+  const Plan split = plan_layouts(r);
+  ASSERT_FALSE(split.fitting.empty());
+  for (const LayoutEstimate& e : split.fitting) EXPECT_GT(e.layout.cp, 1) << describe(e.layout);
+  PlanRequest free = with_model(preset("llama-8b"), 1, 8, 131072, 8);
+  free.hardware = hardware_preset("h200");
+  const Plan all = plan_layouts(free);
+  ASSERT_FALSE(all.fitting.empty());
+  EXPECT_GT(all.fitting.front().layout.cp, 1) << format_plan(free, all, 5);
+  bool methods[3] = {false, false, false};
+  for (const LayoutEstimate& e : all.fitting)
+    if (e.layout.cp > 1) methods[static_cast<int>(context_method_of(e.layout.cp, e.layout.cp_ulysses))] = true;
+  EXPECT_TRUE(methods[0] && methods[1] && methods[2]) << "ring, Ulysses and hybrid each ranked";
+  const std::string text = format_plan(free, all, 3);
+  EXPECT_NE(text.find("context parallelism (cp: each sequence over cp of the dp GPUs"), std::string::npos) << text;
+  EXPECT_NE(text.find("  8 uly  "), std::string::npos) << text;
+  // Short sequences: context parallelism is not searched unless asked for.
+  PlanRequest shorter = with_model(preset("llama-8b"), 1, 8, 1024, 64);
+  shorter.hardware = hardware_preset("h200");
+  const Plan short_plan = plan_layouts(shorter);
+  for (const LayoutEstimate& e : short_plan.fitting) ASSERT_EQ(e.layout.cp, 1) << describe(e.layout);
+  EXPECT_NE(format_plan(shorter, short_plan, 1).find("context parallelism not searched (seq 1024 < 16384"),
+            std::string::npos);
+  shorter.fixed.cp = 2;
+  const Plan asked = plan_layouts(shorter);
+  ASSERT_FALSE(asked.fitting.empty());
+  for (const LayoutEstimate& e : asked.fitting) EXPECT_EQ(e.layout.cp, 2) << describe(e.layout);
+  // Not sizes leaving a GPU fewer than 4096 tokens when only the length asks: 16384 over 8 is 2048.
+  PlanRequest medium = with_model(preset("llama-8b"), 1, 8, 16384, 8);
+  medium.fixed.tp = 1, medium.fixed.pp = 1, medium.fixed.zero_stage = 3;
+  int64_t largest = 1;
+  for (const LayoutEstimate& e : plan_layouts(medium).fitting) largest = std::max(largest, e.layout.cp);
+  EXPECT_EQ(largest, 4);
+}
+
 // A pipeline's time is its simulated makespan: the busiest stage's compute,
 // collectives and receives plus its bubble, which shrinks with the schedules
 // built to shrink it; its memory is the busiest stage's.
@@ -395,6 +533,45 @@ TEST(LayoutPlanner, SeedConfigFixesWhatItSays) {
   }
 }
 
+// A config's context_parallel section fixes what it states: the size, the
+// method and (with it) the Ulysses size; the batch counts its data replicas.
+TEST(LayoutPlanner, ConfigFixesContextParallelism) {
+  const std::string path = ::testing::TempDir() + "/cp_ds_config.json";
+  std::ofstream(path) << R"({"train_batch_size": 2, "bf16": {"enabled": true},
+    "context_parallel": {"size": 4, "method": "ulysses"}})";
+  PlanRequest r = with_model(preset("llama-8b"), 1, 8, 32768, 0);
+  r.hardware = hardware_preset("h200");
+  apply_plan_config(r, path);
+  EXPECT_EQ(r.fixed.cp, 4);
+  EXPECT_EQ(r.fixed.cp_ulysses, 4);
+  const Plan plan = plan_layouts(r);
+  ASSERT_FALSE(plan.fitting.empty());
+  for (const LayoutEstimate& e : plan.fitting) {
+    EXPECT_EQ(e.layout.cp, 4);
+    EXPECT_EQ(e.layout.cp_ulysses, 4);
+    EXPECT_EQ(e.layout.micro_batch * e.layout.micro_batches * e.layout.dp / 4, 2) << describe(e.layout);
+  }
+  PlanRequest flagged = with_model(preset("llama-8b"), 1, 8, 32768, 0);
+  flagged.fixed.cp = 2;
+  try {
+    apply_plan_config(flagged, path);
+    ADD_FAILURE() << "a contradiction was accepted";
+  } catch (const stratum::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context_parallel.size is 4 but the command line fixes another value"),
+              std::string::npos)
+        << e.what();
+  }
+  PlanRequest method = with_model(preset("llama-8b"), 1, 8, 32768, 0);
+  method.fixed.cp_method = ContextMethod::ring;
+  EXPECT_THROW(apply_plan_config(method, path), stratum::Error);
+  std::ofstream(path) << R"({"train_batch_size": 2, "context_parallel": {"size": 8, "method": "hybrid", "ulysses_size": 2}})";
+  PlanRequest hybrid = with_model(preset("llama-8b"), 1, 8, 32768, 0);
+  apply_plan_config(hybrid, path);
+  EXPECT_EQ(hybrid.fixed.cp, 8);
+  EXPECT_EQ(hybrid.fixed.cp_method, ContextMethod::hybrid);
+  EXPECT_EQ(hybrid.fixed.cp_ulysses, 2);
+}
+
 TEST(LayoutPlanner, ByteSizes) {
   EXPECT_DOUBLE_EQ(parse_byte_size("80GiB", "--gpu-memory"), 80 * kGiB);
   EXPECT_DOUBLE_EQ(parse_byte_size("80 GB", "--gpu-memory"), 80e9);
@@ -431,6 +608,17 @@ TEST(LayoutPlanner, ProgramListsTheLayoutsThatFit) {
                      status);
   EXPECT_EQ(status, 1) << out;
   EXPECT_NE(out.find("none fits; the least memory: dp 1 x pp 1 x tp 1"), std::string::npos) << out;
+  // Context parallelism fixed from the command line, listed with its method.
+  out = run_estimate("--plan --model llama-8b --nodes 1 --gpus-per-node 8 --gpu h200 --seq 131072 --global-batch 8 "
+                     "--cp 8 --cp-method ring --rows 2",
+                     status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("searched as fixed"), std::string::npos) << out;
+  EXPECT_NE(out.find("  8 ring  "), std::string::npos) << out;
+  EXPECT_EQ(out.find(" uly "), std::string::npos) << out;
+  out = run_estimate("--plan --model llama-8b --nodes 1 --gpus-per-node 8 --seq 131072 --global-batch 8 --cp 3", status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("no layout of 8 GPUs has what is fixed (cp 3 "), std::string::npos) << out;
   out = run_estimate("--plan --model gpt2-124m --nodes 1 --gpus-per-node 2 --global-batch 8 --gpu-memory 80parsecs",
                      status);
   EXPECT_EQ(status, 2) << out;

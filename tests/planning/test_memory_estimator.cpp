@@ -538,3 +538,126 @@ TEST(PipelineEstimate, ProgramPrintsEveryStage) {
     EXPECT_NE(out.find(message), std::string::npos) << flags << ": " << out;
   }
 }
+
+namespace {
+// LLaMA 8B's shape (32 query heads, 8 key/value heads of 128) on one node of
+// 8 GPUs, a micro-batch of one sequence.
+EstimateInput llama_8b(int64_t seq, int64_t cp, int64_t ulysses, int64_t tp = 1) {
+  EstimateInput in;
+  in.gpus_per_node = 8;
+  in.tensor_parallel = tp;
+  in.seq_len = seq;
+  in.context_parallel = cp;
+  in.context_ulysses = ulysses;
+  set_model_shape(in, stratum::models::make_model_config("llama-8b"));
+  return in;
+}
+}  // namespace
+
+// A context-parallel GPU keeps the activations (and logits) of its part of
+// the sequence: every term is per token, so cp 2 halves them exactly (the
+// engine measured 0.50-0.53), with and without checkpointing, per pipeline
+// stage too; the model states stay those of ZeRO over every data-parallel
+// GPU (the context-parallel ones included), unlike expert parallelism's.
+TEST(MemoryEstimator, ContextParallelKeepsAGpusPartOfTheSequence) {
+  for (bool ckpt : {false, true}) {
+    SCOPED_TRACE(ckpt ? "checkpointing" : "no checkpointing");
+    EstimateInput whole = llama_8b(8192, 1, 1), half = llama_8b(8192, 2, 1), quarter = llama_8b(8192, 4, 4);
+    whole.activation_checkpointing = half.activation_checkpointing = quarter.activation_checkpointing = ckpt;
+    EXPECT_DOUBLE_EQ(estimate_activation_bytes(half), estimate_activation_bytes(whole) / 2);
+    EXPECT_DOUBLE_EQ(estimate_activation_bytes(quarter), estimate_activation_bytes(whole) / 4);
+    // The same as a sequence of half the length.
+    EstimateInput shorter = llama_8b(4096, 1, 1);
+    shorter.activation_checkpointing = ckpt;
+    EXPECT_DOUBLE_EQ(estimate_activation_bytes(half), estimate_activation_bytes(shorter));
+    const auto a = estimate_model_states(whole), b = estimate_model_states(half);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_DOUBLE_EQ(a[i].gpu_bytes, b[i].gpu_bytes) << i;
+  }
+  EstimateInput whole = llama_8b(8192, 1, 1), half = llama_8b(8192, 2, 1);
+  for (EstimateInput* in : {&whole, &half}) in->pipeline_stages = 2, in->micro_batches = 4;
+  const auto p1 = estimate_pipeline_stages(whole), p2 = estimate_pipeline_stages(half);
+  for (size_t r = 0; r < p1.size(); ++r) {
+    EXPECT_DOUBLE_EQ(p2[r].activation_bytes, p1[r].activation_bytes / 2) << "stage " << r;
+    EXPECT_DOUBLE_EQ(find(p2[r].states, 1, false, false).gpu_bytes, find(p1[r].states, 1, false, false).gpu_bytes);
+  }
+}
+
+// The traffic by hand, one GPU, one attention layer, a micro-batch of one
+// 8192-token sequence, each GPU holding 8192 / cp tokens of 128-wide heads
+// (16-bit; the ring's gradients fp32).
+TEST(MemoryEstimator, ContextParallelTrafficByHand) {
+  const double row4 = 2048.0 * 128;  // a head's elements at cp 4
+  const ContextTraffic ulysses = context_parallel_layer_bytes(llama_8b(8192, 4, 4));
+  EXPECT_DOUBLE_EQ(ulysses.ulysses_forward, 0.75 * row4 * (32 + 16) * 2 + 0.75 * row4 * 32 * 2);
+  EXPECT_DOUBLE_EQ(ulysses.ulysses_backward, ulysses.ulysses_forward);
+  EXPECT_EQ(ulysses.ring_forward + ulysses.ring_backward, 0.0);
+  const ContextTraffic ring = context_parallel_layer_bytes(llama_8b(8192, 4, 1));
+  EXPECT_EQ(ring.ring_hops, 3);
+  EXPECT_DOUBLE_EQ(ring.ring_forward, 3 * row4 * 16 * 2);                    // k and v, 3 hops
+  EXPECT_DOUBLE_EQ(ring.ring_backward, 3 * row4 * 16 * 2 + 4 * row4 * 16 * 4);  // again, and their fp32 gradients 4 hops
+  EXPECT_EQ(ring.ulysses_forward, 0.0);
+  // Hybrid: Ulysses over 2, a ring of 2; under tensor parallelism 2, half the heads a GPU.
+  const ContextTraffic hybrid = context_parallel_layer_bytes(llama_8b(8192, 4, 2, 2));
+  EXPECT_DOUBLE_EQ(hybrid.ulysses_forward, 0.5 * row4 * (16 + 8) * 2 + 0.5 * row4 * 16 * 2);
+  EXPECT_DOUBLE_EQ(hybrid.ring_forward, 1 * row4 * 8 * 2);
+  EXPECT_DOUBLE_EQ(hybrid.ring_backward, 1 * row4 * 8 * 2 + 2 * row4 * 8 * 4);
+  EXPECT_DOUBLE_EQ(context_parallel_bytes(llama_8b(8192, 4, 1)), 32 * (ring.forward() + ring.backward()));
+  EXPECT_EQ(context_parallel_bytes(llama_8b(8192, 1, 1)), 0.0);
+  EXPECT_EQ(context_parallel_buffer_bytes(llama_8b(8192, 1, 1)), 0.0);
+  EXPECT_DOUBLE_EQ(context_parallel_buffer_bytes(llama_8b(8192, 4, 4)), 2 * row4 * 48 * 2);
+  EXPECT_DOUBLE_EQ(context_parallel_buffer_bytes(llama_8b(8192, 4, 1)), 2 * row4 * 16 * (2 + 4));
+  EXPECT_EQ(context_method_of(4, 1), ContextMethod::ring);
+  EXPECT_EQ(context_method_of(4, 4), ContextMethod::ulysses);
+  EXPECT_EQ(context_method_of(4, 2), ContextMethod::hybrid);
+  EXPECT_EQ(parse_context_method("hybrid"), ContextMethod::hybrid);
+  EXPECT_THROW(parse_context_method("zigzag"), stratum::Error);
+}
+
+// What cannot split is named with its numbers.
+TEST(MemoryEstimator, ContextParallelProblemsNameTheNumbers) {
+  EXPECT_EQ(context_parallel_problem(llama_8b(8192, 4, 1)), "");
+  EXPECT_EQ(context_parallel_problem(llama_8b(8192, 8, 8)), "");
+  EXPECT_NE(context_parallel_problem(llama_8b(1000, 8, 1)).find("a multiple of 16"), std::string::npos)
+      << context_parallel_problem(llama_8b(1000, 8, 1));
+  EXPECT_NE(context_parallel_problem(llama_8b(1002, 4, 4)).find("a multiple of 4"), std::string::npos);
+  // 8 key/value heads over tensor parallelism 2: 4 a GPU, not a multiple of Ulysses' 8.
+  const std::string heads = context_parallel_problem(llama_8b(8192, 8, 8, 2));
+  EXPECT_NE(heads.find("32 query and 8 key/value heads (16 and 4 per tensor-parallel GPU of 2)"), std::string::npos)
+      << heads;
+  EXPECT_NE(context_parallel_problem(llama_8b(8192, 4, 3)).find("does not divide"), std::string::npos);
+  EstimateInput sp = llama_8b(8200, 4, 4, 8);  // 2050 tokens a GPU over 8 of sequence parallelism
+  sp.sequence_parallel = true;
+  EXPECT_NE(context_parallel_problem(sp).find("2050 tokens"), std::string::npos) << context_parallel_problem(sp);
+  EstimateInput moe;
+  moe.seq_len = 4096;
+  set_model_shape(moe, stratum::models::make_model_config("mixtral-8x7b"));
+  moe.context_parallel = 2;
+  EXPECT_NE(context_parallel_problem(moe).find("mixture of experts"), std::string::npos);
+}
+
+TEST(MemoryEstimator, ProgramEstimatesContextParallelism) {
+  int status = 0;
+  std::string out = run_program("--model llama-8b --num_gpus 8 --seq 131072 --checkpointing --cp 8 --cp-method ulysses",
+                                status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("context parallel 8 (ulysses): a GPU keeps 16384 of the 131072 tokens' activations"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("seq 131072 / cp 8, activation checkpointing"), std::string::npos) << out;
+  out = run_program("--model llama-8b --num_gpus 8 --seq 131072 --cp 4 --cp-method hybrid --cp-ulysses 2 --pp 2", status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("context parallel 4 (hybrid, Ulysses over 2)"), std::string::npos) << out;
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--model llama-8b --num_gpus 8 --cp 3", "--cp 3 does not divide the 8 data-parallel GPUs"},
+           {"--model llama-8b --num_gpus 8 --tp 2 --cp 8", "--cp 8 does not divide the 4 data-parallel GPUs"},
+           {"--model llama-8b --num_gpus 8 --seq 1000 --cp 8", "a multiple of 16"},
+           {"--model llama-8b --num_gpus 8 --cp 8 --cp-method hybrid", "--cp-ulysses strictly between 1 and 8"},
+           {"--model llama-8b --num_gpus 8 --cp 4 --cp-ulysses 2", "use --cp-method hybrid"},
+           {"--model llama-8b --num_gpus 8 --cp-method ulysses", "need --cp > 1"},
+           {"--params 1e9 --num_gpus 8 --cp 2", "--cp 2 needs --model"},
+           {"--model llama-8b --num_gpus 8 --cp 2 --cp-method zigzag", "--cp-method"}}) {
+    out = run_program(flags, status);
+    EXPECT_EQ(status, 2) << flags << ": " << out;
+    EXPECT_NE(out.find(message), std::string::npos) << flags << ": " << out;
+  }
+}

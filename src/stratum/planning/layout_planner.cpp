@@ -43,6 +43,11 @@ std::string describe(const Layout& l) {
   std::string s = "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " + std::to_string(l.tp);
   if (l.sequence_parallel) s += " (sequence parallel)";
   if (l.ep > 1) s += ", experts over " + std::to_string(l.ep);
+  if (l.cp > 1) {
+    const ContextMethod m = context_method_of(l.cp, l.cp_ulysses);
+    s += ", sequence over " + std::to_string(l.cp) + " (" + context_method_name(m) +
+         (m == ContextMethod::hybrid ? ", Ulysses over " + std::to_string(l.cp_ulysses) : std::string()) + ")";
+  }
   s += ", ZeRO-" + std::to_string(l.zero_stage);
   if (l.offload_param) s += ", offload optimizer and parameters";
   else if (l.offload_optimizer) s += ", offload optimizer";
@@ -53,6 +58,15 @@ std::string describe(const Layout& l) {
   }
   if (l.checkpointing) s += ", checkpointing";
   return s;
+}
+
+std::string describe_context(const Layout& l) {
+  if (l.cp <= 1) return "-";
+  const ContextMethod m = context_method_of(l.cp, l.cp_ulysses);
+  const std::string n = std::to_string(l.cp);
+  if (m == ContextMethod::ring) return n + " ring";
+  if (m == ContextMethod::ulysses) return n + " uly";
+  return n + " hyb" + std::to_string(l.cp_ulysses);
 }
 
 namespace {
@@ -88,6 +102,8 @@ EstimateInput input_for(const PlanRequest& r, const Layout& l) {
   in.tensor_parallel = l.tp;
   in.sequence_parallel = l.sequence_parallel;
   in.expert_parallel = l.ep;
+  in.context_parallel = l.cp;
+  in.context_ulysses = l.cp_ulysses;
   if (r.model) set_model_shape(in, *r.model);
   return in;
 }
@@ -114,8 +130,22 @@ void check_layout(const PlanRequest& r, const Layout& l) {
       throw Error("ep " + n(l.ep) + " with pp " + n(l.pp) + " x tp " + n(l.tp) +
                   ": expert parallelism runs with data parallelism alone");
   }
-  if (l.micro_batch < 1 || l.micro_batches < 1 || l.micro_batch * l.micro_batches * l.dp != r.global_batch)
-    throw Error("micro-batch " + n(l.micro_batch) + " x " + n(l.micro_batches) + " micro-batches x dp " + n(l.dp) +
+  if (l.cp < 1 || l.dp % l.cp != 0)
+    throw Error("cp " + n(l.cp) + " does not divide dp " + n(l.dp) +
+                ": context parallelism is cut from the data-parallel GPUs (world / (pp x tp))");
+  if (l.cp > 1) {
+    const ContextMethod m = context_method_of(l.cp, l.cp_ulysses);
+    const std::string what = "cp " + n(l.cp) + " (" + context_method_name(m) +
+                             (m == ContextMethod::hybrid ? ", Ulysses over " + n(l.cp_ulysses) : std::string()) + ")";
+    if (!r.model) throw Error(what + " needs the model's shape (a preset): give --model");
+    if (l.ep > 1) throw Error(what + " with ep " + n(l.ep) + ": a mixture of experts under context parallelism is not supported yet");
+    const std::string problem = context_parallel_problem(input_for(r, l));
+    if (!problem.empty()) throw Error(what + ": " + problem);
+  }
+  const int64_t replicas = l.dp / std::max<int64_t>(1, l.cp);
+  if (l.micro_batch < 1 || l.micro_batches < 1 || l.micro_batch * l.micro_batches * replicas != r.global_batch)
+    throw Error("micro-batch " + n(l.micro_batch) + " x " + n(l.micro_batches) + " micro-batches x " +
+                (l.cp > 1 ? n(replicas) + " data replicas (dp " + n(l.dp) + " / cp " + n(l.cp) + ")" : "dp " + n(l.dp)) +
                 " is not the global batch of " + n(r.global_batch));
   if (l.zero_stage < 0 || l.zero_stage > 3) throw Error("ZeRO stage " + n(l.zero_stage) + " is not 0-3");
   if (l.offload_optimizer && l.zero_stage == 0) throw Error("optimizer offload needs ZeRO 1-3");
@@ -153,8 +183,9 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
   const EstimateInput in = input_for(r, l);
   const Hardware& hw = r.hardware;
   const int64_t p = l.pp, v = l.virtual_stages, t = l.tp, g = r.shape.gpus_per_node;
+  // s: the tokens of a sequence one GPU holds (its 1/cp part under context parallelism).
   const double w = static_cast<double>(in.param_bytes), b = static_cast<double>(l.micro_batch),
-               s = static_cast<double>(in.seq_len), h = static_cast<double>(in.hidden);
+               s = static_cast<double>(in.seq_len) / static_cast<double>(l.cp), h = static_cast<double>(in.hidden);
   const double rate = hw.peak_flops * hw.mfu, tokens = b * s;
   const std::vector<double> flops = layer_flops(r);
   Shared out;
@@ -184,11 +215,28 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
   if (p > 1) pipeline_stages = estimate_pipeline_stages(in);
   // Expert parallelism's all-to-all, each way: half of it forward, half backward.
   const double a2a = all_to_all_bytes(in) / 2.0 / (l.ep <= g ? hw.node_bandwidth : hw.network_bandwidth);
+  // Context parallelism, a block's: Ulysses not overlapped; each ring hop
+  // hidden behind a ring step's attention (the block's forward attention on
+  // this GPU over the ring's ranks) up to its length; the backward's hops not.
+  double cp_fwd = 0, cp_bwd = 0;
+  if (l.cp > 1) {
+    const ContextTraffic ct = context_parallel_layer_bytes(in);
+    const int64_t ring = l.cp / l.cp_ulysses;
+    const double ring_bw = g % (t * l.cp) == 0 ? hw.node_bandwidth : hw.network_bandwidth;
+    const double ulysses_bw = g % (t * l.cp_ulysses) == 0 ? hw.node_bandwidth : hw.network_bandwidth;
+    const models::ModelConfig& c = *r.model;  // check_layout: context parallelism needs the model
+    const double attention = tokens * models::attention_training_flops(c.heads * c.head_dim(), in.seq_len) / 3.0 /
+                             static_cast<double>(t) / rate;
+    const double hop = ring > 1 ? ct.ring_forward / static_cast<double>(ring - 1) / ring_bw : 0.0;
+    cp_fwd = ct.ulysses_forward / ulysses_bw +
+             static_cast<double>(ring - 1) * std::max(0.0, hop - attention / static_cast<double>(ring));
+    cp_bwd = ct.ulysses_backward / ulysses_bw + ct.ring_backward / ring_bw + (l.checkpointing ? cp_fwd : 0.0);
+  }
 
   std::vector<pipeline::Costs> costs;
-  std::vector<double> compute_of, tp_of, p2p_of;
+  std::vector<double> compute_of, tp_of, p2p_of, cp_of;
   for (int64_t rank = 0; rank < p; ++rank) {
-    double fwd = 0, recompute = 0, tp_fwd = 0, tp_bwd = 0, recv_f = 0, recv_b = 0;
+    double fwd = 0, recompute = 0, tp_fwd = 0, tp_bwd = 0, recv_f = 0, recv_b = 0, cp_f = 0, cp_b = 0;
     for (int64_t chunk = 0; chunk < v; ++chunk) {
       const int64_t part = chunk * p + rank;
       for (size_t i = cut.begin(static_cast<int>(part)); i < cut.end(static_cast<int>(part)); ++i) {
@@ -199,6 +247,8 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
         if (block) {
           tp_fwd += 2.0 * tp_all_reduce;
           tp_bwd += 2.0 * tp_all_reduce * (l.sequence_parallel ? 1.5 : 1.0) + (l.checkpointing ? 2.0 * tp_all_reduce : 0.0);
+          cp_f += cp_fwd;
+          cp_b += cp_bwd;
         }
         if (r.model && i == 0) tp_fwd += tp_all_reduce;               // the vocabulary-parallel embedding
         if (r.model && i + 1 == n_layers) tp_bwd += tp_all_reduce;    // the head's input gradient
@@ -209,15 +259,17 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
     StageFigures st;
     recv_f += a2a;
     recv_b += a2a * (l.checkpointing ? 2.0 : 1.0);  // a recomputed forward exchanges its tokens again
-    st.forward = fwd + tp_fwd + recv_f;
-    st.backward = 2.0 * fwd + recompute + tp_bwd + recv_b;
+    st.forward = fwd + tp_fwd + recv_f + cp_f;
+    st.backward = 2.0 * fwd + recompute + tp_bwd + recv_b + cp_b;
     const double dv = static_cast<double>(v);
-    costs.push_back(pipeline::Costs{st.forward / dv, (fwd + recompute + tp_bwd + recv_b) / dv, fwd / dv});
+    costs.push_back(pipeline::Costs{st.forward / dv, (fwd + recompute + tp_bwd + recv_b + cp_b) / dv, fwd / dv});
     compute_of.push_back(3.0 * fwd + recompute);
     tp_of.push_back(tp_fwd + tp_bwd);
     p2p_of.push_back(recv_f + recv_b);
+    cp_of.push_back(cp_f + cp_b);
     // Memory.
-    const double sp_gather = l.sequence_parallel ? s * b * h * w : 0.0;  // a region's gathered input
+    // A region's gathered input; context parallelism's exchange buffers.
+    const double sp_gather = (l.sequence_parallel ? s * b * h * w : 0.0) + context_parallel_buffer_bytes(in);
     if (p > 1) {
       const StageEstimate& e = pipeline_stages[static_cast<size_t>(rank)];
       st.params = static_cast<double>(e.params);
@@ -256,6 +308,7 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
   out.time.tensor_parallel = m * tp_of[busiest];
   out.time.transfers = m * p2p_of[busiest];
   out.time.all_to_all = m * a2a * (2.0 + (l.checkpointing ? 1.0 : 0.0));
+  out.time.context_parallel = m * cp_of[busiest];
   return out;
 }
 
@@ -349,7 +402,41 @@ bool allowed(const std::optional<T>& fixed, const T& value) {
   return !fixed || *fixed == value;
 }
 
+// The (cp, Ulysses size) pairs plan_layouts tries at `dp` data-parallel GPUs
+// of tp-way shards (the rule in layout_planner.h); cp 1 first.
+std::vector<std::pair<int64_t, int64_t>> context_choices(const PlanRequest& r, int64_t dp, int64_t tp, int64_t ep) {
+  const LayoutChoices& fx = r.fixed;
+  std::vector<std::pair<int64_t, int64_t>> out;
+  if (allowed(fx.cp, int64_t{1}) && allowed(fx.cp_ulysses, int64_t{1})) out.push_back({1, 1});
+  if (!context_parallel_searched(r) || !r.model || r.model->is_moe() || ep > 1) return out;
+  const bool length_alone = !fx.cp && !fx.cp_method && !fx.cp_ulysses;
+  EstimateInput in = r.shape;
+  in.tensor_parallel = tp;
+  in.sequence_parallel = false;
+  set_model_shape(in, *r.model);
+  for (int64_t cp : divisors(dp)) {
+    if (cp == 1 || !allowed(fx.cp, cp) || (length_alone && r.shape.seq_len / cp < kContextMinTokens)) continue;
+    std::vector<int64_t> hybrid;
+    for (int64_t u : divisors(cp)) {
+      const ContextMethod m = context_method_of(cp, u);
+      if (!allowed(fx.cp_ulysses, u) || !allowed(fx.cp_method, m)) continue;
+      in.context_parallel = cp, in.context_ulysses = u;
+      if (!context_parallel_problem(in).empty()) continue;
+      if (m == ContextMethod::hybrid) hybrid.push_back(u);
+      else out.push_back({cp, u});
+    }
+    // Hybrid: the largest Ulysses size, unless hybrid or the size is asked for.
+    if (!hybrid.empty() && !fx.cp_method && !fx.cp_ulysses) hybrid = {hybrid.back()};
+    for (int64_t u : hybrid) out.push_back({cp, u});
+  }
+  return out;
+}
+
 }  // namespace
+
+bool context_parallel_searched(const PlanRequest& r) {
+  return r.fixed.cp || r.fixed.cp_method || r.fixed.cp_ulysses || r.shape.seq_len >= kContextSearchSeq;
+}
 
 LayoutEstimate estimate_layout(const PlanRequest& request, const Layout& layout) {
   check_layout(request, layout);
@@ -376,11 +463,13 @@ Plan plan_layouts(const PlanRequest& r) {
     for (int64_t pp : divisors(world / tp)) {
       if (!allowed(fx.pp, pp) || (pp > 1 && !r.model) || pp > layer_count) continue;
       const int64_t dp = world / (tp * pp);
-      if (r.global_batch % dp != 0) continue;
-      const int64_t per_rank = r.global_batch / dp;
       const bool moe = r.model && r.model->is_moe() && tp == 1 && pp == 1;
       for (int64_t ep : divisors(dp)) {
       if (!allowed(fx.ep, ep) || (ep > 1 && (!moe || r.model->num_experts % ep != 0))) continue;
+      for (const auto& [cp, ulysses] : context_choices(r, dp, tp, ep)) {
+      // The data replicas: a context-parallel group reads one batch.
+      if (r.global_batch % (dp / cp) != 0) continue;
+      const int64_t per_rank = r.global_batch / (dp / cp);
       for (int64_t micro = 1; micro <= per_rank; micro *= 2) {
         if (per_rank % micro != 0 || !allowed(fx.micro_batch, micro) || !allowed(fx.micro_batches, per_rank / micro))
           continue;
@@ -400,8 +489,11 @@ Plan plan_layouts(const PlanRequest& r) {
               if ((sp && tp < 2) || !allowed(fx.sequence_parallel, sp)) continue;
               Layout l;
               l.dp = dp, l.pp = pp, l.tp = tp, l.ep = ep, l.sequence_parallel = sp;
+              l.cp = cp, l.cp_ulysses = ulysses;
               l.micro_batch = micro, l.micro_batches = m, l.schedule = kind, l.virtual_stages = v;
               l.checkpointing = ckpt;
+              // Sequence parallelism splits each GPU's part of the sequence again.
+              if (sp && cp > 1 && (r.shape.seq_len / cp) % tp != 0) continue;
               check_layout(r, l);
               const Shared shared = shared_figures(r, l);
               for (const ZeroChoice& z : zero_choices()) {
@@ -422,6 +514,7 @@ Plan plan_layouts(const PlanRequest& r) {
         }
       }
       }
+      }
     }
   }
   if (plan.considered == 0)
@@ -429,8 +522,13 @@ Plan plan_layouts(const PlanRequest& r) {
                 (fx.pp ? "pp " + std::to_string(*fx.pp) + " " : "") + (fx.tp ? "tp " + std::to_string(*fx.tp) + " " : "") +
                 (fx.micro_batch ? "micro-batch " + std::to_string(*fx.micro_batch) + " " : "") +
                 (fx.micro_batches ? "gradient_accumulation_steps " + std::to_string(*fx.micro_batches) + " " : "") +
+                (fx.cp ? "cp " + std::to_string(*fx.cp) + " " : "") +
+                (fx.cp_method ? std::string("method ") + context_method_name(*fx.cp_method) + " " : "") +
+                (fx.cp_ulysses ? "Ulysses size " + std::to_string(*fx.cp_ulysses) + " " : "") +
                 "global batch " + std::to_string(r.global_batch) +
-                "): the batch must be micro-batch x accumulation x dp, pp must divide the GPUs over tp, tp a node's GPUs");
+                "): the batch must be micro-batch x accumulation x dp / cp, pp must divide the GPUs over tp, tp a "
+                "node's GPUs, cp dp and the sequence (2 x cp with a ring), Ulysses the heads a tensor-parallel GPU "
+                "holds");
   std::stable_sort(plan.fitting.begin(), plan.fitting.end(), [](const LayoutEstimate& a, const LayoutEstimate& b) {
     return a.time.total != b.time.total ? a.time.total < b.time.total : a.gpu_bytes < b.gpu_bytes;
   });
@@ -498,6 +596,19 @@ std::string format_plan(const PlanRequest& r, const Plan& plan, size_t rows) {
                 hw.host_updates_per_s);
   out += line;
   if (!r.model) out += "  (parameters only: data parallelism alone, activations not counted; give --model for the shape)\n";
+  if (context_parallel_searched(r)) {
+    std::snprintf(line, sizeof line,
+                  "  context parallelism (cp: each sequence over cp of the dp GPUs, dp / cp data replicas) searched%s\n",
+                  r.fixed.cp || r.fixed.cp_method || r.fixed.cp_ulysses
+                      ? " as fixed"
+                      : (" at sizes leaving a GPU " + std::to_string(kContextMinTokens) + " tokens or more").c_str());
+    out += line;
+  } else if (r.model && !r.model->is_moe()) {
+    std::snprintf(line, sizeof line,
+                  "  context parallelism not searched (seq %lld < %lld; fix it with --cp or --cp-method)\n",
+                  (long long)r.shape.seq_len, (long long)kContextSearchSeq);
+    out += line;
+  }
   std::snprintf(line, sizeof line, "  %lld layouts considered, %zu fit", (long long)plan.considered,
                 plan.fitting.size());
   out += line;
@@ -512,8 +623,8 @@ std::string format_plan(const PlanRequest& r, const Plan& plan, size_t rows) {
     std::snprintf(line, sizeof line, "; the %zu fastest (GiB a GPU at the busiest stage; seconds a step):\n",
                   std::min(rows, plan.fitting.size()));
     out += line;
-    out += "     #    dp   pp   tp   ep  sp  ZeRO  offload  micro x acc  schedule        ckpt  states  activ  buffers   "
-           "total  host/node    step  bubble  tp comm  a2a      dp comm  offload   MFU  tokens/s\n";
+    out += "     #    dp   pp   tp   ep  cp       sp  ZeRO  offload  micro x acc  schedule        ckpt  states  activ  "
+           "buffers   total  host/node    step  bubble  tp comm  a2a      cp comm  dp comm  offload   MFU  tokens/s\n";
     for (size_t i = 0; i < std::min(rows, plan.fitting.size()); ++i) {
       const LayoutEstimate& e = plan.fitting[i];
       const Layout& l = e.layout;
@@ -521,14 +632,15 @@ std::string format_plan(const PlanRequest& r, const Plan& plan, size_t rows) {
       if (l.virtual_stages > 1) schedule += " x" + std::to_string(l.virtual_stages);
       const std::string micro = std::to_string(l.micro_batch) + " x " + std::to_string(l.micro_batches);
       std::snprintf(line, sizeof line,
-                    "  %4zu  %4lld %4lld %4lld %4lld  %-3s %4d  %-7s  %-11s  %-14s  %-4s %7.2f %6.2f %8.2f %7.2f %10.1f "
-                    "%7.3f %7.3f %8.3f %8.3f %8.3f %8.3f %4.0f%% %9.4g\n",
+                    "  %4zu  %4lld %4lld %4lld %4lld  %-7s  %-3s %4d  %-7s  %-11s  %-14s  %-4s %7.2f %6.2f %8.2f %7.2f "
+                    "%10.1f %7.3f %7.3f %8.3f %8.3f %8.3f %8.3f %8.3f %4.0f%% %9.4g\n",
                     i + 1, (long long)l.dp, (long long)l.pp, (long long)l.tp, (long long)l.ep,
-                    l.sequence_parallel ? "on" : "-",
+                    describe_context(l).c_str(), l.sequence_parallel ? "on" : "-",
                     l.zero_stage, l.offload_param ? "opt+par" : l.offload_optimizer ? "opt" : "-", micro.c_str(),
                     schedule.c_str(), l.checkpointing ? "on" : "-", gib(e.states), gib(e.activations), gib(e.buffers),
                     gib(e.gpu_bytes), gib(e.host_bytes_per_node), e.time.total, e.time.bubble,
-                    e.time.tensor_parallel, e.time.all_to_all, e.time.data_parallel, e.time.offload, 100.0 * e.mfu,
+                    e.time.tensor_parallel, e.time.all_to_all, e.time.context_parallel, e.time.data_parallel,
+                    e.time.offload, 100.0 * e.mfu,
                     e.tokens_per_s);
       out += line;
     }

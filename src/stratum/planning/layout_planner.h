@@ -1,7 +1,8 @@
 #pragma once
 // The layout planner behind `stratum-estimate --plan`: every layout (dp, pp,
-// tp, sequence parallelism, ZeRO stage, offload, micro-batch, schedule,
-// activation checkpointing) a cluster can train a model at, each with its
+// tp, sequence parallelism, expert and context parallelism, ZeRO stage,
+// offload, micro-batch, schedule, activation checkpointing) a cluster can
+// train a model at, each with its
 // per-GPU memory at its busiest pipeline stage (memory_estimator.h's model
 // states and activations, plus buffers) and a step time from the model below;
 // the layouts that fit, fastest first. Pure code.
@@ -36,6 +37,18 @@
 //    forward and backward, over the node's link when ep GPUs fit a node, not
 //    overlapped; ZeRO's collectives over dp / ep GPUs, and the parameters
 //    outside the experts all-reduced over the ep GPUs once a step.
+//  - context parallelism (cut from data parallelism: cp of the dp GPUs split
+//    each sequence, dp / cp data replicas read batches; ZeRO over all dp):
+//    a GPU computes and keeps 1/cp of every token's work (attention balanced
+//    by the zigzag split) and its tensor-parallel and stage transfers carry
+//    its s/cp tokens; per block and micro-batch memory_estimator.h's
+//    context_parallel_layer_bytes: Ulysses' all-to-alls over the Ulysses
+//    group's link, not overlapped; the ring's forward hops each hidden behind
+//    a ring step's attention (the block's forward attention / ring ranks) up
+//    to its length, its backward hops (k, v and their fp32 gradients) not
+//    overlapped; a recomputed forward exchanges again. A group's link: the
+//    node's when its tp x cp GPUs (tp x Ulysses size for Ulysses' part) sit
+//    in one node (tp and dp fastest), the network's otherwise.
 //  - offload: the gradient shard down and the parameters up over the host link
 //    a step (offload_param: the parameters up forward and backward every
 //    micro-batch), and the host optimizer's step at `host_updates_per_s` for
@@ -72,6 +85,10 @@ std::vector<std::string> hardware_names();
 struct Layout {
   int64_t dp = 1, pp = 1, tp = 1;
   int64_t ep = 1;  // expert parallelism: divides dp (the GPUs holding the same experts: dp / ep)
+  // Context parallelism: each sequence over cp of the dp GPUs (cp divides dp;
+  // dp / cp data replicas: global batch = micro_batch x micro_batches x dp / cp),
+  // Ulysses over cp_ulysses of them: 1 ring, cp Ulysses, between hybrid.
+  int64_t cp = 1, cp_ulysses = 1;
   bool sequence_parallel = false;
   int zero_stage = 0;
   bool offload_optimizer = false, offload_param = false;
@@ -80,7 +97,10 @@ struct Layout {
   int64_t virtual_stages = 1;
   bool checkpointing = false;
 };
-// "dp 8 x pp 4 x tp 2 (sp), ZeRO-1, offload optimizer, micro 2 x 8, 1f1b, checkpointing".
+// "dp 8 x pp 4 x tp 2 (sp), ZeRO-1, offload optimizer, micro 2 x 8, 1f1b, checkpointing";
+// context parallelism as ", sequence over 4 (ring)".
+// The method as the plan's table shows it: "-", "4 ring", "8 uly", "8 hyb2".
+std::string describe_context(const Layout& layout);
 std::string describe(const Layout& layout);
 
 // What the command line or a ds_config.json fixes; unset: searched.
@@ -88,6 +108,8 @@ struct LayoutChoices {
   std::optional<int> zero_stage;
   std::optional<bool> offload_optimizer, offload_param;
   std::optional<int64_t> pp, tp, ep, micro_batch, micro_batches, virtual_stages;
+  std::optional<int64_t> cp, cp_ulysses;
+  std::optional<ContextMethod> cp_method;
   std::optional<pipeline::ScheduleKind> schedule;
   std::optional<bool> checkpointing, sequence_parallel;
 };
@@ -110,6 +132,7 @@ struct StepTime {
   double tensor_parallel = 0;  // of the busiest stage's busy time: its tensor-parallel collectives
   double transfers = 0;        // of it: receiving activations and gradients between stages
   double all_to_all = 0;       // of it: expert parallelism's token exchanges
+  double context_parallel = 0; // of it: Ulysses' all-to-alls and the ring's hops attention does not hide
   double data_parallel = 0;    // exposed gradient and parameter collectives (the slowest stage's)
   double offload = 0;          // host transfers and the host optimizer
   double total = 0;
@@ -129,8 +152,11 @@ struct LayoutEstimate {
 
 // One layout. Throws Error naming the numbers when it cannot run: dp x pp x tp
 // not the cluster's GPUs, tp not dividing a node's GPUs or the model's heads,
-// the batch not micro_batch x micro_batches x dp, ZeRO-3 or offload_param with
-// a pipeline, a schedule's own conditions.
+// cp not dividing dp, the sequence not splitting over cp (a multiple of cp,
+// of 2 x cp with a ring), Ulysses not dividing the heads a tensor-parallel
+// GPU holds, cp without a model's shape or with a mixture of experts, the
+// batch not micro_batch x micro_batches x dp / cp, ZeRO-3 or offload_param
+// with a pipeline, a schedule's own conditions.
 LayoutEstimate estimate_layout(const PlanRequest& request, const Layout& layout);
 
 struct Plan {
@@ -144,8 +170,22 @@ struct Plan {
 // ZeRO stage and offload the engine supports at that pp, micro-batches the
 // powers of two dividing the global batch over dp, every schedule (interleaved
 // at 2 chunks where the micro-batches allow), checkpointing off and on,
-// sequence parallelism off and on with tp > 1. Throws Error for a request
-// nothing can satisfy (no global batch, a fixed choice no layout has).
+// sequence parallelism off and on with tp > 1, and context parallelism as
+// below. Throws Error for a request nothing can satisfy (no global batch, a
+// fixed choice no layout has).
+//
+// Context parallelism is searched when the request fixes any of it (cp, the
+// method, the Ulysses size) or the sequence is long (kContextSearchSeq tokens
+// or more); then cp runs over the divisors of dp that leave each GPU at
+// least kContextMinTokens tokens (a fixed cp: that one), each with the ring,
+// Ulysses where the heads split, and hybrid at the largest Ulysses size
+// strictly between 1 and cp that splits them (every such size when hybrid or
+// the Ulysses size is fixed). Short sequences are not split: their GEMMs
+// would shrink for no memory they need.
+inline constexpr int64_t kContextSearchSeq = 16384;
+inline constexpr int64_t kContextMinTokens = 4096;
+// Whether plan_layouts searches cp > 1 for `request` (the rule above).
+bool context_parallel_searched(const PlanRequest& request);
 Plan plan_layouts(const PlanRequest& request);
 
 // The fewest GPUs (whole nodes of the request's GPUs per node, up to

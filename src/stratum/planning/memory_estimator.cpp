@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "stratum/core/error.h"
+#include "stratum/nn/context_parallel/context_split.h"
 #include "stratum/nn/tensor_parallel/vocab_padding.h"
 #include "stratum/pipeline/simulate.h"
 
@@ -57,10 +58,32 @@ void held_window_gradients(const EstimateInput& in, double psi, double n, std::v
   }
 }
 
+// The tokens of a sequence one GPU holds: its 1/context_parallel part.
+double held_tokens(const EstimateInput& in) {
+  return static_cast<double>(in.seq_len) / static_cast<double>(std::max<int64_t>(1, in.context_parallel));
+}
+
+// Attention's heads on one tensor-parallel rank: the query heads, the
+// key/value heads (split, or the one a rank shares) and a head's width.
+struct RankHeads {
+  double heads = 0, kv = 0, head_dim = 0;
+};
+RankHeads rank_heads(const EstimateInput& in) {
+  const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
+  const int64_t kv_heads = in.kv_heads > 0 ? in.kv_heads : in.heads;
+  RankHeads r;
+  if (in.heads <= 0) return r;
+  r.heads = static_cast<double>(in.heads / t);
+  r.kv = static_cast<double>(kv_heads % t == 0 ? kv_heads / t : 1);
+  r.head_dim = static_cast<double>(in.hidden) / static_cast<double>(in.heads);
+  return r;
+}
+
 // Activation bytes one block keeps for a micro-batch (no checkpointing), on
-// one rank of a tensor-parallel group of t.
+// one rank of a tensor-parallel group of t, for the tokens the rank holds
+// (a context-parallel rank: its part of the sequence).
 double block_activation_bytes(const EstimateInput& in) {
-  const double s = static_cast<double>(in.seq_len), b = static_cast<double>(in.micro_batch),
+  const double s = held_tokens(in), b = static_cast<double>(in.micro_batch),
                h = static_cast<double>(in.hidden), w = static_cast<double>(in.param_bytes);
   const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
   // Kept per token and layer (flash attention: no s x s scores; no dropout
@@ -108,6 +131,86 @@ double all_to_all_bytes(const EstimateInput& in) {
   const double off_rank = static_cast<double>(ep - 1) / static_cast<double>(ep);
   return 4.0 * static_cast<double>(in.layers) * rows * static_cast<double>(in.hidden) *
          static_cast<double>(in.param_bytes) * off_rank;
+}
+
+const char* context_method_name(ContextMethod m) {
+  switch (m) {
+    case ContextMethod::ulysses: return "ulysses";
+    case ContextMethod::hybrid: return "hybrid";
+    default: return "ring";
+  }
+}
+
+ContextMethod parse_context_method(const std::string& name) {
+  if (name == "ring") return ContextMethod::ring;
+  if (name == "ulysses") return ContextMethod::ulysses;
+  if (name == "hybrid") return ContextMethod::hybrid;
+  throw Error("unknown context-parallel method '" + name + "'; known: ulysses, ring, hybrid");
+}
+
+ContextMethod context_method_of(int64_t cp, int64_t ulysses) {
+  if (cp > 1 && ulysses == cp) return ContextMethod::ulysses;
+  return ulysses > 1 ? ContextMethod::hybrid : ContextMethod::ring;
+}
+
+ContextTraffic context_parallel_layer_bytes(const EstimateInput& in) {
+  ContextTraffic out;
+  const int64_t cp = std::max<int64_t>(1, in.context_parallel), u = std::max<int64_t>(1, in.context_ulysses);
+  if (cp == 1 || in.heads <= 0 || in.hidden <= 0) return out;
+  const RankHeads r = rank_heads(in);
+  const double row = static_cast<double>(in.micro_batch) * held_tokens(in) * r.head_dim;  // elements a head
+  const double w = static_cast<double>(in.param_bytes);
+  const double off_rank = static_cast<double>(u - 1) / static_cast<double>(u);
+  out.ulysses_forward = off_rank * row * (r.heads + 2.0 * r.kv) * w + off_rank * row * r.heads * w;
+  out.ulysses_backward = out.ulysses_forward;
+  const int64_t ring = cp / u;
+  const double kv_block = row * 2.0 * r.kv;
+  out.ring_hops = ring - 1;
+  out.ring_forward = static_cast<double>(ring - 1) * kv_block * w;
+  out.ring_backward = ring > 1 ? static_cast<double>(ring - 1) * kv_block * w + static_cast<double>(ring) * kv_block * 4.0 : 0.0;
+  return out;
+}
+
+double context_parallel_bytes(const EstimateInput& in) {
+  const ContextTraffic t = context_parallel_layer_bytes(in);
+  return static_cast<double>(in.layers) * (t.forward() + t.backward());
+}
+
+double context_parallel_buffer_bytes(const EstimateInput& in) {
+  const int64_t cp = std::max<int64_t>(1, in.context_parallel), u = std::max<int64_t>(1, in.context_ulysses);
+  if (cp == 1 || in.heads <= 0 || in.hidden <= 0) return 0.0;
+  const RankHeads r = rank_heads(in);
+  const double row = static_cast<double>(in.micro_batch) * held_tokens(in) * r.head_dim;
+  const double w = static_cast<double>(in.param_bytes);
+  const double ulysses = u > 1 ? 2.0 * row * (r.heads + 2.0 * r.kv) * w : 0.0;
+  const double ring = cp / u > 1 ? 2.0 * row * 2.0 * r.kv * (w + 4.0) : 0.0;
+  return std::max(ulysses, ring);
+}
+
+std::string context_parallel_problem(const EstimateInput& in) {
+  const int64_t cp = in.context_parallel, u = in.context_ulysses, t = std::max<int64_t>(1, in.tensor_parallel);
+  auto n = [](int64_t v) { return std::to_string(v); };
+  if (cp < 1) return "context-parallel size " + n(cp) + " is not a size (1 or more)";
+  if (cp == 1) return "";
+  if (u < 1 || cp % u != 0)
+    return "Ulysses over " + n(u) + " GPUs does not divide the context-parallel group of " + n(cp);
+  if (in.experts > 0)
+    return "a mixture of experts under context parallelism is not supported yet (context-parallel size " + n(cp) + ")";
+  const std::string split = nn::cp::split_problem(in.seq_len, nn::cp::ContextSplit{cp, u});
+  if (!split.empty()) return split;
+  if (in.sequence_parallel && (in.seq_len / cp) % t != 0)
+    return "each GPU's " + n(in.seq_len / cp) + " tokens (seq " + n(in.seq_len) + " / cp " + n(cp) +
+           ") do not split over the " + n(t) + " tensor-parallel GPUs of sequence parallelism";
+  if (u > 1 && in.heads > 0) {
+    const int64_t kv_heads = in.kv_heads > 0 ? in.kv_heads : in.heads;
+    const int64_t heads = in.heads / t, kv = kv_heads % t == 0 ? kv_heads / t : 1;
+    if (heads % u != 0 || kv % u != 0)
+      return "Ulysses over " + n(u) + " GPUs splits the heads, but the model has " + n(in.heads) + " query and " +
+             n(kv_heads) + " key/value heads" +
+             (t > 1 ? " (" + n(heads) + " and " + n(kv) + " per tensor-parallel GPU of " + n(t) + ")" : std::string()) +
+             "; use a Ulysses size that divides both, or the ring (any heads)";
+  }
+  return "";
 }
 
 std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
@@ -183,7 +286,7 @@ void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
 
 double estimate_activation_bytes(const EstimateInput& in) {
   if (in.layers <= 0 || in.hidden <= 0) return 0.0;
-  const double s = static_cast<double>(in.seq_len), b = static_cast<double>(in.micro_batch),
+  const double s = held_tokens(in), b = static_cast<double>(in.micro_batch),
                h = static_cast<double>(in.hidden), L = static_cast<double>(in.layers),
                w = static_cast<double>(in.param_bytes);
   const double t = static_cast<double>(std::max<int64_t>(1, in.tensor_parallel));
@@ -195,6 +298,31 @@ double estimate_activation_bytes(const EstimateInput& in) {
   const double vocab = in.vocab > 0 ? static_cast<double>(nn::tp::vocab_rows_per_rank(in.vocab, in.tensor_parallel)) : 0.0;
   return layers + s * b * vocab * loss_bytes_per_logit(in);
 }
+
+namespace {
+
+// "  context parallel 4 (ring): ..." for the tables; "" without it.
+std::string context_line(const EstimateInput& in) {
+  const int64_t cp = in.context_parallel;
+  if (cp <= 1) return "";
+  auto gib = [](double bytes) { return bytes / double(1ull << 30); };
+  const ContextMethod m = context_method_of(cp, in.context_ulysses);
+  const std::string method =
+      m == ContextMethod::hybrid ? "hybrid, Ulysses over " + std::to_string(in.context_ulysses) : context_method_name(m);
+  const ContextTraffic t = context_parallel_layer_bytes(in);
+  const double L = static_cast<double>(in.layers);
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "  context parallel %lld (%s): a GPU keeps %lld of the %lld tokens' activations, ZeRO over every "
+                "data-parallel GPU; a micro-batch a GPU sends %.3g GiB forward (Ulysses %.3g, ring %.3g over %lld "
+                "hops) and %.3g GiB backward, exchange buffers %.3g GiB\n",
+                (long long)cp, method.c_str(), (long long)(in.seq_len / cp), (long long)in.seq_len,
+                gib(L * t.forward()), gib(L * t.ulysses_forward), gib(L * t.ring_forward), (long long)t.ring_hops,
+                gib(L * t.backward()), gib(context_parallel_buffer_bytes(in)));
+  return line;
+}
+
+}  // namespace
 
 std::string format_estimate(const EstimateInput& in) {
   char line[256];
@@ -223,6 +351,7 @@ std::string format_estimate(const EstimateInput& in) {
                   in.tp_params / 1e9, (long long)(in.nodes * in.gpus_per_node / in.tensor_parallel));
     out += line;
   }
+  out += context_line(in);
   out += "  ZeRO  offload_optimizer  offload_param   per GPU (GiB)   per node CPU (GiB)\n";
   for (const auto& e : estimate_model_states(in)) {
     std::snprintf(line, sizeof line, "  %4d  %-17s  %-13s   %13.2f   %18.2f\n", e.stage, e.offload_optimizer ? "cpu" : "none",
@@ -231,8 +360,9 @@ std::string format_estimate(const EstimateInput& in) {
   }
   const double act = estimate_activation_bytes(in);
   if (act > 0) {
-    std::snprintf(line, sizeof line, "  activations: %.2f GiB per GPU (micro-batch %lld, seq %lld, %s%s)\n", gib(act),
+    std::snprintf(line, sizeof line, "  activations: %.2f GiB per GPU (micro-batch %lld, seq %lld%s, %s%s)\n", gib(act),
                   (long long)in.micro_batch, (long long)in.seq_len,
+                  in.context_parallel > 1 ? (" / cp " + std::to_string(in.context_parallel)).c_str() : "",
                   in.activation_checkpointing ? "activation checkpointing" : "no checkpointing",
                   in.mlp_activation_recomputed ? ", MLP activation recomputed" : "");
     out += line;
@@ -284,8 +414,7 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
   const pipeline::Partition cut = pipeline::partition_layers(in.layer_weights, static_cast<int>(parts), "parameters");
   const pipeline::Simulation sim = pipeline::simulate(schedule);
 
-  const double s = static_cast<double>(in.seq_len), b = static_cast<double>(in.micro_batch),
-               w = static_cast<double>(in.param_bytes);
+  const double s = held_tokens(in), b = static_cast<double>(in.micro_batch), w = static_cast<double>(in.param_bytes);
   const double block = block_activation_bytes(in);
   // Checkpointing keeps each block's input and recomputes one block at a time in backward.
   const double kept_per_block = in.activation_checkpointing
@@ -376,6 +505,7 @@ std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
                 in.activation_checkpointing ? "activation checkpointing" : "no checkpointing",
                 in.mlp_activation_recomputed ? ", MLP activation recomputed" : "");
   out += line;
+  out += context_line(in);
   size_t width = 6;
   for (const auto& e : stages) width = std::max(width, e.layers.size());
   std::snprintf(line, sizeof line, "  per GPU at ZeRO-%d (GiB):\n  stage  ", zero_stage);

@@ -67,7 +67,57 @@ struct EstimateInput {
   // holding the same experts (GPUs / expert_parallel); tokens go to their
   // experts' GPUs and back by all-to-all.
   int64_t expert_parallel = 1;
+  // Context parallelism (cut from data parallelism, as the engine's): each
+  // sequence split over `context_parallel` of the data-parallel GPUs, each
+  // keeping the activations (and the logits) of seq_len / context_parallel
+  // tokens; ZeRO still partitions over every data-parallel GPU, these
+  // included. `context_ulysses`: the GPUs of the group that trade the
+  // sequence for heads by all-to-all (context_parallel_ulysses_size below).
+  int64_t context_parallel = 1;
+  int64_t context_ulysses = 1;
 };
+
+// Context parallelism's methods (the config's context_parallel.method): ring
+// (key/value blocks passed around the group), Ulysses (the heads exchanged by
+// all-to-all), hybrid (Ulysses over ulysses_size consecutive GPUs inside each
+// ring rank).
+enum class ContextMethod { ring, ulysses, hybrid };
+const char* context_method_name(ContextMethod method);
+// "ring", "ulysses", "hybrid"; throws Error listing them.
+ContextMethod parse_context_method(const std::string& name);
+// The method a group of `cp` GPUs runs with Ulysses over `ulysses` of them:
+// 1 ring, cp Ulysses, strictly between hybrid.
+ContextMethod context_method_of(int64_t cp, int64_t ulysses);
+
+// Bytes one GPU sends for one attention layer and one micro-batch under
+// context parallelism (all zero without it), t the tensor-parallel size, u
+// the Ulysses size, r = cp / u the ring's ranks, s / cp the tokens a GPU holds:
+//  - Ulysses: forward an all-to-all of q, k and v ((u-1)/u of
+//    b x s/cp x (heads + 2 kv_heads)/t x head_dim) and one of the attention
+//    output ((u-1)/u of b x s/cp x heads/t x head_dim); backward the same.
+//  - ring: forward r-1 hops of the GPU's k and v (b x s/cp x 2 kv_heads/t x
+//    head_dim, as the model's dtype); backward r-1 hops of k and v again and
+//    r hops of their fp32 gradients.
+struct ContextTraffic {
+  double ulysses_forward = 0, ulysses_backward = 0;
+  double ring_forward = 0, ring_backward = 0;
+  int64_t ring_hops = 0;  // forward hops (r - 1); the backward's k, v hops as many, their gradients' one more
+  double forward() const { return ulysses_forward + ring_forward; }
+  double backward() const { return ulysses_backward + ring_backward; }
+};
+ContextTraffic context_parallel_layer_bytes(const EstimateInput& in);
+// A micro-batch's context-parallel traffic a GPU, every block forward and
+// backward (a recomputed forward's again not counted). 0 without it.
+double context_parallel_bytes(const EstimateInput& in);
+// The exchange's buffers a GPU holds at once, in one attention layer: Ulysses'
+// q, k, v sent and received; the ring's block in hand and the one arriving,
+// with (backward) their fp32 gradients; hybrid the larger. 0 without it.
+double context_parallel_buffer_bytes(const EstimateInput& in);
+// Why `in`'s context parallelism cannot run ("" when it can): the Ulysses
+// size not dividing the group, the sequence not splitting (a multiple of cp,
+// of 2 x cp with a ring), sequence parallelism's split of a GPU's part, and
+// (with the model's heads) Ulysses' heads per tensor-parallel rank.
+std::string context_parallel_problem(const EstimateInput& in);
 
 // Bytes one GPU sends (and receives) by all-to-all for one micro-batch,
 // forward and backward: each MoE layer's assignments (micro-batch x seq x
@@ -92,7 +142,8 @@ struct StateEstimate {
 // Every stage (0-3) x offload choice Stratum supports, in a fixed order.
 std::vector<StateEstimate> estimate_model_states(const EstimateInput& in);
 // Activation bytes per GPU for one micro-batch at peak (forward done, backward starting),
-// including the logits and what the loss keeps. 0 when the shape is unknown.
+// including the logits and what the loss keeps, for the seq_len / context_parallel
+// tokens a GPU holds. 0 when the shape is unknown.
 double estimate_activation_bytes(const EstimateInput& in);
 // Today's table (pipeline_stages ignored: the whole model on every GPU).
 std::string format_estimate(const EstimateInput& in);

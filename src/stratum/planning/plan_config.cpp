@@ -75,6 +75,23 @@ void apply_plan_config(PlanRequest& r, const std::string& path) {
     const int64_t ep = c.moe.expert_parallel_size;
     fix(fx.ep, ep, path, "moe.expert_parallel_size", std::to_string(ep));
   }
+  // Context parallelism: what the section states (its size, its method, the
+  // hybrid's Ulysses size); a section stating only the method leaves the size searched.
+  if (given("/context_parallel/size")) {
+    const int64_t cp = c.context_parallel.size;
+    fix(fx.cp, cp, path, "context_parallel.size", std::to_string(cp));
+  }
+  if (given("/context_parallel/method")) {
+    const ContextMethod m = parse_context_method(c.context_parallel.method);
+    if (fx.cp_method && *fx.cp_method != m)
+      throw Error(path + ": context_parallel.method is \"" + c.context_parallel.method +
+                  "\" but the command line fixes another value; drop one");
+    fx.cp_method = m;
+  }
+  if (given("/context_parallel/ulysses_size") || (given("/context_parallel/method") && c.context_parallel.size > 1)) {
+    const int64_t u = c.context_parallel.ulysses_size;
+    fix(fx.cp_ulysses, u, path, "context_parallel.ulysses_size", std::to_string(u));
+  }
   if (given("/tensor_parallel/sequence_parallel"))
     fix(fx.sequence_parallel, c.tensor_parallel.sequence_parallel, path, "tensor_parallel.sequence_parallel",
         c.tensor_parallel.sequence_parallel ? "true" : "false");

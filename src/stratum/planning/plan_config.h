@@ -12,7 +12,8 @@ namespace stratum::planning {
 // (data_types.grad_accum_dtype, communication_data_type), and, where its keys
 // are given, the ZeRO stage, each offload, the batch triple, the pipeline's
 // stages, schedule and chunks, the tensor-parallel size and sequence
-// parallelism, the expert-parallel size, and activation checkpointing (its section, or
+// parallelism, the expert-parallel size, context parallelism (its size, method
+// and Ulysses size), and activation checkpointing (its section, or
 // pipeline.activation_checkpoint_interval). Throws ConfigError for an invalid
 // config and Error naming the key when it contradicts a choice already fixed
 // (the command line's) or asks for what the plan does not model (a topology
