@@ -542,6 +542,7 @@ std::vector<FewestGpus> fewest_gpus_data_parallel(const PlanRequest& r, int64_t 
   in.pipeline_stages = in.virtual_stages = in.micro_batches = 1;
   in.tensor_parallel = 1;
   in.sequence_parallel = false;
+  in.context_parallel = in.context_ulysses = 1;
   if (r.model) set_model_shape(in, *r.model);
   const double usable = (1.0 - r.hardware.memory_margin) * r.hardware.gpu_memory;
   const double activations = estimate_activation_bytes(in);
