@@ -190,7 +190,8 @@ struct Grid1D {
 
 // Each method's attention over `cp` ranks (the world's first) against SDPA
 // over the whole sequence: output and gradients at this rank's positions.
-void check_attention(const std::string& method, int cp, int ulysses, int kv_heads, bool packed) {
+// `tile_rows` > 0: the ring's masked blocks that many query rows at a time.
+void check_attention(const std::string& method, int cp, int ulysses, int kv_heads, bool packed, int64_t tile_rows = 0) {
   const auto group = groups_of(cp);
   Grid1D g;
   g.config = Config::from_string(R"({"train_batch_size": )" + std::to_string(cp) +
@@ -214,7 +215,12 @@ void check_attention(const std::string& method, int cp, int ulysses, int kv_head
   const at::Tensor want = nn::causal_attention(qr, kr, vr, 0.0, layout ? &*layout : nullptr);
   want.backward(dout);
   // This rank's part.
-  const MicroBatch part = engine_detail::context_shard(whole, cpg, 1, 0, "attention", c10::kCPU);
+  MicroBatch part = engine_detail::context_shard(whole, cpg, 1, 0, "attention", c10::kCPU);
+  if (tile_rows > 0) {
+    auto tiled = std::make_shared<nn::cp::ContextShard>(*part.context);
+    tiled->masked_tile_rows = tile_rows;
+    part.context = tiled;
+  }
   const at::Tensor mine = at::tensor(nn::cp::rank_positions(t, cpg.split(), cpg.rank()), at::kLong);
   auto cut = [&](const at::Tensor& x) { return x.index_select(2, mine).clone().requires_grad_(); };
   const at::Tensor ql = cut(q), kl = cut(k), vl = cut(v);
@@ -222,7 +228,7 @@ void check_attention(const std::string& method, int cp, int ulysses, int kv_head
   const at::Tensor got = nn::causal_attention(ql, kl, vl, 0.0, &local);
   got.backward(dout.index_select(2, mine));
   const std::string what = method + " cp " + std::to_string(cp) + " kv " + std::to_string(kv_heads) +
-                           (packed ? " packed" : "");
+                           (packed ? " packed" : "") + (tile_rows > 0 ? " tiles of " + std::to_string(tile_rows) : "");
   EXPECT_LE(rel_diff(got, want.detach().index_select(2, mine)), 1e-5) << what << ": output";
   EXPECT_LE(rel_diff(ql.grad(), qr.grad().index_select(2, mine)), 1e-5) << what << ": dq";
   EXPECT_LE(rel_diff(kl.grad(), kr.grad().index_select(2, mine)), 1e-5) << what << ": dk";
@@ -296,7 +302,8 @@ TEST(ContextParallelAttention, EachMethodMatchesWholeSequenceAttention) {
   for (int cp = 2; cp <= world; cp *= 2)
     for (bool packed : {false, true}) {
       check_attention("ring", cp, 1, 2, packed);
-      check_attention("ring", cp, 1, 1, packed);  // one key/value head: the ring needs no division
+      check_attention("ring", cp, 1, 1, packed);     // one key/value head: the ring needs no division
+      check_attention("ring", cp, 1, 2, packed, 3);  // the masked blocks 3 query rows at a time
       check_attention("ulysses", cp, cp, 4, packed);
       if (cp == 4) check_attention("hybrid", 4, 2, 2, packed);
     }

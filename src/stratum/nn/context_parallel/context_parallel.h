@@ -50,6 +50,10 @@ struct ContextShard {
   // Packed rows: the whole rows' layout on the device (segment ids, positions,
   // the runs counted on the host); nullopt: each row is one sequence.
   std::optional<SequenceLayout> whole;
+  // Ring attention's masked blocks (packed rows; and where no flash kernel
+  // applies) are computed a tile of query rows at a time: this many (0: as
+  // many as keep a tile's fp32 scores near 256 MiB).
+  int64_t masked_tile_rows = 0;
 };
 
 // Causal attention of this rank's tokens under `shard`: q [B, H, T / size, D],

@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -32,14 +34,31 @@ bool flash_cuda_applies(const at::Tensor& q) {
          q.size(-1) <= 256;
 }
 
-// Scores of a block in fp32, -inf where the block may not read.
-at::Tensor masked_scores(const at::Tensor& q, const at::Tensor& k, bool causal, const at::Tensor& mask, double scale) {
-  at::Tensor s = at::matmul(q.to(at::kFloat), k.to(at::kFloat).transpose(-2, -1)).mul_(scale);
-  if (causal) {
-    const at::Tensor above = at::ones({q.size(2), k.size(2)}, q.options().dtype(at::kBool)).triu_(1);
-    s.masked_fill_(above, -INFINITY);
-  }
-  if (mask.defined()) s.masked_fill_(mask.logical_not(), -INFINITY);
+// Where rows [from, from + rows) of a block's queries may read its keys:
+// bool [B or 1, 1, rows, keys]; null: everywhere.
+using RowMask = std::function<at::Tensor(int64_t from, int64_t rows)>;
+
+RowMask causal_rows(const at::Tensor& q, int64_t keys) {
+  return [device = q.device(), keys](int64_t from, int64_t rows) {
+    const at::Tensor i = at::arange(from, from + rows, at::TensorOptions().dtype(at::kLong).device(device));
+    const at::Tensor j = at::arange(keys, at::TensorOptions().dtype(at::kLong).device(device));
+    return j.unsqueeze(0).le(i.unsqueeze(1)).view({1, 1, rows, keys});
+  };
+}
+
+// Query rows a tile of the math path holds: `fixed`, or as many as keep a
+// tile's fp32 scores near 2^26 elements (256 MiB), so that no block's whole
+// [queries, keys] score matrix is ever held.
+int64_t tile_rows(const at::Tensor& q, int64_t keys, int64_t fixed) {
+  if (fixed > 0) return std::min(fixed, q.size(2));
+  const int64_t per_row = std::max<int64_t>(1, q.size(0) * q.size(1) * keys);
+  return std::clamp<int64_t>((int64_t{1} << 26) / per_row, 1, std::max<int64_t>(1, q.size(2)));
+}
+
+// A tile's scores in fp32, -inf where it may not read.
+at::Tensor tile_scores(const at::Tensor& q_tile, const at::Tensor& kf, const RowMask& mask, int64_t from, double scale) {
+  at::Tensor s = at::matmul(q_tile.to(at::kFloat), kf.transpose(-2, -1)).mul_(scale);
+  if (mask) s.masked_fill_(mask(from, q_tile.size(2)).logical_not(), -INFINITY);
   return s;
 }
 
@@ -49,47 +68,79 @@ at::Tensor probabilities(const at::Tensor& s, const at::Tensor& lse) {
   return at::exp(s - safe.unsqueeze(-1));
 }
 
-Block block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, const at::Tensor& mask,
-                    double scale) {
-  if (!mask.defined() && q.is_cpu()) {
+// The math path (what the flash kernels compute), a tile of query rows at a time.
+Block math_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const RowMask& mask, double scale,
+                   int64_t fixed_rows) {
+  const at::Tensor kf = k.to(at::kFloat), vf = v.to(at::kFloat);
+  at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options().dtype(at::kFloat));
+  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
+  const int64_t step = tile_rows(q, k.size(2), fixed_rows);
+  for (int64_t from = 0; from < q.size(2); from += step) {
+    const int64_t rows = std::min(step, q.size(2) - from);
+    const at::Tensor s = tile_scores(q.narrow(2, from, rows), kf, mask, from, scale);
+    const at::Tensor l = at::logsumexp(s, -1);
+    out.narrow(2, from, rows).copy_(at::matmul(probabilities(s, l), vf));
+    lse.narrow(2, from, rows).copy_(l);
+  }
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> math_backward(const at::Tensor& dout, const at::Tensor& q,
+                                                             const at::Tensor& k, const at::Tensor& v,
+                                                             const at::Tensor& out, const at::Tensor& lse,
+                                                             const RowMask& mask, double scale, int64_t fixed_rows) {
+  const at::Tensor kf = k.to(at::kFloat), vf = v.to(at::kFloat);
+  at::Tensor dq = at::empty(q.sizes(), q.options().dtype(at::kFloat));
+  at::Tensor dk = at::zeros(k.sizes(), k.options().dtype(at::kFloat));
+  at::Tensor dv = at::zeros(v.sizes(), v.options().dtype(at::kFloat));
+  const int64_t step = tile_rows(q, k.size(2), fixed_rows);
+  for (int64_t from = 0; from < q.size(2); from += step) {
+    const int64_t rows = std::min(step, q.size(2) - from);
+    const at::Tensor qt = q.narrow(2, from, rows).to(at::kFloat);
+    const at::Tensor p = probabilities(tile_scores(qt, kf, mask, from, scale), lse.narrow(2, from, rows));
+    const at::Tensor g = dout.narrow(2, from, rows).to(at::kFloat);
+    const at::Tensor o = out.narrow(2, from, rows).to(at::kFloat);
+    dv.add_(at::matmul(p.transpose(-2, -1), g));
+    const at::Tensor ds = p * (at::matmul(g, vf.transpose(-2, -1)) - (g * o).sum(-1, /*keepdim=*/true));
+    dq.narrow(2, from, rows).copy_(at::matmul(ds, kf).mul_(scale));
+    dk.add_(at::matmul(ds.transpose(-2, -1), qt).mul_(scale));
+  }
+  return {dq, dk, dv};
+}
+
+// A block without a mask (causal or whole): the flash kernels where they apply.
+Block block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double scale,
+                    int64_t fixed_rows) {
+  if (q.is_cpu()) {
     auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, {}, scale);
     return {out.to(at::kFloat), lse.to(at::kFloat)};
   }
-  if (!mask.defined() && flash_cuda_applies(q)) {
+  if (flash_cuda_applies(q)) {
     auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, causal, false, scale);
     return {std::get<0>(r).to(at::kFloat), std::get<1>(r).narrow(-1, 0, q.size(2)).to(at::kFloat)};
   }
-  const at::Tensor s = masked_scores(q, k, causal, mask, scale);
-  const at::Tensor lse = at::logsumexp(s, -1);
-  return {at::matmul(probabilities(s, lse), v.to(at::kFloat)), lse};
+  return math_forward(q, k, v, causal ? causal_rows(q, k.size(2)) : RowMask(), scale, fixed_rows);
 }
 
 // The block's share of dq, dk, dv given the merged output and log-sum-exp of its queries.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> block_backward(const at::Tensor& dout, const at::Tensor& q,
                                                               const at::Tensor& k, const at::Tensor& v,
                                                               const at::Tensor& out, const at::Tensor& lse,
-                                                              bool causal, const at::Tensor& mask, double scale) {
-  if (!mask.defined() && q.is_cpu()) {
+                                                              bool causal, double scale, int64_t fixed_rows) {
+  if (q.is_cpu()) {
     auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
         dout.to(q.scalar_type()).contiguous(), q, k, v, out.to(q.scalar_type()).contiguous(), lse.contiguous(), 0.0,
         causal, {}, scale);
     return {dq, dk, dv};
   }
-  if (!mask.defined() && flash_cuda_applies(q)) {
+  if (flash_cuda_applies(q)) {
     const at::Tensor none = at::zeros({2}, q.options().dtype(at::kLong));
     auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_backward(
         dout.to(q.scalar_type()).contiguous(), q, k, v, out.to(q.scalar_type()).contiguous(), lse.contiguous(),
         at::Tensor(), at::Tensor(), q.size(2), k.size(2), 0.0, causal, none, none, scale);
     return {dq, dk, dv};
   }
-  const at::Tensor s = masked_scores(q, k, causal, mask, scale);
-  const at::Tensor p = probabilities(s, lse);
-  const at::Tensor g = dout.to(at::kFloat), of = out.to(at::kFloat);
-  const at::Tensor dv = at::matmul(p.transpose(-2, -1), g);
-  const at::Tensor dp = at::matmul(g, v.to(at::kFloat).transpose(-2, -1));
-  const at::Tensor ds = p * (dp - (g * of).sum(-1, /*keepdim=*/true));
-  return {at::matmul(ds, k.to(at::kFloat)).mul_(scale), at::matmul(ds.transpose(-2, -1), q.to(at::kFloat)).mul_(scale),
-          dv};
+  return math_backward(dout, q, k, v, out, lse, causal ? causal_rows(q, k.size(2)) : RowMask(), scale, fixed_rows);
 }
 
 // Merges a block over rows [from, from + block.out.size(2)) into the running output and log-sum-exp.
@@ -110,6 +161,7 @@ void merge(at::Tensor& out, at::Tensor& lse, const Block& block, int64_t from) {
 struct RingPlan : torch::CustomClassHolder {
   ContextShard shard;
   double scale = 1.0;
+  int64_t tile_rows = 0;  // the math path's query rows a tile (0: by its memory bound)
 };
 
 // k and v of a rank, side by side in one buffer, so that a hop is one message.
@@ -153,8 +205,9 @@ Meeting zigzag_meeting(int64_t me, int64_t source, int64_t n) {
 }
 
 // Packed rows: where queries of ring rank `me` may read keys of ring rank
-// `source` (same segment, not after), bool [B, 1, n, n].
-at::Tensor packed_mask(const RingPlan& plan, int64_t me, int64_t source, c10::Device device) {
+// `source` (the same segment, not after in the whole sequence), a tile of
+// query rows at a time.
+RowMask packed_rows(const RingPlan& plan, int64_t me, int64_t source, c10::Device device) {
   const ContextShard& s = plan.shard;
   const auto positions = [&](int64_t r) {
     const std::vector<int64_t> p = ring_positions(s.whole_length, s.cp.split(), r);
@@ -162,10 +215,13 @@ at::Tensor packed_mask(const RingPlan& plan, int64_t me, int64_t source, c10::De
   };
   const at::Tensor qi = positions(me), ki = positions(source);
   const at::Tensor& seg = s.whole->segment_ids;
-  const at::Tensor sq = seg.index_select(1, qi), sk = seg.index_select(1, ki);
-  const at::Tensor same = sq.unsqueeze(2).eq(sk.unsqueeze(1));
-  const at::Tensor before = ki.unsqueeze(0).le(qi.unsqueeze(1));
-  return same.logical_and(before.unsqueeze(0)).unsqueeze(1);
+  const at::Tensor sk = seg.index_select(1, ki);
+  return [qi, ki, sk, seg](int64_t from, int64_t rows) {
+    const at::Tensor q_at = qi.narrow(0, from, rows);
+    const at::Tensor same = seg.index_select(1, q_at).unsqueeze(2).eq(sk.unsqueeze(1));
+    const at::Tensor before = ki.unsqueeze(0).le(q_at.unsqueeze(1));
+    return same.logical_and(before.unsqueeze(0)).unsqueeze(1);
+  };
 }
 
 struct RingAttention : torch::autograd::Function<RingAttention> {
@@ -185,12 +241,13 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       if (step + 1 < r) hop = start_hop(ring, {kv}, next);  // the next block travels while this one is read
       const at::Tensor kb = expand_heads(kv[0], heads), vb = expand_heads(kv[1], heads);
       if (packed) {
-        merge(out, lse, block_forward(q, kb, vb, false, packed_mask(*plan, me, source, q.device()), plan->scale), 0);
+        merge(out, lse,
+              math_forward(q, kb, vb, packed_rows(*plan, me, source, q.device()), plan->scale, plan->tile_rows), 0);
       } else {
         const Meeting m = zigzag_meeting(me, source, n);
         merge(out, lse,
               block_forward(q.narrow(2, m.q_from, m.q_rows).contiguous(), kb.narrow(2, m.k_from, m.k_rows).contiguous(),
-                            vb.narrow(2, m.k_from, m.k_rows).contiguous(), m.causal, {}, plan->scale),
+                            vb.narrow(2, m.k_from, m.k_rows).contiguous(), m.causal, plan->scale, plan->tile_rows),
               m.q_from);
       }
       if (hop) {
@@ -226,13 +283,16 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       distributed::WorkPtr kv_hop;
       if (step + 1 < r) kv_hop = start_hop(ring, {kv}, next_kv);
       const at::Tensor kb = expand_heads(kv[0], heads), vb = expand_heads(kv[1], heads);
-      Meeting m = packed ? Meeting{0, n, 0, n, false} : zigzag_meeting(me, source, n);
-      const at::Tensor mask = packed ? packed_mask(*plan, me, source, q.device()) : at::Tensor();
+      const Meeting m = packed ? Meeting{0, n, 0, n, false} : zigzag_meeting(me, source, n);
+      const at::Tensor qm = q.narrow(2, m.q_from, m.q_rows).contiguous();
+      const at::Tensor km = kb.narrow(2, m.k_from, m.k_rows).contiguous();
+      const at::Tensor vm = vb.narrow(2, m.k_from, m.k_rows).contiguous();
+      const at::Tensor dm = dout.narrow(2, m.q_from, m.q_rows), om = out.narrow(2, m.q_from, m.q_rows);
+      const at::Tensor lm = lse.narrow(2, m.q_from, m.q_rows);
       auto [bq, bk, bv] =
-          block_backward(dout.narrow(2, m.q_from, m.q_rows), q.narrow(2, m.q_from, m.q_rows).contiguous(),
-                         kb.narrow(2, m.k_from, m.k_rows).contiguous(), vb.narrow(2, m.k_from, m.k_rows).contiguous(),
-                         out.narrow(2, m.q_from, m.q_rows), lse.narrow(2, m.q_from, m.q_rows), m.causal, mask,
-                         plan->scale);
+          packed ? math_backward(dm, qm, km, vm, om, lm, packed_rows(*plan, me, source, q.device()), plan->scale,
+                                 plan->tile_rows)
+                 : block_backward(dm, qm, km, vm, om, lm, m.causal, plan->scale, plan->tile_rows);
       dq.narrow(2, m.q_from, m.q_rows).add_(bq);
       dkv[0].narrow(2, m.k_from, m.k_rows).add_(sum_heads(bk.to(at::kFloat), kv_heads));
       dkv[1].narrow(2, m.k_from, m.k_rows).add_(sum_heads(bv.to(at::kFloat), kv_heads));
@@ -263,6 +323,7 @@ at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   auto plan = c10::make_intrusive<RingPlan>();
   plan->shard = shard;
   plan->scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  plan->tile_rows = shard.masked_tile_rows;
   return RingAttention::apply(q, k, v, c10::IValue::make_capsule(plan));
 }
 

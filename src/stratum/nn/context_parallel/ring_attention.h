@@ -16,8 +16,8 @@
 //
 // Blocks run through the flash kernels that return the log-sum-exp (ATen's
 // CPU flash kernel; on CUDA, fp16/bf16, FlashAttention-2); masked blocks, and
-// what those kernels do not take, through the same math in ATen ops (fp32,
-// one block's scores at a time).
+// what those kernels do not take, through the same math in ATen ops (fp32, a
+// tile of query rows at a time: no block's whole score matrix is held).
 #include <ATen/core/Tensor.h>
 
 #include "stratum/nn/context_parallel/context_parallel.h"
