@@ -4,7 +4,7 @@
 # new torch-free source it needs to STRATUM_FUZZ_SOURCES).
 set(STRATUM_FUZZ_TARGETS config hostfile safetensors_header token_file checkpoint_manifest
   tokenizer_json tokenizer_config sentencepiece_model hf_config safetensors_index jsonl_record
-  megatron_index llmc_header slurm_hostlist chat_template)
+  megatron_index llmc_header slurm_hostlist chat_template document_index)
 
 # The torch-free sources the targets link, relative to src/stratum (libtorch
 # cannot be linked with ASan here, so nothing here may include torch).
