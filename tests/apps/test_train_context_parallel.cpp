@@ -6,6 +6,8 @@
 // training, naming the key and the numbers.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "train_cli.h"
 
 using namespace stratum::test::train_cli;
@@ -52,6 +54,35 @@ TEST_F(TrainCli, ContextParallelMatchesOneRankAndResumesInOneProcess) {
           "/ring_ckpt --resume-tag global_step2");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("resumed at step 2"), std::string::npos) << r.output;
+}
+
+// Windows that keep their documents apart (--documents separate: each
+// sequence's segments and restarting positions cut with it): the same losses
+// over 2 context-parallel ranks as on one.
+TEST_F(TrainCli, ContextParallelWithSeparateDocumentsMatchesOneRank) {
+  const std::string docs = dir_ + "/docs";
+  std::filesystem::create_directories(docs);
+  // Short documents (one to three lines, 30 to 90 bytes), so that every 32-token window spans several.
+  for (int d = 0; d < 60; ++d) {
+    std::string text;
+    for (int line = 0; line < 1 + d % 3; ++line)
+      text += "doc " + std::to_string(d) + " line " + std::to_string(line) + ": a quick fox.\n";
+    write_file(docs, "doc" + std::to_string(d) + ".txt", text);
+  }
+  // The directory's text files are the documents.
+  const auto on_docs = [&](std::string args) {
+    return args.replace(args.find("--data default"), 14, "--data " + docs) + " --documents separate";
+  };
+  const std::string one = write_file(dir_, "one.json", cp_config(1, "ring"));
+  Result r = run(kBin + "/stratum-run --num_procs 1 " + on_docs(train_args(dir_, one, 3, "one_log")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string cp2 = write_file(dir_, "cp2.json", cp_config(2, "ring"));
+  r = run(kBin + "/stratum-run --num_procs 2 " + on_docs(train_args(dir_, cp2, 3, "cp_log")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto a = losses(dir_ + "/one_log/metrics.csv"), b = losses(dir_ + "/cp_log/metrics.csv");
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (const auto& [step, loss] : a) EXPECT_NEAR(b.at(step), loss, 1e-5 * loss) << "step " << step;
 }
 
 TEST_F(TrainCli, ContextParallelHeadsUlyssesCannotSplitAreRefused) {
