@@ -26,7 +26,8 @@ int launcher_main(int argc, char** argv) {
   app.footer(
       "PROGRAM [ARGS...] follows the flags ('--' may separate them) and is run as given, without a shell.\n"
       "Without --hostfile the job runs on this machine: one rank per GPU, or --num_procs CPU ranks (2 by default)\n"
-      "where there is no GPU. A failing rank stops the job; stratum-run names it and exits non-zero.\n"
+      "where there is no GPU. A failing rank stops the job; stratum-run names it and exits non-zero (or, with\n"
+      "--max_restarts N, starts it again from the latest checkpoint, N times at most).\n"
       "--launcher slurm runs one srun step (srun -n N [-N K] [-w/-x hosts] [--gpus-per-node=G] --mpi=pmix\n"
       "--kill-on-bad-exit=1 --export=ALL,...): inside an allocation (sbatch, salloc) it uses the allocation's tasks\n"
       "unless --num_gpus/--num_procs (per node) or --hostfile say how many; --include/--exclude name whole hosts.\n"
@@ -34,6 +35,7 @@ int launcher_main(int argc, char** argv) {
       "  stratum-run --num_gpus 4 ./train --config ds_config.json\n"
       "  stratum-run --hostfile hosts --include 'node1:0,2@node2' ./train --config ds_config.json\n"
       "  stratum-run --num_procs 4 ./train --config ds_config.json   # CPU ranks, MPI backend\n"
+      "  stratum-run --num_gpus 8 --max_restarts 3 stratum-train --config ds_config.json --save-dir ckpt --save-every 100\n"
       "  stratum-run --launcher slurm --num_nodes 2 --num_gpus 8 ./train --config ds_config.json   # in an allocation");
   launch::LaunchRequest f;
   app.add_option("--launcher", f.launcher,
@@ -72,6 +74,11 @@ int launcher_main(int argc, char** argv) {
   app.add_option("--heartbeat_timeout,--heartbeat-timeout", f.heartbeat_timeout,
                  "End the job when a training rank makes no progress for this many seconds, naming it (0: off). "
                  "Ranks waiting on a stuck peer keep beating; checked from a program's first training step")
+      ->capture_default_str();
+  app.add_option("--max_restarts,--max-restarts", f.max_restarts,
+                 "When the job fails (a rank exits non-zero, is killed or hangs), end it and start it again, this many "
+                 "times at most, with the program's --resume when it has --save-dir (from scratch without one); ranks "
+                 "get STRATUM_RESTART_COUNT (0, 1, ...)")
       ->capture_default_str();
   app.add_flag("--dry_run", f.dry_run, "Print the mpirun (or srun) command and exit");
   try {

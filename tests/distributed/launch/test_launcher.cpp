@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "stratum/distributed/launch/launcher.h"
 #include "stratum/distributed/launch/process.h"
 
 namespace stratum::distributed::launch {
@@ -209,6 +210,103 @@ TEST(Launcher, RankKilledBySignalIsNamed) {
 }
 
 // Each rank traps the signal and leaves a marker file: proof it reached them.
+// --max_restarts: what a restart runs.
+TEST(RestartPolicy, ResumeIsAddedWhereThereIsASaveDir) {
+  using V = std::vector<std::string>;
+  RestartProgram r = restart_program({"stratum-train", "--config", "c.json", "--save-dir", "ckpt", "--save-every", "2"});
+  EXPECT_TRUE(r.resumes);
+  EXPECT_EQ(r.save_dir, "ckpt");
+  EXPECT_EQ(r.program, (V{"stratum-train", "--config", "c.json", "--save-dir", "ckpt", "--save-every", "2", "--resume"}));
+  // Already there: kept once.
+  r = restart_program({"train", "--resume", "--save_dir=/x/y"});
+  EXPECT_TRUE(r.resumes);
+  EXPECT_EQ(r.save_dir, "/x/y");
+  EXPECT_EQ(r.program, (V{"train", "--resume", "--save_dir=/x/y"}));
+  // --resume-tag would go back to its tag on every restart: the latest instead.
+  r = restart_program({"train", "--save-dir", "d", "--resume-tag", "global_step2", "--steps", "9"});
+  EXPECT_EQ(r.program, (V{"train", "--save-dir", "d", "--steps", "9", "--resume"}));
+  r = restart_program({"train", "--resume-tag=global_step2", "--save-dir=d"});
+  EXPECT_EQ(r.program, (V{"train", "--save-dir=d", "--resume"}));
+  // What follows a bare "--" is the program's data, not its flags.
+  r = restart_program({"train", "--save-dir", "d", "--", "--resume-tag", "x"});
+  EXPECT_EQ(r.program, (V{"train", "--save-dir", "d", "--resume", "--", "--resume-tag", "x"}));
+  // No --save-dir (or one only after "--", or without a value): from scratch, unchanged.
+  for (const V& p : {V{"train", "--steps", "3"}, V{"train", "--", "--save-dir", "d"}, V{"train", "--save-dir"},
+                     V{"train", "--resume-tag", "t"}}) {
+    r = restart_program(p);
+    EXPECT_FALSE(r.resumes) << p.size();
+    EXPECT_EQ(r.program, p);
+  }
+  EXPECT_FALSE(restart_program({}).resumes);
+}
+
+TEST(RestartPolicy, LinesNameTheAttemptTheRankAndWhatHappened) {
+  const std::string failure =
+      "rank 1 (host localhost, local rank 1) killed by signal 9 (SIGKILL) (mpirun exited with status 137)";
+  EXPECT_EQ(restart_line({1, failure}, 2, restart_program({"t", "--save-dir", "ck"})),
+            "attempt 1 of 3 failed: " + failure + "; restarting (attempt 2 of 3) from the latest checkpoint in ck");
+  EXPECT_EQ(restart_line({2, "mpirun exited with status 1"}, 5, restart_program({"t"})),
+            "attempt 2 of 6 failed: mpirun exited with status 1; restarting (attempt 3 of 6) from scratch (the "
+            "program has no --save-dir)");
+  EXPECT_EQ(restarts_spent_line({{1, "rank 0 (...) exited with status 3 (mpirun exited with status 3)"},
+                                 {2, "rank 1 (...) made no progress for 3 s (mpirun exited with status 124)"}},
+                                1),
+            "job failed after 2 attempts (--max_restarts 1): attempt 1: rank 0 (...) exited with status 3 (mpirun "
+            "exited with status 3); attempt 2: rank 1 (...) made no progress for 3 s (mpirun exited with status 124)");
+}
+
+// Every attempt fails: the job ends naming each, with the last one's status.
+TEST(Launcher, SpentRestartsEndTheJobNamingEveryAttempt) {
+  RunOptions o;
+  o.env = kCpuEnv;
+  const auto run = run_launcher({"--num_procs", "2", "--max_restarts", "2", "/bin/sh", "-c",
+                                 "echo \"attempt $STRATUM_RESTART_COUNT\"; if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 60"},
+                                o);
+  ASSERT_FALSE(run.timed_out) << run.err;
+  EXPECT_EQ(run.exit_code, 3) << run.err;
+  EXPECT_LT(run.seconds, 40.0);
+  for (const char* n : {"0", "1", "2"}) EXPECT_HAS(run.out, std::string("[rank 0] attempt ") + n + "\n");
+  EXPECT_FALSE(has(run.out, "attempt 3")) << run.out;
+  EXPECT_HAS(run.err, "stratum-run: --max_restarts 2: the program has no --save-dir, so a restart runs it from scratch");
+  const std::string rank1 = "rank 1 (host localhost, local rank 1) exited with status 3 (mpirun exited with status 3)";
+  EXPECT_HAS(run.err, "stratum-run: attempt 1 of 3 failed: " + rank1 + "; restarting (attempt 2 of 3) from scratch");
+  EXPECT_HAS(run.err, "stratum-run: attempt 2 of 3 failed: " + rank1 + "; restarting (attempt 3 of 3) from scratch");
+  EXPECT_EQ(last_line(run.err), "stratum-run: job failed after 3 attempts (--max_restarts 2): attempt 1: " + rank1 +
+                                    "; attempt 2: " + rank1 + "; attempt 3: " + rank1);
+}
+
+// A killed rank on the first attempt only: the second attempt succeeds, and the
+// program sees the attempt in STRATUM_RESTART_COUNT.
+TEST(Launcher, RestartAfterAKilledRankSucceeds) {
+  RunOptions o;
+  o.env = kCpuEnv;
+  const auto run = run_launcher(
+      {"--num_procs", "2", "--max_restarts", "1", "/bin/sh", "-c",
+       "if [ \"$STRATUM_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 0 ]; then kill -KILL $$; fi; "
+       "if [ \"$STRATUM_RESTART_COUNT\" = 0 ]; then sleep 60; fi; echo \"done $STRATUM_RESTART_COUNT\""},
+      o);
+  ASSERT_FALSE(run.timed_out) << run.err;
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_LT(run.seconds, 30.0);
+  EXPECT_HAS(run.err, "stratum-run: attempt 1 of 2 failed: rank 0 (host localhost, local rank 0) killed by signal 9 "
+                      "(SIGKILL) (mpirun exited with status 137); restarting (attempt 2 of 2) from scratch");
+  EXPECT_HAS(run.out, "[rank 0] done 1\n");
+  EXPECT_HAS(run.out, "[rank 1] done 1\n");
+}
+
+// Without --max_restarts nothing changes: no restart, no STRATUM_RESTART_COUNT.
+TEST(Launcher, NoRestartsByDefault) {
+  RunOptions o;
+  o.env = kCpuEnv;
+  const auto run = run_launcher({"--num_procs", "1", "/bin/sh", "-c", "echo \"count=${STRATUM_RESTART_COUNT-unset}\"; exit 4"}, o);
+  EXPECT_EQ(run.exit_code, 4) << run.err;
+  EXPECT_HAS(run.out, "count=unset");
+  EXPECT_FALSE(has(run.err, "restarting")) << run.err;
+  const auto bad = run_launcher({"--num_procs", "1", "--max_restarts", "-1", "/bin/true"}, o);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_HAS(bad.err, "stratum-run: error: --max_restarts must be 0..1000, got -1");
+}
+
 TEST(Launcher, SigtermReachesEveryRank) {
   const std::string dir = make_temp_dir();
   RunOptions o;

@@ -20,6 +20,7 @@ struct LaunchRequest {
   int grace_period = 1;
   bool grace_period_given = false;  // --grace_period on the command line (srun refuses it)
   int heartbeat_timeout = 120;
+  int max_restarts = 0;  // --max_restarts: run the job again after a failure, this many times at most
   std::vector<std::string> exports;  // --export specs, NAME or NAME=VALUE
   bool no_prefix = false, dry_run = false;
   std::vector<std::string> program;  // PROGRAM ARGS...

@@ -12,6 +12,89 @@
 
 namespace stratum::distributed::launch {
 
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// One attempt's mpirun or srun command (and the variables for it), planned from the flags.
+struct PlannedJob {
+  std::vector<std::string> command;
+  std::vector<EnvVar> env;  // for mpirun/srun itself
+  std::string summary;
+};
+PlannedJob plan_job(const LaunchRequest& f, const std::string& launcher) {
+  PlannedJob job;
+  const RankSettings settings = rank_settings(f);
+  if (launcher == "slurm") {
+    const SrunPlan plan = make_srun_plan(f, settings);
+    job.command = build_srun_argv(plan);
+    job.summary = describe_srun_plan(plan);
+  } else {
+    const LaunchPlan plan = make_mpirun_plan(f, settings);
+    job.command = build_mpirun_argv(plan);
+    job.env = mpirun_environment(geteuid() == 0);
+    job.summary = describe_mpirun_plan(plan);
+  }
+  return job;
+}
+
+}  // namespace
+
+RestartProgram restart_program(const std::vector<std::string>& program) {
+  RestartProgram out;
+  if (program.empty()) return out;
+  // The program's own arguments end at a bare "--" (what follows is data for it).
+  size_t end = program.size();
+  for (size_t i = 1; i < program.size(); ++i)
+    if (program[i] == "--") {
+      end = i;
+      break;
+    }
+  bool has_resume = false;
+  std::vector<std::string> args = {program.front()};
+  for (size_t i = 1; i < end; ++i) {
+    const std::string& a = program[i];
+    if ((a == "--save-dir" || a == "--save_dir") && i + 1 < end) {
+      out.save_dir = program[i + 1];
+    } else if (starts_with(a, "--save-dir=") || starts_with(a, "--save_dir=")) {
+      out.save_dir = a.substr(a.find('=') + 1);
+    }
+    if (a == "--resume-tag" || a == "--resume_tag") {  // would go back to that tag: --resume goes to the latest
+      ++i;
+      continue;
+    }
+    if (starts_with(a, "--resume-tag=") || starts_with(a, "--resume_tag=")) continue;
+    if (a == "--resume") has_resume = true;
+    args.push_back(a);
+  }
+  out.resumes = !out.save_dir.empty();
+  if (!out.resumes) {
+    out.program = program;
+    return out;
+  }
+  if (!has_resume) args.push_back("--resume");
+  args.insert(args.end(), program.begin() + static_cast<std::ptrdiff_t>(end), program.end());
+  out.program = std::move(args);
+  return out;
+}
+
+std::string restart_line(const FailedAttempt& failed, int max_restarts, const RestartProgram& restart) {
+  const std::string of = " of " + std::to_string(max_restarts + 1);
+  return "attempt " + std::to_string(failed.attempt) + of + " failed: " + failed.failure + "; restarting (attempt " +
+         std::to_string(failed.attempt + 1) + of + ") " +
+         (restart.resumes ? "from the latest checkpoint in " + restart.save_dir
+                          : std::string("from scratch (the program has no --save-dir)"));
+}
+
+std::string restarts_spent_line(const std::vector<FailedAttempt>& attempts, int max_restarts) {
+  std::string out = "job failed after " + std::to_string(attempts.size()) +
+                    (attempts.size() == 1 ? " attempt" : " attempts") + " (--max_restarts " +
+                    std::to_string(max_restarts) + "):";
+  for (size_t i = 0; i < attempts.size(); ++i)
+    out += std::string(i ? ";" : "") + " attempt " + std::to_string(attempts[i].attempt) + ": " + attempts[i].failure;
+  return out;
+}
+
 int run_launcher(const LaunchRequest& f) {
   // Ranks' stdout is a pty (mpirun's, or the shim's under srun) whatever the user's is: tell them what the user sees
   // (progress bars redraw only on a real terminal). Passed on like every STRATUM_ variable.
@@ -22,38 +105,65 @@ int run_launcher(const LaunchRequest& f) {
         "(srun); DeepSpeed's pdsh, openmpi, mvapich, mpich, impi and jsrun launchers are not available");
     return kBadInput;
   }
+  if (f.max_restarts < 0 || f.max_restarts > kMaxRestarts) {
+    say("error: --max_restarts must be 0.." + std::to_string(kMaxRestarts) + ", got " + std::to_string(f.max_restarts));
+    return kBadInput;
+  }
+  // Set before planning: rank_settings passes every STRATUM_ variable on to the ranks.
+  if (f.max_restarts > 0) ::setenv(kRestartCountVariable, "0", 1);
 
-  std::vector<std::string> command;
-  std::vector<EnvVar> env;  // for mpirun/srun itself
-  std::string summary;
+  PlannedJob job;
   try {
-    const RankSettings settings = rank_settings(f);
-    if (*launcher == "slurm") {
-      const SrunPlan plan = make_srun_plan(f, settings);
-      command = build_srun_argv(plan);
-      summary = describe_srun_plan(plan);
-    } else {
-      const LaunchPlan plan = make_mpirun_plan(f, settings);
-      command = build_mpirun_argv(plan);
-      env = mpirun_environment(geteuid() == 0);
-      summary = describe_mpirun_plan(plan);
-    }
+    job = plan_job(f, *launcher);
   } catch (const Error& e) {
     say(std::string("error: ") + e.what());
     return kBadInput;
   }
   if (f.dry_run) {
     std::string prefix;
-    for (const auto& [k, v] : env) prefix += k + "=" + v + " ";
-    std::cout << prefix << format_command(command) << std::endl;
+    for (const auto& [k, v] : job.env) prefix += k + "=" + v + " ";
+    std::cout << prefix << format_command(job.command) << std::endl;
     return 0;
   }
-  say(summary);
-  try {
-    return run_launcher_process(command, *launcher == "slurm" ? "srun" : "mpirun", env);
-  } catch (const Error& e) {
-    say(std::string("error: ") + e.what());
-    return 1;
+  say(job.summary);
+  const RestartProgram restart = restart_program(f.program);
+  if (f.max_restarts > 0 && !restart.resumes)
+    say("--max_restarts " + std::to_string(f.max_restarts) +
+        ": the program has no --save-dir, so a restart runs it from scratch");
+  const std::string name = *launcher == "slurm" ? "srun" : "mpirun";
+  std::vector<FailedAttempt> failed;
+  for (int attempt = 0;; ++attempt) {
+    LauncherOutcome outcome;
+    try {
+      outcome = supervise_launcher_process(job.command, name, job.env);
+    } catch (const Error& e) {
+      say(std::string("error: ") + e.what());
+      return 1;
+    }
+    if (outcome.stop_signal) {
+      say("job stopped by " + signal_name(*outcome.stop_signal) + " (" + outcome.result + ")");
+      return outcome.exit_code;
+    }
+    if (outcome.exit_code == 0) return 0;
+    if (f.max_restarts == 0) {
+      say("job failed: " + outcome.failure());
+      return outcome.exit_code;
+    }
+    failed.push_back({attempt + 1, outcome.failure()});
+    if (attempt >= f.max_restarts) {
+      say(restarts_spent_line(failed, f.max_restarts));
+      return outcome.exit_code;
+    }
+    say(restart_line(failed.back(), f.max_restarts, restart));
+    ::setenv(kRestartCountVariable, std::to_string(attempt + 1).c_str(), 1);
+    LaunchRequest again = f;
+    again.program = restart.program;
+    try {
+      job = plan_job(again, *launcher);
+    } catch (const Error& e) {
+      say(std::string("error: restarting: ") + e.what());
+      return 1;
+    }
   }
 }
 

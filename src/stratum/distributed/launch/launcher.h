@@ -45,6 +45,19 @@
 //   and 128 + signal. Bad input: `stratum-run: error: ...`, exit 2, before
 //   mpirun/srun starts. mpirun/srun gets PR_SET_PDEATHSIG=SIGTERM, so the job
 //   stops even if the launcher is killed outright.
+// - --max_restarts N (torchrun's flag; 0 by default): a job that fails (a rank
+//   exits non-zero, is killed, or hangs past --heartbeat_timeout) is ended as
+//   above and started again, N times at most, each time after
+//   `stratum-run: attempt 1 of 3 failed: <the rank's line> (mpirun exited with
+//   status S); restarting (attempt 2 of 3) from the latest checkpoint in D`.
+//   The restart runs restart_program(): with --save-dir D the program gets
+//   --resume (stratum-train then continues from the newest checkpoint in D that
+//   verifies); without one it starts from scratch, which stratum-run says at the
+//   start. Every rank gets STRATUM_RESTART_COUNT (0, 1, ...; torchrun's
+//   TORCHELASTIC_RESTART_COUNT). A job stopped by a signal is not restarted; when
+//   the restarts are spent it ends with `stratum-run: job failed after 3 attempts
+//   (--max_restarts 2): attempt 1: ...; attempt 2: ...; attempt 3: ...` and the
+//   last attempt's status.
 //
 // Where: launch_request.h (the flags, checked), launch_plan.h (the mpirun or
 // srun plan), launcher_process.h (supervising it), rank_shim.h and
@@ -59,5 +72,32 @@ namespace stratum::distributed::launch {
 // kBadInput (2) after `stratum-run: error: ...` for bad input, before anything
 // starts; 1 when mpirun/srun cannot start; else run_launcher_process's.
 int run_launcher(const LaunchRequest& request);
+
+// --max_restarts: the program a restart runs. With --save-dir DIR (or
+// --save_dir, either as one word with '=') "--resume" is added unless it is
+// there (before a bare "--", else at the end), and --resume-tag T, which would
+// go back to T, becomes --resume; `resumes` is then true and `save_dir` DIR.
+// Without --save-dir the program is unchanged (a restart starts from scratch).
+struct RestartProgram {
+  std::vector<std::string> program;
+  bool resumes = false;
+  std::string save_dir;
+};
+RestartProgram restart_program(const std::vector<std::string>& program);
+
+// The variable every rank gets under --max_restarts: the attempt, from 0.
+inline constexpr const char* kRestartCountVariable = "STRATUM_RESTART_COUNT";
+inline constexpr int kMaxRestarts = 1000;
+
+// One failed attempt, as stratum-run reports it; `attempt` counts from 1.
+struct FailedAttempt {
+  int attempt = 1;
+  std::string failure;  // LauncherOutcome::failure()
+};
+// "attempt 1 of 3 failed: <failure>; restarting (attempt 2 of 3) from the latest checkpoint in DIR"
+// (", from scratch (the program has no --save-dir)" without one).
+std::string restart_line(const FailedAttempt& failed, int max_restarts, const RestartProgram& restart);
+// "job failed after 3 attempts (--max_restarts 2): attempt 1: ...; attempt 2: ...; attempt 3: ..."
+std::string restarts_spent_line(const std::vector<FailedAttempt>& attempts, int max_restarts);
 
 }  // namespace stratum::distributed::launch

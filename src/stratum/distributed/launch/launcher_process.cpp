@@ -17,8 +17,8 @@
 
 namespace stratum::distributed::launch {
 
-int run_launcher_process(const std::vector<std::string>& argv, const std::string& name,
-                         const std::vector<EnvVar>& env) {
+LauncherOutcome supervise_launcher_process(const std::vector<std::string>& argv, const std::string& name,
+                                           const std::vector<EnvVar>& env) {
   SignalPipe signals({SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD});
   int err[2];
   if (pipe2(err, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
@@ -82,15 +82,27 @@ int run_launcher_process(const std::vector<std::string>& argv, const std::string
   }
   if (err_fd >= 0) ::close(err_fd);
 
-  const std::string result = name + " " + describe_wait_status(status);
+  LauncherOutcome outcome;
+  outcome.result = name + " " + describe_wait_status(status);
+  outcome.failed_rank = failure;
   if (stop_signal) {
-    say("job stopped by " + signal_name(*stop_signal) + " (" + result + ")");
-    return 128 + *stop_signal;
+    outcome.stop_signal = stop_signal;
+    outcome.exit_code = 128 + *stop_signal;
+  } else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    const int code = exit_code_of(status);
+    outcome.exit_code = code == 0 ? 1 : code;
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
-  say("job failed: " + (failure ? *failure + " (" + result + ")" : result));
-  const int code = exit_code_of(status);
-  return code == 0 ? 1 : code;
+  return outcome;
+}
+
+int run_launcher_process(const std::vector<std::string>& argv, const std::string& name,
+                         const std::vector<EnvVar>& env) {
+  const LauncherOutcome outcome = supervise_launcher_process(argv, name, env);
+  if (outcome.stop_signal)
+    say("job stopped by " + signal_name(*outcome.stop_signal) + " (" + outcome.result + ")");
+  else if (outcome.exit_code != 0)
+    say("job failed: " + outcome.failure());
+  return outcome.exit_code;
 }
 
 }  // namespace stratum::distributed::launch

@@ -1,6 +1,7 @@
 #pragma once
 // Supervising mpirun or srun once started: its stderr relayed, the first rank
 // a shim names remembered, signals forwarded, and the job's end in one line.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,5 +19,18 @@ namespace stratum::distributed::launch {
 // stratum::Error when it cannot start.
 int run_launcher_process(const std::vector<std::string>& argv, const std::string& name,
                          const std::vector<EnvVar>& env);
+
+// How one run of mpirun/srun ended, for the caller to report (--max_restarts).
+struct LauncherOutcome {
+  int exit_code = 0;                       // what stratum-run exits with for it (0, 128 + signal, the status)
+  std::optional<int> stop_signal;          // stratum-run was told to stop (SIGINT/SIGTERM/SIGHUP): never restarted
+  std::optional<std::string> failed_rank;  // the first rank a shim named: "rank 1 (host h, local rank 1) exited ..."
+  std::string result;                      // "mpirun exited with status 137"
+  // "rank 1 (host h, local rank 1) killed by signal 9 (SIGKILL) (mpirun exited with status 137)"
+  std::string failure() const { return failed_rank ? *failed_rank + " (" + result + ")" : result; }
+};
+// run_launcher_process without its last line: supervises the job and says how it ended.
+LauncherOutcome supervise_launcher_process(const std::vector<std::string>& argv, const std::string& name,
+                                           const std::vector<EnvVar>& env);
 
 }  // namespace stratum::distributed::launch
