@@ -7,10 +7,14 @@
 // fp32 (no cuDNN kernel) must fall through to another.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <vector>
+
 #include <ATen/Context.h>
 #include <torch/torch.h>
 
 #include "stratum/nn/attention.h"
+#include "stratum/nn/context_parallel/context_split.h"
 
 using namespace stratum;
 
@@ -102,4 +106,34 @@ TEST(Attention, CudnnRunsTheModelsLayoutsOnAGpu) {
     EXPECT_NE(chosen, static_cast<int64_t>(at::SDPBackend::cudnn_attention)) << l.name;
     EXPECT_LE(rel_err(fp32.out, ref.out), 1e-3) << l.name;
   }
+}
+
+// Which tokens a context-parallel rank holds (nn/context_parallel/context_split.h):
+// every position exactly once over the group; the zigzag pairs chunk i with
+// chunk 2r - 1 - i, so that every ring rank's causal work is the same; a
+// Ulysses group's ranks hold consecutive parts of their ring rank's pair;
+// a length that does not split is named with the multiple it needs.
+TEST(ContextSplit, EveryPositionOnceZigzagBalanced) {
+  using stratum::nn::cp::ContextSplit;
+  for (const ContextSplit split : {ContextSplit{2, 1}, ContextSplit{4, 1}, ContextSplit{4, 4}, ContextSplit{8, 2}}) {
+    const int64_t length = 64;
+    std::vector<int> seen(length, 0);
+    std::vector<int64_t> work;  // causal pairs (query, earlier key) a ring rank's queries meet
+    for (int64_t r = 0; r < split.size; ++r)
+      for (int64_t p : stratum::nn::cp::rank_positions(length, split, r)) ++seen[static_cast<size_t>(p)];
+    EXPECT_EQ(seen, std::vector<int>(length, 1)) << split.size << " / " << split.ulysses;
+    for (int64_t ring = 0; ring < split.ring(); ++ring) {
+      int64_t pairs = 0;
+      for (int64_t p : stratum::nn::cp::ring_positions(length, split, ring)) pairs += p + 1;
+      work.push_back(pairs);
+    }
+    EXPECT_EQ(std::set<int64_t>(work.begin(), work.end()).size(), 1u) << "unbalanced ring of " << split.ring();
+  }
+  // Ring rank 1 of 2 over 8 tokens: chunks 1 and 2 of 4; its two Ulysses ranks each take half in order.
+  EXPECT_EQ(stratum::nn::cp::ring_positions(8, {2, 1}, 1), (std::vector<int64_t>{2, 3, 4, 5}));
+  EXPECT_EQ(stratum::nn::cp::rank_positions(8, {4, 2}, 3), (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(stratum::nn::cp::rank_positions(8, {2, 2}, 1), (std::vector<int64_t>{4, 5, 6, 7}));  // Ulysses alone
+  EXPECT_NE(stratum::nn::cp::split_problem(30, {2, 1}).find("use a length that is a multiple of 4"), std::string::npos);
+  EXPECT_NE(stratum::nn::cp::split_problem(30, {4, 4}).find("a multiple of 4"), std::string::npos);
+  EXPECT_EQ(stratum::nn::cp::split_problem(32, {8, 2}), "");
 }
