@@ -16,10 +16,12 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -333,11 +335,46 @@ double evaluate(Engine<models::CausalLMImpl>& engine, const data::TrainingSource
   return engine.eval_batch([&] { return micro_batch(source.eval_batch(next++)); }, source.eval_micro_batches());
 }
 
-// What --resume starts from, decided before the model is built.
-ResumePoint resume_point(const Options& o) {
+// Why the checkpoint in `tag_dir` does not verify (every shard's checksums,
+// finite values, coverage: verify_checkpoint); empty when it does.
+std::string verification_problem(const std::string& tag_dir) {
+  try {
+    verify_checkpoint(tag_dir);
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// --resume from `latest`: a checkpoint that does not verify (a flipped bit,
+// a truncated shard) is skipped for the newest older one that does, saying so
+// (rank 0). When none does, `latest` stays, and loading it names the problem.
+ResumePoint newest_verified(const std::string& save_dir, const ResumePoint& latest, bool lead) {
+  const std::string why = verification_problem(save_dir + "/" + latest.tag);
+  if (why.empty()) return latest;
+  const auto tags = list_checkpoint_tags(save_dir);  // oldest first
+  const auto at = std::find(tags.begin(), tags.end(), latest.tag);
+  for (auto it = std::make_reverse_iterator(at); it != tags.rend(); ++it) {
+    const std::string older = verification_problem(save_dir + "/" + *it);
+    if (older.empty()) {
+      if (lead)
+        log::warn("--resume: skipping checkpoint " + save_dir + "/" + latest.tag + " ('latest'): it does not verify: " +
+                  why + "; resuming from " + *it + ", the newest checkpoint that does");
+      return {ResumePoint::Kind::resume, *it, ""};
+    }
+    if (lead) log::warn("--resume: checkpoint " + save_dir + "/" + *it + " does not verify either: " + older);
+  }
+  return latest;
+}
+
+// What --resume starts from, decided before the model is built (--resume-tag:
+// that tag as it is; --resume: the newest checkpoint that verifies).
+ResumePoint resume_point(const Options& o, bool lead) {
   if (!o.resume && o.resume_tag.empty()) return {};
   if (o.save_dir.empty()) throw Error("--resume needs --save-dir: the directory to continue from");
-  return resolve_resume(o.save_dir, o.resume_tag);
+  const ResumePoint point = resolve_resume(o.save_dir, o.resume_tag);
+  if (point.kind != ResumePoint::Kind::resume || !o.resume_tag.empty()) return point;
+  return newest_verified(o.save_dir, point, lead);
 }
 
 // What summary.json says of the run besides its figures: the model and the layout.
@@ -477,7 +514,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
                                                                  mcfg.attention_dropout_p());
         !problems.empty())
       throw ConfigError(o.config_path, problems);
-    resume = resume_point(o);
+    resume = resume_point(o, lead);
     if (resume.kind == ResumePoint::Kind::resume) check_resumed_tokenizer(o, resume, tokenizer);
   });
   Config& config = *config_read;
