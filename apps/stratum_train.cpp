@@ -294,21 +294,6 @@ json client_state(const data::TrainingSource& source, const models::ModelConfig&
   return state;
 }
 
-// The tokenizer's files in a saved checkpoint's directory, as Hugging Face's
-// Trainer keeps them in each of its checkpoints: `stratum-ckpt export` puts
-// them beside the exported model. Rank 0 writes them once the tag is in place.
-void save_tokenizer_files(const data::Tokenizer& tokenizer, const std::string& tag_dir,
-                          const distributed::DistContext& ctx) {
-  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "copying the tokenizer into " + tag_dir, [&] {
-    if (ctx.rank != 0) return;
-    for (const std::string& file : tokenizer.files()) {
-      const std::string name = file.substr(file.rfind('/') + 1);
-      fs::write_file_atomically(tag_dir + "/" + name, fs::read_regular_file(file, size_t{1} << 30, "tokenizer file"),
-                                "the tokenizer's " + name);
-    }
-  });
-}
-
 // The loaded checkpoint's data position into `source`, every rank agreeing.
 void restore_data_position(const json& client, data::TrainingSource& source, const Options& o,
                            const ResumePoint& resume, const distributed::DistContext& ctx) {
@@ -659,12 +644,23 @@ int train(const Options& o, const distributed::DistContext& ctx) {
               " | ZeRO " + std::to_string(config.zero_optimization.stage) +
               " | " + c10::toString(engine.core().model_dtype()));
 
+  // "checkpoint": {"async": true}: a save blocks only while the states are
+  // copied to host memory; each is published at the next save or the end.
+  CheckpointSaver saver(config.checkpoint.async, [&](const CheckpointSaveReport& r) {
+    char seconds[96];
+    std::snprintf(seconds, sizeof seconds, "blocked %.3f s, writing %.3f s", r.blocked_seconds, r.write_seconds);
+    if (lead)
+      progress.note("saved checkpoint " + r.dir + " (" + fs::describe_bytes(r.bytes) + ", " + seconds +
+                    (r.async ? ", host staging " + fs::describe_bytes(r.staging_bytes) + " on rank 0" : "") + ")");
+  });
   auto save = [&]() {
     const json client = client_state(*source, mcfg, o, tokenizer, config, adapted_layers);
     const std::string tag = "global_step" + std::to_string(engine.global_steps());
-    save_checkpoint(engine, o.save_dir, tag, client);
-    save_tokenizer_files(tokenizer, o.save_dir + "/" + tag, ctx);
-    if (lead) progress.note("saved checkpoint " + o.save_dir + "/" + tag);
+    // The tokenizer's files go into each checkpoint, as Hugging Face's Trainer
+    // keeps them: `stratum-ckpt export` puts them beside the exported model.
+    CheckpointSaveOptions options;
+    for (const std::string& file : tokenizer.files()) options.files[file.substr(file.rfind('/') + 1)] = file;
+    save_checkpoint(saver, engine, o.save_dir, tag, client, options);
   };
 
   const auto started = std::chrono::steady_clock::now();
@@ -700,6 +696,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     if (!o.save_dir.empty() && o.save_every > 0 && m.step % o.save_every == 0 && m.step < o.steps) save();
   }
   if (!o.save_dir.empty()) save();
+  saver.finish();  // the end of training waits for the last save
   if (lead) progress.finish();
   records.finish(run_about(mcfg, config, ctx, batch, seq), mcfg.name + ", " + std::to_string(ctx.world_size) + " ranks",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());

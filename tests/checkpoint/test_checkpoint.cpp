@@ -10,6 +10,7 @@
 extern char** environ;
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -219,5 +220,103 @@ TEST(Checkpoint, MissingCheckpointIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/ckpts: no checkpoint to resume from"), std::string::npos)
         << e.what();
+  }
+}
+
+namespace {
+
+// Every file of a checkpoint tag, by name -> its bytes.
+std::map<std::string, std::string> tag_files(const std::string& tag_dir) {
+  std::map<std::string, std::string> out;
+  for (const std::string& name : fs::list_directory(tag_dir))
+    out[name] = fs::read_regular_file(tag_dir + "/" + name, size_t{1} << 30, "checkpoint file");
+  return out;
+}
+
+}  // namespace
+
+// An asynchronous save writes what a synchronous one writes, byte for byte,
+// though training moves on while it writes (and its host buffers are reused
+// by the next save); resuming from it continues exactly.
+TEST(Checkpoint, AsyncSaveEqualsASynchronousOneAndResumesExactly) {
+  auto world = test::context().cpu_world;
+  for (int stage : {0, 2}) {
+    const std::string sync_dir = test::shared_temp_dir("stratum_ckpt_sync_");
+    const std::string async_dir = test::shared_temp_dir("stratum_ckpt_async_");
+    std::vector<CheckpointSaveReport> reports;
+    std::vector<double> want;
+    {
+      Trainer t(stage, world);
+      CheckpointSaver saver(/*async=*/true, [&](const CheckpointSaveReport& r) { reports.push_back(r); });
+      for (int s = 0; s < 6; ++s) {
+        want.push_back(t.train_step(s));
+        if (s == 1 || s == 3) {
+          const std::string tag = "global_step" + std::to_string(s + 1);
+          save_checkpoint(t.engine->core(), sync_dir, tag, {{"next_step", s + 1}});
+          saver.save(t.engine->core(), async_dir, tag, {{"next_step", s + 1}});
+          EXPECT_TRUE(saver.pending());
+          EXPECT_GT(saver.staging_bytes(), 0u);
+        }
+      }
+      saver.finish();
+      EXPECT_FALSE(saver.pending());
+    }
+    ASSERT_EQ(reports.size(), 2u);
+    EXPECT_EQ(reports[0].tag, "global_step2");
+    EXPECT_TRUE(reports[1].async);
+    EXPECT_GT(reports[1].bytes, 0u);
+    EXPECT_GE(reports[1].write_seconds, 0.0);
+    EXPECT_EQ(latest_checkpoint_tag(async_dir).value_or(""), "global_step4");
+    for (const char* tag : {"global_step2", "global_step4"}) {
+      const auto sync_files = tag_files(sync_dir + "/" + tag), async_files = tag_files(async_dir + "/" + tag);
+      ASSERT_EQ(sync_files.size(), async_files.size()) << tag;
+      for (const auto& [name, bytes] : sync_files) {
+        ASSERT_TRUE(async_files.count(name)) << tag << "/" << name;
+        EXPECT_TRUE(async_files.at(name) == bytes) << tag << "/" << name << " differs (stage " << stage << ")";
+      }
+    }
+    Trainer resumed(stage, world, /*init_seed=*/7);
+    EXPECT_EQ(load_checkpoint(resumed.engine->core(), async_dir, "global_step2").at("next_step"), 2);
+    for (int s = 2; s < 6; ++s) EXPECT_DOUBLE_EQ(resumed.train_step(s), want[s]) << "stage " << stage << " step " << s;
+    cleanup(sync_dir);
+    cleanup(async_dir);
+  }
+}
+
+// A save failing on one rank at any stage (the copy into host memory, the
+// background write, the publication) ends every rank with an error naming it
+// and leaves the previous checkpoint published and loadable.
+TEST(Checkpoint, AsyncSaveFailingAtAnyStageLeavesThePreviousCheckpoint) {
+  auto world = test::context().cpu_world;
+  const int failing = world->size() - 1;
+  for (const std::string stage : {"copy", "write", "publish"}) {
+    const std::string dir = test::shared_temp_dir("stratum_ckpt_async_fail_");
+    {
+      Trainer t(2, world);
+      CheckpointSaver saver(/*async=*/true);
+      t.train_step(0);
+      saver.save(t.engine->core(), dir, "global_step1", {{"marker", "first"}});
+      t.train_step(1);
+      CheckpointSaveOptions fail;
+      fail.at_stage = [&](const std::string& at, const std::string&) {
+        if (at == stage && world->rank() == failing) throw Error("disk full at " + at);
+      };
+      std::string message;
+      try {
+        saver.save(t.engine->core(), dir, "global_step2", {{"marker", "second"}}, fail);
+        t.train_step(2);  // training goes on while the write fails in the background
+        saver.finish();
+      } catch (const std::exception& e) {
+        message = e.what();
+      }
+      const std::string said = world->rank() == failing ? "disk full at " + stage : "saving checkpoint global_step2 failed";
+      EXPECT_NE(message.find(said), std::string::npos) << stage << ": " << message;
+      EXPECT_FALSE(saver.pending());
+    }
+    EXPECT_EQ(latest_checkpoint_tag(dir).value_or(""), "global_step1") << stage;
+    EXPECT_FALSE(fs::exists(dir + "/global_step2/manifest.json")) << stage;
+    Trainer loader(2, world);
+    EXPECT_EQ(load_checkpoint(loader.engine->core(), dir).at("marker"), "first") << stage;
+    cleanup(dir);
   }
 }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stratum/config/config.h"
+#include "stratum/core/error.h"
 
 using stratum::Config;
 using namespace stratum::config;
@@ -344,4 +345,26 @@ TEST(ConfigValid, ContextParallelSection) {
   nlohmann::json resolved = stratum::to_json(hybrid, 16);
   EXPECT_EQ(resolved["context_parallel"]["ulysses_size"], 2);
   EXPECT_EQ(stratum::to_json(Config::from_json(resolved, "resolved"), 16), resolved);
+}
+
+// "checkpoint": {"async": true} (Stratum's key in DeepSpeed's section): off by
+// default, reported in the resolved config; a misspelt key stays an error.
+TEST(ConfigValid, AsyncCheckpointsAreAKeyOfTheCheckpointSection) {
+  EXPECT_FALSE(parse(R"({"train_batch_size": 8})").checkpoint.async);
+  EXPECT_EQ(stratum::to_json(parse(R"({"train_batch_size": 8})"), 1)["checkpoint"]["async"], false);
+  Config c = parse(R"({"train_batch_size": 8, "checkpoint": {"async": true, "tag_validation": "Warn"}})");
+  EXPECT_TRUE(c.checkpoint.async);
+  EXPECT_EQ(stratum::to_json(c, 1)["checkpoint"]["async"], true);
+  try {
+    parse(R"({"train_batch_size": 8, "checkpoint": {"asynchronous": true}})");
+    ADD_FAILURE() << "an unknown key of the checkpoint section was accepted";
+  } catch (const stratum::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint.asynchronous"), std::string::npos) << e.what();
+  }
+  try {
+    parse(R"({"train_batch_size": 8, "checkpoint": {"async": "yes"}})");
+    ADD_FAILURE() << "a string for checkpoint.async was accepted";
+  } catch (const stratum::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint.async"), std::string::npos) << e.what();
+  }
 }

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <cstdlib>
+#include <thread>
 
 #include "stratum/checkpoint/manifest.h"
 #include "stratum/checkpoint/shard_place.h"
@@ -216,36 +218,100 @@ at::Tensor read_checked(const std::string& file, const std::string& tensor, cons
 
 }  // namespace
 
-void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std::string& tag,
-                     const json& client_state, const CheckpointSaveOptions& options, const PipelinePlace* place) {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// STRATUM_CHECKPOINT_FAULT="<stage>:<throw|exit>[:<tag>]": tests fail or end a saver at a stage.
+void injected_fault(const std::string& stage, const std::string& tag) {
+  const char* env = std::getenv("STRATUM_CHECKPOINT_FAULT");
+  if (!env || !*env) return;
+  const std::string spec = env;
+  const size_t a = spec.find(':');
+  if (a == std::string::npos || spec.substr(0, a) != stage) return;
+  const size_t b = spec.find(':', a + 1);
+  const std::string how = spec.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1);
+  if (b != std::string::npos && spec.substr(b + 1) != tag) return;
+  if (how == "exit") {
+    std::fprintf(stderr, "STRATUM_CHECKPOINT_FAULT: exiting at the %s stage of checkpoint %s\n", stage.c_str(),
+                 tag.c_str());
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+  throw Error("STRATUM_CHECKPOINT_FAULT: checkpoint " + tag + " failed at its " + stage + " stage");
+}
+
+}  // namespace
+
+// A save between its copy into host memory and its publication.
+struct CheckpointSaver::Pending {
+  std::string save_dir, tag, tmp_dir;
+  CheckpointSaveOptions options;
+  ShardPlace sp;
+  distributed::Communicator* dp = nullptr;
+  c10::Device device = c10::kCPU;  // the communicator's
+  int rank = 0, n = 1;
+  size_t most = 0;  // tensors in the largest shard
+  std::vector<std::pair<std::string, at::Tensor>> tensors;  // this rank's shard, on the host
+  std::vector<std::pair<std::string, at::Tensor>> weights;  // rank 0: model_16bit
+  bool gather16 = false;
+  std::optional<CheckpointManifest> manifest;          // rank 0: all but the checksums
+  std::vector<std::vector<std::string>> shard_tensors;  // rank 0: each shard's tensor names, in order
+  at::Tensor sums;                                      // this rank's checksums, then its bytes and microseconds
+  std::string error;                                    // the write's
+  uint64_t staging_bytes = 0;
+  double blocked = 0;
+  bool async = false;
+  std::thread writer;
+};
+
+namespace {
+
+using Pending = CheckpointSaver::Pending;
+
+// Blocking part, collective: the staging directory, this rank's states copied
+// into host memory (into `staging` when given, else views or copies as .to(kCPU)
+// makes them), rank 0's manifest but for the checksums.
+void begin_save(Pending& p, EngineCore& engine, const std::string& save_dir, const std::string& tag,
+                const json& client_state, const CheckpointSaveOptions& options, const PipelinePlace* place,
+                std::vector<at::Tensor>* staging) {
+  const auto t0 = std::chrono::steady_clock::now();
   const std::string bad_tag = tag_name_problem(tag);
   if (!bad_tag.empty()) throw Error("save_checkpoint: tag '" + tag + "': " + bad_tag);
   const TrainingState state = engine.training_state();
   auto& strategy = state.strategy;
   auto& adam = state.adam;
   const auto& layout = strategy.layout();
-  const int rank = engine.dp()->rank(), n = engine.dp()->size();
-  const ShardPlace sp = shard_place(engine, place);
-  const bool leader = sp.leader();
+  p.save_dir = save_dir;
+  p.tag = tag;
+  p.options = options;
+  p.dp = engine.dp().get();
+  p.device = comm_device(engine);
+  p.rank = engine.dp()->rank();
+  p.n = engine.dp()->size();
+  p.sp = shard_place(engine, place);
+  const int rank = p.rank, n = p.n;
+  const ShardPlace& sp = p.sp;
   const std::set<std::string>* elsewhere = &sp.elsewhere;
   if (sp.several_parts() && state.gather_16bit_weights_on_save)
     throw Error("save_checkpoint: zero_optimization.stage3_gather_16bit_weights_on_model_save under a pipeline or "
                 "tensor parallelism is not available (each rank holds part of the model); stratum-ckpt export "
                 "writes the whole model");
-  const std::string tmp_dir = save_dir + "/" + tag + ".tmp";
+  p.tmp_dir = save_dir + "/" + tag + ".tmp";
   std::string error;
   try {
-    if (leader) {
+    if (sp.leader()) {
       fs::make_directories(save_dir);
-      fs::remove_tree(tmp_dir);  // a save that was killed earlier
-      fs::make_directories(tmp_dir);
+      fs::remove_tree(p.tmp_dir);  // a save that was killed earlier
+      fs::make_directories(p.tmp_dir);
     }
   } catch (const Error& e) {
     error = e.what();
   }
   agree(engine, "saving checkpoint " + tag, error, sp);
 
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
   const auto [lo, hi] = write_window(layout, strategy.stage(), rank);
   const std::vector<Fragment> mine = without(fragments_of(layout, strategy.owned_pieces(), lo, hi), layout, elsewhere);
   {
@@ -257,66 +323,53 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     if (!same) throw Error("save_checkpoint: internal: rank " + std::to_string(rank) +
                            "'s fragments differ from those the manifest lists");
   }
-  for (const Fragment& f : mine) {
-    const auto& seg = strategy.segments()[f.segment];
-    const std::string& name = layout.specs()[f.param].name;
-    const at::Tensor* sources[] = {&seg.master, &adam[f.segment].exp_avg, &adam[f.segment].exp_avg_sq};
-    for (int k = 0; k < 3; ++k)
-      tensors.emplace_back(fragment_name(kKinds[k], name, f.start),
-                           sources[k]->narrow(0, f.segment_offset, f.numel).to(at::kCPU));
-  }
-  tensors.emplace_back(kRngTensor, at::detail::getDefaultCPUGenerator().get_state());
-  // Checksums of the bytes as written, gathered for rank 0's manifest: every
-  // rank knows how many tensors each shard holds (3 per fragment + the RNG).
-  std::vector<size_t> shard_tensors(static_cast<size_t>(n));
-  size_t most = 0;
-  for (int r = 0; r < n; ++r)
-    most = std::max(most, shard_tensors[r] = 3 * written_fragments(layout, strategy.stage(), r, elsewhere).size() + 1);
-  at::Tensor sums = at::zeros({static_cast<int64_t>(most)}, at::kLong);
-  // Checksummed on one thread while the shard is written: the write waits on
-  // the disk, so the save costs about 10% more than the write alone (8 GiB
-  // shards, bench_checkpoint_checksum), where a parallel pass before the
-  // write costs 26% and checksumming each piece inside the write 40%.
-  auto checksums = std::async(std::launch::async, [&] {
-    int64_t* out = sums.data_ptr<int64_t>();
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const at::Tensor& t = tensors[i].second;
-      out[i] = static_cast<int64_t>(crc32c(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size()));
-    }
-  });
   try {
-    io::write_safetensors(tmp_dir + "/" + shard_file_name(sp.shard(rank)), tensors,
-                          {{"format", kCheckpointFormat}, {"rank", std::to_string(sp.shard(rank))}});
-  } catch (const Error& e) {
+    size_t next = 0;
+    // Async: into buffers allocated at the first save and reused (pinned for a GPU's states).
+    auto host_copy = [&](const at::Tensor& src) {
+      if (!staging) return src.to(at::kCPU);
+      if (next == staging->size()) staging->emplace_back();
+      at::Tensor& buf = (*staging)[next++];
+      if (!buf.defined() || buf.numel() != src.numel() || buf.scalar_type() != src.scalar_type()) {
+        buf = at::empty(src.sizes(), at::TensorOptions().dtype(src.scalar_type()).pinned_memory(src.is_cuda()));
+      }
+      buf = buf.view(src.sizes());
+      buf.copy_(src);
+      return buf;
+    };
+    for (const Fragment& f : mine) {
+      const auto& seg = strategy.segments()[f.segment];
+      const std::string& name = layout.specs()[f.param].name;
+      const at::Tensor* sources[] = {&seg.master, &adam[f.segment].exp_avg, &adam[f.segment].exp_avg_sq};
+      for (int k = 0; k < 3; ++k)
+        p.tensors.emplace_back(fragment_name(kKinds[k], name, f.start),
+                               host_copy(sources[k]->narrow(0, f.segment_offset, f.numel)));
+    }
+    p.tensors.emplace_back(kRngTensor, at::detail::getDefaultCPUGenerator().get_state());
+    if (staging)
+      for (const at::Tensor& t : *staging) p.staging_bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
+    if (options.at_stage) options.at_stage("copy", p.tmp_dir);
+    injected_fault("copy", tag);
+  } catch (const std::exception& e) {
     error = e.what();
   }
-  checksums.get();
   agree(engine, "saving checkpoint " + tag, error, sp);
-  at::Tensor all_sums = at::empty({static_cast<int64_t>(most) * n}, at::TensorOptions().dtype(at::kLong).device(comm_device(engine)));
-  at::Tensor local_sums = sums.to(comm_device(engine));
-  engine.dp()->all_gather(all_sums, local_sums)->wait();
-  all_sums = all_sums.cpu();
+  // Every rank knows how many tensors each shard holds (3 per fragment + the RNG).
+  for (int r = 0; r < n; ++r)
+    p.most = std::max(p.most, 3 * written_fragments(layout, strategy.stage(), r, elsewhere).size() + 1);
+  p.sums = at::zeros({static_cast<int64_t>(p.most) + 2}, at::kLong);
 
   // stage3_gather_16bit_weights_on_model_save: the whole model in the training
-  // dtype under its parameter names, one file, gathered a layer at a time.
-  if (state.gather_16bit_weights_on_save) {
-    std::vector<std::pair<std::string, at::Tensor>> weights;
+  // dtype under its parameter names, gathered a layer at a time (collective).
+  p.gather16 = state.gather_16bit_weights_on_save;
+  if (p.gather16)
     strategy.for_each_full_param([&](int i, const at::Tensor& v) {
-      if (rank == 0) weights.emplace_back(layout.specs()[i].name, v.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+      if (rank == 0)
+        p.weights.emplace_back(layout.specs()[i].name, v.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
     });
-    try {
-      if (rank == 0) io::write_safetensors(tmp_dir + "/" + kConsolidatedWeights, weights, {{"format", "pt"}});
-    } catch (const Error& e) {
-      error = e.what();
-    }
-    agree(engine, "saving checkpoint " + tag, error, sp);
-  }
 
-  if (options.before_publish) options.before_publish(tmp_dir);
-
-  std::optional<CheckpointManifest> manifest;
   if (rank == 0) {
-    CheckpointManifest& m = manifest.emplace();
+    CheckpointManifest& m = p.manifest.emplace();
     m.tag = tag;
     m.global_steps = engine.global_steps();
     m.micro_steps = engine.micro_steps();
@@ -329,18 +382,14 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     m.expert_parallel_size = sp.ep;
     m.model_dtype = c10::toString(engine.model_dtype());
     for (size_t i = 0; i < layout.params().size(); ++i) m.params.push_back(manifest_param(layout, i, sp));
-    const int64_t* gathered = all_sums.data_ptr<int64_t>();
     for (int r = 0; r < n; ++r) {
       ManifestShard shard{shard_file_name(sp.shard(r)), sp.shard(r), {}, {}};
-      size_t t = 0;
-      auto record = [&](const std::string& name) {
-        shard.checksums[name] = static_cast<uint32_t>(gathered[static_cast<size_t>(r) * most + t++]);
-      };
+      std::vector<std::string>& names = p.shard_tensors.emplace_back();
       for (const Fragment& f : written_fragments(layout, strategy.stage(), r, elsewhere)) {
         shard.fragments.push_back({f.param, f.start, f.numel, piece_of(sp, static_cast<size_t>(f.param))});
-        for (const char* kind : kKinds) record(fragment_name(kind, layout.specs()[f.param].name, f.start));
+        for (const char* kind : kKinds) names.push_back(fragment_name(kind, layout.specs()[f.param].name, f.start));
       }
-      record(kRngTensor);
+      names.push_back(kRngTensor);
       m.shards.push_back(std::move(shard));
     }
     m.adam_step = adam.empty() ? 0.0 : adam.front().step.item<double>();
@@ -350,38 +399,198 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
     m.client_state = client_state.is_null() ? json::object() : client_state;
     if (engine.step_observer()) m.routing = engine.step_observer()->saved_state();
   }
+  p.blocked += seconds_since(t0);
+}
+
+uint64_t file_bytes(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return 0;
+  std::fseek(f, 0, SEEK_END);
+  const long size = std::ftell(f);
+  std::fclose(f);
+  return size > 0 ? static_cast<uint64_t>(size) : 0;
+}
+
+// No collective: this rank's shard and the checksums of its tensors; rank 0's
+// model_16bit; the leader's extra files. Errors into p.error.
+void write_save(Pending& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t bytes = 0;
+  try {
+    // Checksummed on one thread while the shard is written: the write waits on
+    // the disk, so the save costs about 10% more than the write alone (8 GiB
+    // shards, bench_checkpoint_checksum), where a parallel pass before the
+    // write costs 26% and checksumming each piece inside the write 40%.
+    auto checksums = std::async(std::launch::async, [&] {
+      int64_t* out = p.sums.data_ptr<int64_t>();
+      for (size_t i = 0; i < p.tensors.size(); ++i) {
+        const at::Tensor& t = p.tensors[i].second;
+        out[i] = static_cast<int64_t>(crc32c(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size()));
+      }
+    });
+    const std::string shard = p.tmp_dir + "/" + shard_file_name(p.sp.shard(p.rank));
+    try {
+      io::write_safetensors(shard, p.tensors,
+                            {{"format", kCheckpointFormat}, {"rank", std::to_string(p.sp.shard(p.rank))}});
+    } catch (...) {
+      checksums.wait();
+      throw;
+    }
+    checksums.get();
+    bytes += file_bytes(shard);
+    if (p.gather16 && p.rank == 0) {
+      const std::string file = p.tmp_dir + "/" + kConsolidatedWeights;
+      io::write_safetensors(file, p.weights, {{"format", "pt"}});
+      bytes += file_bytes(file);
+    }
+    if (p.sp.leader())
+      for (const auto& [name, source] : p.options.files) {
+        const std::string bytes_of = fs::read_regular_file(source, size_t{1} << 30, "file saved with the checkpoint");
+        fs::write_file_atomically(p.tmp_dir + "/" + name, bytes_of, name);
+        bytes += bytes_of.size();
+      }
+    if (p.options.at_stage) p.options.at_stage("write", p.tmp_dir);
+    injected_fault("write", p.tag);
+  } catch (const std::exception& e) {
+    p.error = e.what();
+    if (p.async) log::error("checkpoint " + p.tag + ": the background write failed: " + p.error);
+  }
+  int64_t* out = p.sums.data_ptr<int64_t>();
+  out[p.most] = static_cast<int64_t>(bytes);
+  out[p.most + 1] = static_cast<int64_t>(seconds_since(t0) * 1e6);
+}
+
+// Collective, on the training thread: the ranks agree that every shard is
+// written, rank 0 completes the manifest with the gathered checksums, renames
+// the staging directory into place and moves `latest` last.
+CheckpointSaveReport publish_save(Pending& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ShardPlace& sp = p.sp;
+  auto agree_here = [&](const std::string& error) {
+    distributed::agree_on_error(sp.world ? *sp.world : *p.dp, p.device, "saving checkpoint " + p.tag, error);
+  };
+  agree_here(p.error);
+  const int64_t width = static_cast<int64_t>(p.most) + 2;
+  at::Tensor all_sums = at::empty({width * p.n}, at::TensorOptions().dtype(at::kLong).device(p.device));
+  at::Tensor local_sums = p.sums.to(p.device);
+  p.dp->all_gather(all_sums, local_sums)->wait();
+  all_sums = all_sums.cpu();
+  const int64_t* gathered = all_sums.data_ptr<int64_t>();
+  CheckpointSaveReport report;
+  report.tag = p.tag;
+  report.dir = p.save_dir + "/" + p.tag;
+  report.async = p.async;
+  report.staging_bytes = p.staging_bytes;
+  for (int r = 0; r < p.n; ++r) {
+    report.bytes += static_cast<uint64_t>(gathered[r * width + static_cast<int64_t>(p.most)]);
+    report.write_seconds = std::max(report.write_seconds, gathered[r * width + static_cast<int64_t>(p.most) + 1] / 1e6);
+  }
+
+  if (p.options.before_publish) p.options.before_publish(p.tmp_dir);
+  std::string error;
+  try {
+    if (p.options.at_stage) p.options.at_stage("publish", p.tmp_dir);
+    injected_fault("publish", p.tag);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_here(error);
+
+  if (p.rank == 0) {
+    CheckpointManifest& m = *p.manifest;
+    for (int r = 0; r < p.n; ++r) {
+      const std::vector<std::string>& names = p.shard_tensors[static_cast<size_t>(r)];
+      for (size_t t = 0; t < names.size(); ++t)
+        m.shards[static_cast<size_t>(r)].checksums[names[t]] = static_cast<uint32_t>(gathered[r * width + t]);
+    }
+  }
   // Pipelines and tensor parallelism: each part's manifest to rank 0, which lists every part's shards.
-  if (sp.several_parts() && rank == 0) {
+  if (sp.several_parts() && p.rank == 0) {
     try {
       if (!sp.leaders) throw Error("save_checkpoint: internal: a part's first rank has no leaders group");
-      const std::vector<std::string> parts = gather_texts(*sp.leaders, manifest_part(*manifest).dump());
-      if (leader) {
+      const std::vector<std::string> parts = gather_texts(*sp.leaders, manifest_part(*p.manifest).dump());
+      if (sp.leader()) {
         std::vector<json> parsed;
         for (const auto& text : parts) parsed.push_back(json::parse(text));
-        merge_manifest_parts(*manifest, parsed);
-        manifest->pipeline_stages = sp.stages;
-        manifest->layer_stages = sp.layer_stages;
+        merge_manifest_parts(*p.manifest, parsed);
+        p.manifest->pipeline_stages = sp.stages;
+        p.manifest->layer_stages = sp.layer_stages;
       }
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
-  if (leader) {
-    const CheckpointManifest& m = *manifest;
+  if (sp.leader()) {
+    const CheckpointManifest& m = *p.manifest;
     try {
-      fs::write_file_atomically(tmp_dir + "/manifest.json", manifest_to_json_text(m), "the checkpoint manifest");
-      const std::string final_dir = save_dir + "/" + tag;
+      fs::write_file_atomically(p.tmp_dir + "/manifest.json", manifest_to_json_text(m), "the checkpoint manifest");
+      const std::string final_dir = p.save_dir + "/" + p.tag;
       fs::remove_tree(final_dir);  // re-saving the same tag replaces it
-      if (std::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
-        throw Error(final_dir + ": cannot rename " + tmp_dir + " into place");
+      if (std::rename(p.tmp_dir.c_str(), final_dir.c_str()) != 0)
+        throw Error(final_dir + ": cannot rename " + p.tmp_dir + " into place");
       // Last: the new checkpoint is complete.
-      fs::write_file_atomically(save_dir + "/latest", tag + "\n", "the latest tag");
+      fs::write_file_atomically(p.save_dir + "/latest", p.tag + "\n", "the latest tag");
     } catch (const Error& e) {
       error = e.what();
     }
   }
-  agree(engine, "saving checkpoint " + tag, error, sp);
-  if (leader) log::debug("saved checkpoint " + save_dir + "/" + tag);
+  agree_here(error);
+  if (sp.leader()) log::debug("saved checkpoint " + p.save_dir + "/" + p.tag);
+  p.blocked += seconds_since(t0);
+  report.blocked_seconds = p.blocked;
+  return report;
+}
+
+}  // namespace
+
+void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std::string& tag,
+                     const json& client_state, const CheckpointSaveOptions& options, const PipelinePlace* place) {
+  Pending p;
+  begin_save(p, engine, save_dir, tag, client_state, options, place, nullptr);
+  write_save(p);
+  publish_save(p);
+}
+
+CheckpointSaver::CheckpointSaver(bool async, std::function<void(const CheckpointSaveReport&)> on_saved)
+    : async_(async), on_saved_(std::move(on_saved)) {}
+
+CheckpointSaver::~CheckpointSaver() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+}
+
+bool CheckpointSaver::pending() const { return pending_ != nullptr; }
+
+uint64_t CheckpointSaver::staging_bytes() const {
+  uint64_t bytes = 0;
+  for (const at::Tensor& t : staging_) bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
+  return bytes;
+}
+
+void CheckpointSaver::finish() {
+  if (!pending_) return;
+  std::unique_ptr<Pending> p = std::move(pending_);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (p->writer.joinable()) p->writer.join();
+  p->blocked += seconds_since(t0);  // waiting for the write blocks training too
+  const CheckpointSaveReport report = publish_save(*p);
+  if (on_saved_) on_saved_(report);
+}
+
+void CheckpointSaver::save(EngineCore& engine, const std::string& save_dir, const std::string& tag,
+                           const json& client_state, const CheckpointSaveOptions& options, const PipelinePlace* place) {
+  finish();  // the previous save: its buffers are reused below
+  auto p = std::make_unique<Pending>();
+  p->async = async_;
+  begin_save(*p, engine, save_dir, tag, client_state, options, place, async_ ? &staging_ : nullptr);
+  if (!async_) {
+    write_save(*p);
+    pending_ = std::move(p);
+    finish();
+    return;
+  }
+  Pending* raw = p.get();
+  pending_ = std::move(p);
+  raw->writer = std::thread([raw] { write_save(*raw); });
 }
 
 namespace {

@@ -9,11 +9,19 @@
 // manifest, renames the directory to "<tag>" and only then moves `latest`. A job
 // killed mid-save leaves the previous checkpoint and `latest` as they were.
 //
+// Asynchronous saves (CheckpointSaver, `"checkpoint": {"async": true}`): the
+// step blocks only while each rank copies its states into host staging
+// buffers; a background thread writes the shard and its checksums, and the
+// publication (the ranks' agreement, the manifest, the renames, `latest`)
+// happens on the training thread when the next save starts or at finish().
+//
 // Every stored tensor has a CRC-32C in the manifest (checkpoint/manifest.h),
 // checked whenever it is read: a flipped bit or an edited shard is an error
 // naming the file and tensor, never a silent load.
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -34,6 +42,24 @@ struct CheckpointSaveOptions {
   // Called on every rank with "<tag>.tmp" once its files are written, before
   // the manifest and the renames publish them: where a crash test stops a saver.
   std::function<void(const std::string& staging_dir)> before_publish;
+  // Files the first rank copies into the tag before it is published (a
+  // tokenizer's files), by the name they get there -> their path now.
+  std::map<std::string, std::string> files;
+  // Tests: called on every rank at each stage of a save, "copy" (the states
+  // are in host memory), "write" (this rank's shard is written: on the
+  // background thread of an asynchronous save) and "publish" (before the
+  // manifest); an exception thrown there fails the save as a failing disk would.
+  std::function<void(const std::string& stage, const std::string& staging_dir)> at_stage;
+};
+
+// What one save did, once it is published.
+struct CheckpointSaveReport {
+  std::string tag, dir;          // dir: save_dir/tag
+  bool async = false;
+  uint64_t bytes = 0;            // every rank's shard (and model_16bit) together
+  uint64_t staging_bytes = 0;    // this rank's host staging buffers (async; allocated once, reused)
+  double blocked_seconds = 0;    // this rank's training thread: the copy and the publication
+  double write_seconds = 0;      // the slowest rank's write of its files (and checksums)
 };
 
 // Collective over the engine's data-parallel group: every rank writes its shard.
@@ -45,6 +71,45 @@ struct CheckpointSaveOptions {
 void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std::string& tag,
                      const nlohmann::json& client_state, const CheckpointSaveOptions& options = {},
                      const PipelinePlace* place = nullptr);
+
+// Saves one after another, each either synchronously (as save_checkpoint) or
+// asynchronously: save() copies this rank's states into host buffers (pinned
+// when they live on a GPU; allocated at the first save and reused, as large as
+// the rank's shard) and returns while a background thread writes them. The
+// background thread makes no collective call: the communicators are used by
+// the training thread only. The next save() or finish() waits for the write,
+// then the ranks agree that every one wrote its shard (an error on any rank
+// ends every rank with AgreedError naming it), rank 0 writes the manifest,
+// renames "<tag>.tmp" to "<tag>" and moves `latest`: a job that dies before
+// that leaves the previous checkpoint loadable and `latest` naming it.
+//
+// STRATUM_CHECKPOINT_FAULT="<stage>:<throw|exit>[:<tag>]" (tests) fails or
+// _exits every rank at that stage ("copy", "write", "publish") of a save.
+class CheckpointSaver {
+ public:
+  // `on_saved`: called on every rank when a save is published.
+  explicit CheckpointSaver(bool async, std::function<void(const CheckpointSaveReport&)> on_saved = {});
+  ~CheckpointSaver();  // waits for a pending write; never publishes it (no collectives here)
+  CheckpointSaver(const CheckpointSaver&) = delete;
+  CheckpointSaver& operator=(const CheckpointSaver&) = delete;
+
+  // Collective (as save_checkpoint): publishes the pending save, then saves `tag`.
+  void save(EngineCore& engine, const std::string& save_dir, const std::string& tag, const nlohmann::json& client_state,
+            const CheckpointSaveOptions& options = {}, const PipelinePlace* place = nullptr);
+  // Collective: waits for the pending save and publishes it (nothing when none).
+  void finish();
+  bool async() const { return async_; }
+  bool pending() const;
+  uint64_t staging_bytes() const;
+
+  struct Pending;  // a save between its copy and its publication
+
+ private:
+  bool async_;
+  std::function<void(const CheckpointSaveReport&)> on_saved_;
+  std::vector<at::Tensor> staging_;
+  std::unique_ptr<Pending> pending_;
+};
 
 // Collective: loads `tag` (empty: the one `latest` names) whatever topology
 // wrote it. When the checkpoint is corrupt (checksum, NaN or Inf, truncated

@@ -23,6 +23,14 @@ void save_checkpoint(Engine<Model>& engine, const std::string& save_dir, const s
   save_checkpoint(engine.core(), save_dir, tag, client_state, options, stages ? &stages->place() : nullptr);
 }
 
+// Collective: through a CheckpointSaver (synchronous or asynchronous saves).
+template <class Model>
+void save_checkpoint(CheckpointSaver& saver, Engine<Model>& engine, const std::string& save_dir, const std::string& tag,
+                     const nlohmann::json& client_state, const CheckpointSaveOptions& options = {}) {
+  const PipelineStages* stages = engine.pipeline();
+  saver.save(engine.core(), save_dir, tag, client_state, options, stages ? &stages->place() : nullptr);
+}
+
 // Collective: loads `tag` (empty: the one `latest` names); returns the client
 // state. (`Json` only keeps this header on nlohmann's forward declarations.)
 template <class Model, class Json = nlohmann::json>

@@ -81,9 +81,12 @@ void parse_data_types(KeyReader& root, Config& c) {
 }
 
 // DeepSpeed's "checkpoint" section: how checkpoints are tagged and written.
-void parse_checkpoint_section(KeyReader& root) {
+// "async" (Stratum's key): a save blocks training only while the states are
+// copied into host memory; a background thread writes and publishes them.
+void parse_checkpoint_section(KeyReader& root, Config& c) {
   KeyReader ck = root.child("checkpoint");
   if (!ck.present()) return;
+  c.checkpoint.async = ck.get_bool("async", false);
   ck.get_enum("tag_validation", "Warn", {"Ignore", "Warn", "Fail"}, /*ignore_case=*/true);
   ck.noted("tag_validation", Json(nullptr),
            "Stratum always checks that every rank saves and loads the same tag and ends the job naming a rank that "
@@ -142,7 +145,7 @@ Config Config::from_json(const nlohmann::json& json, const std::string& source) 
   for (auto it = json.begin(); it != json.end(); ++it)
     if (!it.key().empty() && it.key()[0] == '_')
       root.noted(it.key(), Json(nullptr), "a comment (its key starts with \"_\"); ignored");
-  parse_checkpoint_section(root);
+  parse_checkpoint_section(root, c);
   parse_data_types(root, c);
   report_misplaced_keys(root, json);
   root.finish();

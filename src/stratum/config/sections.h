@@ -281,4 +281,11 @@ const char* lora_base_dtype_name(LoraBaseDType d);
 // not one (vocabulary-parallel; peft's "all-linear" leaves it out too).
 const std::vector<std::string>& lora_target_names(const std::string& arch);
 
+// --- checkpoint (DeepSpeed's section; "async" is Stratum's key) -------------------
+struct CheckpointConfig {
+  // A save blocks the step only while each rank's states are copied into host
+  // memory; a background thread writes, checksums and publishes them.
+  bool async = false;
+};
+
 }  // namespace stratum::config

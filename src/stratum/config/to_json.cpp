@@ -164,6 +164,7 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
                    {"activation_checkpoint_interval", p.activation_checkpoint_interval},
                    {"schedule", pipeline_schedule_name(p.schedule)}, {"virtual_stages", p.virtual_stages}};
   j["topology"] = {{"order", c.topology.order}};
+  j["checkpoint"] = {{"async", c.checkpoint.async}};
   j["tensor_parallel"] = {{"autotp_size", c.tensor_parallel.size},
                           {"sequence_parallel", c.tensor_parallel.sequence_parallel}};
   j["context_parallel"] = {{"size", c.context_parallel.size},
