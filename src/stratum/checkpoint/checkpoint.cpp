@@ -481,9 +481,20 @@ CheckpointSaveReport publish_save(Pending& p) {
   report.dir = p.save_dir + "/" + p.tag;
   report.async = p.async;
   report.staging_bytes = p.staging_bytes;
-  for (int r = 0; r < p.n; ++r) {
-    report.bytes += static_cast<uint64_t>(gathered[r * width + static_cast<int64_t>(p.most)]);
-    report.write_seconds = std::max(report.write_seconds, gathered[r * width + static_cast<int64_t>(p.most) + 1] / 1e6);
+  if (sp.world) {
+    // Several parts (pipeline stages, tensor-parallel indices): every rank's bytes, the slowest write.
+    const int64_t* own = p.sums.data_ptr<int64_t>() + p.most;
+    at::Tensor bytes = at::full({1}, own[0], at::kLong).to(p.device), micros = at::full({1}, own[1], at::kLong).to(p.device);
+    sp.world->all_reduce(bytes, distributed::ReduceOp::sum)->wait();
+    sp.world->all_reduce(micros, distributed::ReduceOp::max)->wait();
+    report.bytes = static_cast<uint64_t>(bytes.cpu().item<int64_t>());
+    report.write_seconds = static_cast<double>(micros.cpu().item<int64_t>()) / 1e6;
+  } else {
+    for (int r = 0; r < p.n; ++r) {
+      report.bytes += static_cast<uint64_t>(gathered[r * width + static_cast<int64_t>(p.most)]);
+      report.write_seconds =
+          std::max(report.write_seconds, gathered[r * width + static_cast<int64_t>(p.most) + 1] / 1e6);
+    }
   }
 
   if (p.options.before_publish) p.options.before_publish(p.tmp_dir);
