@@ -645,7 +645,8 @@ int train(const Options& o, const distributed::DistContext& ctx) {
               " | " + c10::toString(engine.core().model_dtype()));
 
   // "checkpoint": {"async": true}: a save blocks only while the states are
-  // copied to host memory; each is published at the next save or the end.
+  // copied to host memory; each is published once every rank has written it
+  // (checked after each step), at the next save or at the end.
   CheckpointSaver saver(config.checkpoint.async, [&](const CheckpointSaveReport& r) {
     char seconds[96];
     std::snprintf(seconds, sizeof seconds, "blocked %.3f s, writing %.3f s", r.blocked_seconds, r.write_seconds);
@@ -693,6 +694,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
       if (eval_loss) progress.note("step " + std::to_string(m.step) + ": eval loss " + std::to_string(*eval_loss));
     }
     records.step(m, engine.core().last_grad_norm(), eval_loss);
+    saver.poll();  // publishes a background save once every rank has written it
     if (!o.save_dir.empty() && o.save_every > 0 && m.step % o.save_every == 0 && m.step < o.steps) save();
   }
   if (!o.save_dir.empty()) save();

@@ -320,3 +320,27 @@ TEST(Checkpoint, AsyncSaveFailingAtAnyStageLeavesThePreviousCheckpoint) {
     cleanup(dir);
   }
 }
+
+// poll() after each step publishes a background save as soon as every rank
+// has written it: `latest` moves without waiting for the next save.
+TEST(Checkpoint, AsyncSaveIsPublishedAtThePollAfterEveryRankWroteIt) {
+  auto world = test::context().cpu_world;
+  const std::string dir = test::shared_temp_dir("stratum_ckpt_async_poll_");
+  Trainer t(2, world);
+  int published = 0;
+  CheckpointSaver saver(/*async=*/true, [&](const CheckpointSaveReport&) { ++published; });
+  saver.poll();  // nothing pending: nothing to do
+  t.train_step(0);
+  saver.save(t.engine->core(), dir, "global_step1", {{"marker", "first"}});
+  int step = 1;
+  for (; saver.pending() && step < 2000; ++step) {
+    t.train_step(step % 8);
+    saver.poll();
+  }
+  EXPECT_FALSE(saver.pending()) << "never published after " << step << " steps";
+  EXPECT_EQ(published, 1);
+  EXPECT_EQ(latest_checkpoint_tag(dir).value_or(""), "global_step1");
+  saver.finish();  // nothing left
+  EXPECT_EQ(published, 1);
+  cleanup(dir);
+}

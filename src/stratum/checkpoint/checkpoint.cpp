@@ -12,6 +12,7 @@
 #include <set>
 #include <cstdlib>
 #include <thread>
+#include <atomic>
 
 #include "stratum/checkpoint/manifest.h"
 #include "stratum/checkpoint/shard_place.h"
@@ -265,6 +266,7 @@ struct CheckpointSaver::Pending {
   double blocked = 0;
   bool async = false;
   std::thread writer;
+  std::atomic<bool> written{false};  // the background write has ended (well or not)
 };
 
 namespace {
@@ -601,7 +603,19 @@ void CheckpointSaver::save(EngineCore& engine, const std::string& save_dir, cons
   }
   Pending* raw = p.get();
   pending_ = std::move(p);
-  raw->writer = std::thread([raw] { write_save(*raw); });
+  raw->writer = std::thread([raw] {
+    write_save(*raw);
+    raw->written = true;
+  });
+}
+
+void CheckpointSaver::poll() {
+  if (!pending_) return;
+  Pending& p = *pending_;
+  distributed::Communicator& comm = p.sp.world ? *p.sp.world : *p.dp;
+  at::Tensor done = at::full({1}, p.written ? int64_t{1} : int64_t{0}, at::kLong).to(p.device);
+  comm.all_reduce(done, distributed::ReduceOp::min)->wait();
+  if (done.cpu().item<int64_t>() == 1) finish();  // every rank's write has ended: publish now
 }
 
 namespace {

@@ -13,7 +13,8 @@
 // step blocks only while each rank copies its states into host staging
 // buffers; a background thread writes the shard and its checksums, and the
 // publication (the ranks' agreement, the manifest, the renames, `latest`)
-// happens on the training thread when the next save starts or at finish().
+// happens on the training thread at the first poll() after every rank's write
+// has ended, or when the next save starts, or at finish().
 //
 // Every stored tensor has a CRC-32C in the manifest (checkpoint/manifest.h),
 // checked whenever it is read: a flipped bit or an edited shard is an error
@@ -77,8 +78,8 @@ void save_checkpoint(EngineCore& engine, const std::string& save_dir, const std:
 // when they live on a GPU; allocated at the first save and reused, as large as
 // the rank's shard) and returns while a background thread writes them. The
 // background thread makes no collective call: the communicators are used by
-// the training thread only. The next save() or finish() waits for the write,
-// then the ranks agree that every one wrote its shard (an error on any rank
+// the training thread only. poll() publishes once every rank has written; the
+// next save() or finish() waits for the write, then the ranks agree that every one wrote its shard (an error on any rank
 // ends every rank with AgreedError naming it), rank 0 writes the manifest,
 // renames "<tag>.tmp" to "<tag>" and moves `latest`: a job that dies before
 // that leaves the previous checkpoint loadable and `latest` naming it.
@@ -98,6 +99,11 @@ class CheckpointSaver {
             const CheckpointSaveOptions& options = {}, const PipelinePlace* place = nullptr);
   // Collective: waits for the pending save and publishes it (nothing when none).
   void finish();
+  // Collective, cheap (one integer reduced while a save is pending, nothing
+  // otherwise): publishes the pending save once every rank's write has ended,
+  // so `latest` moves without waiting for the next save. Call it on every
+  // rank at the same points (after each step).
+  void poll();
   bool async() const { return async_; }
   bool pending() const;
   uint64_t staging_bytes() const;
