@@ -80,6 +80,9 @@ int launcher_main(int argc, char** argv) {
                  "times at most, with the program's --resume when it has --save-dir (from scratch without one); ranks "
                  "get STRATUM_RESTART_COUNT (0, 1, ...)")
       ->capture_default_str();
+  app.add_flag("--exclude_failed_hosts,--exclude-failed-hosts", f.exclude_failed_hosts,
+               "With --max_restarts and --hostfile (mpirun): a restart leaves out the host of the rank that failed, "
+               "running on the hosts left at a smaller world");
   app.add_flag("--dry_run", f.dry_run, "Print the mpirun (or srun) command and exit");
   try {
     app.parse(argc, argv);

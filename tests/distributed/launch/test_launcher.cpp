@@ -307,6 +307,30 @@ TEST(Launcher, NoRestartsByDefault) {
   EXPECT_HAS(bad.err, "stratum-run: error: --max_restarts must be 0..1000, got -1");
 }
 
+TEST(RestartPolicy, ExcludeFailedHostsNamesTheHostToLeaveOut) {
+  EXPECT_EQ(failed_host("rank 3 (host 127.0.0.2, local rank 1) exited with status 5 (mpirun exited with status 5)"),
+            "127.0.0.2");
+  EXPECT_EQ(failed_host("rank 0 (host node-a.example.com, local rank 0) made no progress for 3 s"), "node-a.example.com");
+  EXPECT_EQ(failed_host("mpirun exited with status 1"), std::nullopt);
+  EXPECT_EQ(failed_host("rank 1 (host , local rank 0)"), std::nullopt);
+  EXPECT_EQ(exclude_host("", "b"), "b");
+  EXPECT_EQ(exclude_host("a:0,1", "b"), "a:0,1@b");
+  EXPECT_EQ(exclude_host("a@b", "b"), "a@b");
+  LaunchRequest f;
+  f.hostfile = "hosts";
+  EXPECT_EQ(exclude_failed_hosts_problem(f), "");
+  f.num_procs = 2;
+  EXPECT_NE(exclude_failed_hosts_problem(f).find("cannot be used with --num_nodes, --num_gpus or --num_procs"),
+            std::string::npos);
+  f.num_procs.reset();
+  f.include = "a";
+  EXPECT_NE(exclude_failed_hosts_problem(f).find("--include"), std::string::npos);
+  f.include.clear();
+  f.launcher = "slurm";
+  EXPECT_NE(exclude_failed_hosts_problem(f).find("mpirun launches"), std::string::npos);
+  EXPECT_NE(exclude_failed_hosts_problem(LaunchRequest{}).find("needs --hostfile"), std::string::npos);
+}
+
 TEST(Launcher, SigtermReachesEveryRank) {
   const std::string dir = make_temp_dir();
   RunOptions o;
@@ -504,6 +528,33 @@ TEST(Launcher, TwoHostsWithIncludeAndARemoteFailure) {
 // host and on two loopback "hosts". Two hosts on one machine would share Open
 // MPI's shared-memory segment names (same host name, same local ranks), so that
 // run keeps to TCP over loopback; real hosts need nothing of the sort.
+// --exclude_failed_hosts: a rank of the second host fails on the first
+// attempt; the restart runs on the first host alone, at a world of 2.
+TEST(Launcher, RestartLeavesOutTheFailedHost) {
+  const std::string dir = make_temp_dir();
+  RunOptions o;
+  o.env = {{"STRATUM_FAKE_SSH_LOG", dir + "/ssh.log"}};
+  const auto run = run_launcher(
+      {"--hostfile", two_host_hostfile(dir), "--launcher_agent", kFakeSsh, "--max_restarts", "1",
+       "--exclude_failed_hosts", "/bin/sh", "-c",
+       "if [ \"$STRATUM_RESTART_COUNT\" = 0 ]; then if [ \"$RANK\" = 3 ]; then exit 5; fi; exec sleep 60; fi; "
+       "echo \"again RANK=$RANK WORLD_SIZE=$WORLD_SIZE\""},
+      o);
+  ASSERT_FALSE(run.timed_out) << run.err;
+  SKIP_IF_LOOPBACK_HOSTS_FOLD(run);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_HAS(run.err, "stratum-run: attempt 1 of 2 failed: rank 3 (host 127.0.0.2, local rank 1) exited with status 5");
+  EXPECT_HAS(run.err, "stratum-run: --exclude_failed_hosts: attempt 2 runs without host 127.0.0.2 (--exclude 127.0.0.2)");
+  EXPECT_HAS(run.err, "2 ranks on 1 host");
+  EXPECT_HAS(run.out, "[rank 0] again RANK=0 WORLD_SIZE=2\n");
+  EXPECT_HAS(run.out, "[rank 1] again RANK=1 WORLD_SIZE=2\n");
+  EXPECT_FALSE(has(run.out, "RANK=2")) << run.out;
+
+  const auto bad = run_launcher({"--num_procs", "2", "--max_restarts", "1", "--exclude_failed_hosts", "/bin/true"}, o);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_HAS(bad.err, "stratum-run: error: --exclude_failed_hosts needs --hostfile");
+}
+
 TEST(Launcher, MpiBackendRunsUnderTheLauncher) {
   const std::string program = std::string(STRATUM_BIN_DIR) + "/test_collectives";
   if (!exists(program)) GTEST_SKIP() << program << " is not built";

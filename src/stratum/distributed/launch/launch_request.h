@@ -21,6 +21,7 @@ struct LaunchRequest {
   bool grace_period_given = false;  // --grace_period on the command line (srun refuses it)
   int heartbeat_timeout = 120;
   int max_restarts = 0;  // --max_restarts: run the job again after a failure, this many times at most
+  bool exclude_failed_hosts = false;  // --exclude_failed_hosts: a restart leaves out the failed rank's host
   std::vector<std::string> exports;  // --export specs, NAME or NAME=VALUE
   bool no_prefix = false, dry_run = false;
   std::vector<std::string> program;  // PROGRAM ARGS...

@@ -86,6 +86,38 @@ std::string restart_line(const FailedAttempt& failed, int max_restarts, const Re
                           : std::string("from scratch (the program has no --save-dir)"));
 }
 
+std::optional<std::string> failed_host(const std::string& failure) {
+  const std::string open = " (host ", close = ", local rank ";
+  if (!starts_with(failure, "rank ")) return std::nullopt;
+  const size_t at = failure.find(open);
+  if (at == std::string::npos) return std::nullopt;
+  const size_t from = at + open.size(), end = failure.find(close, from);
+  if (end == std::string::npos || end == from) return std::nullopt;
+  return failure.substr(from, end - from);
+}
+
+std::string exclude_host(const std::string& exclude, const std::string& host) {
+  size_t start = 0;
+  while (start <= exclude.size() && !exclude.empty()) {
+    const size_t at = exclude.find('@', start);
+    if (exclude.substr(start, at == std::string::npos ? std::string::npos : at - start) == host) return exclude;
+    if (at == std::string::npos) break;
+    start = at + 1;
+  }
+  return exclude.empty() ? host : exclude + "@" + host;
+}
+
+std::string exclude_failed_hosts_problem(const LaunchRequest& f) {
+  if (launcher_name(f.launcher).value_or("") != "mpirun")
+    return "--exclude_failed_hosts is for mpirun launches (under SLURM, srun's own --exclude and requeueing apply)";
+  if (f.hostfile.empty()) return "--exclude_failed_hosts needs --hostfile: the hosts to run on without the failed one";
+  if (!f.include.empty()) return "--exclude_failed_hosts cannot be used with --include (it adds to --exclude)";
+  if (f.num_nodes || f.num_gpus || f.num_procs)
+    return "--exclude_failed_hosts cannot be used with --num_nodes, --num_gpus or --num_procs (--exclude, which it "
+           "adds to, takes the hostfile's slots)";
+  return "";
+}
+
 std::string restarts_spent_line(const std::vector<FailedAttempt>& attempts, int max_restarts) {
   std::string out = "job failed after " + std::to_string(attempts.size()) +
                     (attempts.size() == 1 ? " attempt" : " attempts") + " (--max_restarts " +
@@ -108,6 +140,12 @@ int run_launcher(const LaunchRequest& f) {
   if (f.max_restarts < 0 || f.max_restarts > kMaxRestarts) {
     say("error: --max_restarts must be 0.." + std::to_string(kMaxRestarts) + ", got " + std::to_string(f.max_restarts));
     return kBadInput;
+  }
+  if (f.exclude_failed_hosts) {
+    if (const std::string why = exclude_failed_hosts_problem(f); !why.empty()) {
+      say("error: " + why);
+      return kBadInput;
+    }
   }
   // Set before planning: rank_settings passes every STRATUM_ variable on to the ranks.
   if (f.max_restarts > 0) ::setenv(kRestartCountVariable, "0", 1);
@@ -132,6 +170,7 @@ int run_launcher(const LaunchRequest& f) {
         ": the program has no --save-dir, so a restart runs it from scratch");
   const std::string name = *launcher == "slurm" ? "srun" : "mpirun";
   std::vector<FailedAttempt> failed;
+  std::string excluded = f.exclude;
   for (int attempt = 0;; ++attempt) {
     LauncherOutcome outcome;
     try {
@@ -158,8 +197,20 @@ int run_launcher(const LaunchRequest& f) {
     ::setenv(kRestartCountVariable, std::to_string(attempt + 1).c_str(), 1);
     LaunchRequest again = f;
     again.program = restart.program;
+    if (f.exclude_failed_hosts) {
+      if (const auto host = failed_host(outcome.failure())) {
+        excluded = exclude_host(excluded, *host);
+        say("--exclude_failed_hosts: attempt " + std::to_string(attempt + 2) + " runs without host " + *host +
+            " (--exclude " + excluded + ")");
+      } else {
+        say("--exclude_failed_hosts: no rank was named; attempt " + std::to_string(attempt + 2) +
+            " runs on the same hosts");
+      }
+      again.exclude = excluded;
+    }
     try {
       job = plan_job(again, *launcher);
+      if (f.exclude_failed_hosts) say(job.summary);
     } catch (const Error& e) {
       say(std::string("error: restarting: ") + e.what());
       return 1;

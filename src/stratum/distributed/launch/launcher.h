@@ -57,11 +57,16 @@
 //   TORCHELASTIC_RESTART_COUNT). A job stopped by a signal is not restarted; when
 //   the restarts are spent it ends with `stratum-run: job failed after 3 attempts
 //   (--max_restarts 2): attempt 1: ...; attempt 2: ...; attempt 3: ...` and the
-//   last attempt's status.
+//   last attempt's status. With --exclude_failed_hosts (mpirun, a --hostfile,
+//   no --include or counts) a restart leaves out the host of the rank that
+//   failed (added to --exclude): the job runs again on the hosts left, at a
+//   smaller world.
 //
 // Where: launch_request.h (the flags, checked), launch_plan.h (the mpirun or
 // srun plan), launcher_process.h (supervising it), rank_shim.h and
 // rank_shim_run.h (the shim); apps/stratum_run.cpp parses the flags.
+#include <optional>
+
 #include "stratum/distributed/launch/launch_request.h"
 
 namespace stratum::distributed::launch {
@@ -97,6 +102,14 @@ struct FailedAttempt {
 // "attempt 1 of 3 failed: <failure>; restarting (attempt 2 of 3) from the latest checkpoint in DIR"
 // (", from scratch (the program has no --save-dir)" without one).
 std::string restart_line(const FailedAttempt& failed, int max_restarts, const RestartProgram& restart);
+// --exclude_failed_hosts: the host a failure line names ("rank 3 (host node2,
+// local rank 1) exited ..." -> node2); nullopt when it names none.
+std::optional<std::string> failed_host(const std::string& failure);
+// `exclude` (an --exclude value, "a@b:0") with `host` left out whole too.
+std::string exclude_host(const std::string& exclude, const std::string& host);
+// Why --exclude_failed_hosts cannot apply to these flags; empty when it can.
+std::string exclude_failed_hosts_problem(const LaunchRequest& request);
+
 // "job failed after 3 attempts (--max_restarts 2): attempt 1: ...; attempt 2: ...; attempt 3: ..."
 std::string restarts_spent_line(const std::vector<FailedAttempt>& attempts, int max_restarts);
 
