@@ -596,7 +596,9 @@ void CheckpointSaver::save(EngineCore& engine, const std::string& save_dir, cons
   p->async = async_;
   begin_save(*p, engine, save_dir, tag, client_state, options, place, async_ ? &staging_ : nullptr);
   if (!async_) {
+    const auto t0 = std::chrono::steady_clock::now();
     write_save(*p);
+    p->blocked += seconds_since(t0);  // a synchronous save blocks for its write too
     pending_ = std::move(p);
     finish();
     return;
