@@ -204,3 +204,50 @@ TEST_F(TrainCli, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   EXPECT_TRUE(has(r, "resumed at step " + std::to_string(step - 2))) << r.output;
   expect_straight_losses(dir_);
 }
+
+// --exclude_failed_hosts: 4 ranks on two hosts (the second reached through a
+// stand-in for ssh), a rank of the second killed; the restart runs on the
+// first alone, 2 ranks, with the same global batch (train_batch_size: twice
+// the accumulation), from the checkpoint 4 ranks wrote. Its losses follow a
+// 2-rank run's (another layout: equal to float rounding, not bit for bit).
+TEST_F(TrainCli, RestartWithoutTheFailedHostKeepsTheGlobalBatch) {
+  const std::string hostfile = write_file(dir_, "hostfile", "localhost slots=2\n127.0.0.2 slots=2\n");
+  const std::string config = write_file(
+      dir_, "ds_config.json",
+      R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 8, "optimizer": {"type": "AdamW", "params": )"
+      R"({"lr": 1e-3}}, "zero_optimization": {"stage": 1}, "csv_monitor": {"enabled": true, "output_path": "runs", )"
+      R"("job_name": "restart"}})");
+  const std::string straight_dir = dir_ + "/straight";
+  stratum::fs::make_directories(straight_dir);
+  const Result straight = run(train_cmd(straight_dir, 16, "--save-every 2 --sample-tokens 0", config));
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  const auto want = losses(straight_dir + "/log/metrics.csv");
+
+  const std::string job_dir = dir_ + "/job";
+  stratum::fs::make_directories(job_dir);
+  std::string cmd = train_cmd(job_dir, 16, "--save-every 2 --sample-tokens 0", config);
+  const std::string head = kBin + "/stratum-run --num_procs 2 ";
+  // Two "hosts" on one machine: Open MPI's shared-memory transport is for one host; TCP between them.
+  cmd = "env OMPI_MCA_btl=self,tcp " + kBin + "/stratum-run --hostfile " + hostfile + " --launcher_agent " +
+        STRATUM_SOURCE_DIR + "/tests/distributed/launch/fake_ssh.sh --max_restarts 1 --exclude_failed_hosts " +
+        cmd.substr(head.size());
+  auto job = std::async(std::launch::async, [&] { return run(cmd); });
+  if (!wait_for(job, [&] { return latest_step(job_dir) >= 2 && rank_pid(job_dir, 3) != 0; })) {
+    const Result r = job.get();
+    if (r.output.find("All nodes which are allocated for this job are already filled") != std::string::npos)
+      GTEST_SKIP() << "this Open MPI treats 127.0.0.2 as the local node: two loopback hosts are one here";
+    FAIL() << "the run ended before its first checkpoint:\n" << r.output;
+  }
+  ASSERT_EQ(::kill(rank_pid(job_dir, 3), SIGKILL), 0);
+  const Result r = job.get();
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r, "stratum-run: attempt 1 of 2 failed: rank 3 (host 127.0.0.2, local rank 1) killed by signal 9"))
+      << r.output;
+  EXPECT_TRUE(has(r, "stratum-run: --exclude_failed_hosts: attempt 2 runs without host 127.0.0.2")) << r.output;
+  EXPECT_TRUE(has(r, "batch 32 = 8 x 2 x 2 data-parallel")) << r.output;
+  EXPECT_TRUE(has(r, "(saved by 4 data-parallel ranks")) << r.output;
+  EXPECT_TRUE(has(r, "resumed at step ")) << r.output;
+  const auto got = losses(job_dir + "/log/metrics.csv");
+  ASSERT_EQ(got.size(), 16u);
+  for (int s = 1; s <= 16; ++s) EXPECT_NEAR(got.at(s), want.at(s), 1e-4 * std::abs(want.at(s))) << "step " << s;
+}
