@@ -19,8 +19,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int32_t segments[kWindow];
     int64_t positions[kWindow];
     bool crossing[kWindow];
+    // The index holds a document at 0 below `tokens`, so tokens >= 1 here: no overflow below.
     for (int64_t start : {int64_t{0}, tokens / 2, tokens - kWindow - 1}) {
-      if (start < 0 || start + kWindow + 1 > tokens) continue;
+      if (start < 0 || start > tokens - kWindow - 1) continue;
       stratum::data::document_window_layout(starts, start, kWindow, true, segments, positions, crossing);
     }
   } catch (const stratum::Error&) {

@@ -312,12 +312,12 @@ std::vector<int64_t> check_document_index(const unsigned char* bytes, uint64_t s
   std::vector<int64_t> starts(static_cast<size_t>(head[1]));
   std::memcpy(starts.data(), bytes + kDocumentIndexHeaderBytes, 8 * starts.size());
   for (size_t i = 0; i < starts.size(); ++i) {
-    const bool ok = i == 0 ? starts[0] == 0 : starts[i] > starts[i - 1] && starts[i] < tokens;
+    const bool ok = (i == 0 ? starts[0] == 0 : starts[i] > starts[i - 1]) && starts[i] < tokens;
     if (!ok)
       throw Error(path + ": corrupt document index: byte " +
                   std::to_string(kDocumentIndexHeaderBytes + 8 * static_cast<int64_t>(i)) + ": document " +
                   std::to_string(i) + " starts at token " + std::to_string(starts[i]) +
-                  (i == 0 ? " (the first starts at 0)"
+                  (i == 0 ? " (the first starts at 0, below the " + std::to_string(tokens) + " tokens)"
                           : " (after " + std::to_string(starts[i - 1]) + " and below " + std::to_string(tokens) + ")"));
   }
   return starts;
