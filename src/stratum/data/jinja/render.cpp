@@ -179,6 +179,15 @@ class Renderer {
     root_.parent = &globals_;
   }
 
+  // A template can store a namespace in itself, or two in each other
+  // ({% set ns.self = ns %}): their attributes are dropped here, so that no
+  // reference cycle outlives the render.
+  ~Renderer() {
+    for (const auto& ns : namespaces_) ns->attributes = Dict{};
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
+
   std::string run() {
     std::string out;
     exec_body(t_.body, root_, out);
@@ -547,8 +556,9 @@ class Renderer {
       for (const auto& [k, v] : a.keyword) d.set(Value(k), v);
       return Value::dict(std::move(d));
     });
-    globals_.vars["namespace"] = Value::function("namespace", [](CallArgs& a) -> Value {
+    globals_.vars["namespace"] = Value::function("namespace", [this](CallArgs& a) -> Value {
       auto ns = std::make_shared<Namespace>();
+      namespaces_.push_back(ns);
       auto put = [&](const Value& k, const Value& v) {
         if (k.is_string() && !k.str().empty() && k.str()[0] == '_')
           throw ValueError("chat templates cannot store underscore-prefixed attributes on a namespace ('" + k.str() + "')");
@@ -568,6 +578,7 @@ class Renderer {
   Frame globals_, root_;
   int depth_ = 0;
   int calls_ = 0;
+  std::vector<std::shared_ptr<Namespace>> namespaces_;  // every one this render made
 };
 
 }  // namespace
