@@ -236,10 +236,15 @@ ProcessGrid ProcessGrid::create(const Config& config, const DistContext& ctx) {
 
   g.cp_size_ = config.context_parallel.size;
   if (g.cp_size_ > 1) {
+    // One communicator a group: a method with one part uses the whole group
+    // for it and has none for the other (an unused one costs NCCL a stream
+    // and a thread); hybrid splits both.
     const int64_t ulysses = config.context_parallel.ulysses_size;
     g.cp_ = world->split(expert_groups(t, g.cp_size_), "cp");
-    g.cp_ulysses_ = world->split(expert_groups(t, ulysses), "cp_ulysses");
-    g.cp_ring_ = world->split(context_ring_groups(t, g.cp_size_, ulysses), "cp_ring");
+    if (ulysses == g.cp_size_) g.cp_ulysses_ = g.cp_;
+    else if (ulysses > 1) g.cp_ulysses_ = world->split(expert_groups(t, ulysses), "cp_ulysses");
+    if (ulysses == 1) g.cp_ring_ = g.cp_;
+    else if (ulysses < g.cp_size_) g.cp_ring_ = world->split(context_ring_groups(t, g.cp_size_, ulysses), "cp_ring");
   }
 
   g.cpu_world_ = ctx.cpu_world;

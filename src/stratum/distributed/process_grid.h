@@ -111,8 +111,8 @@ class ProcessGrid {
   const std::shared_ptr<Communicator>& expert_dp_group() const { return edp_; }
   const std::shared_ptr<Communicator>& cpu_expert_dp_group() const { return cpu_edp_; }
   // Context parallelism (cp() > 1; null otherwise): the ranks one sequence
-  // is split over, its Ulysses groups and its ring groups (of one rank where
-  // the method has no such part).
+  // is split over, its Ulysses groups and its ring groups (null where the
+  // method has no such part; the whole group where it is the only one).
   const std::shared_ptr<Communicator>& cp_group() const { return cp_; }
   const std::shared_ptr<Communicator>& cp_ulysses_group() const { return cp_ulysses_; }
   const std::shared_ptr<Communicator>& cp_ring_group() const { return cp_ring_; }

@@ -26,9 +26,10 @@ const char* method_name(Method m);
 
 struct ContextParallel {
   Method method = Method::ring;
-  // The whole group (size() ranks), its Ulysses groups (consecutive ranks of
-  // one ring rank) and ring groups (the ranks of one Ulysses index). A group
-  // of one where that part is absent; all null: no context parallelism.
+  // The whole group (size() ranks), its Ulysses group (consecutive ranks of
+  // one ring rank) and ring group (the ranks of one Ulysses index). Null (or
+  // of one rank) where the method has no such part; all null: no context
+  // parallelism.
   std::shared_ptr<distributed::Communicator> group, ulysses, ring;
 
   int64_t size() const { return group ? group->size() : 1; }
