@@ -468,7 +468,6 @@ Engine<Model> initialize(const Config& config, std::shared_ptr<Model> model, con
   return engine;
 }
 
-
 // Over the whole job: the grid built here (ProcessGrid::create, collective;
 // ConfigError on every rank when the shape does not fit). A tensor-parallel
 // model built over tensor_parallel_group(config, ctx) keeps its own group of
