@@ -61,8 +61,6 @@ MicroBatch context_shard(const MicroBatch& whole, const nn::cp::ContextParallel&
   auto shard = std::make_shared<nn::cp::ContextShard>();
   shard->cp = cp;
   shard->whole_length = length;
-  const std::vector<int64_t> ring = nn::cp::ring_positions(length, split, cp.rank() / split.ulysses);
-  shard->ring_positions = at::tensor(ring, at::TensorOptions().dtype(at::kLong)).to(device);
   shard->whole = std::move(whole_layout);
   local.context = std::move(shard);
   return local;

@@ -44,10 +44,6 @@ struct ContextParallel {
 struct ContextShard {
   ContextParallel cp;
   int64_t whole_length = 0;  // the micro-batch's sequence, before the split
-  // The whole sequence's positions the ring rank's Ulysses group holds
-  // (context_split.h's ring_positions), int64 on the device: the ring's masks
-  // over packed rows read them.
-  at::Tensor ring_positions;
   // Packed rows: the whole rows' layout on the device (segment ids, positions,
   // the runs counted on the host); nullopt: each row is one sequence.
   std::optional<SequenceLayout> whole;
