@@ -48,4 +48,9 @@ for f in usr/include/nlohmann/json.hpp \
          usr/lib/x86_64-linux-gnu/cmake/GTest/GTestConfig.cmake; do
   [ -e "$deps/$f" ] || { log "expected $deps/$f after unpacking, not there"; exit 1; }
 done
+# The main job's corpus on GPUs (scripts/run_main.sh): Debian's linux-doc, kept
+# as its .deb (37 MB) for scripts/device_main_job.sh to unpack there.
+compgen -G "$deps/corpus/linux-doc-*.deb" >/dev/null ||
+  (mkdir -p "$deps/corpus" && cd "$deps/corpus" && apt-get download -q "$(apt-cache depends linux-doc |
+    sed -n 's/.*Depends: \(linux-doc-[0-9.]*\)$/\1/p' | head -1)" >&2)
 log "ready: $(ls "$debs" | tr '\n' ' ')($(du -sh "$deps" | cut -f1) in $deps)"

@@ -7,12 +7,16 @@
 #      against the one-rank run: fp32 (the ring's blocks by the math path;
 #      per-step losses within 1e-5 relative) and bf16 (FlashAttention-2's
 #      kernels for the ring's blocks; within 2e-2, bf16's own noise).
-#   2. The longest sequence that trains one step on the one GPU, doubling
-#      from 32K: llama-1b, then llama-8b; ZeRO-3 with the optimizer on the
-#      host, activation checkpoints on the host (cpu_checkpointing), the MLP
-#      and the LM head's loss tiled along the sequence, bf16, micro-batch 1.
-#      Each length's tokens/s, MFU and peak GPU memory, and attention's share
-#      of the FLOPs (causal: 6 L d S against 6 N a token).
+#   2. The longest sequence that trains a step on the one GPU, doubling:
+#      llama-1b from 4K, then llama-8b from 32K; ZeRO-3 with the optimizer on
+#      the host, the MLP and the LM head's loss tiled along the sequence,
+#      bf16, micro-batch 1; llama-1b's activation checkpoints on the host
+#      (cpu_checkpointing), llama-8b's on the GPU (its optimizer's 96 GB
+#      already fill most of the host's 128 GiB). Each length's tokens/s, MFU
+#      and peak GPU memory, and attention's share of the FLOPs (causal:
+#      6 L d S against 6 N a token). Two steps (the second timed) up to 64K,
+#      one beyond. A length whose predicted time (4.2x the previous one's)
+#      would pass DEADLINE_AT (epoch seconds) is not tried, saying so.
 #   3. llama-1b at 32K with each sequence over 2 ranks sharing the GPU
 #      (ring): a rank's peak memory against one rank's.
 #   PARTS="1 2 3" (default); MAX_SEQ caps part 2 (default 2097152).
@@ -88,21 +92,24 @@ with open(path, "w") as f:
 PY
 }
 
-# One step (three, the last timed) of $1 at sequence $2 on $3 ranks with context parallelism $4; prints a line.
+# Steps of $1 at sequence $2 on $3 ranks with context parallelism $4, activation
+# checkpoints on the host when $5 is true (default); prints a line.
 long_run() {
-  local model=$1 seq=$2 ranks=$3 cp=$4 name="$1-$2-cp$4"
+  local model=$1 seq=$2 ranks=$3 cp=$4 host=${5:-true} name="$1-$2-cp$4"
+  local steps=2
+  [ "$seq" -gt 65536 ] && steps=1
   local cpjson=""
   [ "$cp" -gt 1 ] && cpjson="\"context_parallel\": {\"size\": $cp, \"method\": \"ring\"},"
   cat > "$work/$name.json" <<JSON
 {"train_batch_size": 1, "bf16": {"enabled": true}, $cpjson
  "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true}},
- "activation_checkpointing": {"cpu_checkpointing": true},
+ "activation_checkpointing": {"cpu_checkpointing": $host},
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}}
 JSON
   local tile=$((seq < 8192 ? seq : 8192))
   "$bin/stratum-run" --num_procs "$ranks" "$bin/stratum-train" --config "$work/$name.json" --model "$model" \
     --set max_seq_len="$seq" --set tiled_mlp_tokens="$tile" --set tiled_loss_tokens="$tile" \
-    --data "$work/long.txt" --cache-dir "$work/cache" --steps 3 --eval-every 0 --eval-fraction 0.02 \
+    --data "$work/long.txt" --cache-dir "$work/cache" --steps "$steps" --eval-every 0 --eval-fraction 0.02 \
     --sample-tokens 0 --print-every 1 --log-dir "$work/$name" > "$work/$name.log" 2>&1
   local rc=$?
   python3 - "$work/$name" "$model" "$seq" "$rc" "$cp" <<'PY'
@@ -119,6 +126,7 @@ if rc != 0 or not rows:
     print(f"{model:9s} seq {seq:>8d} cp {cp}: did not train (exit {rc})")
     sys.exit(1)
 r = rows[-1]
+open(f"{d}/step_seconds", "w").write(f"{seq / float(r['tokens_per_s']):.0f}\n")
 keys = {k: r.get(k, "") for k in ("tokens_per_s", "mfu", "memory_gib")}
 print(f"{model:9s} seq {seq:>8d} cp {cp}: " + ", ".join(f"{k} {v}" for k, v in keys.items() if v) +
       f", attention {attention:.0%} of the FLOPs, loss {r['loss']}")
@@ -128,12 +136,24 @@ PY
 if [[ " $parts " == *" 2 "* ]]; then
   echo "=== the longest sequence one GPU trains a step at ==="
   long_corpus "$work/long.txt" $((3 * max_seq * 2 + 4000000))
+  deadline=${DEADLINE_AT:-$(( $(date +%s) + 100000 ))}
   for model in llama-1b llama-8b; do
-    first=4096
-    [ "$model" = llama-8b ] && first=32768
-    seq=$first
+    first=4096 host=true
+    [ "$model" = llama-8b ] && first=32768 host=false
+    seq=$first predicted=0
+    [ "$model" = llama-8b ] && predicted=90  # its start-up and a step at 32K
     while [ "$seq" -le "$max_seq" ]; do
-      long_run "$model" "$seq" 1 1 || { tail -4 "$work/$model-$seq-cp1.log" | sed 's/^/  /'; break; }
+      if [ $(( $(date +%s) + predicted )) -gt "$deadline" ]; then
+        echo "$model seq $seq: not tried (predicted ${predicted} s, past this call's deadline)"
+        break
+      fi
+      t0=$(date +%s)
+      long_run "$model" "$seq" 1 1 "$host" || { tail -4 "$work/$model-$seq-cp1.log" | sed 's/^/  /'; break; }
+      # The next length: its start-up as this one's, its steps 4.2x as long (attention's S^2).
+      step_s=$(cat "$work/$model-$seq-cp1/step_seconds" 2>/dev/null || echo 0)
+      steps=2
+      [ $((seq * 2)) -gt 65536 ] && steps=1
+      predicted=$(( $(date +%s) - t0 + step_s * (42 * steps - 10 * (seq > 65536 ? 1 : 2)) / 10 ))
       seq=$((seq * 2))
     done
   done
