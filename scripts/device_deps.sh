@@ -48,9 +48,35 @@ for f in usr/include/nlohmann/json.hpp \
          usr/lib/x86_64-linux-gnu/cmake/GTest/GTestConfig.cmake; do
   [ -e "$deps/$f" ] || { log "expected $deps/$f after unpacking, not there"; exit 1; }
 done
-# The main job's corpus on GPUs (scripts/run_main.sh): Debian's linux-doc, kept
-# as its .deb (37 MB) for scripts/device_main_job.sh to unpack there.
-compgen -G "$deps/corpus/linux-doc-*.deb" >/dev/null ||
-  (mkdir -p "$deps/corpus" && cd "$deps/corpus" && apt-get download -q "$(apt-cache depends linux-doc |
-    sed -n 's/.*Depends: \(linux-doc-[0-9.]*\)$/\1/p' | head -1)" >&2)
+# The main job's corpus on GPUs (scripts/run_main.sh): the text documents of
+# Debian's linux-doc (its *.rst and *.txt, ungzipped, without translations:
+# what scripts/linux_docs_corpus.py reads), about 5 MB as .tar.xz in
+# .deps/corpus/, for scripts/device_main_job.sh to unpack where apt would
+# install them (the whole .deb, 37 MB, would not fit a call's 64 MiB).
+corpus=$deps/corpus/linux-doc-documents.tar.xz
+if [ ! -f "$corpus" ]; then
+  tmp=$(mktemp -d)
+  pkg=$(apt-cache depends linux-doc | sed -n 's/.*Depends: \(linux-doc-[0-9.]*\)$/\1/p' | head -1)
+  (cd "$tmp" && apt-get download -q "$pkg" >&2) && dpkg -x "$tmp"/"$pkg"_*.deb "$tmp/root"
+  python3 - "$tmp/root" "$tmp/docs" <<'PY'
+import glob, gzip, os, shutil, sys
+src_root, dst_root = sys.argv[1], sys.argv[2]
+for doc in glob.glob(src_root + "/usr/share/doc/linux-doc-*/Documentation"):
+    rel_doc = os.path.relpath(doc, src_root)
+    for root, dirs, files in os.walk(doc):
+        dirs[:] = [d for d in dirs if not (root == doc and d == "translations")]
+        for name in files:
+            path = os.path.join(root, name)
+            plain = name[:-3] if name.endswith(".gz") else name
+            if os.path.islink(path) or not (plain.endswith(".rst") or plain.endswith(".txt")):
+                continue
+            out = os.path.join(dst_root, rel_doc, os.path.relpath(os.path.join(root, plain), doc))
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with (gzip.open if name.endswith(".gz") else open)(path, "rb") as f, open(out, "wb") as g:
+                shutil.copyfileobj(f, g)
+PY
+  mkdir -p "$deps/corpus"
+  tar -C "$tmp/docs" -cf - usr | xz -6 -T0 > "$corpus"
+  rm -rf "$tmp"
+fi
 log "ready: $(ls "$debs" | tr '\n' ' ')($(du -sh "$deps" | cut -f1) in $deps)"

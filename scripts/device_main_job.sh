@@ -3,17 +3,17 @@
 # "stratum-train stratum-run"` (build-device/): the README's main job as a GPU
 # machine runs it (scripts/run_main.sh: gpt2-38m-bytes, bf16, ZeRO-2, 3000
 # steps on the Linux kernel's documentation), then its eval losses, the best
-# and the last. The device machine has no package registry, so Debian's
-# linux-doc travels as its .deb in .deps/corpus/ (scripts/device_deps.sh
-# fetches it) and is unpacked where apt would install it.
+# and the last. The device machine has no package registry, so linux-doc's
+# text documents travel as .deps/corpus/linux-doc-documents.tar.xz
+# (scripts/device_deps.sh makes it) and are unpacked where apt puts them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if ! compgen -G "/usr/share/doc/linux-doc-*/Documentation" >/dev/null; then
-  deb=$(compgen -G ".deps/corpus/linux-doc-*.deb" | tail -1) ||
-    { echo "device_main_job: no linux-doc installed and no .deps/corpus/linux-doc-*.deb to unpack" >&2; exit 1; }
-  dpkg -x "$deb" /
+  [ -f .deps/corpus/linux-doc-documents.tar.xz ] ||
+    { echo "device_main_job: no linux-doc installed and no .deps/corpus/linux-doc-documents.tar.xz" >&2; exit 1; }
+  tar -C / -xJf .deps/corpus/linux-doc-documents.tar.xz
 fi
 log=${OUT:-/tmp}/main_job.log
 start=$(date +%s)
