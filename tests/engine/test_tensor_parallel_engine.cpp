@@ -59,6 +59,7 @@ struct Layout {
   double dropout = 0, attention_dropout = 0;
   bool checkpointing = false;  // the activation_checkpointing section
   std::string order = "tp-dp-pp";  // topology.order
+  int tiled_mlp = 0, tiled_loss = 0;  // the model's tiled_mlp_tokens, tiled_loss_tokens (0: off)
 };
 
 std::string config_json(const Layout& l) {
@@ -84,7 +85,9 @@ models::ModelConfig model_config(const std::string& arch, const Layout& l = {}) 
                                     {"max_seq_len", std::to_string(kSeq)},
                                     {"vocab_size", "300"},
                                     {"dropout", c10::str(l.dropout)},
-                                    {"attention_dropout", c10::str(l.attention_dropout)}});
+                                    {"attention_dropout", c10::str(l.attention_dropout)},
+                                    {"tiled_mlp_tokens", std::to_string(l.tiled_mlp)},
+                                    {"tiled_loss_tokens", std::to_string(l.tiled_loss)}});
 }
 
 std::string describe(const std::string& arch, const Layout& l) {
@@ -92,12 +95,14 @@ std::string describe(const std::string& arch, const Layout& l) {
          " zero " + std::to_string(l.zero) + (l.offload ? " offload" : "") + " " + l.precision + " " + l.optimizer +
          (l.dropout > 0 ? " dropout " + c10::str(l.dropout) : "") +
          (l.attention_dropout > 0 ? " attention dropout " + c10::str(l.attention_dropout) : "") +
-         (l.checkpointing ? " checkpointed" : "");
+         (l.checkpointing ? " checkpointed" : "") +
+         (l.tiled_loss ? " tiled mlp " + std::to_string(l.tiled_mlp) + " loss " + std::to_string(l.tiled_loss) : "");
 }
 
 struct TrainRun {
   std::vector<double> losses, grad_norms;
   std::map<std::string, at::Tensor> weights;  // this rank's parameters by name, fp32
+  int64_t head_output_dims = -1;  // the stack's output given targets: 0 when the head took the loss itself
 };
 
 // Step s's global batch of kSeq + 1 tokens a row.
@@ -128,6 +133,13 @@ TrainRun train(const std::string& arch, const Layout& l, const std::shared_ptr<d
     save_checkpoint(engine.core(), span.save_dir, "step" + std::to_string(span.first + span.steps), {});
   engine.core().sync_params();
   for (auto& p : model->named_parameters()) run.weights[p.key()] = p.value().detach().to(at::kFloat).clone();
+  {
+    c10::AutoGradMode no_grad(false);
+    const at::Tensor t = step_tokens(0, 1);
+    model->set_stage_targets(t.narrow(1, 1, kSeq));
+    run.head_output_dims = model->run(model->stack_input(t.narrow(1, 0, kSeq)), 0, model->size()).dim();
+    model->set_stage_targets({});
+  }
   return run;
 }
 
@@ -179,6 +191,38 @@ TEST(TensorParallelEngine, TensorParallel_MatchesSingleProcess_Fp32) {
         expect_same_training(arch, l, train(arch, l, group), ref, 1e-5, 1e-5, kWeightTol, tp_rank_in(group, tp));
       }
     }
+  }
+}
+
+// The MLP and the LM head's loss tiled along the sequence under tensor
+// parallelism (tiled_mlp_tokens, tiled_loss_tokens: the loss over this
+// rank's vocabulary columns a tile at a time, reduced over the group), with
+// and without sequence parallelism, at ZeRO-0 and ZeRO-3 and with activation
+// checkpointing, tied (GPT-2) and untied (LLaMA) heads: the untiled single
+// process's training within the tolerances above; the head really returned
+// the loss (no logits).
+TEST(TensorParallelEngine, TiledMlpAndLossMatchSingleProcess) {
+  for (const std::string arch : {"gpt2", "llama"}) {
+    const TrainRun ref = train_reference(arch, Layout{});
+    auto group = groups_of(2);
+    for (bool sp : {false, true})
+      for (int zero : {0, 3})
+        for (bool checkpointing : {false, true}) {
+          if (checkpointing && zero == 3) continue;
+          Layout l;
+          l.tp = 2;
+          l.sequence_parallel = sp;
+          l.zero = zero;
+          l.checkpointing = checkpointing;
+          l.tiled_mlp = 3;
+          l.tiled_loss = 5;
+          const TrainRun got = train(arch, l, group, Span{0, 8});
+          TrainRun want = ref;
+          want.losses.resize(8);
+          want.grad_norms.resize(8);
+          expect_same_training(arch, l, got, want, 1e-5, 1e-5, /*weight_tol=*/0, tp_rank_in(group, 2));
+          EXPECT_EQ(got.head_output_dims, 0) << describe(arch, l);
+        }
   }
 }
 

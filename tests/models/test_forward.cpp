@@ -315,6 +315,15 @@ TEST(TiledModel, LlamaAndGpt2MatchUntiledLossAndGradients) {
       EXPECT_NEAR(tiled->forward(tokens, targets).item<double>(), want.item<double>(),
                   1e-5 * std::abs(want.item<double>()));
       EXPECT_EQ(tiled->logits(tokens).dim(), 3);
+      // A pipeline's last stage: given the targets, the stack's output is the
+      // tiled loss itself, which loss() passes through; without them, logits.
+      tiled->set_stage_targets(targets);
+      const at::Tensor staged = tiled->run(tokens, 0, tiled->size());
+      EXPECT_EQ(staged.dim(), 0);
+      EXPECT_NEAR(tiled->loss(staged, targets).item<double>(), want.item<double>(),
+                  1e-5 * std::abs(want.item<double>()));
+      tiled->set_stage_targets({});
+      EXPECT_EQ(tiled->run(tokens, 0, tiled->size()).dim(), 3);
     }
 }
 

@@ -143,6 +143,7 @@ StageHead stage_head(const std::shared_ptr<Model>& model) {
   if constexpr (std::is_base_of_v<models::CausalLMImpl, Model>) {
     head.input = [m](const at::Tensor& tokens) { return m->stack_input(tokens); };
     head.logits = [m](const at::Tensor& out, int64_t length) { return m->logits_of_output(out, length); };
+    head.targets = [m](const at::Tensor& labels) { m->set_stage_targets(labels); };
   }
   return head;
 }

@@ -385,6 +385,7 @@ at::Tensor PipelineStages::forward(int micro, int chunk, const at::Tensor& input
   const int vs = chunk * stages_ + stage_;
   const bool first = vs == 0, last = vs == stages_ * chunks_ - 1;
   nn::SequenceLayoutScope packed(micro_layout_slot(micro), micro_layout_slot(micro) ? layouts_[micro] : std::nullopt);
+  if (last && head_.targets) head_.targets(mode_ == Mode::logits ? at::Tensor() : batches_.at(micro).labels);
   if (mode_ != Mode::train) {  // forwards alone, without autograd (run_forwards)
     at::Tensor out = model_->run(first ? batches_.at(micro).inputs : input, partition_.begin(vs), partition_.end(vs));
     if (!last) return out;
@@ -449,6 +450,9 @@ at::Tensor PipelineStages::backward(int micro, int chunk, const at::Tensor& outp
   ++passes_;
   // The backward recomputes checkpointed layers: the micro-batch's packed layout again.
   nn::SequenceLayoutScope packed(micro_layout_slot(micro), micro_layout_slot(micro) ? layouts_[micro] : std::nullopt);
+  // A recomputed head takes its loss against this micro-batch's labels again
+  // (other micro-batches' forwards may have run on this stage since).
+  if (vs == stages_ * chunks_ - 1 && head_.targets) head_.targets(batches_.at(micro).labels);
   if (input_only) {
     // B: the weight GEMMs queue for W; the window closes after the last W.
     nn::DeferredWeightGrads& queue = deferred_[{micro, chunk}];

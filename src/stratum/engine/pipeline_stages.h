@@ -83,6 +83,11 @@ using StageLoss = std::function<at::Tensor(const at::Tensor& output, const at::T
 // What the ends of the pipeline make of the model's tokens and output.
 struct StageHead {
   StageLoss loss;
+  // Optional: the labels of the micro-batch the last stage runs next
+  // (undefined: generation's logits). A head that takes the loss inside its
+  // own layer (the tiled loss, nn/tiled_lm_loss.h) then outputs the loss,
+  // and `loss` passes it through: no [tokens, vocab] logits on the stage.
+  std::function<void(const at::Tensor& labels)> targets;
   // Generation (optional): the stack's input from tokens [B, T] on the first
   // stage (sequence parallelism pads them), and on the last the whole logits
   // [B, length, vocab] from the stack's output (gathered over tensor parallelism).

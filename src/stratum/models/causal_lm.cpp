@@ -66,9 +66,18 @@ at::Tensor CausalLMImpl::logits(const at::Tensor& tokens) {
   return logits_of_output(nn::LayerStackImpl::forward(stack_input(tokens)), tokens.size(1));
 }
 
+void CausalLMImpl::set_stage_targets(const at::Tensor& targets) {
+  nn::LMHeadLayer* head = tiled_head();
+  if (!head) return;
+  // Sequence parallelism: the stage's input was padded (stack_input); the padding is ignored.
+  const int64_t pad = targets.defined() ? sequence_padding(tp_, targets.size(-1)) : 0;
+  head->set_loss_targets(pad ? at::constant_pad_nd(targets, {0, pad}, -100) : targets);
+}
+
 at::Tensor CausalLMImpl::loss(const at::Tensor& output, const at::Tensor& targets) {
-  // A pipeline's last stage: its head has produced the logits already (the
-  // tiled loss runs only within forward(tokens, targets)).
+  // A pipeline's last stage: its head has produced the logits, or the tiled
+  // loss when set_stage_targets gave it the targets.
+  if (output.dim() == 0 && tiled_head()) return output;
   if (!tp_.enabled()) return causal_lm_loss(output, targets);
   return nn::tp::vocab_parallel_cross_entropy(output, targets, vocab_, tp_);
 }
@@ -91,15 +100,14 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& tar
     if (targets.sizes() != tokens.sizes())
       throw Error("causal_lm_loss: targets " + c10::str(targets.sizes()) + " do not match tokens " +
                   c10::str(tokens.sizes()));
-    head->set_loss_targets(targets);
-    at::Tensor loss = nn::LayerStackImpl::forward(tokens);
+    set_stage_targets(targets);
+    at::Tensor loss = nn::LayerStackImpl::forward(stack_input(tokens));
     if (!c10::GradMode::is_enabled()) head->set_loss_targets({});  // no backward can run the head again
     return loss;
   }
   // The logits live only here: their gradient takes their place.
   if (!tp_.enabled()) return next_token_loss(logits(tokens), targets, /*consume=*/true);
-  // Under tensor parallelism the loss stays vocabulary-parallel over the
-  // head's logit shards (tiled_loss_tokens is not applied).
+  // Under tensor parallelism the loss is vocabulary-parallel over the head's logit shards.
   check_tokens(config_, tokens);
   if (const int64_t pad = sequence_padding(tp_, tokens.size(1)))
     return nn::tp::vocab_parallel_cross_entropy(

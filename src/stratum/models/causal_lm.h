@@ -47,13 +47,19 @@ class CausalLMImpl : public nn::LayerStackImpl, public nn::tp::ShardedModule, pu
   // tensor parallelism the vocabulary-parallel loss of the stack's logit
   // shards, the same on every rank of the group. Under sequence parallelism a
   // length the group does not divide is padded on the right and the padding
-  // ignored (logits: dropped). With tiled_loss_tokens (no tensor
-  // parallelism, a plain head weight) the head computes the loss itself a
-  // tile at a time, never holding [B, T, vocab] logits (nn/tiled_lm_loss.h).
+  // ignored (logits: dropped). With tiled_loss_tokens (a plain head weight)
+  // the head computes the loss itself a tile at a time, never holding
+  // [B, T, vocab] logits (nn/tiled_lm_loss.h), nor their vocabulary shards
+  // under tensor parallelism (nn/tensor_parallel/tiled_vocab_loss.h).
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& targets);
   // That loss from the stack's output (a pipeline's last stage): the logits,
-  // or under tensor parallelism this rank's vocabulary shard of them.
+  // or under tensor parallelism this rank's vocabulary shard of them, or,
+  // after set_stage_targets, the tiled loss itself (passed through).
   at::Tensor loss(const at::Tensor& output, const at::Tensor& targets);
+  // A pipeline's last stage, before it runs the head for `targets` (undefined:
+  // for logits): with tiled_loss_tokens the head then returns the loss of its
+  // output against them, a tile at a time, as forward(tokens, targets) does.
+  void set_stage_targets(const at::Tensor& targets);
   // [B, T, vocab] in the model's dtype (gathered over the tensor-parallel
   // group, padding dropped). T may not exceed max_seq_len.
   at::Tensor logits(const at::Tensor& tokens);

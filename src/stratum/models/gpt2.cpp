@@ -107,7 +107,7 @@ std::shared_ptr<CausalLMImpl> construct_gpt2(const ModelConfig& c, const nn::tp:
   model->append(std::make_shared<GPT2FinalNorm>(c, device), "transformer");
   auto head = c.tie_embeddings ? std::make_shared<nn::LMHeadLayer>(embedding->wte.ptr(), tp)
                                 : std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp, device);
-  head->set_loss_tiling(c.tiled_loss_tokens);
+  head->set_loss_tiling(c.tiled_loss_tokens, model->vocab_shard());
   model->append(head, "");
   return model;
 }

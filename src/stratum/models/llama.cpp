@@ -142,7 +142,7 @@ std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& c, const nn::tp
   model->append(std::make_shared<LlamaFinalNorm>(c, device), "model");
   auto head = c.tie_embeddings ? std::make_shared<nn::LMHeadLayer>(embedding->embed_tokens.ptr(), tp)
                                 : std::make_shared<nn::LMHeadLayer>(c.hidden, model->vocab_shard().rows, tp, device);
-  head->set_loss_tiling(c.tiled_loss_tokens);
+  head->set_loss_tiling(c.tiled_loss_tokens, model->vocab_shard());
   model->append(head, "");
   return model;
 }

@@ -4,6 +4,7 @@
 
 #include "stratum/nn/linear.h"
 #include "stratum/nn/tensor_parallel/layers.h"
+#include "stratum/nn/tensor_parallel/tiled_vocab_loss.h"
 #include "stratum/nn/tiled_lm_loss.h"
 
 namespace stratum::nn {
@@ -19,14 +20,25 @@ LMHeadLayer::LMHeadLayer(int64_t hidden, int64_t vocab_rows, tp::TensorParallel 
 const at::Tensor& LMHeadLayer::weight() const { return embedding_ ? embedding_->weight : lm_head_->weight; }
 
 bool LMHeadLayer::loss_tiled() const {
-  return loss_tile_rows_ > 0 && !tp_.enabled() && (embedding_ || !(lm_head_->has_lora() || lm_head_->nf4_base));
+  return loss_tile_rows_ > 0 && (embedding_ || !(lm_head_->has_lora() || lm_head_->nf4_base));
+}
+
+bool LMHeadLayer::targets_fit(const at::Tensor& x) const {
+  if (x.dim() < 1 || x.dim() != loss_targets_.dim() + 1) return false;
+  if (x.sizes().slice(0, x.dim() - 1) == loss_targets_.sizes()) return true;
+  // Sequence parallelism: x is this rank's slice of the sequence (dimension 1 of [B, T, C]).
+  return tp_.enabled() && tp_.sequence_parallel && x.dim() == 3 && x.size(0) == loss_targets_.size(0) &&
+         x.size(1) * tp_.size() == loss_targets_.size(1);
 }
 
 at::Tensor LMHeadLayer::forward(const at::Tensor& x) {
   const at::Tensor& w = weight();
-  if (loss_targets_.defined() && loss_tiled() && x.dim() >= 1 &&
-      x.sizes().slice(0, x.dim() - 1) == loss_targets_.sizes())
-    return nn::tiled_lm_head_loss(x, w, loss_targets_, /*ignore_index=*/-100, loss_tile_rows_);
+  if (loss_targets_.defined() && loss_tiled() && targets_fit(x)) {
+    if (!tp_.enabled()) return nn::tiled_lm_head_loss(x, w, loss_targets_, /*ignore_index=*/-100, loss_tile_rows_);
+    return tp::through_region(x, tp_, [&](const at::Tensor& in) {
+      return tp::tiled_vocab_parallel_lm_loss(in, w, loss_targets_, vocab_, tp_, loss_tile_rows_);
+    });
+  }
   // A shard's rows are a multiple of 64 already (nn::tp::padded_vocab_size).
   return tp_.enabled() ? tp::column_parallel_linear(x, w, at::Tensor(), tp_) : nn::linear_padded_rows(x, w);
 }
