@@ -16,7 +16,7 @@
 #      docs/benchmarks.md (python3 bench/report.py).
 #   3. The experts' GEMMs alone at both shapes (bench_moe_gemm): the grouped
 #      GEMM (ATen's _grouped_mm) against a loop of one GEMM per expert.
-#   PARTS="1 2 3" (default).
+#   PARTS="1 2 3" (default); SCENARIOS picks part 2's scenarios (default both).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -63,7 +63,8 @@ fi
 
 if [[ " $parts " == *" 2 "* ]]; then
   echo "=== throughput: Stratum against transformers' MoE models (bench/run_matrix.sh) ==="
-  bash bench/run_matrix.sh 1gpu-moe-mixtral 1gpu-moe-qwen3 2>&1 | tail -20
+  # shellcheck disable=SC2086
+  bash bench/run_matrix.sh ${SCENARIOS:-1gpu-moe-mixtral 1gpu-moe-qwen3} 2>&1 | tail -20
 fi
 
 if [[ " $parts " == *" 3 "* ]]; then
