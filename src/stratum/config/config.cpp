@@ -139,6 +139,7 @@ Config Config::from_json(const nlohmann::json& json, const std::string& source) 
   config::parse_flops_profiler(root, c);
   config::parse_lora(root, c);
   config::parse_moe(root, c);
+  config::parse_fp8(root, c);
   parse_top_level_unsupported(root);
   parse_top_level_noted(root);
   // JSON has no comments; "_comment"-style keys are the convention for them.

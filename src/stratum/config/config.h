@@ -43,6 +43,7 @@ struct Config {
   config::FlopsProfilerConfig flops_profiler;
   config::LoraConfig lora;
   config::MoeConfig moe;
+  config::Fp8Config fp8;
   config::CheckpointConfig checkpoint;
   std::optional<int64_t> steps_per_print;
   bool wall_clock_breakdown = false;

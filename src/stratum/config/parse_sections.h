@@ -14,6 +14,7 @@ void parse_diagnostics(KeyReader& root, Config& config);  // comms_logger, monit
 void parse_flops_profiler(KeyReader& root, Config& config);  // flops_profiler
 void parse_lora(KeyReader& root, Config& config);       // lora (after the precision sections)
 void parse_moe(KeyReader& root, Config& config);        // moe
+void parse_fp8(KeyReader& root, Config& config);        // fp8 (after the precision and parallel sections)
 void check_cross_field_rules(const Config& config, Diagnostics& diag);
 // The pipeline's share of them (what its engine cannot do).
 void check_pipeline_rules(const Config& config, Diagnostics& diag);

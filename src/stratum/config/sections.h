@@ -281,6 +281,23 @@ const char* lora_base_dtype_name(LoraBaseDType d);
 // not one (vocabulary-parallel; peft's "all-linear" leaves it out too).
 const std::vector<std::string>& lora_target_names(const std::string& arch);
 
+// --- fp8 (Stratum's section) ----------------------------------------------------------------
+// The attention and MLP projections' GEMMs in FP8 (nn/float8/, docs/fp8.md):
+// forward and both backward GEMMs through ATen's _scaled_mm, bf16 out.
+// tensorwise: one scale a tensor from its current amax (e4m3 forward
+// operands, e5m2 gradients); rowwise: one scale a row along the contraction
+// axis, powers of two, e4m3 everywhere; blockwise (1x128 / 128x128) is refused.
+enum class Fp8Recipe { tensorwise, rowwise, blockwise };
+const char* fp8_recipe_name(Fp8Recipe r);
+struct Fp8Config {
+  bool enabled = false;
+  Fp8Recipe recipe = Fp8Recipe::tensorwise;
+  // Layers kept in bf16: a pattern matches a projection's full name
+  // ("layers.0.attn.c_attn") or its last parts ("c_attn", "attn.c_proj",
+  // "0.mlp.down_proj"); "*" matches any run of characters.
+  std::vector<std::string> exclude;
+};
+
 // --- checkpoint (DeepSpeed's section; "async" is Stratum's key) -------------------
 struct CheckpointConfig {
   // A save blocks the step only while each rank's states are copied into host

@@ -39,6 +39,7 @@
 #include "stratum/distributed/process_grid.h"
 #include "stratum/engine/context_shard.h"
 #include "stratum/engine/engine_core.h"
+#include "stratum/engine/float8_setup.h"
 #include "stratum/engine/flops_profiler.h"
 #include "stratum/engine/layer_runner.h"
 #include "stratum/engine/pipeline_stages.h"
@@ -338,6 +339,7 @@ template <class Model>
 Engine<Model> initialize_core(const Config& config, std::shared_ptr<Model> model,
                               std::shared_ptr<distributed::Communicator> dp, c10::Device device,
                               std::optional<ModelParallelPlace> model_parallel) {
+  check_float8_device(config, device);  // before any collective: every rank refuses alike
   if (!model_parallel && tensor_parallel_size(*model) > 1)
     throw ConfigError(config.source, {"tensor_parallel.autotp_size: " + std::to_string(config.tensor_parallel.size) +
                                       " but the model is sharded over " + std::to_string(tensor_parallel_size(*model)) +
@@ -383,6 +385,7 @@ Engine<Model> initialize_core(const Config& config, std::shared_ptr<Model> model
   if (outline) core->attach_flops_profiler(std::move(*outline));
   if (frozen_units) core->attach_frozen_units(std::move(frozen_units));
   attach_moe_routing(*core, stack);
+  attach_float8(config, *model, *core);
   auto guard = install_layer_runner(stack, *core, config);
   return Engine<Model>(std::move(model), std::move(core), std::move(guard));
 }

@@ -24,6 +24,10 @@
 
 namespace stratum::nn {
 
+namespace float8 {
+class Float8Projection;
+}
+
 // q: [B, heads, T, D]; k, v: [B, kv_heads, T, D] with heads % kv_heads == 0.
 // Query head h attends with k/v head h / (heads / kv_heads) (HF's repeat_kv).
 // Dropout on the attention weights when dropout_p > 0. With `rows` (packed
@@ -43,6 +47,8 @@ class FusedQKVAttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
 
   Linear c_attn{nullptr}, c_proj{nullptr};
+  // Set (models/float8_layers.h): that projection's GEMMs in FP8; null: bf16.
+  std::shared_ptr<float8::Float8Projection> c_attn_fp8, c_proj_fp8;
   int64_t heads;  // this rank's
   double dropout, residual_dropout;
   tp::TensorParallel tp;
@@ -59,6 +65,8 @@ class GroupedQueryAttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
 
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  // Set (models/float8_layers.h): q/k/v's stacked GEMM, o_proj's, in FP8; null: bf16.
+  std::shared_ptr<float8::Float8Projection> qkv_fp8, o_proj_fp8;
   std::shared_ptr<RMSNormImpl> q_norm, k_norm;  // null without qk_norm
   int64_t heads, kv_heads, head_dim;  // this rank's heads
   double dropout;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "stratum/core/error.h"
+#include "stratum/nn/float8/float8_linear.h"
 #include "stratum/nn/linear.h"
 #include "stratum/nn/lora_linear.h"
 #include "stratum/nn/tensor_parallel/layers.h"
@@ -286,6 +287,7 @@ bool GeluMLPImpl::tiled() const {
 }
 
 at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
+  if (c_fc_fp8 || c_proj_fp8) return forward_float8(x);
   if (c_fc->has_lora() || c_proj->has_lora() || c_fc->nf4_base || c_proj->nf4_base) return forward_with_adapters(x);
   // Under tensor parallelism both GEMMs run on this rank's columns of the
   // inner width, as one function; c_proj's bias comes after the group's sum.
@@ -302,6 +304,16 @@ at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
                       tile_tokens);
   });
   const at::Tensor y = tp.enabled() ? tp::leave_region(partial, tp) + c_proj->bias : partial;
+  return is_training() ? tp::dropout_outside_region(y, dropout, tp) : y;
+}
+
+// FP8 layers run apart (no fused GELU epilogue): each GEMM in FP8 or bf16 as set.
+at::Tensor GeluMLPImpl::forward_float8(const at::Tensor& x) {
+  const at::Tensor h = c_fc_fp8 ? float8::float8_linear(x, {c_fc->weight}, c_fc->bias, *c_fc_fp8)
+                                : nn::linear(x, c_fc->weight, c_fc->bias);
+  const at::Tensor act = at::gelu(h, "tanh");
+  const at::Tensor y = c_proj_fp8 ? float8::float8_linear(act, {c_proj->weight}, c_proj->bias, *c_proj_fp8)
+                                  : nn::linear(act, c_proj->weight, c_proj->bias);
   return is_training() ? tp::dropout_outside_region(y, dropout, tp) : y;
 }
 
@@ -335,6 +347,7 @@ bool SwiGLUMLPImpl::tiled() const {
 }
 
 at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
+  if (gate_up_fp8 || down_proj_fp8) return forward_float8(x);
   if (tiled()) {
     // The whole MLP a tile at a time (this rank's shard under tensor parallelism).
     SwiGLUMLPImpl* self = this;
@@ -379,6 +392,16 @@ at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
   return tp::leave_region(recompute_activation ? nn::swiglu_linear(gate_up, down_proj->weight)
                                                : nn::linear(nn::swiglu(gate_up), down_proj->weight),
                           tp);
+}
+
+// FP8 layers: gate/up as one GEMM, SwiGLU between, down; each in FP8 or bf16 as set.
+at::Tensor SwiGLUMLPImpl::forward_float8(const at::Tensor& x) {
+  const at::Tensor gate_up = gate_up_fp8 ? float8::float8_linear(x, {gate_proj->weight, up_proj->weight},
+                                                                 at::Tensor(), *gate_up_fp8)
+                                         : nn::linear_stacked(x, {gate_proj->weight, up_proj->weight});
+  const at::Tensor act = nn::swiglu(gate_up);
+  return down_proj_fp8 ? float8::float8_linear(act, {down_proj->weight}, at::Tensor(), *down_proj_fp8)
+                       : nn::linear(act, down_proj->weight);
 }
 
 }  // namespace stratum::nn

@@ -24,6 +24,10 @@
 
 namespace stratum::nn {
 
+namespace float8 {
+class Float8Projection;
+}
+
 // silu(gate) * up for gate_up = [..., 2F] (gate first, as linear_stacked
 // returns it): [..., F]. Saves only gate_up for backward (autograd's chain
 // kept silu(gate) as well) and returns the gradient as one [..., 2F] tensor.
@@ -62,6 +66,9 @@ class GeluMLPImpl : public torch::nn::Module {
   bool tiled() const;
 
   Linear c_fc{nullptr}, c_proj{nullptr};
+  // Set (models/float8_layers.h): that layer's GEMMs in FP8 (the layers then
+  // run apart, GELU between them); null: bf16.
+  std::shared_ptr<float8::Float8Projection> c_fc_fp8, c_proj_fp8;
   double dropout;
   bool recompute_activation;
   tp::TensorParallel tp;
@@ -69,6 +76,7 @@ class GeluMLPImpl : public torch::nn::Module {
 
  private:
   at::Tensor forward_with_adapters(const at::Tensor& x);
+  at::Tensor forward_float8(const at::Tensor& x);
 };
 
 class SwiGLUMLPImpl : public torch::nn::Module {
@@ -81,9 +89,14 @@ class SwiGLUMLPImpl : public torch::nn::Module {
   bool tiled() const;
 
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  // Set (models/float8_layers.h): gate/up's stacked GEMM, down_proj's, in FP8; null: bf16.
+  std::shared_ptr<float8::Float8Projection> gate_up_fp8, down_proj_fp8;
   bool recompute_activation;
   tp::TensorParallel tp;
   int64_t tile_tokens = 0;  // 0: untiled
+
+ private:
+  at::Tensor forward_float8(const at::Tensor& x);
 };
 
 }  // namespace stratum::nn

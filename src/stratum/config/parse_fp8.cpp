@@ -1,0 +1,70 @@
+// The "fp8" section: FP8 GEMMs for the attention and MLP projections. What
+// the config alone can tell is checked here (bf16, the recipe, the layouts
+// the FP8 layers do not compose with yet); the device (a CUDA GPU of compute
+// capability >= 8.9) is checked when the engine starts (models/float8_layers.h).
+#include "stratum/config/parse_sections.h"
+#include "stratum/core/error.h"
+
+namespace stratum::config {
+
+const char* fp8_recipe_name(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::tensorwise: return "tensorwise";
+    case Fp8Recipe::rowwise: return "rowwise";
+    case Fp8Recipe::blockwise: return "blockwise";
+  }
+  return "?";
+}
+
+namespace {
+
+// Layouts the FP8 layers are not built for: refused rather than run in bf16.
+void check_fp8_composition(const Config& c, Diagnostics& diag) {
+  const std::string why = " (not built yet; docs/fp8.md lists what composes)";
+  if (!c.bf16.enabled)
+    diag.error("fp8.enabled", std::string("needs bf16 training (the FP8 GEMMs take and give bf16), but training runs "
+                                          "in ") +
+                                  (c.fp16.enabled ? "fp16" : "fp32") + "; enable the bf16 section");
+  if (c.tensor_parallel.size > 1)
+    diag.error("fp8.enabled", "with tensor_parallel.autotp_size " + std::to_string(c.tensor_parallel.size) +
+                                  ": FP8 layers under tensor parallelism (amax reduced over the group) are not "
+                                  "built yet; use autotp_size 1 or turn fp8 off");
+  if (c.pipeline.stages > 1)
+    diag.error("fp8.enabled", "with pipeline.stages " + std::to_string(c.pipeline.stages) +
+                                  ": FP8 layers in pipeline stages are not built yet" + why);
+  if (c.zero_optimization.stage == 3)
+    diag.error("fp8.enabled", "with zero_optimization.stage 3: the FP8 weight cache would keep every layer's "
+                              "whole weight, and the FP8 all-gather is not built yet; use stage 0, 1 or 2");
+  if (c.lora.enabled)
+    diag.error("fp8.enabled", "with a lora section: FP8 layers with adapters or NF4 bases are not built yet" + why);
+  if (c.moe.present)
+    diag.error("fp8.enabled", "with a moe section: FP8 layers in a mixture of experts are not built yet" + why);
+}
+
+}  // namespace
+
+void parse_fp8(KeyReader& root, Config& config) {
+  KeyReader fp8 = root.child("fp8");
+  if (!fp8.present()) return;
+  Fp8Config& f = config.fp8;
+  Diagnostics& diag = fp8.diagnostics();
+  f.enabled = fp8.get_bool("enabled", false);
+  const std::string recipe = fp8.get_enum("recipe", "tensorwise", {"tensorwise", "rowwise", "blockwise"});
+  f.recipe = recipe == "rowwise" ? Fp8Recipe::rowwise : recipe == "blockwise" ? Fp8Recipe::blockwise : Fp8Recipe::tensorwise;
+  f.exclude = fp8.get_string_list("exclude");
+  for (size_t i = 0; i < f.exclude.size(); ++i)
+    if (f.exclude[i].empty() || f.exclude[i].front() == '.' || f.exclude[i].back() == '.')
+      diag.error(fp8.path_of("exclude") + "[" + std::to_string(i) + "]",
+                 "\"" + f.exclude[i] + "\" is not a layer name pattern (\"c_attn\", \"attn.c_proj\", "
+                 "\"layers.0.mlp.*\")");
+  fp8.finish();
+  if (!f.enabled) return;
+  if (f.recipe == Fp8Recipe::blockwise)
+    diag.error(fp8.path_of("recipe"),
+               "\"blockwise\" (1x128 activation, 128x128 weight blocks) is not implemented in Stratum yet (torch "
+               "2.11's _scaled_mm takes such scales only on Hopper with CUDA >= 12.9 and without fast "
+               "accumulation; no Stratum path builds them); use \"tensorwise\" or \"rowwise\"");
+  check_fp8_composition(config, diag);
+}
+
+}  // namespace stratum::config

@@ -1,0 +1,56 @@
+#include "stratum/engine/float8_setup.h"
+
+#include "stratum/core/error.h"
+#include "stratum/engine/engine_core.h"
+#include "stratum/models/float8_layers.h"
+#include "stratum/nn/float8/device_support.h"
+
+namespace stratum::engine_detail {
+namespace {
+
+// After each optimizer step: the step's FP8 casts checked, then the weights'
+// FP8 copies invalidated (the next micro-batch casts the updated weights).
+class Float8StepObserver : public StepObserver {
+ public:
+  explicit Float8StepObserver(std::shared_ptr<nn::float8::WeightCache> cache) : cache_(std::move(cache)) {}
+  void before_backward(double) override {}
+  void after_step(bool) override {
+    cache_->invalidate();  // first: the next step recasts even if the check throws
+    cache_->check_finite();
+  }
+
+ private:
+  std::shared_ptr<nn::float8::WeightCache> cache_;
+};
+
+}  // namespace
+
+void check_float8_device(const Config& config, c10::Device device) {
+  if (!config.fp8.enabled) return;
+  const std::string why = nn::float8::unsupported_reason(device);
+  if (!why.empty())
+    throw ConfigError(config.source, {"fp8.enabled: " + why + "; remove the fp8 section (or set enabled false) to "
+                                      "train in bf16"});
+}
+
+void attach_float8(const Config& config, torch::nn::Module& model, EngineCore& core) {
+  if (!config.fp8.enabled) return;
+  models::Float8Layers layers;
+  try {
+    layers = models::apply_float8(model, models::fp8_recipe(config.fp8), config.fp8.exclude);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ConfigError(config.source, {e.what()});
+  }
+  if (layers.fp8.empty())
+    throw ConfigError(config.source, {"fp8.enabled: no attention or MLP projection of the model runs in FP8 (" +
+                                      std::to_string(layers.excluded.size()) +
+                                      " excluded by fp8.exclude); FP8 applies to the built-in blocks' projections"});
+  if (core.step_observer())
+    throw ConfigError(config.source, {"fp8.enabled: the engine already follows the step for the model (a mixture "
+                                      "of experts' routing); FP8 with it is not built"});
+  core.attach_step_observer(std::make_shared<Float8StepObserver>(layers.cache));
+}
+
+}  // namespace stratum::engine_detail

@@ -1,0 +1,28 @@
+#pragma once
+// The config's "fp8" section at engine start: the device checked before any
+// collective (a CUDA GPU of compute capability >= 8.9, else a ConfigError
+// naming fp8.enabled and why), then the model's projections given FP8 GEMMs
+// (models/float8_layers.h) and the weight cache tied to the optimizer step.
+#include <c10/core/Device.h>
+#include <torch/nn/module.h>
+
+#include "stratum/config/config.h"
+
+namespace stratum {
+
+class EngineCore;
+
+namespace engine_detail {
+
+// Throws ConfigError when config.fp8 is enabled and `device` cannot run it.
+void check_float8_device(const Config& config, c10::Device device);
+
+// With config.fp8 enabled: FP8 projections on `model`, and a step observer on
+// `core` that, after each optimizer step, reads the casts' Inf/NaN flags
+// (an error naming the layer and operand) and invalidates the FP8 weight
+// copies. Throws ConfigError when no projection would run in FP8, or when
+// the core already has a step observer (a mixture of experts' routing).
+void attach_float8(const Config& config, torch::nn::Module& model, EngineCore& core);
+
+}  // namespace engine_detail
+}  // namespace stratum

@@ -1,0 +1,119 @@
+#include "stratum/models/float8_layers.h"
+
+#include <set>
+
+#include "stratum/core/error.h"
+#include "stratum/nn/attention.h"
+#include "stratum/nn/mlp.h"
+
+namespace stratum::models {
+namespace {
+
+// '*' any run of characters; everything else literal.
+bool glob(const char* p, const char* s) {
+  if (*p == '\0') return *s == '\0';
+  if (*p == '*') return glob(p + 1, s) || (*s != '\0' && glob(p, s + 1));
+  return *s == *p && glob(p + 1, s + 1);
+}
+
+using nn::float8::Float8Projection;
+
+struct Applier {
+  nn::float8::Recipe recipe;
+  const std::vector<std::string>& exclude;
+  Float8Layers out;
+  std::set<size_t> used_patterns;
+
+  bool excluded(const std::string& path) {
+    bool any = false;
+    for (size_t i = 0; i < exclude.size(); ++i)
+      if (fp8_pattern_matches(exclude[i], path)) {
+        used_patterns.insert(i);
+        any = true;
+      }
+    return any;
+  }
+
+  // One GEMM over `layers` (their paths): a projection, or null when any is excluded.
+  std::shared_ptr<Float8Projection> site(const std::string& prefix, const std::vector<std::string>& layers,
+                                         const std::vector<const nn::LinearImpl*>& linears) {
+    for (size_t i = 0; i < linears.size(); ++i) {
+      const std::string path = prefix + layers[i];
+      if (linears[i]->has_lora() || linears[i]->nf4_base)
+        throw Error("fp8: layer " + path + " has a LoRA adapter or an NF4 base; FP8 layers with those are not built");
+    }
+    bool skip = false;
+    for (const std::string& l : layers) skip = excluded(prefix + l) || skip;
+    std::string name = prefix + layers.front();
+    for (size_t i = 1; i < layers.size(); ++i) name += "+" + layers[i];
+    if (skip) {
+      out.excluded.push_back(name);
+      return nullptr;
+    }
+    out.fp8.push_back(name);
+    return std::make_shared<Float8Projection>(name, recipe, out.cache);
+  }
+};
+
+void refuse_tensor_parallel(const nn::tp::TensorParallel& tp, const std::string& path) {
+  if (tp.enabled())
+    throw Error("fp8: " + path + " is split over " + std::to_string(tp.size()) +
+                " tensor-parallel ranks; FP8 layers under tensor parallelism are not built");
+}
+
+}  // namespace
+
+bool fp8_pattern_matches(const std::string& pattern, const std::string& path) {
+  return glob(pattern.c_str(), path.c_str()) || glob(("*." + pattern).c_str(), path.c_str());
+}
+
+nn::float8::Recipe fp8_recipe(const config::Fp8Config& fp8) {
+  switch (fp8.recipe) {
+    case config::Fp8Recipe::tensorwise: return nn::float8::tensorwise_recipe();
+    case config::Fp8Recipe::rowwise: return nn::float8::rowwise_recipe();
+    case config::Fp8Recipe::blockwise: break;
+  }
+  throw Error("fp8.recipe: \"blockwise\" is not implemented in Stratum yet; use \"tensorwise\" or \"rowwise\"");
+}
+
+Float8Layers apply_float8(torch::nn::Module& model, nn::float8::Recipe recipe,
+                          const std::vector<std::string>& exclude) {
+  Applier a{recipe, exclude, {}, {}};
+  a.out.cache = std::make_shared<nn::float8::WeightCache>();
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    const std::string prefix = item.key() + ".";
+    torch::nn::Module* m = item.value().get();
+    if (auto* attn = dynamic_cast<nn::FusedQKVAttentionImpl*>(m)) {
+      refuse_tensor_parallel(attn->tp, item.key());
+      attn->c_attn_fp8 = a.site(prefix, {"c_attn"}, {attn->c_attn.get()});
+      attn->c_proj_fp8 = a.site(prefix, {"c_proj"}, {attn->c_proj.get()});
+    } else if (auto* gqa = dynamic_cast<nn::GroupedQueryAttentionImpl*>(m)) {
+      refuse_tensor_parallel(gqa->tp, item.key());
+      gqa->qkv_fp8 = a.site(prefix, {"q_proj", "k_proj", "v_proj"},
+                            {gqa->q_proj.get(), gqa->k_proj.get(), gqa->v_proj.get()});
+      gqa->o_proj_fp8 = a.site(prefix, {"o_proj"}, {gqa->o_proj.get()});
+    } else if (auto* gelu = dynamic_cast<nn::GeluMLPImpl*>(m)) {
+      refuse_tensor_parallel(gelu->tp, item.key());
+      if (gelu->tile_tokens > 0 || gelu->recompute_activation)
+        throw Error("fp8: " + item.key() + " runs tiled (tiled_mlp_tokens) or recomputes its activation "
+                    "(recompute_mlp_activation); FP8 MLPs with those are not built");
+      gelu->c_fc_fp8 = a.site(prefix, {"c_fc"}, {gelu->c_fc.get()});
+      gelu->c_proj_fp8 = a.site(prefix, {"c_proj"}, {gelu->c_proj.get()});
+    } else if (auto* swiglu = dynamic_cast<nn::SwiGLUMLPImpl*>(m)) {
+      refuse_tensor_parallel(swiglu->tp, item.key());
+      if (swiglu->tile_tokens > 0 || swiglu->recompute_activation)
+        throw Error("fp8: " + item.key() + " runs tiled (tiled_mlp_tokens) or recomputes its activation "
+                    "(recompute_mlp_activation); FP8 MLPs with those are not built");
+      swiglu->gate_up_fp8 = a.site(prefix, {"gate_proj", "up_proj"}, {swiglu->gate_proj.get(), swiglu->up_proj.get()});
+      swiglu->down_proj_fp8 = a.site(prefix, {"down_proj"}, {swiglu->down_proj.get()});
+    }
+  }
+  for (size_t i = 0; i < exclude.size(); ++i)
+    if (!a.used_patterns.count(i))
+      throw Error("fp8.exclude[" + std::to_string(i) + "]: \"" + exclude[i] +
+                  "\" names no attention or MLP projection of the model (names look like " +
+                  (a.out.fp8.empty() ? std::string("layers.0.attn.c_attn") : a.out.fp8.front()) + ")");
+  return std::move(a.out);
+}
+
+}  // namespace stratum::models

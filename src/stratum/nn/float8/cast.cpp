@@ -1,0 +1,127 @@
+#include "stratum/nn/float8/cast.h"
+
+#include <ATen/ATen.h>
+
+#include "stratum/core/error.h"
+#ifdef STRATUM_WITH_CUDA_KERNELS
+#include "stratum/nn/float8/cast_cuda.h"
+#include "stratum/nn/kernel_launch.h"
+#endif
+
+namespace stratum::nn::float8 {
+namespace {
+
+void check_input(const at::Tensor& x2d) {
+  if (!x2d.defined() || x2d.dim() != 2)
+    throw Error("fp8 cast: need a [rows, cols] matrix, got " +
+                (x2d.defined() ? c10::str(x2d.sizes()) : std::string("undefined")));
+  const auto t = x2d.scalar_type();
+  if (t != at::kBFloat16 && t != at::kHalf && t != at::kFloat)
+    throw Error(std::string("fp8 cast: need bf16, fp16 or fp32 values, got ") + c10::toString(t));
+}
+
+// x (fp32) scaled by `scale` (broadcast), clamped to the format's range, in FP8.
+at::Tensor saturating_cast(const at::Tensor& x, const at::Tensor& scale, Format f) {
+  const double m = max_finite(f);
+  return (x * scale).clamp_(-m, m).to(scalar_type(f));
+}
+
+// One scale per row of x (fp32, [r, c]).
+Float8Tensor cast_rows(const at::Tensor& x, Format f, bool power_of_2) {
+  const at::Tensor amax = x.abs().amax(1);
+  const at::Tensor scale = scale_from_amax(amax, f, power_of_2);
+  return {saturating_cast(x, scale.unsqueeze(1), f).contiguous(), scale.reciprocal(), amax};
+}
+
+#ifdef STRATUM_WITH_CUDA_KERNELS
+bool kernel_ok(const at::Tensor& x2d) {
+  return nn::cuda::use_kernels({&x2d}) && x2d.size(0) > 0 && x2d.size(1) > 0;
+}
+
+Float8Pair cast_kernel(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed) {
+  namespace k = stratum::nn::float8::cuda;
+  c10::cuda::CUDAGuard guard(x2d.device());
+  const int64_t r = x2d.size(0), c = x2d.size(1);
+  const at::TensorOptions f32 = x2d.options().dtype(at::kFloat);
+  const at::TensorOptions fp8 = x2d.options().dtype(scalar_type(spec.format));
+  const k::Fp8 fmt = spec.format == Format::e4m3 ? k::Fp8::e4m3 : k::Fp8::e5m2;
+  const auto in = nn::cuda::dtype_of(x2d);
+  Float8Pair out;
+  if (spec.scaling == Scaling::tensorwise) {
+    // Two passes: the amax needs the whole tensor before any value is scaled.
+    at::Tensor amax = at::zeros({}, f32);
+    at::Tensor scale_inv = at::empty({}, f32);
+    stratum::cuda::check_launch(k::launch_amax(x2d.const_data_ptr(), in, r * c, amax.data_ptr<float>(), nn::cuda::current_stream()),
+                       "fp8 cast kernel: amax");
+    at::Tensor data = at::empty({r, c}, fp8);
+    at::Tensor data_t = with_transposed ? at::empty({c, r}, fp8) : at::Tensor();
+    stratum::cuda::check_launch(k::launch_cast_tensorwise(x2d.const_data_ptr(), in, r, c, amax.const_data_ptr<float>(), fmt,
+                                                 spec.power_of_2, scale_inv.data_ptr<float>(), data.data_ptr(),
+                                                 with_transposed ? data_t.data_ptr() : nullptr,
+                                                 nn::cuda::current_stream()),
+                       "fp8 cast kernel: tensorwise cast");
+    out.rows = {data, scale_inv, amax};
+    if (with_transposed) out.transposed = {data_t, scale_inv, amax};
+    return out;
+  }
+  at::Tensor amax = at::empty({r}, f32), scale_inv = at::empty({r}, f32), data = at::empty({r, c}, fp8);
+  stratum::cuda::check_launch(k::launch_cast_rowwise(x2d.const_data_ptr(), in, r, c, fmt, spec.power_of_2, data.data_ptr(),
+                                            scale_inv.data_ptr<float>(), amax.data_ptr<float>(),
+                                            nn::cuda::current_stream()),
+                     "fp8 cast kernel: rowwise cast");
+  out.rows = {data, scale_inv, amax};
+  if (with_transposed) {
+    at::Tensor amax_t = at::zeros({c}, f32), scale_inv_t = at::empty({c}, f32), data_t = at::empty({c, r}, fp8);
+    stratum::cuda::check_launch(k::launch_cast_columnwise_transposed(x2d.const_data_ptr(), in, r, c, fmt, spec.power_of_2,
+                                                            data_t.data_ptr(), scale_inv_t.data_ptr<float>(),
+                                                            amax_t.data_ptr<float>(), nn::cuda::current_stream()),
+                       "fp8 cast kernel: columnwise transposed cast");
+    out.transposed = {data_t, scale_inv_t, amax_t};
+  }
+  return out;
+}
+#endif
+
+}  // namespace
+
+Float8Pair cast_reference(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed) {
+  check_input(x2d);
+  const at::Tensor x = x2d.to(at::kFloat);
+  Float8Pair out;
+  if (spec.scaling == Scaling::rowwise) {
+    out.rows = cast_rows(x, spec.format, spec.power_of_2);
+    if (with_transposed) out.transposed = cast_rows(x.t().contiguous(), spec.format, spec.power_of_2);
+    return out;
+  }
+  const at::Tensor amax = x.abs().amax();
+  const at::Tensor scale = scale_from_amax(amax, spec.format, spec.power_of_2);
+  const at::Tensor scale_inv = scale.reciprocal();
+  const at::Tensor data = saturating_cast(x, scale, spec.format);
+  out.rows = {data.contiguous(), scale_inv, amax};
+  // The transposed copy of the FP8 values: the same bytes, so exact.
+  if (with_transposed) out.transposed = {data.t().contiguous(), scale_inv, amax};
+  return out;
+}
+
+Float8Pair cast(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed) {
+  check_input(x2d);
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  if (kernel_ok(x2d)) return cast_kernel(x2d, spec, with_transposed);
+#endif
+  return cast_reference(x2d, spec, with_transposed);
+}
+
+Float8Tensor cast_with_scale(const at::Tensor& x2d, const at::Tensor& scale, Format f) {
+  check_input(x2d);
+  const at::Tensor s = scale.to(at::kFloat);
+  const at::Tensor x = x2d.to(at::kFloat);
+  const at::Tensor amax = s.dim() == 0 ? x.abs().amax() : x.abs().amax(1);
+  return {saturating_cast(x, s.dim() == 0 ? s : s.unsqueeze(1), f).contiguous(), s.reciprocal(), amax};
+}
+
+at::Tensor dequantize(const Float8Tensor& t) {
+  const at::Tensor v = t.data.to(at::kFloat);
+  return t.scale_inv.dim() == 0 ? v * t.scale_inv : v * t.scale_inv.unsqueeze(1);
+}
+
+}  // namespace stratum::nn::float8

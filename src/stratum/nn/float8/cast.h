@@ -1,0 +1,55 @@
+#pragma once
+// A 16- or 32-bit matrix cast to FP8 with saturation, and its transposed copy:
+// the operands of nn/float8/scaled_gemm.h, each contiguous along the GEMM's
+// contraction axis. On a GPU with Stratum's kernels one kernel computes the
+// amax, the scale, the cast and the transposed copy (cast_cuda.cu); elsewhere
+// (and as the tests' oracle) the ATen reference below.
+#include <ATen/core/Tensor.h>
+
+#include "stratum/nn/float8/scaling.h"
+
+namespace stratum::nn::float8 {
+
+// tensorwise: one scale for the whole tensor (its current amax); rowwise: one
+// scale a row of the operand as the GEMM reads it (amax over the contraction
+// axis), the transposed copy's rows being the original's columns.
+enum class Scaling { tensorwise, rowwise };
+
+// FP8 values and what multiplies them back: value ~ data * scale_inv.
+struct Float8Tensor {
+  at::Tensor data;       // [rows, cols], fp8, contiguous
+  at::Tensor scale_inv;  // fp32: 0-dim (tensorwise) or [rows] (rowwise)
+  at::Tensor amax;       // fp32, the scale's shape: what the scale came from
+};
+
+// A matrix and its transposed copy in FP8: `rows` is x2d [r, c], `transposed`
+// is x2dᵀ [c, r] (undefined unless asked for). Tensorwise: both share one
+// scale; rowwise: `rows` is scaled per row of x2d, `transposed` per column.
+struct Float8Pair {
+  Float8Tensor rows, transposed;
+};
+
+struct CastSpec {
+  Format format = Format::e4m3;
+  Scaling scaling = Scaling::tensorwise;
+  bool power_of_2 = false;  // scales rounded down to powers of two
+};
+
+// x2d [r, c] (bf16, fp16 or fp32) in FP8; with `with_transposed` also x2dᵀ.
+// Saturating: |x * scale| beyond the format's largest finite value is
+// clamped to it (an amax exactly on the edge; a NaN stays NaN).
+Float8Pair cast(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed);
+
+// The ATen composition cast() runs where the kernels do not (CPU, builds
+// without CUDA kernels); the kernels' tests compare against it.
+Float8Pair cast_reference(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed);
+
+// x2d scaled by a given `scale` (0-dim, or [rows] for rowwise) with
+// saturation: what a scale from another tensor's or an earlier step's amax
+// (delayed scaling) would meet; the reference's last step.
+Float8Tensor cast_with_scale(const at::Tensor& x2d, const at::Tensor& scale, Format f);
+
+// The FP8 values back in fp32 (data * scale_inv, scales broadcast per row).
+at::Tensor dequantize(const Float8Tensor& t);
+
+}  // namespace stratum::nn::float8

@@ -1,0 +1,228 @@
+// See cast_cuda.h. One thread an element; FP8 through cuda_fp8.h's
+// saturating conversion (round to nearest even, NaN kept), which is what the
+// reference's clamp-then-cast computes.
+#include "stratum/nn/float8/cast_cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "stratum/core/cuda_float_convert.cuh"
+#include "stratum/core/cuda_kernel_util.cuh"
+
+namespace stratum::nn::float8::cuda {
+namespace {
+
+using stratum::cuda_detail::widen;
+
+constexpr int kTile = 32;      // transpose tiles: kTile x kTile elements
+constexpr int kTileRows = 8;   // threads a tile column: kTile x kTileRows threads a block
+constexpr int kThreads = 256;  // amax and rowwise blocks
+constexpr float kAmaxFloor = 1e-12f;
+
+// |x| as an int: non-negative floats (Inf, NaN with a clear sign) order as their bits.
+__device__ __forceinline__ int abs_bits(float x) { return __float_as_int(fabsf(x)); }
+
+__device__ __forceinline__ float scale_of(float amax, float max_value, bool power_of_2) {
+  const float guarded = amax != amax ? amax : fmaxf(amax, kAmaxFloor);  // NaN stays NaN
+  float s = __fdiv_rn(max_value, guarded);
+  if (power_of_2 && s == s) s = __int_as_float(__float_as_int(s) & 0x7f800000);
+  return s;
+}
+
+__device__ __forceinline__ uint8_t to_fp8(float v, Fp8 fmt) {
+  return fmt == Fp8::e4m3 ? __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)
+                          : __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2);
+}
+
+__host__ __device__ __forceinline__ float max_of(Fp8 fmt) { return fmt == Fp8::e4m3 ? 448.0f : 57344.0f; }
+
+// The block's largest value of `v` (all threads call it; thread 0's result).
+__device__ __forceinline__ int block_max(int v) {
+  __shared__ int partial[kThreads / 32];
+  for (int o = 16; o > 0; o /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kThreads / 32 ? partial[lane] : 0;
+    for (int o = 16; o > 0; o /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  }
+  return v;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) amax_kernel(const T* src, int64_t n, float* amax) {
+  int m = 0;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads)
+    m = max(m, abs_bits(widen<T>(src[i])));
+  m = block_max(m);
+  if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(amax), m);
+}
+
+// Tiles of kTile x kTile: each value cast once, written in place and kept in
+// shared memory for the transposed write (coalesced on both sides).
+template <typename T>
+__global__ void __launch_bounds__(kTile* kTileRows)
+    cast_tensorwise_kernel(const T* src, int64_t rows, int64_t cols, const float* amax, Fp8 fmt, bool power_of_2,
+                           float* scale_inv, uint8_t* out, uint8_t* out_t) {
+  __shared__ uint8_t tile[kTile][kTile + 1];
+  const float s = scale_of(*amax, max_of(fmt), power_of_2);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) *scale_inv = __frcp_rn(s);
+  const int64_t c0 = int64_t{blockIdx.x} * kTile;
+  for (int64_t r0 = int64_t{blockIdx.y} * kTile; r0 < rows; r0 += int64_t{gridDim.y} * kTile) {
+    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+      const int64_t r = r0 + i, c = c0 + threadIdx.x;
+      if (r < rows && c < cols) {
+        const uint8_t q = to_fp8(widen<T>(src[r * cols + c]) * s, fmt);
+        out[r * cols + c] = q;
+        tile[i][threadIdx.x] = q;
+      }
+    }
+    if (out_t == nullptr) continue;  // the same for the whole block
+    __syncthreads();
+    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+      const int64_t c = c0 + i, r = r0 + threadIdx.x;
+      if (c < cols && r < rows) out_t[c * rows + r] = tile[threadIdx.x][i];
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) cast_rowwise_kernel(const T* src, int64_t rows, int64_t cols, Fp8 fmt,
+                                                                bool power_of_2, uint8_t* out, float* scale_inv,
+                                                                float* amax) {
+  __shared__ float row_scale;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* row = src + r * cols;
+    int m = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) m = max(m, abs_bits(widen<T>(row[c])));
+    m = block_max(m);
+    if (threadIdx.x == 0) {
+      const float a = __int_as_float(m);
+      const float s = scale_of(a, max_of(fmt), power_of_2);
+      amax[r] = a;
+      scale_inv[r] = __frcp_rn(s);
+      row_scale = s;
+    }
+    __syncthreads();
+    const float s = row_scale;
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) out[r * cols + c] = to_fp8(widen<T>(row[c]) * s, fmt);
+    __syncthreads();  // row_scale and block_max's scratch are reused by the next row
+  }
+}
+
+// Pass 1 of the columnwise cast: a block a strip of kTile columns and a run of rows.
+template <typename T>
+__global__ void __launch_bounds__(kTile* kTileRows)
+    column_amax_kernel(const T* src, int64_t rows, int64_t cols, float* amax) {
+  __shared__ int partial[kTileRows][kTile];
+  const int64_t c = int64_t{blockIdx.x} * kTile + threadIdx.x;
+  int m = 0;
+  if (c < cols)
+    for (int64_t r = int64_t{blockIdx.y} * kTileRows + threadIdx.y; r < rows; r += int64_t{gridDim.y} * kTileRows)
+      m = max(m, abs_bits(widen<T>(src[r * cols + c])));
+  partial[threadIdx.y][threadIdx.x] = m;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    for (int i = 1; i < kTileRows; ++i) m = max(m, partial[i][threadIdx.x]);
+    atomicMax(reinterpret_cast<int*>(amax + c), m);
+  }
+}
+
+// Pass 2: column c's values scaled by its scale, written as row c of out_t.
+template <typename T>
+__global__ void __launch_bounds__(kTile* kTileRows)
+    cast_columnwise_transposed_kernel(const T* src, int64_t rows, int64_t cols, Fp8 fmt, bool power_of_2,
+                                      const float* amax, float* scale_inv, uint8_t* out_t) {
+  __shared__ uint8_t tile[kTile][kTile + 1];
+  const int64_t c = int64_t{blockIdx.x} * kTile + threadIdx.x;
+  const float s = c < cols ? scale_of(amax[c], max_of(fmt), power_of_2) : 0.0f;
+  if (blockIdx.y == 0 && threadIdx.y == 0 && c < cols) scale_inv[c] = __frcp_rn(s);
+  for (int64_t r0 = int64_t{blockIdx.y} * kTile; r0 < rows; r0 += int64_t{gridDim.y} * kTile) {
+    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+      const int64_t r = r0 + i;
+      if (r < rows && c < cols) tile[i][threadIdx.x] = to_fp8(widen<T>(src[r * cols + c]) * s, fmt);
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+      const int64_t cc = int64_t{blockIdx.x} * kTile + i, r = r0 + threadIdx.x;
+      if (cc < cols && r < rows) out_t[cc * rows + r] = tile[threadIdx.x][i];
+    }
+    __syncthreads();
+  }
+}
+
+// Grid of tiles: columns across x, rows across y (capped; the kernels stride over the rest).
+dim3 tile_grid(int64_t rows, int64_t cols) {
+  const int64_t x = (cols + kTile - 1) / kTile, y = (rows + kTile - 1) / kTile;
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y < 65535 ? y : 65535));
+}
+
+template <typename F>
+cudaError_t dispatch(Dtype dtype, F&& launch) {
+  if (dtype == Dtype::bf16) launch(static_cast<const __nv_bfloat16*>(nullptr));
+  else if (dtype == Dtype::f16) launch(static_cast<const __half*>(nullptr));
+  else launch(static_cast<const float*>(nullptr));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_amax(const void* src, Dtype dtype, int64_t n, float* amax, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const unsigned blocks = stratum::cuda_detail::capped_grid(n, kThreads * 4, 4);
+  return dispatch(dtype, [&](auto tag) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    amax_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(src), n, amax);
+  });
+}
+
+cudaError_t launch_cast_tensorwise(const void* src, Dtype dtype, int64_t rows, int64_t cols, const float* amax,
+                                   Fp8 fmt, bool power_of_2, float* scale_inv, void* out, void* out_t,
+                                   cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  if ((cols + kTile - 1) / kTile > 0x7fffffff) return cudaErrorInvalidValue;
+  return dispatch(dtype, [&](auto tag) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    cast_tensorwise_kernel<T><<<tile_grid(rows, cols), dim3(kTile, kTileRows), 0, stream>>>(
+        static_cast<const T*>(src), rows, cols, amax, fmt, power_of_2, scale_inv, static_cast<uint8_t*>(out),
+        static_cast<uint8_t*>(out_t));
+  });
+}
+
+cudaError_t launch_cast_rowwise(const void* src, Dtype dtype, int64_t rows, int64_t cols, Fp8 fmt, bool power_of_2,
+                                void* out, float* scale_inv, float* amax, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(rows < 65535 * 16 ? rows : 65535 * 16);
+  return dispatch(dtype, [&](auto tag) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    cast_rowwise_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(src), rows, cols, fmt, power_of_2,
+                                                           static_cast<uint8_t*>(out), scale_inv, amax);
+  });
+}
+
+cudaError_t launch_cast_columnwise_transposed(const void* src, Dtype dtype, int64_t rows, int64_t cols, Fp8 fmt,
+                                              bool power_of_2, void* out_t, float* scale_inv, float* amax,
+                                              cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  const int64_t strips = (cols + kTile - 1) / kTile;
+  // Enough row runs to fill the GPU: about 4 blocks an SM in all.
+  const int64_t want = (int64_t{stratum::cuda_detail::sm_count()} * 4 + strips - 1) / strips;
+  const int64_t runs = (rows + kTileRows - 1) / kTileRows;
+  const dim3 amax_grid(static_cast<unsigned>(strips), static_cast<unsigned>(want < runs ? (want < 65535 ? want : 65535)
+                                                                                         : (runs < 65535 ? runs : 65535)));
+  return dispatch(dtype, [&](auto tag) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    column_amax_kernel<T><<<amax_grid, dim3(kTile, kTileRows), 0, stream>>>(static_cast<const T*>(src), rows, cols,
+                                                                           amax);
+    cast_columnwise_transposed_kernel<T><<<tile_grid(rows, cols), dim3(kTile, kTileRows), 0, stream>>>(
+        static_cast<const T*>(src), rows, cols, fmt, power_of_2, amax, scale_inv, static_cast<uint8_t*>(out_t));
+  });
+}
+
+}  // namespace stratum::nn::float8::cuda

@@ -1,0 +1,116 @@
+#include "stratum/nn/float8/float8_linear.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "stratum/core/error.h"
+#include "stratum/nn/float8/scaled_gemm.h"
+#include "stratum/nn/linear.h"
+
+namespace stratum::nn::float8 {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// What backward needs of a cast operand, kept in saved_data (IValues): not
+// autograd-saved variables, whose version checks a weight copy replaced
+// after the step would trip, and no pointer to the projection.
+void save(AutogradContext* ctx, const std::string& key, const Float8Tensor& t) {
+  ctx->saved_data[key] = t.data;
+  ctx->saved_data[key + ".scale_inv"] = t.scale_inv;
+}
+
+Float8Tensor load(AutogradContext* ctx, const std::string& key) {
+  return {ctx->saved_data[key].toTensor(), ctx->saved_data[key + ".scale_inv"].toTensor(), at::Tensor()};
+}
+
+struct Float8Linear : torch::autograd::Function<Float8Linear> {
+  // bias: [N] or empty ([0]): no bias.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights, const at::Tensor& bias,
+                            Float8Projection* projection) {
+    const int64_t k = x.size(-1);
+    const std::vector<at::Tensor> ws(weights.begin(), weights.end());
+    bool weights_need_grad = false;
+    for (const at::Tensor& w : ws) weights_need_grad = weights_need_grad || w.requires_grad();
+    const Float8Pair& w8 = projection->weight(ws);
+    const Recipe& recipe = projection->recipe();
+    const at::Tensor x2 = x.reshape({-1, k}).contiguous();
+    const Float8Pair x8 = cast(x2, recipe.forward(), /*with_transposed=*/weights_need_grad);
+    projection->record_amax(x8.rows.amax, Operand::input);
+    const bool with_bias = bias.numel() > 0;
+    // Fast accumulation in the forward GEMM only, as torchao: the gradients' sums keep full precision.
+    const at::Tensor y2 = scaled_gemm(x8.rows, w8.rows, x.scalar_type(), with_bias ? bias : at::Tensor(),
+                                      /*fast_accum=*/true);
+    if (weights_need_grad) save(ctx, "x_t", x8.transposed);
+    save(ctx, "w_t", w8.transposed);
+    ctx->saved_data["flags"] = projection->nonfinite_flags();
+    ctx->saved_data["layer"] = projection->name();
+    ctx->saved_data["grad_format"] = static_cast<int64_t>(recipe.grad_format);
+    ctx->saved_data["scaling"] = static_cast<int64_t>(recipe.scaling);
+    ctx->saved_data["power_of_2"] = recipe.power_of_2;
+    ctx->saved_data["x_shape"] = x.sizes().vec();
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    std::vector<int64_t> rows;
+    for (const at::Tensor& w : ws) rows.push_back(w.size(0));
+    ctx->saved_data["rows"] = rows;
+    ctx->saved_data["w_dtype"] = static_cast<int64_t>(ws.front().scalar_type());
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes.back() = y2.size(1);
+    return y2.view(sizes);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const std::vector<int64_t> rows = ctx->saved_data["rows"].toIntVector();
+    const size_t n_weights = rows.size();
+    variable_list out(n_weights + 3);  // x, each weight, bias, and undefined for the projection (not a tensor)
+    const at::Tensor& grad = grads[0];
+    const at::Tensor g2 = grad.reshape({-1, grad.size(-1)}).contiguous();
+    bool any_weight = false;
+    for (size_t i = 0; i < n_weights; ++i) any_weight = any_weight || ctx->needs_input_grad(1 + i);
+    const CastSpec spec{static_cast<Format>(ctx->saved_data["grad_format"].toInt()),
+                        static_cast<Scaling>(ctx->saved_data["scaling"].toInt()),
+                        ctx->saved_data["power_of_2"].toBool()};
+    const Float8Pair g8 = cast(g2, spec, /*with_transposed=*/any_weight);
+    record_amax(g8.rows.amax, Operand::grad_output, ctx->saved_data["flags"].toTensor(),
+                ctx->saved_data["layer"].toStringRef());
+    if (ctx->needs_input_grad(0)) {
+      const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+      out[0] = scaled_gemm(g8.rows, load(ctx, "w_t"), x_dtype).view(ctx->saved_data["x_shape"].toIntVector());
+    }
+    if (any_weight) {
+      const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
+      const at::Tensor gw = scaled_gemm(g8.transposed, load(ctx, "x_t"), w_dtype);  // [N, K]
+      int64_t row = 0;
+      for (size_t i = 0; i < n_weights; ++i) {
+        if (ctx->needs_input_grad(1 + i)) out[1 + i] = n_weights == 1 ? gw : gw.narrow(0, row, rows[i]);
+        row += rows[i];
+      }
+    }
+    if (ctx->needs_input_grad(1 + n_weights)) out[1 + n_weights] = bias_grad(g2);
+    return out;
+  }
+};
+
+}  // namespace
+
+at::Tensor float8_linear(const at::Tensor& x, const std::vector<at::Tensor>& weights, const at::Tensor& bias,
+                         Float8Projection& projection) {
+  if (!x.defined() || x.dim() < 1 || weights.empty())
+    throw Error("fp8 linear " + projection.name() + ": need x [..., K] and at least one weight");
+  int64_t n = 0;
+  for (const at::Tensor& w : weights) {
+    if (!w.defined() || w.dim() != 2 || w.size(1) != x.size(-1))
+      throw Error("fp8 linear " + projection.name() + ": weight " +
+                  (w.defined() ? c10::str(w.sizes()) : std::string("undefined")) + " does not take x " +
+                  c10::str(x.sizes()));
+    n += w.size(0);
+  }
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != n))
+    throw Error("fp8 linear " + projection.name() + ": bias " + c10::str(bias.sizes()) + " for " +
+                std::to_string(n) + " outputs");
+  return Float8Linear::apply(x, at::TensorList(weights), bias.defined() ? bias : at::empty({0}, x.options()),
+                             &projection);
+}
+
+}  // namespace stratum::nn::float8

@@ -1,0 +1,23 @@
+#pragma once
+// y = x [W0; W1; ...]ᵀ (+ b) with its three GEMMs in FP8 (nn/float8/scaled_gemm.h):
+// the forward y = x Wᵀ, and in backward dx = dy W and dW = dyᵀ x, each
+// through _scaled_mm with the projection's recipe, results in x's dtype
+// (bf16 in training). The forward casts x once, with its transposed copy
+// saved for dW in FP8 (half of bf16's bytes); W and Wᵀ come from the
+// projection's cache (cast once an optimizer step). The bias's gradient
+// is the column sums of dy in its own dtype. Weight gradients are returned to
+// autograd (not written into a ZeRO gradient sink).
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "stratum/nn/float8/float8_projection.h"
+
+namespace stratum::nn::float8 {
+
+// x [..., K]; weights [N_i, K] (their rows stacked: y's last dimension is
+// their sum, in order); bias [sum N_i] or undefined.
+at::Tensor float8_linear(const at::Tensor& x, const std::vector<at::Tensor>& weights, const at::Tensor& bias,
+                         Float8Projection& projection);
+
+}  // namespace stratum::nn::float8

@@ -1,0 +1,81 @@
+#include "stratum/nn/float8/float8_projection.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "stratum/core/error.h"
+
+namespace stratum::nn::float8 {
+
+Recipe tensorwise_recipe() { return Recipe{Scaling::tensorwise, Format::e4m3, Format::e5m2, false}; }
+
+Recipe rowwise_recipe() { return Recipe{Scaling::rowwise, Format::e4m3, Format::e4m3, true}; }
+
+const char* recipe_name(const Recipe& r) { return r.scaling == Scaling::rowwise ? "rowwise" : "tensorwise"; }
+
+const char* operand_name(Operand o) {
+  switch (o) {
+    case Operand::input: return "the input x";
+    case Operand::weight: return "the weight W";
+    case Operand::grad_output: return "the output gradient dy";
+  }
+  return "?";
+}
+
+namespace {
+std::string nonfinite_text(Operand o, const std::string& layer, bool nan) {
+  return std::string("fp8: ") + operand_name(o) + " of layer " + layer + " holds " + (nan ? "NaN" : "Inf or NaN") +
+         " (its amax is not finite, so no FP8 scale exists); the values went bad before this GEMM";
+}
+}  // namespace
+
+void record_amax(const at::Tensor& amax, Operand o, const at::Tensor& flags, const std::string& layer) {
+  if (!amax.is_cuda()) {
+    // On the host the values are at hand: name the layer now.
+    if (!at::isfinite(amax).all().item<bool>()) throw Error(nonfinite_text(o, layer, at::isnan(amax).any().item<bool>()));
+    return;
+  }
+  const int64_t i = static_cast<int64_t>(o);
+  flags.narrow(0, i, 1).logical_or_(at::logical_not(at::isfinite(amax)).any().view({1}));
+}
+
+Float8Projection::Float8Projection(std::string name, Recipe recipe, std::shared_ptr<WeightCache> cache)
+    : name_(std::move(name)), recipe_(recipe), cache_(std::move(cache)) {
+  if (!cache_) throw Error("fp8: projection " + name_ + " made without a weight cache");
+  cache_->add(this);
+}
+
+Float8Projection::~Float8Projection() { cache_->remove(this); }
+
+const Float8Pair& Float8Projection::weight(const std::vector<at::Tensor>& weights) {
+  if (weights.empty()) throw Error("fp8: projection " + name_ + " given no weights");
+  std::vector<std::pair<int64_t, const void*>> now;
+  for (const at::Tensor& w : weights) now.emplace_back(w._version(), w.storage().data());
+  if (generation_ == cache_->generation() && now == versions_ && weight_.rows.data.defined()) return weight_;
+  c10::AutoGradMode no_grad(false);
+  const at::Tensor stacked = weights.size() == 1 ? weights.front() : at::cat(weights, 0);
+  weight_ = cast(stacked, recipe_.forward(), /*with_transposed=*/true);
+  if (!nonfinite_.defined() || nonfinite_.device() != stacked.device())
+    nonfinite_ = at::zeros({3}, stacked.options().dtype(at::kBool));
+  record_amax(weight_.rows.amax, Operand::weight);
+  generation_ = cache_->generation();
+  versions_ = std::move(now);
+  cache_->count_cast();
+  return weight_;
+}
+
+void Float8Projection::record_amax(const at::Tensor& amax, Operand o) {
+  float8::record_amax(amax, o, nonfinite_, name_);
+}
+
+std::string Float8Projection::nonfinite_message(const at::Tensor& flags_on_host) const {
+  for (Operand o : {Operand::weight, Operand::input, Operand::grad_output})
+    if (flags_on_host[static_cast<int64_t>(o)].item<bool>()) return nonfinite_text(o, name_, false);
+  return "";
+}
+
+void Float8Projection::clear_nonfinite() {
+  if (nonfinite_.defined()) nonfinite_.zero_();
+}
+
+}  // namespace stratum::nn::float8

@@ -1,0 +1,175 @@
+// The "fp8" section: its parse-time rules, the engine's refusal on a device
+// without FP8 GEMMs (the CPU), and the built-in models' projections in FP8
+// (models/float8_layers.h) with exclude patterns, run on the CPU reference
+// path directly (the engine would refuse the CPU).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "stratum/config/config.h"
+#include "stratum/core/error.h"
+#include "stratum/engine/engine.h"
+#include "stratum/models/causal_lm.h"
+#include "stratum/models/float8_layers.h"
+#include "stratum/models/model_config.h"
+#include "stratum/nn/mlp.h"
+
+namespace {
+
+using namespace stratum;
+
+std::string config_error(const std::string& text) {
+  try {
+    Config::from_string(text);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(Fp8Config, ReadsTheSection) {
+  const Config c = Config::from_string(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+      "fp8": {"enabled": true, "recipe": "rowwise", "exclude": ["c_proj", "layers.0.*"]}})");
+  EXPECT_TRUE(c.fp8.enabled);
+  EXPECT_EQ(c.fp8.recipe, config::Fp8Recipe::rowwise);
+  EXPECT_EQ(c.fp8.exclude, (std::vector<std::string>{"c_proj", "layers.0.*"}));
+  EXPECT_EQ(to_json(c)["fp8"]["recipe"], "rowwise");
+  const Config off = Config::from_string(R"({"train_batch_size": 8, "fp8": {"enabled": false}})");
+  EXPECT_FALSE(off.fp8.enabled);
+  EXPECT_EQ(off.fp8.recipe, config::Fp8Recipe::tensorwise);
+}
+
+TEST(Fp8Config, RefusesWhatItCannotRun) {
+  const std::string no_bf16 = config_error(R"({"train_batch_size": 8, "fp8": {"enabled": true}})");
+  EXPECT_TRUE(has(no_bf16, "fp8.enabled") && has(no_bf16, "needs bf16 training")) << no_bf16;
+  const std::string blockwise = config_error(
+      R"({"train_batch_size": 8, "bf16": {"enabled": true}, "fp8": {"enabled": true, "recipe": "blockwise"}})");
+  EXPECT_TRUE(has(blockwise, "fp8.recipe") && has(blockwise, "not implemented in Stratum yet")) << blockwise;
+  const std::string unknown_recipe = config_error(
+      R"({"train_batch_size": 8, "bf16": {"enabled": true}, "fp8": {"enabled": true, "recipe": "delayed"}})");
+  EXPECT_TRUE(has(unknown_recipe, "fp8.recipe")) << unknown_recipe;
+  const std::string unknown_key = config_error(
+      R"({"train_batch_size": 8, "bf16": {"enabled": true}, "fp8": {"enabled": true, "amax_history": 16}})");
+  EXPECT_TRUE(has(unknown_key, "fp8.amax_history")) << unknown_key;
+  const std::string bad_pattern = config_error(
+      R"({"train_batch_size": 8, "bf16": {"enabled": true}, "fp8": {"enabled": true, "exclude": [""]}})");
+  EXPECT_TRUE(has(bad_pattern, "fp8.exclude[0]")) << bad_pattern;
+  const std::string tp = config_error(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+      "tensor_parallel": {"autotp_size": 2}, "fp8": {"enabled": true}})");
+  EXPECT_TRUE(has(tp, "fp8.enabled") && has(tp, "tensor parallelism")) << tp;
+  const std::string pp = config_error(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+      "pipeline": {"stages": 2}, "fp8": {"enabled": true}})");
+  EXPECT_TRUE(has(pp, "fp8.enabled") && has(pp, "pipeline stages")) << pp;
+  const std::string z3 = config_error(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+      "zero_optimization": {"stage": 3}, "fp8": {"enabled": true}})");
+  EXPECT_TRUE(has(z3, "fp8.enabled") && has(z3, "stage 3")) << z3;
+  // Off, nothing of it is checked against the rest.
+  EXPECT_EQ(config_error(R"({"train_batch_size": 8, "fp8": {"enabled": false, "recipe": "blockwise"}})"), "");
+}
+
+models::ModelConfig tiny(const std::string& arch) {
+  return models::make_model_config(arch == "gpt2" ? "tiny-gpt2" : "tiny-llama",
+                                   {{"layers", "2"}, {"max_seq_len", "16"}, {"vocab_size", "96"}});
+}
+
+TEST(Fp8Engine, CpuRunRefusedWithAClearMessage) {
+  const Config config = Config::from_string(
+      R"({"train_batch_size": 2, "bf16": {"enabled": true}, "fp8": {"enabled": true}})", "fp8.json");
+  auto model = models::build_model(tiny("gpt2"));
+  try {
+    // Refused before any collective: no communicator is reached.
+    initialize(config, model, std::shared_ptr<distributed::Communicator>(), torch::kCPU);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_TRUE(has(m, "fp8.json") && has(m, "fp8.enabled: training runs on the cpu") &&
+                has(m, "CUDA GPU of compute capability >= 8.9"))
+        << m;
+  }
+}
+
+TEST(Fp8Layers, PatternsNameWholeTrailingParts) {
+  using models::fp8_pattern_matches;
+  EXPECT_TRUE(fp8_pattern_matches("c_attn", "transformer.h.0.attn.c_attn"));
+  EXPECT_TRUE(fp8_pattern_matches("attn.c_proj", "transformer.h.0.attn.c_proj"));
+  EXPECT_FALSE(fp8_pattern_matches("attn.c_proj", "transformer.h.0.mlp.c_proj"));
+  EXPECT_FALSE(fp8_pattern_matches("tn.c_attn", "transformer.h.0.attn.c_attn"));
+  EXPECT_TRUE(fp8_pattern_matches("h.1.*", "transformer.h.1.mlp.c_fc"));
+  EXPECT_FALSE(fp8_pattern_matches("h.1.*", "transformer.h.11.mlp.c_fc"));
+  EXPECT_TRUE(fp8_pattern_matches("*", "x.y"));
+}
+
+struct Pass {
+  double loss;
+  std::map<std::string, at::Tensor> grads;
+};
+
+Pass train_pass(models::CausalLMImpl& model, const at::Tensor& tokens) {
+  model.zero_grad();
+  const at::Tensor loss = model.forward(tokens, tokens);
+  loss.backward();
+  Pass p{loss.item<double>(), {}};
+  for (const auto& item : model.named_parameters()) {
+    EXPECT_TRUE(item.value().grad().defined()) << item.key();
+    if (item.value().grad().defined()) p.grads[item.key()] = item.value().grad().to(torch::kFloat).clone();
+  }
+  return p;
+}
+
+double rel_err(const at::Tensor& a, const at::Tensor& b) { return ((a - b).norm() / b.norm()).item<double>(); }
+
+void expect_fp8_model_near_bf16(const std::string& arch, const nn::float8::Recipe& recipe,
+                                const std::vector<std::string>& exclude, size_t fp8_sites, size_t excluded) {
+  SCOPED_TRACE(arch + " " + nn::float8::recipe_name(recipe));
+  torch::manual_seed(4);
+  auto model = models::build_model(tiny(arch));
+  model->to(torch::kBFloat16);
+  model->train();
+  const at::Tensor tokens = torch::randint(0, 96, {2, 16}, torch::kLong);
+  const Pass bf16 = train_pass(*model, tokens);
+  const models::Float8Layers layers = models::apply_float8(*model, recipe, exclude);
+  EXPECT_EQ(layers.fp8.size(), fp8_sites);
+  EXPECT_EQ(layers.excluded.size(), excluded);
+  const Pass fp8 = train_pass(*model, tokens);
+  EXPECT_EQ(layers.cache->casts(), static_cast<int64_t>(fp8_sites));
+  EXPECT_NEAR(fp8.loss, bf16.loss, 0.01 * bf16.loss);
+  double worst = 0;
+  for (const auto& [name, g] : bf16.grads) worst = std::max(worst, rel_err(fp8.grads.at(name), g));
+  EXPECT_LT(worst, 0.15);
+  std::printf("%s %s: loss %.5f (bf16 %.5f), worst gradient error %.4f\n", arch.c_str(),
+              nn::float8::recipe_name(recipe), fp8.loss, bf16.loss, worst);
+  // A second micro-batch reuses every weight's copy.
+  train_pass(*model, tokens);
+  EXPECT_EQ(layers.cache->casts(), static_cast<int64_t>(fp8_sites));
+}
+
+TEST(Fp8Layers, Gpt2ProjectionsInFp8NearBf16) {
+  // 2 layers: c_attn, c_fc and the MLP's c_proj in FP8; the attention's c_proj excluded.
+  expect_fp8_model_near_bf16("gpt2", nn::float8::tensorwise_recipe(), {"attn.c_proj"}, 6, 2);
+  expect_fp8_model_near_bf16("gpt2", nn::float8::rowwise_recipe(), {}, 8, 0);
+}
+
+TEST(Fp8Layers, LlamaProjectionsInFp8NearBf16) {
+  // Excluding k_proj keeps the stacked q/k/v GEMM in bf16 (all three or none).
+  expect_fp8_model_near_bf16("llama", nn::float8::rowwise_recipe(), {"k_proj"}, 6, 2);
+  expect_fp8_model_near_bf16("llama", nn::float8::tensorwise_recipe(), {}, 8, 0);
+}
+
+TEST(Fp8Layers, RefusesWhatItIsNotBuiltFor) {
+  auto model = models::build_model(tiny("gpt2"));
+  try {
+    models::apply_float8(*model, nn::float8::tensorwise_recipe(), {"q_proj"});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "fp8.exclude[0]: \"q_proj\" names no attention or MLP projection")) << e.what();
+  }
+  auto tiled = models::build_model(tiny("llama"));
+  for (const auto& m : tiled->modules())
+    if (auto* mlp = dynamic_cast<nn::SwiGLUMLPImpl*>(m.get())) mlp->tile_tokens = 8;
+  EXPECT_THROW(models::apply_float8(*tiled, nn::float8::rowwise_recipe(), {}), Error);
+}
+
+}  // namespace
