@@ -105,6 +105,20 @@ TEST(Float8Linear, ForwardAndBothGradientsNearFp32) {
   }
 }
 
+TEST(Float8Linear, EvaluationWithoutGradientsGivesTheSameOutput) {
+  torch::manual_seed(13);
+  const at::Tensor x = torch::randn({8, 64}).to(torch::kBFloat16);
+  const at::Tensor w = (torch::randn({32, 64}) * 0.1).to(torch::kBFloat16).requires_grad_(true);
+  auto cache = std::make_shared<WeightCache>();
+  Float8Projection p("h.0.mlp.c_proj", rowwise_recipe(), cache);
+  const at::Tensor train = float8_linear(x, {w}, at::Tensor(), p);
+  torch::NoGradGuard no_grad;
+  const at::Tensor eval = float8_linear(x, {w}, at::Tensor(), p);
+  EXPECT_FALSE(eval.requires_grad());
+  EXPECT_TRUE(torch::equal(train.detach(), eval));
+  EXPECT_EQ(cache->casts(), 1);
+}
+
 TEST(Float8Linear, StackedWeightsSplitTheirGradients) {
   torch::manual_seed(10);
   const at::Tensor x = torch::randn({32, 64}).to(torch::kBFloat16);

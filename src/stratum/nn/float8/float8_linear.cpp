@@ -1,6 +1,7 @@
 #include "stratum/nn/float8/float8_linear.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "stratum/core/error.h"
@@ -26,13 +27,15 @@ Float8Tensor load(AutogradContext* ctx, const std::string& key) {
 }
 
 struct Float8Linear : torch::autograd::Function<Float8Linear> {
-  // bias: [N] or empty ([0]): no bias.
+  // bias: [N] or empty ([0]): no bias. grad_mode: whether the caller records
+  // gradients (autograd turns grad mode off inside forward); off (evaluation),
+  // no transposed copy of x is made.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights, const at::Tensor& bias,
-                            Float8Projection* projection) {
+                            Float8Projection* projection, bool grad_mode) {
     const int64_t k = x.size(-1);
     const std::vector<at::Tensor> ws(weights.begin(), weights.end());
     bool weights_need_grad = false;
-    for (const at::Tensor& w : ws) weights_need_grad = weights_need_grad || w.requires_grad();
+    for (const at::Tensor& w : ws) weights_need_grad = weights_need_grad || (grad_mode && w.requires_grad());
     const Float8Pair& w8 = projection->weight(ws);
     const Recipe& recipe = projection->recipe();
     const at::Tensor x2 = x.reshape({-1, k}).contiguous();
@@ -63,7 +66,7 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const std::vector<int64_t> rows = ctx->saved_data["rows"].toIntVector();
     const size_t n_weights = rows.size();
-    variable_list out(n_weights + 3);  // x, each weight, bias, and undefined for the projection (not a tensor)
+    variable_list out(n_weights + 4);  // x, each weight, bias; undefined for projection and grad_mode (no tensors)
     const at::Tensor& grad = grads[0];
     const at::Tensor g2 = grad.reshape({-1, grad.size(-1)}).contiguous();
     bool any_weight = false;
@@ -110,7 +113,7 @@ at::Tensor float8_linear(const at::Tensor& x, const std::vector<at::Tensor>& wei
     throw Error("fp8 linear " + projection.name() + ": bias " + c10::str(bias.sizes()) + " for " +
                 std::to_string(n) + " outputs");
   return Float8Linear::apply(x, at::TensorList(weights), bias.defined() ? bias : at::empty({0}, x.options()),
-                             &projection);
+                             &projection, c10::GradMode::is_enabled());
 }
 
 }  // namespace stratum::nn::float8

@@ -19,10 +19,10 @@ void WeightCache::check_finite() {
   for (Float8Projection* p : projections_)
     if (p->nonfinite_flags().defined()) {
       watched.push_back(p);
-      flags.push_back(p->nonfinite_flags().to(at::kCPU));
+      flags.push_back(p->nonfinite_flags());
     }
   if (watched.empty()) return;
-  const at::Tensor host = at::stack(flags);  // one read: the copies above queue, the stack waits
+  const at::Tensor host = at::stack(flags).to(at::kCPU);  // one device read for all of them
   for (size_t i = 0; i < watched.size(); ++i) {
     const std::string message = watched[i]->nonfinite_message(host[i]);
     if (message.empty()) continue;
