@@ -654,6 +654,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
       progress.note("saved checkpoint " + r.dir + " (" + fs::describe_bytes(r.bytes) + ", " + seconds +
                     (r.async ? ", host staging " + fs::describe_bytes(r.staging_bytes) + " on rank 0" : "") + ")");
   });
+  if (!o.save_dir.empty()) saver.reserve_staging(engine.core());  // pinned while the first steps run
   auto save = [&]() {
     const json client = client_state(*source, mcfg, o, tokenizer, config, adapted_layers);
     const std::string tag = "global_step" + std::to_string(engine.global_steps());

@@ -274,11 +274,11 @@ namespace {
 using Pending = CheckpointSaver::Pending;
 
 // Blocking part, collective: the staging directory, this rank's states copied
-// into host memory (into `staging` when given, else views or copies as .to(kCPU)
-// makes them), rank 0's manifest but for the checksums.
+// into host memory (into `staging`'s buffers when given, else views or copies
+// as .to(kCPU) makes them), rank 0's manifest but for the checksums.
 void begin_save(Pending& p, EngineCore& engine, const std::string& save_dir, const std::string& tag,
                 const json& client_state, const CheckpointSaveOptions& options, const PipelinePlace* place,
-                std::vector<at::Tensor>* staging) {
+                HostStaging* staging) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string bad_tag = tag_name_problem(tag);
   if (!bad_tag.empty()) throw Error("save_checkpoint: tag '" + tag + "': " + bad_tag);
@@ -326,19 +326,9 @@ void begin_save(Pending& p, EngineCore& engine, const std::string& save_dir, con
                            "'s fragments differ from those the manifest lists");
   }
   try {
-    size_t next = 0;
-    // Async: into buffers allocated at the first save and reused (pinned for a GPU's states).
-    auto host_copy = [&](const at::Tensor& src) {
-      if (!staging) return src.to(at::kCPU);
-      if (next == staging->size()) staging->emplace_back();
-      at::Tensor& buf = (*staging)[next++];
-      if (!buf.defined() || buf.numel() != src.numel() || buf.scalar_type() != src.scalar_type()) {
-        buf = at::empty(src.sizes(), at::TensorOptions().dtype(src.scalar_type()).pinned_memory(src.is_cuda()));
-      }
-      buf = buf.view(src.sizes());
-      buf.copy_(src);
-      return buf;
-    };
+    // Async: into buffers kept from save to save (pinned for a GPU's states).
+    if (staging) staging->rewind();
+    auto host_copy = [&](const at::Tensor& src) { return staging ? staging->copy(src) : src.to(at::kCPU); };
     for (const Fragment& f : mine) {
       const auto& seg = strategy.segments()[f.segment];
       const std::string& name = layout.specs()[f.param].name;
@@ -348,8 +338,7 @@ void begin_save(Pending& p, EngineCore& engine, const std::string& save_dir, con
                                host_copy(sources[k]->narrow(0, f.segment_offset, f.numel)));
     }
     p.tensors.emplace_back(kRngTensor, at::detail::getDefaultCPUGenerator().get_state());
-    if (staging)
-      for (const at::Tensor& t : *staging) p.staging_bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
+    if (staging) p.staging_bytes = staging->bytes();
     if (options.at_stage) options.at_stage("copy", p.tmp_dir);
     injected_fault("copy", tag);
   } catch (const std::exception& e) {
@@ -573,10 +562,16 @@ CheckpointSaver::~CheckpointSaver() {
 
 bool CheckpointSaver::pending() const { return pending_ != nullptr; }
 
-uint64_t CheckpointSaver::staging_bytes() const {
-  uint64_t bytes = 0;
-  for (const at::Tensor& t : staging_) bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
-  return bytes;
+uint64_t CheckpointSaver::staging_bytes() const { return staging_.bytes(); }
+
+void CheckpointSaver::reserve_staging(EngineCore& engine) {
+  if (!async_) return;
+  const ModelStateBytes b = engine.model_state_bytes();
+  const TrainingState state = engine.training_state();
+  const auto& segments = state.strategy.segments();
+  const bool on_gpu = !segments.empty() && segments.front().master.is_cuda();
+  // The fp32 masters and Adam's two moments this rank writes (at most).
+  staging_.reserve(b.master + b.optimizer, on_gpu);
 }
 
 void CheckpointSaver::finish() {

@@ -31,6 +31,7 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json_fwd.hpp>
 
+#include "stratum/checkpoint/host_staging.h"
 #include "stratum/checkpoint/tags.h"
 #include "stratum/engine/engine_core.h"
 #include "stratum/engine/pipeline_stages.h"
@@ -106,14 +107,19 @@ class CheckpointSaver {
   void poll();
   bool async() const { return async_; }
   bool pending() const;
+  // Async: host memory held for the copies (the reserved block and beyond).
   uint64_t staging_bytes() const;
+  // Async: starts reserving, in the background, the host memory the saves
+  // will copy this rank's states into (pinned for a GPU's), so that the first
+  // save does not block while it is pinned. Nothing when synchronous.
+  void reserve_staging(EngineCore& engine);
 
   struct Pending;  // a save between its copy and its publication
 
  private:
   bool async_;
   std::function<void(const CheckpointSaveReport&)> on_saved_;
-  std::vector<at::Tensor> staging_;
+  HostStaging staging_;
   std::unique_ptr<Pending> pending_;
 };
 
