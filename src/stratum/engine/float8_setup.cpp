@@ -50,7 +50,11 @@ void attach_float8(const Config& config, torch::nn::Module& model, EngineCore& c
   if (core.step_observer())
     throw ConfigError(config.source, {"fp8.enabled: the engine already follows the step for the model (a mixture "
                                       "of experts' routing); FP8 with it is not built"});
-  core.attach_step_observer(std::make_shared<Float8StepObserver>(layers.cache));
+  core.attach_step_observer(float8_step_observer(layers.cache));
+}
+
+std::shared_ptr<StepObserver> float8_step_observer(std::shared_ptr<nn::float8::WeightCache> cache) {
+  return std::make_shared<Float8StepObserver>(std::move(cache));
 }
 
 }  // namespace stratum::engine_detail

@@ -6,11 +6,18 @@
 #include <c10/core/Device.h>
 #include <torch/nn/module.h>
 
+#include <memory>
+
 #include "stratum/config/config.h"
 
 namespace stratum {
 
 class EngineCore;
+class StepObserver;
+
+namespace nn::float8 {
+class WeightCache;
+}
 
 namespace engine_detail {
 
@@ -23,6 +30,10 @@ void check_float8_device(const Config& config, c10::Device device);
 // copies. Throws ConfigError when no projection would run in FP8, or when
 // the core already has a step observer (a mixture of experts' routing).
 void attach_float8(const Config& config, torch::nn::Module& model, EngineCore& core);
+
+// The observer attach_float8 gives the core: after each optimizer step it
+// invalidates `cache`, then reads its Inf/NaN flags (WeightCache::check_finite).
+std::shared_ptr<StepObserver> float8_step_observer(std::shared_ptr<nn::float8::WeightCache> cache);
 
 }  // namespace engine_detail
 }  // namespace stratum

@@ -91,6 +91,20 @@ TEST(Fp8Engine, CpuRunRefusedWithAClearMessage) {
   }
 }
 
+TEST(Fp8Engine, StepObserverInvalidatesTheWeightCopies) {
+  // What the engine runs after each optimizer step (engine/float8_setup.h).
+  auto cache = std::make_shared<nn::float8::WeightCache>();
+  nn::float8::Float8Projection p("h.0.attn.c_attn", nn::float8::tensorwise_recipe(), cache);
+  const at::Tensor w = torch::randn({16, 32}).to(torch::kBFloat16);
+  p.weight({w});
+  p.weight({w});
+  EXPECT_EQ(cache->casts(), 1);
+  const auto observer = engine_detail::float8_step_observer(cache);
+  observer->after_step(/*updated=*/true);
+  p.weight({w});
+  EXPECT_EQ(cache->casts(), 2);
+}
+
 TEST(Fp8Layers, PatternsNameWholeTrailingParts) {
   using models::fp8_pattern_matches;
   EXPECT_TRUE(fp8_pattern_matches("c_attn", "transformer.h.0.attn.c_attn"));
