@@ -24,6 +24,7 @@
 #include <iterator>
 #include <limits>
 #include <optional>
+#include <thread>
 #include <tuple>
 
 #include "stratum/checkpoint/checkpoint.h"
@@ -61,6 +62,7 @@
 #include "stratum/monitor/progress.h"
 #include "stratum/nn/lora_linear.h"
 #include "stratum/monitor/run_records.h"
+#include "stratum/monitor/straggler.h"
 #ifdef STRATUM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
@@ -122,9 +124,51 @@ RankExtremes rank_extremes(const distributed::DistContext& ctx, double mine) {
   const int64_t rank = all.argmax().item<int64_t>();
   return {all[rank].item<double>(), all.min().item<double>(), static_cast<int>(rank)};
 }
-std::pair<double, std::optional<int>> largest_memory(const distributed::DistContext& ctx) {
-  const RankExtremes e = rank_extremes(ctx, memory_gib(ctx));
-  return {e.largest, e.rank};
+// Every step's figures from every rank, in the one gather a step makes: the
+// memory column's largest rank, and each rank's own work (its step time less
+// its waits for collectives) with its pipeline stage for the straggler check.
+struct StepFigures {
+  double largest_memory = 0;
+  std::optional<int> memory_rank;
+  std::vector<double> busy;  // by rank
+  std::vector<int> stage;    // by rank
+};
+StepFigures gather_step_figures(const distributed::DistContext& ctx, double busy, int stage) {
+  StepFigures f;
+  const double memory = memory_gib(ctx);
+  if (ctx.world_size == 1) {
+    f.largest_memory = memory;
+    return f;
+  }
+  constexpr int kWords = 3;
+  at::Tensor all = at::empty({ctx.world_size * kWords}, at::kDouble);
+  at::Tensor mine = at::tensor({memory, busy, static_cast<double>(stage)}, at::kDouble);
+  ctx.cpu_world->all_gather(all, mine)->wait();
+  const double* p = all.data_ptr<double>();
+  for (int r = 0; r < ctx.world_size; ++r) {
+    if (!f.memory_rank || p[r * kWords] > f.largest_memory) {
+      f.largest_memory = p[r * kWords];
+      f.memory_rank = r;
+    }
+    f.busy.push_back(p[r * kWords + 1]);
+    f.stage.push_back(static_cast<int>(p[r * kWords + 2]));
+  }
+  return f;
+}
+
+// STRATUM_STRAGGLER_FAULT="<rank>:<seconds>" (tests): that rank sleeps this
+// long in every step, as a slow GPU or a noisy neighbour would slow it.
+double straggler_fault_seconds(int rank) {
+  const char* v = std::getenv("STRATUM_STRAGGLER_FAULT");
+  if (!v || !*v) return 0;
+  const std::string text = v;
+  const auto colon = text.find(':');
+  char* end = nullptr;
+  const long r = colon == std::string::npos ? -1 : std::strtol(text.c_str(), &end, 10);
+  const double seconds = colon == std::string::npos ? -1 : std::strtod(text.c_str() + colon + 1, &end);
+  if (colon == std::string::npos || r < 0 || !(seconds >= 0) || *end != '\0')
+    throw Error("STRATUM_STRAGGLER_FAULT='" + text + "': expected <rank>:<seconds>");
+  return r == rank ? seconds : 0;
 }
 
 // The start-up peak, once the engine holds the model: the GPU allocator's
@@ -666,10 +710,16 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   };
 
   const auto started = std::chrono::steady_clock::now();
+  const double injected_delay = straggler_fault_seconds(ctx.rank);
+  monitor::StragglerCheck stragglers;
   while (engine.global_steps() < o.steps) {
     const auto t0 = std::chrono::steady_clock::now();
+    const double waited_before = ctx.flight ? ctx.flight->waited_seconds() : 0.0;
+    if (injected_delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(injected_delay));
     const double loss = engine.train_batch([&] { return micro_batch(source->next()); });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double waited = ctx.flight ? ctx.flight->waited_seconds() - waited_before : 0.0;
+    const double busy = std::max(0.0, seconds - waited);
     monitor::StepMetrics m;
     m.step = engine.global_steps();
     m.total_steps = o.steps;
@@ -678,7 +728,11 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     m.loss_scale = engine.loss_scale();
     m.tokens_per_second = tokens_per_step / seconds;
     m.mfu = ctx.on_gpu() ? m.tokens_per_second / ctx.world_size * flops_per_token / (o.peak_tflops * 1e12) : 0.0;
-    std::tie(m.memory_gib, m.memory_rank) = largest_memory(ctx);
+    const StepFigures figures = gather_step_figures(ctx, busy, engine.stage());
+    m.memory_gib = figures.largest_memory;
+    m.memory_rank = figures.memory_rank;
+    for (const std::string& line : stragglers.update(m.step, figures.busy, figures.stage))
+      if (lead) progress.note(line);
     m.skipped = engine.last_step_skipped();
     if (engine.pipeline()) m.bubble = engine.pipeline()->last_timing().bubble();
     if (const RoutingStats* routing = routing_stats(engine.core())) {

@@ -5,10 +5,14 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <mutex>
 
+#include "stratum/core/fs.h"
 #include "stratum/core/log.h"
+#include "stratum/distributed/flight_report.h"
 #include "stratum/distributed/launch/slurm_env.h"
 #include "stratum/distributed/mpi_communicator.h"
+#include "stratum/distributed/recording_communicator.h"
 #ifdef STRATUM_WITH_NCCL
 #include <c10/cuda/CUDAFunctions.h>
 
@@ -34,6 +38,54 @@ int env_int(const char* name, int fallback) {
   if (std::string(v) == "0") return false;
   throw Error(std::string("STRATUM_SHARED_GPU='") + v +
               "': expected 1 (ranks beyond the GPUs share them, over MPI) or 0 (those ranks run on the CPU)");
+}
+
+// The recorder abort_job dumps. Process-wide, as abort_job is: it ends the
+// process from wherever a timeout or a lone error surfaces (a backend's wait,
+// the NCCL watchdog's thread, the desync check), none of which holds the
+// DistContext. It is only read there; a weak pointer, so the context still
+// owns (and ends) the recorder.
+std::mutex g_fatal_mutex;
+std::weak_ptr<FlightRecorder> g_fatal_recorder;
+
+// How often a rank's flight file is rewritten (when it changed): a stopped
+// rank's file is at most this old, and the cost is one small file write per
+// period while collectives run.
+constexpr std::chrono::milliseconds kFlightFlushPeriod{1000};
+
+std::shared_ptr<FlightRecorder> make_flight_recorder(int rank, int world_size) {
+  auto recorder = std::make_shared<FlightRecorder>(rank, world_size);
+  if (const char* dir = std::getenv("STRATUM_FLIGHT_DIR"); dir && *dir) {
+    try {
+      fs::make_directories(dir);
+      recorder->set_file(flight_file(dir, rank));
+      recorder->flush_every(kFlightFlushPeriod);
+    } catch (const Error& e) {
+      log::warn(std::string("STRATUM_FLIGHT_DIR: ") + e.what() + "; the flight recorder keeps its ring in memory only");
+    }
+  }
+  std::lock_guard<std::mutex> lock(g_fatal_mutex);
+  g_fatal_recorder = recorder;
+  return recorder;
+}
+
+// Before the job ends: this rank's flight file, and on a timeout the report of
+// who did not arrive, from every file of its directory (this host's ranks).
+void dump_flight_recorder(int exit_code) noexcept {
+  try {
+    std::shared_ptr<FlightRecorder> recorder;
+    {
+      std::lock_guard<std::mutex> lock(g_fatal_mutex);
+      recorder = g_fatal_recorder.lock();
+    }
+    if (!recorder) return;
+    const bool timeout = exit_code == kExitCommTimeout;
+    if (!recorder->write_file(timeout ? "timeout" : "abort") || !timeout) return;
+    const std::string file = recorder->file();
+    const std::string dir = file.substr(0, file.rfind('/'));
+    log::error(hang_report(read_flight_dir(dir), {}, flight_now_seconds()));
+  } catch (...) {  // the job is ending anyway: the report is a best effort
+  }
 }
 
 }  // namespace
@@ -114,7 +166,8 @@ DistContext init(const InitOptions& options) {
   ctx.local_rank = env_int("LOCAL_RANK", env_int("OMPI_COMM_WORLD_LOCAL_RANK", slurm ? slurm->local_rank : 0));
   ctx.local_world_size = local_world_size_from_env();
 
-  ctx.cpu_world = MpiCommunicator::world(ctx.options);
+  ctx.flight = make_flight_recorder(ctx.rank, ctx.world_size);
+  ctx.cpu_world = with_flight_recorder(MpiCommunicator::world(ctx.options), ctx.flight);
 #ifdef STRATUM_WITH_NCCL
   const char* disable = std::getenv("STRATUM_DISABLE_NCCL");
   const bool nccl_disabled = !options.use_nccl || (disable && std::string(disable) == "1");
@@ -124,7 +177,8 @@ DistContext init(const InitOptions& options) {
   ctx.cuda_device = plan.cuda_device;
   ctx.device_comm = plan.comm;
   if (plan.comm == DeviceComm::nccl)
-    ctx.gpu_world = NcclCommunicator::world(*ctx.cpu_world, ctx.cuda_device, ctx.options);
+    ctx.gpu_world =
+        with_flight_recorder(NcclCommunicator::world(*ctx.cpu_world, ctx.cuda_device, ctx.options), ctx.flight);
   else if (plan.comm == DeviceComm::mpi_staged)
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(ctx.cuda_device));
 #endif
@@ -147,6 +201,7 @@ void finalize() {
 
 void abort_job(const std::string& message, int exit_code) {
   log::error(message + "; ending the job");
+  dump_flight_recorder(exit_code);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

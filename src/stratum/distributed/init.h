@@ -9,6 +9,7 @@
 #include <c10/core/Device.h>
 
 #include "stratum/distributed/communicator.h"
+#include "stratum/distributed/flight_recorder.h"
 
 namespace stratum::distributed {
 
@@ -36,6 +37,9 @@ struct DistContext {
   CommOptions options;
   std::shared_ptr<Communicator> cpu_world;  // MPI, always
   std::shared_ptr<Communicator> gpu_world;  // the NCCL world (DeviceComm::nccl), else null
+  // Every operation of both worlds and the groups split from them
+  // (recording_communicator.h); written to STRATUM_FLIGHT_DIR when set.
+  std::shared_ptr<FlightRecorder> flight;
   bool on_gpu() const { return cuda_device >= 0; }
   // The communicator for tensors on the training device: NCCL's, else MPI's
   // (which stages CUDA tensors through host memory when ranks share a GPU).
@@ -72,7 +76,10 @@ DevicePlan plan_devices(int local_rank, int local_world_size, int gpus, bool ncc
 // Initializes MPI (and NCCL), checks RANK/WORLD_SIZE against MPI when a launcher
 // set them, sets the log prefix to the rank, picks the rank's GPU by
 // plan_devices. Throws stratum::Error on mismatch.
-// Environment: STRATUM_DISABLE_NCCL=1: CPU ranks only. STRATUM_SHARED_GPU: when
+// Environment: STRATUM_FLIGHT_DIR (stratum-run sets it): the flight recorder
+// writes <dir>/rank<N>.txt every second when it changed and when the job aborts;
+// a collective timeout then prints the hang report (flight_report.h) from the
+// files there. STRATUM_DISABLE_NCCL=1: CPU ranks only. STRATUM_SHARED_GPU: when
 // a node runs more ranks than it has GPUs, 1 (the default) shares the GPUs
 // round-robin, tensors over MPI through host memory; 0 puts those ranks on the CPU.
 DistContext init(const InitOptions& options = InitOptions());
@@ -92,6 +99,9 @@ int local_world_size_from_env();
 
 // Prints `message` (with the rank) and ends the whole job: MPI_Abort when MPI
 // is up, else exit. For timeouts and errors after which other ranks would hang.
+// Before that, the flight recorder of the last init() writes its file and, for
+// a timeout (kExitCommTimeout), the hang report read from its directory is
+// printed.
 [[noreturn]] void abort_job(const std::string& message, int exit_code);
 
 }  // namespace stratum::distributed

@@ -743,7 +743,7 @@ TEST(Launcher, DryRunPrintsTheMpirunCommand) {
   EXPECT_HAS(run.out, "--bind-to none");
   EXPECT_HAS(run.out, "-np 2 --host localhost:2");
   EXPECT_HAS(run.out, "-x NCCL_NVLS_ENABLE=0");
-  EXPECT_HAS(run.out, "--rank-shim --node localhost --node_rank 0 --heartbeat_timeout 120 -- /bin/echo 'hi there'");
+  EXPECT_HAS(run.out, "--rank-shim --node localhost --node_rank 0 --heartbeat_timeout 90 -- /bin/echo 'hi there'");
   if (geteuid() == 0) EXPECT_HAS(run.out, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ");
 }
 
@@ -795,7 +795,7 @@ TEST(Launcher, SlurmDryRunPrintsTheSrunCommand) {
                                   "--mpi=pmix --kill-on-bad-exit=1 --quit-on-interrupt --export=ALL,");
   EXPECT_HAS(run.out, ",NCCL_NVLS_ENABLE=0,");
   EXPECT_HAS(run.out, ",MASTER_ADDR=gpu07,MASTER_PORT=29500 --partition debug ");  // the allocation's first host
-  EXPECT_HAS(run.out, "--rank-shim --slurm --heartbeat_timeout 120 -- /bin/echo 'hi there'");
+  EXPECT_HAS(run.out, "--rank-shim --slurm --heartbeat_timeout 90 -- /bin/echo 'hi there'");
   // Inside an allocation without counts, srun takes the allocation's; rank 0 lands on the first host not excluded.
   run = run_launcher({"--launcher", "slurm", "--dry_run", "--exclude", "gpu07", "/bin/echo"}, o);
   EXPECT_EQ(run.exit_code, 0) << run.err;

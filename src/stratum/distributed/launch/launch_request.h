@@ -19,7 +19,14 @@ struct LaunchRequest {
   int master_port = 29500;
   int grace_period = 1;
   bool grace_period_given = false;  // --grace_period on the command line (srun refuses it)
-  int heartbeat_timeout = 120;
+  // 90 s: a rank stopped or stuck in its own work is killed, and the hang
+  // report printed (flight_report.h), within 100 s of its last sign of life
+  // (a flight file is at most 1 s old), while a healthy rank beats at least
+  // every few seconds from its steps, collective waits and file writes. The
+  // watch starts at the first training step, so start-up (loading, NCCL
+  // init, a first step's allocations) is not held to it; the collective
+  // timeout (10 min, communicator.h) covers that phase.
+  int heartbeat_timeout = 90;
   int max_restarts = 0;  // --max_restarts: run the job again after a failure, this many times at most
   bool exclude_failed_hosts = false;  // --exclude_failed_hosts: a restart leaves out the failed rank's host
   std::vector<std::string> exports;  // --export specs, NAME or NAME=VALUE

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "stratum/core/error.h"
+#include "stratum/core/fs.h"
 #include "stratum/distributed/launch/launch_plan.h"
 #include "stratum/distributed/launch/launcher_process.h"
 #include "stratum/distributed/launch/process.h"
@@ -127,6 +128,45 @@ std::string restarts_spent_line(const std::vector<FailedAttempt>& attempts, int 
   return out;
 }
 
+namespace {
+
+// STRATUM_FLIGHT_DIR for the ranks (passed on like every STRATUM_ variable):
+// where each writes its flight-recorder file and the shims and timed-out
+// ranks read them for the hang report (flight_report.h). `<--log_dir>/flight`,
+// kept; else a temporary directory of this host, removed when the launcher
+// ends (on other hosts the ranks create the same path, left there). A value
+// already set is the user's and is kept.
+class FlightDirectory {
+ public:
+  explicit FlightDirectory(const LaunchRequest& f) {
+    if (f.dry_run || ::getenv("STRATUM_FLIGHT_DIR")) return;
+    try {
+      if (!f.log_dir.empty()) {
+        dir_ = fs::absolute_path(f.log_dir) + "/flight";
+      } else {
+        dir_ = fs::make_temp_directory("stratum-flight-");
+        temporary_ = true;
+      }
+      ::setenv("STRATUM_FLIGHT_DIR", dir_.c_str(), 1);
+      set_ = true;
+    } catch (const Error& e) {
+      say(std::string("warning: no flight-recorder directory (") + e.what() + "): a hang is reported without it");
+    }
+  }
+  ~FlightDirectory() {
+    if (set_) ::unsetenv("STRATUM_FLIGHT_DIR");
+    if (temporary_) fs::remove_tree(dir_);
+  }
+  FlightDirectory(const FlightDirectory&) = delete;
+  FlightDirectory& operator=(const FlightDirectory&) = delete;
+
+ private:
+  std::string dir_;
+  bool temporary_ = false, set_ = false;
+};
+
+}  // namespace
+
 int run_launcher(const LaunchRequest& f) {
   // Ranks' stdout is a pty (mpirun's, or the shim's under srun) whatever the user's is: tell them what the user sees
   // (progress bars redraw only on a real terminal). Passed on like every STRATUM_ variable.
@@ -149,6 +189,7 @@ int run_launcher(const LaunchRequest& f) {
   }
   // Set before planning: rank_settings passes every STRATUM_ variable on to the ranks.
   if (f.max_restarts > 0) ::setenv(kRestartCountVariable, "0", 1);
+  const FlightDirectory flight(f);
 
   PlannedJob job;
   try {

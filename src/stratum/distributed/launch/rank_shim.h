@@ -57,7 +57,7 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const RankInfo
 
 // "stratum-run: rank 1 (host node2, local rank 1) exited with status 3"
 std::string rank_failure_line(const RankInfo& rank, const ShimArgs& args, int wait_status);
-// "stratum-run: rank 1 (host node2, local rank 1) made no progress for 120 s ..."
+// "stratum-run: rank 1 (host node2, local rank 1) made no progress for 90 s ..."
 std::string rank_hang_line(const RankInfo& rank, const ShimArgs& args);
 // "[rank 1] "
 std::string rank_prefix(const RankInfo& rank);

@@ -18,6 +18,8 @@
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 #include "stratum/core/heartbeat.h"
+#include "stratum/distributed/flight_recorder.h"
+#include "stratum/distributed/flight_report.h"
 #include "stratum/distributed/launch/hostfile.h"
 #include "stratum/distributed/launch/process.h"
 #include "stratum/distributed/launch/rank_shim.h"
@@ -54,6 +56,11 @@ int run_rank_shim(const std::vector<std::string>& shim_args) {
     }
   }
   const bool relay = args.prefix || log_fd >= 0;
+  // The ranks' flight-recorder files (STRATUM_FLIGHT_DIR, set by the launcher):
+  // this rank's from an earlier attempt goes, so what the report reads is this run's.
+  const char* flight_env = ::getenv("STRATUM_FLIGHT_DIR");
+  const std::string flight_dir = flight_env ? flight_env : "";
+  if (!flight_dir.empty()) ::unlink(flight_file(flight_dir, rank.rank).c_str());
 
   SignalPipe signals({SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD});
   int out_r = -1, out_w = -1, err_r = -1, err_w = -1;
@@ -148,6 +155,20 @@ int run_rank_shim(const std::vector<std::string>& shim_args) {
         monotonic_ms() - last_beat > 1000LL * args.heartbeat_timeout_s) {
       hung = true;
       write_all(STDERR_FILENO, rank_hang_line(rank, args) + "\n");
+      // What the ranks of this host were doing: the ones waiting wrote their
+      // open operation, this one (stopped or stuck) its last state. Read
+      // before the kill, while the others still wait (a rank's file is at
+      // most a flush period old, flight_recorder.h).
+      if (!flight_dir.empty()) {
+        try {
+          // Not "stratum-run: rank ...": the launcher takes the first such line as the failure.
+          write_all(STDERR_FILENO, "stratum-run: hang of rank " + std::to_string(rank.rank) + ", " +
+                                       hang_report(read_flight_dir(flight_dir), {rank.rank}, flight_now_seconds()) +
+                                       "\n");
+        } catch (const std::exception& e) {
+          write_all(STDERR_FILENO, std::string("stratum-run: no flight-recorder report: ") + e.what() + "\n");
+        }
+      }
       kill(child, SIGKILL);
     }
     if (!exited) {
