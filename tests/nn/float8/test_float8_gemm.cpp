@@ -240,4 +240,20 @@ TEST(Float8LinearGpu, NonFiniteAmaxReportedAtTheStepCheck) {
   EXPECT_NO_THROW(cache->check_finite());  // cleared
 }
 
+TEST(Float8LinearGpu, ShapesTheGpuRefusesAreNamed) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU of compute capability >= 8.9 (FP8 GEMMs)";
+  auto cache = std::make_shared<WeightCache>();
+  Float8Projection p("gpu.h.0.mlp.c_fc", tensorwise_recipe(), cache);
+  const auto opts = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
+  const at::Tensor w = torch::randn({32, 64}, opts).requires_grad_(true);
+  // 10 tokens: the forward's K (64) and N (32) are fine, dW contracts over the 10 tokens.
+  const at::Tensor y = float8_linear(torch::randn({10, 64}, opts), {w}, at::Tensor(), p);
+  try {
+    y.sum().backward();
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("fp8 linear gpu.h.0.mlp.c_fc, dW"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

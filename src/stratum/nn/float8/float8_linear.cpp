@@ -26,6 +26,16 @@ Float8Tensor load(AutogradContext* ctx, const std::string& key) {
   return {ctx->saved_data[key].toTensor(), ctx->saved_data[key + ".scale_inv"].toTensor(), at::Tensor()};
 }
 
+// scaled_gemm with the layer and the product named in its errors (a shape the GPU refuses).
+at::Tensor layer_gemm(const std::string& layer, const char* product, const Float8Tensor& a, const Float8Tensor& b,
+                      at::ScalarType out, const at::Tensor& bias = at::Tensor(), bool fast_accum = false) {
+  try {
+    return scaled_gemm(a, b, out, bias, fast_accum);
+  } catch (const Error& e) {
+    throw Error("fp8 linear " + layer + ", " + product + ": " + e.what());
+  }
+}
+
 struct Float8Linear : torch::autograd::Function<Float8Linear> {
   // bias: [N] or empty ([0]): no bias. grad_mode: whether the caller records
   // gradients (autograd turns grad mode off inside forward); off (evaluation),
@@ -43,8 +53,8 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
     projection->record_amax(x8.rows.amax, Operand::input);
     const bool with_bias = bias.numel() > 0;
     // Fast accumulation in the forward GEMM only, as torchao: the gradients' sums keep full precision.
-    const at::Tensor y2 = scaled_gemm(x8.rows, w8.rows, x.scalar_type(), with_bias ? bias : at::Tensor(),
-                                      /*fast_accum=*/true);
+    const at::Tensor y2 = layer_gemm(projection->name(), "y = x Wᵀ", x8.rows, w8.rows, x.scalar_type(),
+                                     with_bias ? bias : at::Tensor(), /*fast_accum=*/true);
     if (weights_need_grad) save(ctx, "x_t", x8.transposed);
     save(ctx, "w_t", w8.transposed);
     ctx->saved_data["flags"] = projection->nonfinite_flags();
@@ -79,11 +89,13 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
                 ctx->saved_data["layer"].toStringRef());
     if (ctx->needs_input_grad(0)) {
       const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
-      out[0] = scaled_gemm(g8.rows, load(ctx, "w_t"), x_dtype).view(ctx->saved_data["x_shape"].toIntVector());
+      out[0] = layer_gemm(ctx->saved_data["layer"].toStringRef(), "dx = dy W", g8.rows, load(ctx, "w_t"), x_dtype)
+                   .view(ctx->saved_data["x_shape"].toIntVector());
     }
     if (any_weight) {
       const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
-      const at::Tensor gw = scaled_gemm(g8.transposed, load(ctx, "x_t"), w_dtype);  // [N, K]
+      const at::Tensor gw =
+          layer_gemm(ctx->saved_data["layer"].toStringRef(), "dW = dyᵀ x", g8.transposed, load(ctx, "x_t"), w_dtype);
       int64_t row = 0;
       for (size_t i = 0; i < n_weights; ++i) {
         if (ctx->needs_input_grad(1 + i)) out[1 + i] = n_weights == 1 ? gw : gw.narrow(0, row, rows[i]);
