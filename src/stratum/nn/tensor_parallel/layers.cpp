@@ -9,6 +9,7 @@
 #include "stratum/core/error.h"
 #include "stratum/nn/embedding.h"
 #include "stratum/nn/linear.h"
+#include "stratum/nn/tensor_parallel/vocab_softmax.h"
 
 namespace stratum::nn::tp {
 
@@ -65,34 +66,19 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
                             int64_t block_rows) {
     auto& group = *reinterpret_cast<distributed::Communicator*>(static_cast<intptr_t>(group_address));
     const int64_t n = logits.size(0);
-    const auto f32 = logits.options().dtype(at::kFloat);
     const at::Tensor live = targets.ne(ignore_index);
-    const at::Tensor local_target = targets - start;
-    const at::Tensor mine = live.logical_and(local_target.ge(0)).logical_and(local_target.lt(valid));
-    const at::Tensor column = local_target.masked_fill(mine.logical_not(), -1);
-    // A shard of padding only: max at the lowest float, sums 0.
-    at::Tensor row_max = at::full({n}, std::numeric_limits<float>::lowest(), f32);
-    at::Tensor sums = at::zeros({2, n}, f32);  // [sum of exp(x - max), target logit]
+    const at::Tensor column = local_target_columns(targets, start, valid, ignore_index);
+    VocabRowStats stats = VocabRowStats::empty(n, logits.options());
     for (int64_t r = 0; valid > 0 && r < n; r += block_rows) {
       const int64_t len = std::min(block_rows, n - r);
-      const at::Tensor x = block_fp32(logits, r, len, valid);
-      const at::Tensor m = std::get<0>(x.max(1));
-      row_max.narrow(0, r, len).copy_(m);
-      sums[0].narrow(0, r, len).copy_((x - m.unsqueeze(1)).exp().sum(1));
-      const at::Tensor col = column.narrow(0, r, len);
-      const at::Tensor picked = x.gather(1, col.clamp_min(0).unsqueeze(1)).squeeze(1);
-      sums[1].narrow(0, r, len).copy_(picked.masked_fill(col.lt(0), 0.0f));
+      stats.add(r, block_fp32(logits, r, len, valid), column.narrow(0, r, len));
     }
-    at::Tensor group_max = row_max.clone();
-    group.all_reduce(group_max, distributed::ReduceOp::max)->wait();
-    sums[0].mul_((row_max - group_max).exp());
-    group.all_reduce(sums, distributed::ReduceOp::sum)->wait();
-    const at::Tensor lse = sums[0].log() + group_max;
+    const at::Tensor lse = stats.group_log_sum_exp(group);
     const at::Tensor count = live.sum().to(at::kFloat);
     ctx->save_for_backward({logits, column, live, lse, count});
     ctx->saved_data["valid"] = valid;
     ctx->saved_data["block_rows"] = block_rows;
-    return ((lse - sums[1]) * live).sum() / count;
+    return ((lse - stats.sums[1]) * live).sum() / count;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -105,11 +91,10 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     if (valid < logits.size(1)) grad.narrow(1, valid, logits.size(1) - valid).zero_();  // padding
     for (int64_t r = 0; valid > 0 && r < n; r += block_rows) {
       const int64_t len = std::min(block_rows, n - r);
-      at::Tensor p = (block_fp32(logits, r, len, valid) - lse.narrow(0, r, len).unsqueeze(1)).exp();
-      const at::Tensor col = column.narrow(0, r, len);
-      p.scatter_add_(1, col.clamp_min(0).unsqueeze(1), -col.ge(0).to(at::kFloat).unsqueeze(1));
-      at::Tensor out = grad.narrow(0, r, len).narrow(1, 0, valid);
-      at::mul_out(out, p, row_scale.narrow(0, r, len).unsqueeze(1));  // rounded to the logits' dtype on store
+      // A copy in fp32 (block_fp32 of fp32 logits is a view: never written over).
+      at::Tensor x = block_fp32(logits, r, len, valid).clone();
+      logit_gradient_(x, lse.narrow(0, r, len), column.narrow(0, r, len), row_scale.narrow(0, r, len));
+      grad.narrow(0, r, len).narrow(1, 0, valid).copy_(x);  // rounded to the logits' dtype on store
     }
     return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }

@@ -1,11 +1,10 @@
 #include "stratum/nn/tensor_parallel/tiled_vocab_loss.h"
 
-#include <limits>
-
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "stratum/core/error.h"
+#include "stratum/nn/tensor_parallel/vocab_softmax.h"
 
 namespace stratum::nn::tp {
 namespace {
@@ -21,29 +20,15 @@ struct TiledVocabParallelLoss : torch::autograd::Function<TiledVocabParallelLoss
     auto& group = *reinterpret_cast<distributed::Communicator*>(static_cast<intptr_t>(group_address));
     const at::Tensor h = hidden.reshape({-1, hidden.size(-1)});
     const int64_t n = h.size(0);
-    const auto f32 = h.options().dtype(at::kFloat);
     const at::Tensor live = targets.ne(ignore_index);
-    const at::Tensor local_target = targets - start;
-    const at::Tensor mine = live.logical_and(local_target.ge(0)).logical_and(local_target.lt(valid));
-    const at::Tensor column = local_target.masked_fill(mine.logical_not(), -1);  // -1: another rank's or ignored
-    // A shard of padding only: max at the lowest float, sums 0.
-    at::Tensor row_max = at::full({n}, std::numeric_limits<float>::lowest(), f32);
-    at::Tensor sums = at::zeros({2, n}, f32);  // [sum of exp(x - local max), target logit]
+    const at::Tensor column = local_target_columns(targets, start, valid, ignore_index);
+    VocabRowStats stats = VocabRowStats::empty(n, h.options());
     for (int64_t r = 0; valid > 0 && r < n; r += tile_rows) {
       const int64_t len = std::min(tile_rows, n - r);
       // The logits in the model's dtype (as the untiled head makes them), the softmax in fp32.
-      const at::Tensor x = at::mm(h.narrow(0, r, len), weight.t()).narrow(1, 0, valid).to(at::kFloat);
-      const at::Tensor m = std::get<0>(x.max(1));
-      row_max.narrow(0, r, len).copy_(m);
-      sums[0].narrow(0, r, len).copy_((x - m.unsqueeze(1)).exp().sum(1));
-      const at::Tensor col = column.narrow(0, r, len);
-      sums[1].narrow(0, r, len).copy_(x.gather(1, col.clamp_min(0).unsqueeze(1)).squeeze(1).masked_fill(col.lt(0), 0.0f));
+      stats.add(r, at::mm(h.narrow(0, r, len), weight.t()).narrow(1, 0, valid).to(at::kFloat), column.narrow(0, r, len));
     }
-    at::Tensor group_max = row_max.clone();
-    group.all_reduce(group_max, distributed::ReduceOp::max)->wait();
-    sums[0].mul_((row_max - group_max).exp());
-    group.all_reduce(sums, distributed::ReduceOp::sum)->wait();
-    const at::Tensor lse = sums[0].log() + group_max;
+    const at::Tensor lse = stats.group_log_sum_exp(group);
     const at::Tensor count = live.sum().to(at::kFloat);
     // The hidden states and the weight parameter themselves (ZeRO-3 swaps a
     // parameter's storage; under sequence parallelism the region frees and
@@ -51,7 +36,7 @@ struct TiledVocabParallelLoss : torch::autograd::Function<TiledVocabParallelLoss
     ctx->save_for_backward({hidden, weight, column, live, lse, count});
     ctx->saved_data["valid"] = valid;
     ctx->saved_data["tile_rows"] = tile_rows;
-    return ((lse - sums[1]) * live).sum() / count;
+    return ((lse - stats.sums[1]) * live).sum() / count;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -67,11 +52,9 @@ struct TiledVocabParallelLoss : torch::autograd::Function<TiledVocabParallelLoss
     for (int64_t r = 0; valid > 0 && r < n && (want_h || want_w); r += tile_rows) {
       const int64_t len = std::min(tile_rows, n - r);
       const at::Tensor ht = h.narrow(0, r, len);
+      // .to(kFloat) of model-dtype logits is a new tensor (fp32 logits: the mm's own), free to write over.
       at::Tensor p = at::mm(ht, weight.t()).narrow(1, 0, valid).to(at::kFloat);
-      p.sub_(lse.narrow(0, r, len).unsqueeze(1)).exp_();  // softmax from the kept log-sum-exp
-      const at::Tensor col = column.narrow(0, r, len);
-      p.scatter_add_(1, col.clamp_min(0).unsqueeze(1), -col.ge(0).to(at::kFloat).unsqueeze(1));
-      p.mul_(row_scale.narrow(0, r, len).unsqueeze(1));
+      logit_gradient_(p, lse.narrow(0, r, len), column.narrow(0, r, len), row_scale.narrow(0, r, len));
       // The logits' gradient in the model's dtype, the padding rows' columns zero.
       at::Tensor d = at::zeros({len, rows}, h.options());
       d.narrow(1, 0, valid).copy_(p);
