@@ -78,8 +78,9 @@ TEST_F(TrainCli, StoppedRankIsNamedByTheHeartbeatWithItsLastOperations) {
                          "/runlog/flight\n"))
       << r.output;
   EXPECT_FALSE(waited_op(r, "\n  ").empty()) << r.output;
-  EXPECT_TRUE(std::regex_search(r.output, std::regex("\n  rank 1 \\(host [^,]+, pid " + std::to_string(victim) +
-                                                     "; file written [0-9.]+ m?s ago, periodic\\): its last 5 "
+  const std::string file = dir_ + "/runlog/flight/rank1.txt";
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\n  rank 1 \\(host [^,]+, pid " + std::to_string(victim) + "; " +
+                                                     file + " written [0-9.]+ m?s ago, periodic\\): its last 5 "
                                                      "operations:\n(    [a-z_]+ #\\d+ on '[a-z]+'.*\n){5}")))
       << r.output;
   EXPECT_LT(seconds, 30.0) << r.output;

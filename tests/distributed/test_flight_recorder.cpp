@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <thread>
 
 #include "stratum/core/error.h"
@@ -48,12 +49,14 @@ TEST(FlightRecorder, FileTextRoundTripsOpenAndClosedEntries) {
   const int world = rec.add_group("world", "mpi", {0, 1});
   const int pp = rec.add_group("pipeline stage 0", "mpi", {0, 1});
   rec.end(rec.begin(world, 1, "all_reduce", 4096));
-  rec.begin(pp, 1, "recv", 1 << 20, 0);
+  rec.count_p2p(pp, 0, false);
+  rec.waiting(rec.begin(pp, 1, "recv", 1 << 20, 0, false, true));
   const std::string text = rec.format("periodic");
   EXPECT_TRUE(has(text, "stratum-flight 1\nrank 1 world 2 pid ")) << text;
   EXPECT_TRUE(has(text, "group 1 issued 1 completed 0 backend mpi ranks 0,1 name pipeline stage 0\n")) << text;
-  EXPECT_TRUE(has(text, " recv bytes 1048576 peer 0 start ")) << text;
-  EXPECT_TRUE(has(text, " end -\n")) << text;  // the open recv
+  EXPECT_TRUE(has(text, "p2p 1 peer 0 sent 0 received 1\n")) << text;
+  EXPECT_TRUE(has(text, " recv bytes 1048576 peer 0 sent 0 received 1 start ")) << text;
+  EXPECT_TRUE(std::regex_search(text, std::regex(" wait [0-9.]+ end -\n"))) << text;  // the open recv, blocked on
 
   const RankFlight f = parse_flight_file(text, "rank1.txt");
   EXPECT_EQ(f.rank, 1);
@@ -67,13 +70,18 @@ TEST(FlightRecorder, FileTextRoundTripsOpenAndClosedEntries) {
   EXPECT_TRUE(f.ops[0].end.has_value());
   EXPECT_GE(*f.ops[0].end, f.ops[0].start);
   EXPECT_EQ(f.ops[1].peer, 0);
+  EXPECT_EQ(f.ops[1].received, 1u);
+  EXPECT_TRUE(f.ops[1].wait.has_value());
   EXPECT_FALSE(f.ops[1].end.has_value());
+  ASSERT_EQ(f.groups[1].p2p.size(), 1u);
+  EXPECT_EQ(f.groups[1].p2p[0].peer, 0);
+  EXPECT_EQ(f.groups[1].p2p[0].received, 1u);
 }
 
 TEST(FlightRecorder, BadFilesAreNamedWithTheirLine) {
   try {
     parse_flight_file("stratum-flight 1\nrank 0 world 2 pid 1 host h\nop 1 group 3 seq 1 all_reduce bytes 1 peer -1 "
-                      "start 1 end -\n",
+                      "sent 0 received 0 start 1 wait - end -\n",
                       "/d/rank0.txt");
     FAIL();
   } catch (const stratum::Error& e) {
@@ -83,14 +91,18 @@ TEST(FlightRecorder, BadFilesAreNamedWithTheirLine) {
   EXPECT_THROW(parse_flight_file("", "x"), stratum::Error);
 }
 
-// Rank r's file after `ops` operations on `group` (its last one left open when `open_last`).
+// Rank r's file after `ops` operations on `group` (its last one left open and
+// blocked on when `open_last`); a send or recv goes to group rank `peer`.
 RankFlight rank_file(int rank, int world, const std::string& group, const std::vector<int64_t>& members, int ops,
-                     bool open_last, const char* op = "all_reduce", int64_t peer = -1) {
+                     bool open_last, const std::string& op = "all_reduce", int peer = -1) {
+  const char* name = op == "send" ? "send" : op == "recv" ? "recv" : "all_reduce";
   FlightRecorder rec(rank, world);
   const int g = rec.add_group(group, "mpi", members);
   for (int s = 1; s <= ops; ++s) {
-    const uint64_t id = rec.begin(g, s, op, 4096, peer);
+    if (peer >= 0) rec.count_p2p(g, peer, op == "send");
+    const uint64_t id = rec.begin(g, s, name, 4096, peer, op == "send", op == "recv");
     if (s < ops || !open_last) rec.end(id);
+    else rec.waiting(id);
   }
   return parse_flight_file(rec.format("periodic"), "rank" + std::to_string(rank) + ".txt");
 }
@@ -130,23 +142,32 @@ TEST(FlightReport, EveryoneInTheOpIsNoStall) {
   const std::string report = hang_report(FlightDir{"d", 2, ranks, {}}, {1}, flight_now_seconds());
   EXPECT_TRUE(has(report, "no operation that some ranks wait in and others have not reached")) << report;
   EXPECT_TRUE(has(report, "rank 1 (host ")) << report;  // the suspect is still described
-  EXPECT_TRUE(has(report, "all_reduce #5 on 'world' 4.0 KiB: OPEN, started ")) << report;
+  EXPECT_TRUE(has(report, "rank 0 waits in all_reduce #5 on mpi group 'world' [ranks 0, 1] (for ")) << report;
+  EXPECT_TRUE(has(report, "all_reduce #5 on 'world' 4.0 KiB: OPEN, blocked in it for ")) << report;
 }
 
 TEST(FlightReport, PointToPointNamesTheMissingPartner) {
   const std::vector<int64_t> pair{0, 1};
-  // Rank 0 waits to receive from rank 1, which is not sending.
+  // Rank 0 blocks in its third receive from rank 1, which has sent two.
   std::vector<RankFlight> ranks{rank_file(0, 2, "pp", pair, 3, true, "recv", 1),
                                 rank_file(1, 2, "pp", pair, 2, false, "send", 0)};
   auto stalls = find_stalls(ranks, 2);
   ASSERT_EQ(stalls.size(), 1u);
   EXPECT_EQ(stalls[0].op, "recv");
+  EXPECT_EQ(stalls[0].seq, 3u);
   EXPECT_EQ(stalls[0].peer, 1);
   ASSERT_EQ(stalls[0].behind.size(), 1u);
   EXPECT_EQ(stalls[0].behind[0].rank, 1);
-  // Both in a matching exchange: moving, not stalled.
+  const std::string report = hang_report(FlightDir{"d", 2, ranks, {}}, {}, flight_now_seconds());
+  EXPECT_TRUE(has(report, "recv #3 on mpi group 'pp' [ranks 0, 1]: rank 0 waits in it (for ")) << report;
+  EXPECT_TRUE(has(report, " for rank 1; not arrived: rank 1 (had sent 2 of the 3 messages rank 0 waits for on this "
+                          "group when it last wrote its file)"))
+      << report;
+  // Rank 1 sent the third (still open on its side): in flight, not stalled.
   ranks[1] = rank_file(1, 2, "pp", pair, 3, true, "send", 0);
   EXPECT_TRUE(find_stalls(ranks, 2).empty());
+  // A partner with no file is named as such.
+  EXPECT_EQ(find_stalls({ranks[0]}, 2).at(0).no_file, std::vector<int>{1});
 }
 
 TEST(FlightReport, DirectoryFilesAreWrittenAndReadBack) {

@@ -51,20 +51,46 @@ int FlightRecorder::add_group(const std::string& name, const std::string& backen
   for (size_t i = 0; i < groups_.size(); ++i)
     if (groups_[i].name == name && groups_[i].backend == backend && groups_[i].ranks == world_ranks)
       return static_cast<int>(i);
-  groups_.push_back(FlightGroup{name, backend, world_ranks, 0, 0});
+  groups_.push_back(FlightGroup{name, backend, world_ranks, 0, 0, std::vector<uint64_t>(world_ranks.size(), 0),
+                                std::vector<uint64_t>(world_ranks.size(), 0)});
   ++version_;
   return static_cast<int>(groups_.size() - 1);
 }
 
-uint64_t FlightRecorder::begin(int group, uint64_t seq, const char* op, int64_t bytes, int64_t peer) {
+void FlightRecorder::count_p2p(int group, int peer, bool send) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (group < 0 || static_cast<size_t>(group) >= groups_.size()) return;
+  auto& counts = send ? groups_[group].sent : groups_[group].received;
+  if (peer >= 0 && static_cast<size_t>(peer) < counts.size()) ++counts[peer];
+}
+
+uint64_t FlightRecorder::begin(int group, uint64_t seq, const char* op, int64_t bytes, int peer, bool sends,
+                               bool receives) {
   const int64_t now = flight_now_us();
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t id = next_id_++;
-  ring_[id % ring_.size()] = FlightEntry{id, seq, group, op, bytes, peer, now, 0};
-  if (group >= 0 && static_cast<size_t>(group) < groups_.size() && seq > groups_[group].issued)
-    groups_[group].issued = seq;
+  FlightEntry e{id, seq, group, op, bytes, -1, 0, 0, now, 0, 0};
+  if (group >= 0 && static_cast<size_t>(group) < groups_.size()) {
+    FlightGroup& g = groups_[group];
+    if (seq > g.issued) g.issued = seq;
+    if (peer >= 0 && static_cast<size_t>(peer) < g.ranks.size()) {
+      e.peer = g.ranks[peer];
+      if (sends) e.sent = g.sent[peer];
+      if (receives) e.received = g.received[peer];
+    }
+  }
+  ring_[id % ring_.size()] = e;
   ++version_;
   return id;
+}
+
+void FlightRecorder::waiting(uint64_t id) {
+  const int64_t now = flight_now_us();
+  std::lock_guard<std::mutex> lock(mutex_);
+  FlightEntry& e = ring_[id % ring_.size()];
+  if (e.id != id || e.end_us != 0 || e.wait_us != 0) return;
+  e.wait_us = now;
+  ++version_;
 }
 
 void FlightRecorder::end(uint64_t id) {
@@ -119,12 +145,20 @@ std::string FlightRecorder::format(const std::string& reason) const {
       ranks += std::to_string(table[g].ranks[i]);
     }
     out += "group " + std::to_string(g) + " issued " + std::to_string(table[g].issued) + " completed " +
-           std::to_string(table[g].completed) + " backend " + table[g].backend + " ranks " + ranks + " name " + table[g].name + "\n";
+           std::to_string(table[g].completed) + " backend " + table[g].backend + " ranks " + ranks + " name " +
+           table[g].name + "\n";
   }
+  for (size_t g = 0; g < table.size(); ++g)
+    for (size_t p = 0; p < table[g].ranks.size(); ++p)
+      if (table[g].sent[p] || table[g].received[p])
+        out += "p2p " + std::to_string(g) + " peer " + std::to_string(table[g].ranks[p]) + " sent " +
+               std::to_string(table[g].sent[p]) + " received " + std::to_string(table[g].received[p]) + "\n";
   for (const FlightEntry& e : list)
     out += "op " + std::to_string(e.id) + " group " + std::to_string(e.group) + " seq " + std::to_string(e.seq) + " " +
-           e.op + " bytes " + std::to_string(e.bytes) + " peer " + std::to_string(e.peer) + " start " +
-           seconds_text(e.start_us) + " end " + (e.end_us ? seconds_text(e.end_us) : std::string("-")) + "\n";
+           e.op + " bytes " + std::to_string(e.bytes) + " peer " + std::to_string(e.peer) + " sent " +
+           std::to_string(e.sent) + " received " + std::to_string(e.received) + " start " + seconds_text(e.start_us) +
+           " wait " + (e.wait_us ? seconds_text(e.wait_us) : std::string("-")) + " end " +
+           (e.end_us ? seconds_text(e.end_us) : std::string("-")) + "\n";
   return out;
 }
 
@@ -144,7 +178,8 @@ bool FlightRecorder::write_file(const std::string& reason) const noexcept {
     if (path.empty()) return false;
     const std::string text = format(reason);
     // Per writer thread: the flusher and an aborting thread may write at once.
-    const std::string tmp = path + ".tmp" + std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()) % 100000);
+    const size_t thread = std::hash<std::thread::id>()(std::this_thread::get_id()) % 100000;
+    const std::string tmp = path + ".tmp" + std::to_string(thread);
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return false;
     size_t done = 0;

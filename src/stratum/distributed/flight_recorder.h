@@ -19,9 +19,14 @@
 //   rank 1 world 2 pid 4242 host node3
 //   written 1733377000.123456 periodic
 //   group 0 issued 12 completed 11 backend mpi ranks 0,1 name world
-//   op 31 group 0 seq 12 all_reduce bytes 4096 peer -1 start 1733377000.100000 end -
-// (`end -`: still open; times are wall-clock seconds, comparable between the
-// ranks of one host; `peer`: the world rank of a send's or recv's partner.)
+//   p2p 1 peer 0 sent 40 received 38
+//   op 31 group 0 seq 12 all_reduce bytes 4096 peer -1 sent 0 received 0 start 1733377000.100000 wait - end -
+// (`end -`: still open; `wait`: when a thread began to block on it; times
+// are wall-clock seconds, comparable between the ranks of one host; `peer`:
+// the world rank of a send's or recv's only partner; `sent`/`received` on an
+// op: how many sends to / receives from that partner on the group this rank
+// had issued with this one, 0 when the op has none that way; `p2p` lines: the
+// totals by partner, so a peer's file says whether it sent what one waits for.)
 // Rewritten periodically rather than from signal handlers: writing a file is
 // not async-signal-safe, a SIGSTOPped rank runs no handler at all, and a
 // SIGTERM or SIGKILL from the shim or mpirun leaves the last second's state.
@@ -41,8 +46,11 @@ struct FlightEntry {
   int group = -1;        // index into the recorder's groups
   const char* op = "";   // a static name (comm_op_name)
   int64_t bytes = 0;
-  int64_t peer = -1;     // world rank of a send's or recv's partner, else -1
+  int64_t peer = -1;     // world rank of a send's or recv's only partner, else -1
+  uint64_t sent = 0;     // sends to `peer` on the group so far, this op's included (0: it sends none)
+  uint64_t received = 0; // receives from `peer` likewise
   int64_t start_us = 0;  // wall clock, microseconds since the epoch
+  int64_t wait_us = 0;   // when a thread began to block on it (0: nobody has)
   int64_t end_us = 0;    // 0 while open
 };
 
@@ -52,6 +60,7 @@ struct FlightGroup {
   std::vector<int64_t> ranks;   // world ranks of its members, by group rank
   uint64_t issued = 0;          // highest seq this rank issued on it
   uint64_t completed = 0;       // highest seq this rank saw complete
+  std::vector<uint64_t> sent, received;  // point-to-point totals, by group rank of the partner
 };
 
 class FlightRecorder {
@@ -68,11 +77,20 @@ class FlightRecorder {
 
   // A group's index; the same (name, backend, members) twice gives the same index.
   int add_group(const std::string& name, const std::string& backend, const std::vector<int64_t>& world_ranks);
-  // Records an operation issued now; returns its id for end().
-  uint64_t begin(int group, uint64_t seq, const char* op, int64_t bytes, int64_t peer = -1);
+  // Counts a send to (or receive from) group rank `peer` of `group`: call it
+  // for every tensor of a point-to-point call before begin().
+  void count_p2p(int group, int peer, bool send);
+  // Records an operation issued now; returns its id for end(). `peer`: the
+  // group rank of a point-to-point op's only partner (-1: none or several);
+  // `sends`/`receives`: whether the op sends to / receives from it.
+  uint64_t begin(int group, uint64_t seq, const char* op, int64_t bytes, int peer = -1, bool sends = false,
+                 bool receives = false);
+  // A thread begins to block on it (the first time only).
+  void waiting(uint64_t id);
   // It completed now (nothing when its slot was reused since, or it ended already).
   void end(uint64_t id);
-  // Forgets an operation whose issue failed (its slot becomes empty).
+  // Forgets an operation whose issue failed (its slot becomes empty; its
+  // point-to-point counts stay: such a call is an error on every rank).
   void drop(uint64_t id);
 
   std::vector<FlightEntry> entries() const;  // oldest first, empty slots left out

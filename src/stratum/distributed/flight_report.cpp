@@ -71,7 +71,8 @@ std::string describe_op(const FlightOp& op, const RankFlight& r, double now) {
   if (op.peer >= 0) out += (op.op == "send" ? " to rank " : op.op == "recv" ? " from rank " : " with rank ") +
                            std::to_string(op.peer);
   if (op.end) out += ": done in " + duration_text(*op.end - op.start) + ", " + duration_text(now - *op.end) + " ago";
-  else out += ": OPEN, started " + duration_text(now - op.start) + " ago";
+  else if (op.wait) out += ": OPEN, blocked in it for " + duration_text(now - *op.wait);
+  else out += ": OPEN, issued " + duration_text(now - op.start) + " ago, not waited on yet";
   return out;
 }
 
@@ -134,6 +135,15 @@ RankFlight parse_flight_file(const std::string& text, const std::string& path) {
       std::getline(words >> std::ws, g.name);
       if (g.name.empty()) throw Error(where + ": the group has no name");
       r.groups.push_back(std::move(g));
+    } else if (kind == "p2p") {
+      const auto index = static_cast<size_t>(parse_number(word(nullptr), where));
+      if (index >= r.groups.size())
+        throw Error(where + ": group " + std::to_string(index) + " is not listed before it");
+      FlightGroupState::P2P c;
+      c.peer = static_cast<int64_t>(parse_number(word("peer"), where));
+      c.sent = static_cast<uint64_t>(parse_number(word("sent"), where));
+      c.received = static_cast<uint64_t>(parse_number(word("received"), where));
+      r.groups[index].p2p.push_back(c);
     } else if (kind == "op") {
       FlightOp op;
       op.id = static_cast<uint64_t>(parse_number(word(nullptr), where));
@@ -144,7 +154,11 @@ RankFlight parse_flight_file(const std::string& text, const std::string& path) {
       op.op = word(nullptr);
       op.bytes = static_cast<int64_t>(parse_number(word("bytes"), where));
       op.peer = static_cast<int64_t>(parse_number(word("peer"), where));
+      op.sent = static_cast<uint64_t>(parse_number(word("sent"), where));
+      op.received = static_cast<uint64_t>(parse_number(word("received"), where));
       op.start = parse_number(word("start"), where);
+      const std::string wait = word("wait");
+      if (wait != "-") op.wait = parse_number(wait, where);
       const std::string end = word("end");
       if (end != "-") op.end = parse_number(end, where);
       r.ops.push_back(std::move(op));
@@ -173,7 +187,8 @@ FlightDir read_flight_dir(const std::string& dir) {
       out.problems.push_back(e.what());
     }
   }
-  std::sort(out.ranks.begin(), out.ranks.end(), [](const RankFlight& a, const RankFlight& b) { return a.rank < b.rank; });
+  std::sort(out.ranks.begin(), out.ranks.end(),
+            [](const RankFlight& a, const RankFlight& b) { return a.rank < b.rank; });
   return out;
 }
 
@@ -198,14 +213,16 @@ std::vector<Stall> find_stalls(const std::vector<RankFlight>& ranks, int world_s
       if (!g) continue;
       if (!is_p2p(op.op)) {
         auto& o = open[group_key(*g)][op.seq];
-        if (!o.group) o = Open{g, op.op, {}, op.start};
+        const double since = op.wait ? *op.wait : op.start;
+        if (!o.group) o = Open{g, op.op, {}, since};
         o.ranks.push_back(r.rank);
-        o.since = std::min(o.since, op.start);
+        o.since = std::min(o.since, since);
         continue;
       }
-      // Point-to-point: the partner, unless it waits in an op with this rank too.
-      if (op.peer < 0) continue;
-      Stall s{g->name, g->backend, g->ranks, op.op, op.seq, {r.rank}, op.start, {}, {}, op.peer};
+      // Point-to-point, blocked on: the partner, when its file shows it short
+      // of the sends (receives) this op waits for.
+      if (op.peer < 0 || !op.wait) continue;
+      Stall s{g->name, g->backend, g->ranks, op.op, op.seq, {r.rank}, *op.wait, {}, {}, op.peer};
       const auto it = by_rank.find(static_cast<int>(op.peer));
       if (it == by_rank.end()) {
         s.no_file.push_back(static_cast<int>(op.peer));
@@ -214,13 +231,20 @@ std::vector<Stall> find_stalls(const std::vector<RankFlight>& ranks, int world_s
       }
       const RankFlight& partner = *it->second;
       const FlightGroupState* pg = find_group(partner, group_key(*g));
-      bool matched = false;
-      for (const FlightOp& p : partner.ops)
-        if (!p.end && is_p2p(p.op) && (p.peer == r.rank || p.peer < 0) && group_of(partner, p.group) &&
-            group_key(*group_of(partner, p.group)) == group_key(*g))
-          matched = true;
-      if (matched) continue;
-      s.behind.push_back({partner.rank, pg ? pg->issued : 0});
+      FlightGroupState::P2P totals;
+      if (pg)
+        for (const auto& c : pg->p2p)
+          if (c.peer == r.rank) totals = c;
+      std::string detail;
+      const std::string who = "rank " + std::to_string(r.rank);
+      if (op.received > totals.sent)
+        detail = "had sent " + std::to_string(totals.sent) + " of the " + std::to_string(op.received) +
+                 " messages " + who + " waits for";
+      else if (op.sent > totals.received)
+        detail = "had posted " + std::to_string(totals.received) + " of the " + std::to_string(op.sent) +
+                 " receives " + who + "'s send waits for";
+      if (detail.empty()) continue;  // the partner issued its side: in flight, or stuck inside it
+      s.behind.push_back({partner.rank, pg ? pg->issued : 0, detail + " on this group when it last wrote its file"});
       out.push_back(std::move(s));
     }
   }
@@ -235,7 +259,10 @@ std::vector<Stall> find_stalls(const std::vector<RankFlight>& ranks, int world_s
         }
         const FlightGroupState* g = find_group(*it->second, key);
         const uint64_t issued = g ? g->issued : 0;
-        if (issued < seq) s.behind.push_back({static_cast<int>(member), issued});
+        if (issued < seq)
+          s.behind.push_back({static_cast<int>(member), issued,
+                              issued ? "at #" + std::to_string(issued) + " when it last wrote its file"
+                                     : "no op on this group when it last wrote its file"});
       }
       if (s.behind.empty() && s.no_file.empty()) continue;  // all arrived: still moving, or a later op stalls
       out.push_back(std::move(s));
@@ -259,14 +286,14 @@ std::string hang_report(const FlightDir& dir, const std::vector<int>& suspects, 
     std::vector<int64_t> waiting(s.waiting.begin(), s.waiting.end());
     out += "  " + s.op + " #" + std::to_string(s.seq) + " on " + s.backend + " group '" + s.group + "' [ranks " +
            ranks_text(s.members) +
-           "]: rank" + (waiting.size() == 1 ? " " : "s ") + ranks_text(waiting) + (waiting.size() == 1 ? " waits" : " wait") +
+           "]: rank" + (waiting.size() == 1 ? " " : "s ") + ranks_text(waiting) +
+           (waiting.size() == 1 ? " waits" : " wait") +
            " in it (for " + duration_text(now - s.waiting_since) + ")";
     if (s.peer >= 0) out += " for rank " + std::to_string(s.peer);
     std::string not_arrived;
     for (const auto& b : s.behind) {
-      not_arrived += (not_arrived.empty() ? "" : ", ") + std::string("rank ") + std::to_string(b.rank) +
-                     (b.issued ? " (at #" + std::to_string(b.issued) + " when it last wrote its file)"
-                               : " (no op on this group when it last wrote its file)");
+      not_arrived += (not_arrived.empty() ? "" : ", ") + std::string("rank ") + std::to_string(b.rank) + " (" +
+                     b.detail + ")";
       named.insert(b.rank);
     }
     for (int r : s.no_file) {
@@ -297,11 +324,11 @@ std::string hang_report(const FlightDir& dir, const std::vector<int>& suspects, 
     for (const auto& r : dir.ranks) newest = std::max(newest, r.written);
     for (const auto& r : dir.ranks) {
       for (const FlightOp& op : r.ops)
-        if (!op.end) {
+        if (!op.end && op.wait) {
           const FlightGroupState* g = group_of(r, op.group);
           out += "  rank " + std::to_string(r.rank) + " waits in " + op.op + " #" + std::to_string(op.seq) + " on " +
                  (g ? g->backend + " group '" + g->name + "' [ranks " + ranks_text(g->ranks) + "]" : "?") +
-                 " (for " + duration_text(now - op.start) + ")\n";
+                 " (for " + duration_text(now - *op.wait) + ")\n";
         }
       if (newest - r.written > kStaleSeconds) {
         out += "  rank " + std::to_string(r.rank) + "'s file stopped being rewritten " +
@@ -320,8 +347,8 @@ std::string hang_report(const FlightDir& dir, const std::vector<int>& suspects, 
     }
     const RankFlight& f = *it->second;
     const size_t n = std::min(last, f.ops.size());
-    out += "  rank " + std::to_string(r) + " (host " + f.host + ", pid " + std::to_string(f.pid) + "; file written " +
-           duration_text(now - f.written) + " ago, " + f.reason + "): its last " + std::to_string(n) +
+    out += "  rank " + std::to_string(r) + " (host " + f.host + ", pid " + std::to_string(f.pid) + "; " + f.path +
+           " written " + duration_text(now - f.written) + " ago, " + f.reason + "): its last " + std::to_string(n) +
            (n == 1 ? " operation" : " operations") + (n ? ":" : "") + "\n";
     for (size_t i = f.ops.size() - n; i < f.ops.size(); ++i) out += "    " + describe_op(f.ops[i], f, now) + "\n";
   }

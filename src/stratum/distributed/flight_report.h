@@ -21,14 +21,21 @@ struct FlightOp {
   int group = -1;
   std::string op;
   int64_t bytes = 0, peer = -1;
-  double start = 0;                // wall-clock seconds
-  std::optional<double> end;       // none: still open
+  uint64_t sent = 0, received = 0;  // sends to / receives from `peer` so far, this op's included (0: none that way)
+  double start = 0;                 // wall-clock seconds
+  std::optional<double> wait;       // when a thread began to block on it
+  std::optional<double> end;        // none: still open
 };
 
 struct FlightGroupState {
   std::string name, backend;
   std::vector<int64_t> ranks;
   uint64_t issued = 0, completed = 0;
+  struct P2P {
+    int64_t peer = -1;  // world rank
+    uint64_t sent = 0, received = 0;
+  };
+  std::vector<P2P> p2p;  // totals by partner
 };
 
 // One rank's file.
@@ -65,21 +72,23 @@ struct Stall {
   struct Behind {
     int rank;
     uint64_t issued;              // its highest number on the group (0: none recorded)
+    std::string detail;           // what its file shows it short of
   };
   std::vector<Behind> behind;     // members whose file shows a lower number
   std::vector<int> no_file;       // members with no file (stopped before writing one, dead, another host)
   int64_t peer = -1;              // point-to-point: the partner the waiting rank needs
 };
 // The stalls in `ranks`' files: per group, the lowest open collective number
-// that some member has not reached; for an open send/recv, its partner when
-// the partner has no matching open op. `world_size` names the ranks with no file.
+// that some member has not reached; for a send/recv a rank blocks in, its
+// partner when the partner's file shows fewer matching sends (receives) to
+// (from) that rank than the op waits for.
 std::vector<Stall> find_stalls(const std::vector<RankFlight>& ranks, int world_size);
 
 // The report, e.g.
 //   flight recorder (/tmp/run/flight, files of 2 of 2 ranks):
 //   all_reduce #12 on group 'world' [ranks 0, 1]: rank 0 waits in it (for 9.8 s); not arrived: rank 1 (at #11)
 //   group 'world': rank 0 at #12, rank 1 at #11
-//   rank 1 (pid 4242, file written 10.0 s ago, periodic), its last 5 operations:
+//   rank 1 (host node3, pid 4242; /tmp/run/flight/rank1.txt written 10.0 s ago, periodic): its last 5 operations:
 //     all_reduce #11 on 'world' 4.0 KiB: done in 0.3 ms, 10.1 s ago
 // `suspects`: ranks to describe even when no stall names them (the shim's hung
 // rank). `now`: wall-clock seconds. `last`: entries shown per named rank.

@@ -15,11 +15,13 @@ class RecordedWork : public Work {
 
   void wait() override {
     const auto t0 = Clock::now();
+    recorder_->waiting(id_);
     inner_->wait();
     finish(t0);
   }
   void synchronize() override {
     const auto t0 = Clock::now();
+    recorder_->waiting(id_);
     inner_->synchronize();
     finish(t0);
   }
@@ -59,11 +61,10 @@ RecordingCommunicator::RecordingCommunicator(std::shared_ptr<Communicator> inner
 }
 
 template <class Issue>
-WorkPtr RecordingCommunicator::record(CommOp op, int64_t bytes, int peer, Issue&& call) {
+WorkPtr RecordingCommunicator::record(CommOp op, int64_t bytes, P2PShape p2p, Issue&& call) {
   // The backend numbers every operation of the group (point-to-point too) as it issues it.
   const uint64_t seq = ++seq_;
-  const int64_t world_peer = peer >= 0 && peer < size() ? global_ranks()[peer] : -1;
-  const uint64_t id = recorder_->begin(group_, seq, comm_op_name(op), bytes, world_peer);
+  const uint64_t id = recorder_->begin(group_, seq, comm_op_name(op), bytes, p2p.peer, p2p.sends, p2p.receives);
   WorkPtr work;
   try {
     work = call();
@@ -77,41 +78,48 @@ WorkPtr RecordingCommunicator::record(CommOp op, int64_t bytes, int peer, Issue&
 }
 
 WorkPtr RecordingCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
-  return record(CommOp::all_reduce, bytes_of(tensor), -1, [&] { return inner_->all_reduce(tensor, op); });
+  return record(CommOp::all_reduce, bytes_of(tensor), P2PShape{}, [&] { return inner_->all_reduce(tensor, op); });
 }
 
 WorkPtr RecordingCommunicator::reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op) {
-  return record(CommOp::reduce_scatter, bytes_of(input), -1, [&] { return inner_->reduce_scatter(output, input, op); });
+  return record(CommOp::reduce_scatter, bytes_of(input), P2PShape{},
+                [&] { return inner_->reduce_scatter(output, input, op); });
 }
 
 WorkPtr RecordingCommunicator::all_gather(at::Tensor& output, const at::Tensor& input) {
-  return record(CommOp::all_gather, bytes_of(output), -1, [&] { return inner_->all_gather(output, input); });
+  return record(CommOp::all_gather, bytes_of(output), P2PShape{}, [&] { return inner_->all_gather(output, input); });
 }
 
 WorkPtr RecordingCommunicator::broadcast(at::Tensor& tensor, int root) {
-  return record(CommOp::broadcast, bytes_of(tensor), -1, [&] { return inner_->broadcast(tensor, root); });
+  return record(CommOp::broadcast, bytes_of(tensor), P2PShape{}, [&] { return inner_->broadcast(tensor, root); });
 }
 
 WorkPtr RecordingCommunicator::send(const at::Tensor& tensor, int peer) {
-  return record(CommOp::send, bytes_of(tensor), peer, [&] { return inner_->send(tensor, peer); });
+  recorder_->count_p2p(group_, peer, true);
+  return record(CommOp::send, bytes_of(tensor), P2PShape{peer, true, false},
+                [&] { return inner_->send(tensor, peer); });
 }
 
 WorkPtr RecordingCommunicator::recv(at::Tensor& tensor, int peer) {
-  return record(CommOp::recv, bytes_of(tensor), peer, [&] { return inner_->recv(tensor, peer); });
+  recorder_->count_p2p(group_, peer, false);
+  return record(CommOp::recv, bytes_of(tensor), P2PShape{peer, false, true},
+                [&] { return inner_->recv(tensor, peer); });
 }
 
 WorkPtr RecordingCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
   int64_t bytes = 0;
-  int peer = ops.empty() ? -1 : ops[0].peer;
+  P2PShape shape{ops.empty() ? -1 : ops.front().peer, false, false};
   for (const auto& op : ops) {
     bytes += bytes_of(op.tensor);
-    if (op.peer != peer) peer = -1;  // several partners: none named
+    if (op.peer != shape.peer) shape.peer = -1;  // several partners: none named
+    (op.kind == P2POp::Kind::send ? shape.sends : shape.receives) = true;
+    recorder_->count_p2p(group_, op.peer, op.kind == P2POp::Kind::send);
   }
-  return record(p2p_kind(ops), bytes, peer, [&] { return inner_->batch_p2p(ops); });
+  return record(p2p_kind(ops), bytes, shape, [&] { return inner_->batch_p2p(ops); });
 }
 
 WorkPtr RecordingCommunicator::barrier() {
-  return record(CommOp::barrier, 0, -1, [&] { return inner_->barrier(); });
+  return record(CommOp::barrier, 0, P2PShape{}, [&] { return inner_->barrier(); });
 }
 
 std::shared_ptr<Communicator> RecordingCommunicator::split(const std::vector<std::vector<int64_t>>& groups,

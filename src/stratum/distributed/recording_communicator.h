@@ -38,8 +38,13 @@ class RecordingCommunicator : public Communicator {
                                       const std::string& name) override;
 
  private:
+  // A point-to-point call's only partner (group rank; -1: none or several) and its directions.
+  struct P2PShape {
+    int peer = -1;
+    bool sends = false, receives = false;
+  };
   template <class Issue>
-  WorkPtr record(CommOp op, int64_t bytes, int peer, Issue&& call);
+  WorkPtr record(CommOp op, int64_t bytes, P2PShape p2p, Issue&& call);
 
   std::shared_ptr<Communicator> inner_;
   std::shared_ptr<FlightRecorder> recorder_;
