@@ -24,6 +24,11 @@ TEST(DistProcess, CollectiveTimeoutEndsTheJobNamingTheCollective) {
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 0] error: all_reduce #1 (4.0 KiB Float) on mpi group 'world' [ranks 0, 1] timed out"),
             std::string::npos) << r.output;
+  // Plain mpirun, no STRATUM_FLIGHT_DIR: the rank's own flight recorder.
+  EXPECT_NE(r.output.find("[rank 0] error: flight recorder (set STRATUM_FLIGHT_DIR for every rank's"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("    all_reduce #1 on 'world' 4.0 KiB: OPEN, blocked in it for "), std::string::npos)
+      << r.output;
   EXPECT_LT(r.seconds, 30.0) << r.output;
 }
 

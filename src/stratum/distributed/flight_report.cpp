@@ -345,14 +345,18 @@ std::string hang_report(const FlightDir& dir, const std::vector<int>& suspects, 
              " (stopped or dead before it wrote its file, or on another host)\n";
       continue;
     }
-    const RankFlight& f = *it->second;
-    const size_t n = std::min(last, f.ops.size());
-    out += "  rank " + std::to_string(r) + " (host " + f.host + ", pid " + std::to_string(f.pid) + "; " + f.path +
-           " written " + duration_text(now - f.written) + " ago, " + f.reason + "): its last " + std::to_string(n) +
-           (n == 1 ? " operation" : " operations") + (n ? ":" : "") + "\n";
-    for (size_t i = f.ops.size() - n; i < f.ops.size(); ++i) out += "    " + describe_op(f.ops[i], f, now) + "\n";
+    out += "  " + last_operations(*it->second, now, last) + "\n";
   }
   if (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+std::string last_operations(const RankFlight& f, double now, size_t last) {
+  const size_t n = std::min(last, f.ops.size());
+  std::string out = "rank " + std::to_string(f.rank) + " (host " + f.host + ", pid " + std::to_string(f.pid) + "; " +
+                    f.path + " written " + duration_text(now - f.written) + " ago, " + f.reason + "): its last " +
+                    std::to_string(n) + (n == 1 ? " operation" : " operations") + (n ? ":" : "");
+  for (size_t i = f.ops.size() - n; i < f.ops.size(); ++i) out += "\n    " + describe_op(f.ops[i], f, now);
   return out;
 }
 

@@ -94,6 +94,10 @@ std::vector<Stall> find_stalls(const std::vector<RankFlight>& ranks, int world_s
 // rank). `now`: wall-clock seconds. `last`: entries shown per named rank.
 std::string hang_report(const FlightDir& dir, const std::vector<int>& suspects, double now, size_t last = 5);
 
+// "rank 1 (host h, pid 4242; <path> written 3.1 s ago, periodic): its last 5
+// operations:" and one indented line each.
+std::string last_operations(const RankFlight& rank, double now, size_t last = 5);
+
 // Seconds since the epoch, wall clock.
 double flight_now_seconds();
 

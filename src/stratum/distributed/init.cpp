@@ -80,10 +80,18 @@ void dump_flight_recorder(int exit_code) noexcept {
     }
     if (!recorder) return;
     const bool timeout = exit_code == kExitCommTimeout;
-    if (!recorder->write_file(timeout ? "timeout" : "abort") || !timeout) return;
-    const std::string file = recorder->file();
-    const std::string dir = file.substr(0, file.rfind('/'));
-    log::error(hang_report(read_flight_dir(dir), {}, flight_now_seconds()));
+    const char* reason = timeout ? "timeout" : "abort";
+    if (recorder->write_file(reason)) {
+      if (!timeout) return;
+      const std::string file = recorder->file();
+      const std::string dir = file.substr(0, file.rfind('/'));
+      log::error(hang_report(read_flight_dir(dir), {}, flight_now_seconds()));
+    } else if (timeout) {
+      // No directory (plain mpirun without STRATUM_FLIGHT_DIR): this rank's own ring only.
+      const RankFlight mine = parse_flight_file(recorder->format(reason), "this rank's flight recorder");
+      log::error("flight recorder (set STRATUM_FLIGHT_DIR for every rank's, as stratum-run does): " +
+                 last_operations(mine, flight_now_seconds()));
+    }
   } catch (...) {  // the job is ending anyway: the report is a best effort
   }
 }
