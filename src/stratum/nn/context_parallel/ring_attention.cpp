@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -162,6 +163,9 @@ struct RingPlan : torch::CustomClassHolder {
   ContextShard shard;
   double scale = 1.0;
   int64_t tile_rows = 0;  // the math path's query rows a tile (0: by its memory bound)
+  // Packed rows: whether any query of this rank may read a key of ring rank
+  // s (live[s]); a block that none may is skipped in both passes.
+  std::vector<bool> live;
 };
 
 // k and v of a rank, side by side in one buffer, so that a hop is one message.
@@ -224,6 +228,34 @@ RowMask packed_rows(const RingPlan& plan, int64_t me, int64_t source, c10::Devic
   };
 }
 
+// Packed rows: for each ring rank, whether any of our queries shares a
+// segment with one of its keys at or before the query's position. One read
+// back to the host for the whole ring: for every segment, its first key in
+// that rank's block, against the last query of the segment among ours.
+std::vector<bool> packed_live_blocks(const RingPlan& plan, int64_t me, int64_t ranks, c10::Device device) {
+  const ContextShard& s = plan.shard;
+  const at::Tensor seg = s.whole->segment_ids.to(device).to(at::kLong) + 1;  // padding (-1) as segment 0
+  const int64_t b = seg.size(0), segments = seg.max().item<int64_t>() + 1;
+  const auto positions = [&](int64_t r) {
+    return at::tensor(ring_positions(s.whole_length, s.cp.split(), r), at::TensorOptions().dtype(at::kLong)).to(device);
+  };
+  const at::Tensor qi = positions(me), sq = seg.index_select(1, qi);
+  const auto options = at::TensorOptions().dtype(at::kLong).device(device);
+  // Each segment's last query position among ours (-1: none).
+  const at::Tensor last_query = at::full({b, segments}, -1, options).scatter_reduce(1, sq, qi.expand_as(sq), "amax");
+  std::vector<at::Tensor> meets;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const at::Tensor ki = positions(r), sk = seg.index_select(1, ki);
+    const at::Tensor first_key = at::full({b, segments}, std::numeric_limits<int64_t>::max(), options)
+                                     .scatter_reduce(1, sk, ki.expand_as(sk), "amin");
+    meets.push_back(first_key.le(last_query).any());
+  }
+  const at::Tensor flags = at::stack(meets).cpu();
+  std::vector<bool> live(static_cast<size_t>(ranks));
+  for (int64_t r = 0; r < ranks; ++r) live[static_cast<size_t>(r)] = flags[r].item<bool>();
+  return live;
+}
+
 struct RingAttention : torch::autograd::Function<RingAttention> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             c10::IValue plan_value) {
@@ -233,6 +265,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const bool packed = plan->shard.whole.has_value();
     at::Tensor out = at::zeros({q.size(0), heads, n, q.size(3)}, q.options().dtype(at::kFloat));
     at::Tensor lse = at::full({q.size(0), heads, n}, -INFINITY, q.options().dtype(at::kFloat));
+    if (packed) plan->live = packed_live_blocks(*plan, me, r, q.device());
     at::Tensor kv = pack(k, v);
     for (int64_t step = 0; step < r; ++step) {
       const int64_t source = (me - step + r) % r;
@@ -241,8 +274,11 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       if (step + 1 < r) hop = start_hop(ring, {kv}, next);  // the next block travels while this one is read
       const at::Tensor kb = expand_heads(kv[0], heads), vb = expand_heads(kv[1], heads);
       if (packed) {
-        merge(out, lse,
-              math_forward(q, kb, vb, packed_rows(*plan, me, source, q.device()), plan->scale, plan->tile_rows), 0);
+        // A block no query here reads: nothing to merge.
+        if (plan->live[static_cast<size_t>(source)])
+          merge(out, lse,
+                math_forward(q, kb, vb, packed_rows(*plan, me, source, q.device()), plan->scale, plan->tile_rows),
+                0);
       } else {
         const Meeting m = zigzag_meeting(me, source, n);
         merge(out, lse,
@@ -282,20 +318,23 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       std::vector<at::Tensor> next_kv;
       distributed::WorkPtr kv_hop;
       if (step + 1 < r) kv_hop = start_hop(ring, {kv}, next_kv);
-      const at::Tensor kb = expand_heads(kv[0], heads), vb = expand_heads(kv[1], heads);
-      const Meeting m = packed ? Meeting{0, n, 0, n, false} : zigzag_meeting(me, source, n);
-      const at::Tensor qm = q.narrow(2, m.q_from, m.q_rows).contiguous();
-      const at::Tensor km = kb.narrow(2, m.k_from, m.k_rows).contiguous();
-      const at::Tensor vm = vb.narrow(2, m.k_from, m.k_rows).contiguous();
-      const at::Tensor dm = dout.narrow(2, m.q_from, m.q_rows), om = out.narrow(2, m.q_from, m.q_rows);
-      const at::Tensor lm = lse.narrow(2, m.q_from, m.q_rows);
-      auto [bq, bk, bv] =
-          packed ? math_backward(dm, qm, km, vm, om, lm, packed_rows(*plan, me, source, q.device()), plan->scale,
-                                 plan->tile_rows)
-                 : block_backward(dm, qm, km, vm, om, lm, m.causal, plan->scale, plan->tile_rows);
-      dq.narrow(2, m.q_from, m.q_rows).add_(bq);
-      dkv[0].narrow(2, m.k_from, m.k_rows).add_(sum_heads(bk.to(at::kFloat), kv_heads));
-      dkv[1].narrow(2, m.k_from, m.k_rows).add_(sum_heads(bv.to(at::kFloat), kv_heads));
+      // A block no query read (packed rows) adds nothing; it and its gradient still travel on.
+      if (!packed || plan->live[static_cast<size_t>(source)]) {
+        const at::Tensor kb = expand_heads(kv[0], heads), vb = expand_heads(kv[1], heads);
+        const Meeting m = packed ? Meeting{0, n, 0, n, false} : zigzag_meeting(me, source, n);
+        const at::Tensor qm = q.narrow(2, m.q_from, m.q_rows).contiguous();
+        const at::Tensor km = kb.narrow(2, m.k_from, m.k_rows).contiguous();
+        const at::Tensor vm = vb.narrow(2, m.k_from, m.k_rows).contiguous();
+        const at::Tensor dm = dout.narrow(2, m.q_from, m.q_rows), om = out.narrow(2, m.q_from, m.q_rows);
+        const at::Tensor lm = lse.narrow(2, m.q_from, m.q_rows);
+        auto [bq, bk, bv] =
+            packed ? math_backward(dm, qm, km, vm, om, lm, packed_rows(*plan, me, source, q.device()), plan->scale,
+                                   plan->tile_rows)
+                   : block_backward(dm, qm, km, vm, om, lm, m.causal, plan->scale, plan->tile_rows);
+        dq.narrow(2, m.q_from, m.q_rows).add_(bq);
+        dkv[0].narrow(2, m.k_from, m.k_rows).add_(sum_heads(bk.to(at::kFloat), kv_heads));
+        dkv[1].narrow(2, m.k_from, m.k_rows).add_(sum_heads(bv.to(at::kFloat), kv_heads));
+      }
       // The block's gradient on to its next reader (after the last step, home).
       std::vector<at::Tensor> next_dkv;
       {
