@@ -19,22 +19,13 @@ const char* fp8_recipe_name(Fp8Recipe r) {
 namespace {
 
 // Layouts the FP8 layers are not built for: refused rather than run in bf16.
+// Tensor parallelism, pipeline stages and ZeRO 0-3 compose (docs/fp8.md).
 void check_fp8_composition(const Config& c, Diagnostics& diag) {
   const std::string why = " (not built yet; docs/fp8.md lists what composes)";
   if (!c.bf16.enabled)
     diag.error("fp8.enabled", std::string("needs bf16 training (the FP8 GEMMs take and give bf16), but training runs "
                                           "in ") +
                                   (c.fp16.enabled ? "fp16" : "fp32") + "; enable the bf16 section");
-  if (c.tensor_parallel.size > 1)
-    diag.error("fp8.enabled", "with tensor_parallel.autotp_size " + std::to_string(c.tensor_parallel.size) +
-                                  ": FP8 layers under tensor parallelism (amax reduced over the group) are not "
-                                  "built yet; use autotp_size 1 or turn fp8 off");
-  if (c.pipeline.stages > 1)
-    diag.error("fp8.enabled", "with pipeline.stages " + std::to_string(c.pipeline.stages) +
-                                  ": FP8 layers in pipeline stages are not built yet" + why);
-  if (c.zero_optimization.stage == 3)
-    diag.error("fp8.enabled", "with zero_optimization.stage 3: the FP8 weight cache would keep every layer's "
-                              "whole weight, and the FP8 all-gather is not built yet; use stage 0, 1 or 2");
   if (c.lora.enabled)
     diag.error("fp8.enabled", "with a lora section: FP8 layers with adapters or NF4 bases are not built yet" + why);
   if (c.moe.present)

@@ -1,6 +1,10 @@
 #include "stratum/engine/float8_setup.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "stratum/core/error.h"
+#include "stratum/core/log.h"
 #include "stratum/engine/engine_core.h"
 #include "stratum/models/float8_layers.h"
 #include "stratum/nn/float8/device_support.h"
@@ -25,8 +29,19 @@ class Float8StepObserver : public StepObserver {
 
 }  // namespace
 
+bool float8_cpu_emulation() {
+  const char* v = std::getenv(kFloat8CpuEmulation);
+  return v && std::string(v) == "1";
+}
+
 void check_float8_device(const Config& config, c10::Device device) {
   if (!config.fp8.enabled) return;
+  if (device.is_cpu() && float8_cpu_emulation()) {
+    // Tests only: the FP8 GEMMs through the CPU's _scaled_mm, as slow as it is.
+    log::warn(std::string("fp8: ") + kFloat8CpuEmulation +
+              "=1: the FP8 GEMMs run emulated on the CPU (for tests of the FP8 path only; no speed)");
+    return;
+  }
   const std::string why = nn::float8::unsupported_reason(device);
   if (!why.empty())
     throw ConfigError(config.source, {"fp8.enabled: " + why + "; remove the fp8 section (or set enabled false) to "
@@ -50,6 +65,9 @@ void attach_float8(const Config& config, torch::nn::Module& model, EngineCore& c
   if (core.step_observer())
     throw ConfigError(config.source, {"fp8.enabled: the engine already follows the step for the model (a mixture "
                                       "of experts' routing); FP8 with it is not built"});
+  // ZeRO-3 holds a layer's whole weight only while it is gathered: no FP8
+  // copy is kept past its use (cast after each gather, Wᵀ again in backward).
+  layers.cache->set_holds_weights(config.zero_optimization.stage != 3);
   core.attach_step_observer(float8_step_observer(layers.cache));
 }
 

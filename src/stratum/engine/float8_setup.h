@@ -21,13 +21,22 @@ class WeightCache;
 
 namespace engine_detail {
 
-// Throws ConfigError when config.fp8 is enabled and `device` cannot run it.
+// For tests only: with this environment variable set to 1, FP8 training runs
+// on CPU ranks through the CPU's _scaled_mm (the same FP8 math, no speed), so
+// that its composition with the parallel layouts is tested under mpirun on
+// machines without a GPU. Read here alone; logged as a warning when used.
+inline constexpr const char* kFloat8CpuEmulation = "STRATUM_FP8_CPU_EMULATION";
+bool float8_cpu_emulation();
+
+// Throws ConfigError when config.fp8 is enabled and `device` cannot run it
+// (a CPU too, unless kFloat8CpuEmulation is 1).
 void check_float8_device(const Config& config, c10::Device device);
 
 // With config.fp8 enabled: FP8 projections on `model`, and a step observer on
 // `core` that, after each optimizer step, reads the casts' Inf/NaN flags
 // (an error naming the layer and operand) and invalidates the FP8 weight
-// copies. Throws ConfigError when no projection would run in FP8, or when
+// copies; at ZeRO-3 the projections keep no FP8 weight copy past its use
+// (WeightCache::holds_weights). Throws ConfigError when no projection would run in FP8, or when
 // the core already has a step observer (a mixture of experts' routing).
 void attach_float8(const Config& config, torch::nn::Module& model, EngineCore& core);
 

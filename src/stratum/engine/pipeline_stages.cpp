@@ -12,6 +12,7 @@
 #include "stratum/distributed/wait_context.h"
 #include "stratum/engine/context_shard.h"
 #include "stratum/engine/engine.h"
+#include "stratum/engine/float8_setup.h"
 #include "stratum/engine/flops_profiler.h"
 #include "stratum/engine/param_runs.h"
 #include "stratum/pipeline/schedule.h"
@@ -92,6 +93,7 @@ PipelineStages::PipelineStages(const Config& config, std::shared_ptr<nn::LayerSt
       device_(engine_detail::device_of(grid)) {
   if (!model_) throw Error("stratum::initialize: no model");
   if (!head_.loss) throw Error("stratum::initialize: a pipeline's last stage needs the model's loss");
+  engine_detail::check_float8_device(config_, device_);  // before any collective: every rank refuses alike
   // The grid checked the shape (ProcessGrid::problems): stages and TP divide the world, TP stays in a node.
   engine_detail::check_grid(config_, grid);
   context_ = engine_detail::context_parallel_of(config_, grid);
@@ -224,6 +226,9 @@ PipelineStages::PipelineStages(const Config& config, std::shared_ptr<nn::LayerSt
                                        std::move(initial_value));
   if (frozen) core_->attach_frozen_units(std::move(frozen));
   engine_detail::attach_moe_routing(*core_, model_.get(), this_stage);
+  // Every stage's projections (other stages' never run); each stage's core
+  // invalidates the FP8 weight copies after its own optimizer step.
+  engine_detail::attach_float8(config_, *model_, *core_);
   if (outline) core_->attach_flops_profiler(std::move(*outline));
   if (any_tied && core_->strategy().partitioned() != (config_.zero_optimization.stage != 0))
     throw Error("pipeline: the tied gradients' group assumed ZeRO stage " +

@@ -5,6 +5,7 @@
 #include "stratum/core/error.h"
 #include "stratum/nn/attention.h"
 #include "stratum/nn/mlp.h"
+#include "stratum/nn/tensor_parallel/float8_parallel_linear.h"
 
 namespace stratum::models {
 namespace {
@@ -55,11 +56,15 @@ struct Applier {
   }
 };
 
-void refuse_tensor_parallel(const nn::tp::TensorParallel& tp, const std::string& path) {
-  if (tp.enabled())
-    throw Error("fp8: " + path + " is split over " + std::to_string(tp.size()) +
-                " tensor-parallel ranks; FP8 layers under tensor parallelism are not built");
+// A column- (output) or row-parallel (contraction) projection's amax
+// reductions over its tensor-parallel group (none without one).
+std::shared_ptr<Float8Projection> split(std::shared_ptr<Float8Projection> p, nn::float8::SplitAxis axis,
+                                        const nn::tp::TensorParallel& tp) {
+  if (p) nn::tp::share_float8_amax(*p, axis, tp);
+  return p;
 }
+constexpr auto kColumn = nn::float8::SplitAxis::output;
+constexpr auto kRow = nn::float8::SplitAxis::contraction;
 
 }  // namespace
 
@@ -84,28 +89,27 @@ Float8Layers apply_float8(torch::nn::Module& model, nn::float8::Recipe recipe,
     const std::string prefix = item.key() + ".";
     torch::nn::Module* m = item.value().get();
     if (auto* attn = dynamic_cast<nn::FusedQKVAttentionImpl*>(m)) {
-      refuse_tensor_parallel(attn->tp, item.key());
-      attn->c_attn_fp8 = a.site(prefix, {"c_attn"}, {attn->c_attn.get()});
-      attn->c_proj_fp8 = a.site(prefix, {"c_proj"}, {attn->c_proj.get()});
+      attn->c_attn_fp8 = split(a.site(prefix, {"c_attn"}, {attn->c_attn.get()}), kColumn, attn->tp);
+      attn->c_proj_fp8 = split(a.site(prefix, {"c_proj"}, {attn->c_proj.get()}), kRow, attn->tp);
     } else if (auto* gqa = dynamic_cast<nn::GroupedQueryAttentionImpl*>(m)) {
-      refuse_tensor_parallel(gqa->tp, item.key());
-      gqa->qkv_fp8 = a.site(prefix, {"q_proj", "k_proj", "v_proj"},
-                            {gqa->q_proj.get(), gqa->k_proj.get(), gqa->v_proj.get()});
-      gqa->o_proj_fp8 = a.site(prefix, {"o_proj"}, {gqa->o_proj.get()});
+      gqa->qkv_fp8 = split(a.site(prefix, {"q_proj", "k_proj", "v_proj"},
+                                  {gqa->q_proj.get(), gqa->k_proj.get(), gqa->v_proj.get()}),
+                           kColumn, gqa->tp);
+      gqa->o_proj_fp8 = split(a.site(prefix, {"o_proj"}, {gqa->o_proj.get()}), kRow, gqa->tp);
     } else if (auto* gelu = dynamic_cast<nn::GeluMLPImpl*>(m)) {
-      refuse_tensor_parallel(gelu->tp, item.key());
       if (gelu->tile_tokens > 0 || gelu->recompute_activation)
         throw Error("fp8: " + item.key() + " runs tiled (tiled_mlp_tokens) or recomputes its activation "
                     "(recompute_mlp_activation); FP8 MLPs with those are not built");
-      gelu->c_fc_fp8 = a.site(prefix, {"c_fc"}, {gelu->c_fc.get()});
-      gelu->c_proj_fp8 = a.site(prefix, {"c_proj"}, {gelu->c_proj.get()});
+      gelu->c_fc_fp8 = split(a.site(prefix, {"c_fc"}, {gelu->c_fc.get()}), kColumn, gelu->tp);
+      gelu->c_proj_fp8 = split(a.site(prefix, {"c_proj"}, {gelu->c_proj.get()}), kRow, gelu->tp);
     } else if (auto* swiglu = dynamic_cast<nn::SwiGLUMLPImpl*>(m)) {
-      refuse_tensor_parallel(swiglu->tp, item.key());
       if (swiglu->tile_tokens > 0 || swiglu->recompute_activation)
         throw Error("fp8: " + item.key() + " runs tiled (tiled_mlp_tokens) or recomputes its activation "
                     "(recompute_mlp_activation); FP8 MLPs with those are not built");
-      swiglu->gate_up_fp8 = a.site(prefix, {"gate_proj", "up_proj"}, {swiglu->gate_proj.get(), swiglu->up_proj.get()});
-      swiglu->down_proj_fp8 = a.site(prefix, {"down_proj"}, {swiglu->down_proj.get()});
+      swiglu->gate_up_fp8 = split(
+          a.site(prefix, {"gate_proj", "up_proj"}, {swiglu->gate_proj.get(), swiglu->up_proj.get()}), kColumn,
+          swiglu->tp);
+      swiglu->down_proj_fp8 = split(a.site(prefix, {"down_proj"}, {swiglu->down_proj.get()}), kRow, swiglu->tp);
     }
   }
   for (size_t i = 0; i < exclude.size(); ++i)

@@ -31,10 +31,13 @@ struct Float8Layers {
 // FusedQKVAttention, GroupedQueryAttention, GeluMLP, SwiGLUMLP) an FP8 GEMM
 // with `recipe`, except those `exclude` names. Projections stacked into one
 // GEMM (q/k/v, gate/up) go to FP8 together or not at all: one excluded keeps
-// the three (two) in bf16. Throws stratum::Error for what the FP8 layers are
-// not built for (tensor parallelism, LoRA or NF4 layers, a tiled MLP or one
-// recomputing its activation), naming the layer, and when an exclude pattern
-// matches no layer. Does not check the device (nn/float8/device_support.h).
+// the three (two) in bf16. Under tensor parallelism the column-parallel
+// projections (c_attn, q/k/v, c_fc, gate/up) and the row-parallel ones
+// (c_proj, o_proj, down_proj) reduce their shards' amaxes over the layer's
+// group (nn/tensor_parallel/float8_parallel_linear.h). Throws stratum::Error
+// for what the FP8 layers are not built for (LoRA or NF4 layers, a tiled MLP
+// or one recomputing its activation), naming the layer, and when an exclude
+// pattern matches no layer. Does not check the device (nn/float8/device_support.h).
 Float8Layers apply_float8(torch::nn::Module& model, nn::float8::Recipe recipe,
                           const std::vector<std::string>& exclude);
 

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "stratum/nn/context_parallel/context_parallel.h"
-#include "stratum/nn/float8/float8_linear.h"
+#include "stratum/nn/tensor_parallel/float8_parallel_linear.h"
 #include "stratum/nn/linear.h"
 #include "stratum/nn/lora_linear.h"
 #include "stratum/nn/tensor_parallel/layers.h"
@@ -48,7 +48,7 @@ FusedQKVAttentionImpl::FusedQKVAttentionImpl(int64_t hidden, int64_t heads, doub
 at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
   // HF packs q, k, v along the output dimension; under tensor parallelism
   // this rank's rows of each (its heads: models/tensor_parallel_plan.h).
-  at::Tensor packed = c_attn_fp8 ? float8::float8_linear(x, {c_attn->weight}, c_attn->bias, *c_attn_fp8)
+  at::Tensor packed = c_attn_fp8 ? tp::column_parallel_float8_linear(x, {c_attn->weight}, c_attn->bias, *c_attn_fp8, tp)
                     : c_attn->nf4_base ? tp::through_region(x, tp, [&](const at::Tensor& in) {
                         return frozen_linear(in, *c_attn, c_attn->bias);
                       })
@@ -66,7 +66,7 @@ at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
   };
   // Dropout over this rank's heads draws from its own stream (tensor_parallel/random.h).
   const at::Tensor heads_out = merge_heads(p > 0 ? tp::with_rank_stream(tp, x.device(), attend) : attend());
-  at::Tensor y = c_proj_fp8 ? float8::float8_linear(heads_out, {c_proj->weight}, c_proj->bias, *c_proj_fp8)
+  at::Tensor y = c_proj_fp8 ? tp::row_parallel_float8_linear(heads_out, c_proj->weight, c_proj->bias, *c_proj_fp8, tp)
                 : c_proj->nf4_base ? tp::leave_region(frozen_linear(heads_out, *c_proj), tp) + c_proj->bias
                                   : tp::row_parallel_linear(heads_out, c_proj->weight, c_proj->bias, tp);
   if (c_proj->has_lora()) y = y + row_parallel_lora(heads_out, *c_proj, tp, is_training());
@@ -111,7 +111,8 @@ at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   const std::vector<int64_t> widths{heads * head_dim, kv_heads * head_dim, kv_heads * head_dim};
   std::vector<at::Tensor> qkv;
   if (qkv_fp8) {
-    qkv = float8::float8_linear(x, {q_proj->weight, k_proj->weight, v_proj->weight}, at::Tensor(), *qkv_fp8)
+    qkv = tp::column_parallel_float8_linear(x, {q_proj->weight, k_proj->weight, v_proj->weight}, at::Tensor(),
+                                            *qkv_fp8, tp)
               .split_with_sizes(widths, -1);
   } else if (!tp.enabled()) {
     qkv = add_lora_terms(frozen_linear_stacked(x, projections), x, projections, is_training())
@@ -133,7 +134,7 @@ at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   const double p = is_training() ? dropout : 0.0;
   auto attend = [&] { return causal_attention(q, k, v, p, rows ? &*rows : nullptr); };
   const at::Tensor heads_out = merge_heads(p > 0 ? tp::with_rank_stream(tp, x.device(), attend) : attend());
-  if (o_proj_fp8) return float8::float8_linear(heads_out, {o_proj->weight}, at::Tensor(), *o_proj_fp8);
+  if (o_proj_fp8) return tp::row_parallel_float8_linear(heads_out, o_proj->weight, at::Tensor(), *o_proj_fp8, tp);
   const at::Tensor y = o_proj->nf4_base ? tp::leave_region(frozen_linear(heads_out, *o_proj), tp)
                                         : tp::row_parallel_linear(heads_out, o_proj->weight, at::Tensor(), tp);
   if (!o_proj->has_lora()) return y;

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "stratum/core/error.h"
-#include "stratum/nn/float8/float8_linear.h"
+#include "stratum/nn/tensor_parallel/float8_parallel_linear.h"
 #include "stratum/nn/linear.h"
 #include "stratum/nn/lora_linear.h"
 #include "stratum/nn/tensor_parallel/layers.h"
@@ -307,13 +307,14 @@ at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
   return is_training() ? tp::dropout_outside_region(y, dropout, tp) : y;
 }
 
-// FP8 layers run apart (no fused GELU epilogue): each GEMM in FP8 or bf16 as set.
+// FP8 layers run apart (no fused GELU epilogue): each GEMM in FP8 or bf16 as
+// set, column- and row-parallel under tensor parallelism.
 at::Tensor GeluMLPImpl::forward_float8(const at::Tensor& x) {
-  const at::Tensor h = c_fc_fp8 ? float8::float8_linear(x, {c_fc->weight}, c_fc->bias, *c_fc_fp8)
-                                : nn::linear(x, c_fc->weight, c_fc->bias);
+  const at::Tensor h = c_fc_fp8 ? tp::column_parallel_float8_linear(x, {c_fc->weight}, c_fc->bias, *c_fc_fp8, tp)
+                                : tp::column_parallel_linear(x, c_fc->weight, c_fc->bias, tp);
   const at::Tensor act = at::gelu(h, "tanh");
-  const at::Tensor y = c_proj_fp8 ? float8::float8_linear(act, {c_proj->weight}, c_proj->bias, *c_proj_fp8)
-                                  : nn::linear(act, c_proj->weight, c_proj->bias);
+  const at::Tensor y = c_proj_fp8 ? tp::row_parallel_float8_linear(act, c_proj->weight, c_proj->bias, *c_proj_fp8, tp)
+                                  : tp::row_parallel_linear(act, c_proj->weight, c_proj->bias, tp);
   return is_training() ? tp::dropout_outside_region(y, dropout, tp) : y;
 }
 
@@ -394,14 +395,18 @@ at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
                           tp);
 }
 
-// FP8 layers: gate/up as one GEMM, SwiGLU between, down; each in FP8 or bf16 as set.
+// FP8 layers: gate/up as one GEMM, SwiGLU between, down; each in FP8 or bf16
+// as set, column- and row-parallel under tensor parallelism.
 at::Tensor SwiGLUMLPImpl::forward_float8(const at::Tensor& x) {
-  const at::Tensor gate_up = gate_up_fp8 ? float8::float8_linear(x, {gate_proj->weight, up_proj->weight},
-                                                                 at::Tensor(), *gate_up_fp8)
-                                         : nn::linear_stacked(x, {gate_proj->weight, up_proj->weight});
+  const at::Tensor gate_up =
+      gate_up_fp8 ? tp::column_parallel_float8_linear(x, {gate_proj->weight, up_proj->weight}, at::Tensor(),
+                                                      *gate_up_fp8, tp)
+                  : tp::through_region(x, tp, [&](const at::Tensor& in) {
+                      return nn::linear_stacked(in, {gate_proj->weight, up_proj->weight});
+                    });
   const at::Tensor act = nn::swiglu(gate_up);
-  return down_proj_fp8 ? float8::float8_linear(act, {down_proj->weight}, at::Tensor(), *down_proj_fp8)
-                       : nn::linear(act, down_proj->weight);
+  return down_proj_fp8 ? tp::row_parallel_float8_linear(act, down_proj->weight, at::Tensor(), *down_proj_fp8, tp)
+                       : tp::row_parallel_linear(act, down_proj->weight, at::Tensor(), tp);
 }
 
 }  // namespace stratum::nn

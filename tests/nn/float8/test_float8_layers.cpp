@@ -13,6 +13,7 @@
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/float8_layers.h"
 #include "stratum/models/model_config.h"
+#include "stratum/nn/float8/float8_linear.h"
 #include "stratum/nn/mlp.h"
 
 namespace {
@@ -57,15 +58,16 @@ TEST(Fp8Config, RefusesWhatItCannotRun) {
   const std::string bad_pattern = config_error(
       R"({"train_batch_size": 8, "bf16": {"enabled": true}, "fp8": {"enabled": true, "exclude": [""]}})");
   EXPECT_TRUE(has(bad_pattern, "fp8.exclude[0]")) << bad_pattern;
-  const std::string tp = config_error(R"({"train_batch_size": 8, "bf16": {"enabled": true},
-      "tensor_parallel": {"autotp_size": 2}, "fp8": {"enabled": true}})");
-  EXPECT_TRUE(has(tp, "fp8.enabled") && has(tp, "tensor parallelism")) << tp;
-  const std::string pp = config_error(R"({"train_batch_size": 8, "bf16": {"enabled": true},
-      "pipeline": {"stages": 2}, "fp8": {"enabled": true}})");
-  EXPECT_TRUE(has(pp, "fp8.enabled") && has(pp, "pipeline stages")) << pp;
-  const std::string z3 = config_error(R"({"train_batch_size": 8, "bf16": {"enabled": true},
-      "zero_optimization": {"stage": 3}, "fp8": {"enabled": true}})");
-  EXPECT_TRUE(has(z3, "fp8.enabled") && has(z3, "stage 3")) << z3;
+  // Tensor parallelism, pipeline stages and ZeRO-3 compose (tests/engine/test_float8_composition.cpp).
+  EXPECT_EQ(config_error(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+      "tensor_parallel": {"autotp_size": 2, "sequence_parallel": true}, "fp8": {"enabled": true}})"), "");
+  EXPECT_EQ(config_error(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+      "pipeline": {"stages": 2}, "fp8": {"enabled": true}})"), "");
+  EXPECT_EQ(config_error(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+      "zero_optimization": {"stage": 3}, "fp8": {"enabled": true}})"), "");
+  const std::string lora = config_error(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+      "lora": {"enabled": true}, "fp8": {"enabled": true}})");
+  EXPECT_TRUE(has(lora, "fp8.enabled") && has(lora, "lora")) << lora;
   // Off, nothing of it is checked against the rest.
   EXPECT_EQ(config_error(R"({"train_batch_size": 8, "fp8": {"enabled": false, "recipe": "blockwise"}})"), "");
 }
@@ -88,6 +90,46 @@ TEST(Fp8Engine, CpuRunRefusedWithAClearMessage) {
     EXPECT_TRUE(has(m, "fp8.json") && has(m, "fp8.enabled: training runs on the cpu") &&
                 has(m, "CUDA GPU of compute capability >= 8.9"))
         << m;
+  }
+}
+
+// STRATUM_FP8_CPU_EMULATION=1 (tests only) lets CPU ranks through the
+// device check; unset, or set to anything else, the CPU is refused as above.
+TEST(Fp8Engine, CpuEmulationOnlyWhenAsked) {
+  const Config config = Config::from_string(
+      R"({"train_batch_size": 2, "bf16": {"enabled": true}, "fp8": {"enabled": true}})", "fp8.json");
+  unsetenv(engine_detail::kFloat8CpuEmulation);
+  EXPECT_THROW(engine_detail::check_float8_device(config, torch::kCPU), ConfigError);
+  setenv(engine_detail::kFloat8CpuEmulation, "yes", 1);
+  EXPECT_THROW(engine_detail::check_float8_device(config, torch::kCPU), ConfigError);
+  setenv(engine_detail::kFloat8CpuEmulation, "1", 1);
+  EXPECT_NO_THROW(engine_detail::check_float8_device(config, torch::kCPU));
+  unsetenv(engine_detail::kFloat8CpuEmulation);
+}
+
+// The weights' FP8 copies kept nowhere (ZeRO-3: W cast at each forward, Wᵀ
+// in backward from the weights) give the cached copies' results bit for bit.
+TEST(Fp8Layers, UncachedWeightsCastAlike) {
+  namespace f8 = nn::float8;
+  for (const f8::Recipe& recipe : {f8::tensorwise_recipe(), f8::rowwise_recipe()}) {
+    SCOPED_TRACE(f8::recipe_name(recipe));
+    torch::manual_seed(3);
+    const at::Tensor x = torch::randn({24, 32}).to(torch::kBFloat16);
+    const at::Tensor w0 = (torch::randn({16, 32}) * 0.1).to(torch::kBFloat16);
+    const at::Tensor w1 = (torch::randn({8, 32}) * 0.3).to(torch::kBFloat16);
+    const at::Tensor dy = torch::randn({24, 24}).to(torch::kBFloat16);
+    std::vector<at::Tensor> got[2];
+    for (bool hold : {true, false}) {
+      auto cache = std::make_shared<f8::WeightCache>();
+      cache->set_holds_weights(hold);
+      f8::Float8Projection p("h.0.attn.c_attn", recipe, cache);
+      const at::Tensor xl = x.clone().requires_grad_(), a = w0.clone().requires_grad_(), b = w1.clone().requires_grad_();
+      f8::float8_linear(xl, {a, b}, at::Tensor(), p).backward(dy);
+      const at::Tensor y = f8::float8_linear(x, {a, b}, at::Tensor(), p).detach();
+      got[hold ? 0 : 1] = {y, xl.grad(), a.grad(), b.grad()};
+      EXPECT_EQ(cache->casts(), hold ? 1 : 2);  // uncached: once a forward
+    }
+    for (size_t i = 0; i < got[0].size(); ++i) EXPECT_TRUE(at::equal(got[0][i], got[1][i])) << i;
   }
 }
 

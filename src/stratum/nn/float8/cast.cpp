@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
+
 #include "stratum/core/error.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include "stratum/nn/float8/cast_cuda.h"
@@ -26,11 +28,19 @@ at::Tensor saturating_cast(const at::Tensor& x, const at::Tensor& scale, Format 
   return (x * scale).clamp_(-m, m).to(scalar_type(f));
 }
 
-// One scale per row of x (fp32, [r, c]).
-Float8Tensor cast_rows(const at::Tensor& x, Format f, bool power_of_2) {
-  const at::Tensor amax = x.abs().amax(1);
+// One scale per row of x (fp32, [r, c]), from the rows' amax [r] (its own when undefined).
+Float8Tensor cast_rows(const at::Tensor& x, Format f, bool power_of_2, at::Tensor amax = at::Tensor()) {
+  if (!amax.defined()) amax = x.abs().amax(1);
   const at::Tensor scale = scale_from_amax(amax, f, power_of_2);
   return {saturating_cast(x, scale.unsqueeze(1), f).contiguous(), scale.reciprocal(), amax};
+}
+
+// A shard's amax reduced over its group: Inf and NaN enter as Inf (a max
+// over NaN is not defined alike by every backend), so all ranks see it.
+at::Tensor reduced(at::Tensor amax, const AmaxReducer& max_over_group) {
+  amax = at::nan_to_num(amax.to(at::kFloat), std::numeric_limits<double>::infinity()).contiguous();
+  max_over_group(amax);
+  return amax;
 }
 
 #ifdef STRATUM_WITH_CUDA_KERNELS
@@ -38,7 +48,9 @@ bool kernel_ok(const at::Tensor& x2d) {
   return nn::cuda::use_kernels({&x2d}) && x2d.size(0) > 0 && x2d.size(1) > 0;
 }
 
-Float8Pair cast_kernel(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed) {
+// `max_over_group` (tensorwise only; may be null): reduces the amax between its pass and the cast's.
+Float8Pair cast_kernel(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed,
+                       const AmaxReducer& max_over_group = nullptr) {
   namespace k = stratum::nn::float8::cuda;
   c10::cuda::CUDAGuard guard(x2d.device());
   const int64_t r = x2d.size(0), c = x2d.size(1);
@@ -53,6 +65,7 @@ Float8Pair cast_kernel(const at::Tensor& x2d, const CastSpec& spec, bool with_tr
     at::Tensor scale_inv = at::empty({}, f32);
     stratum::cuda::check_launch(k::launch_amax(x2d.const_data_ptr(), in, r * c, amax.data_ptr<float>(), nn::cuda::current_stream()),
                        "fp8 cast kernel: amax");
+    if (max_over_group) amax = reduced(amax, max_over_group);
     at::Tensor data = at::empty({r, c}, fp8);
     at::Tensor data_t = with_transposed ? at::empty({c, r}, fp8) : at::Tensor();
     stratum::cuda::check_launch(k::launch_cast_tensorwise(x2d.const_data_ptr(), in, r, c, amax.const_data_ptr<float>(), fmt,
@@ -109,6 +122,39 @@ Float8Pair cast(const at::Tensor& x2d, const CastSpec& spec, bool with_transpose
   if (kernel_ok(x2d)) return cast_kernel(x2d, spec, with_transposed);
 #endif
   return cast_reference(x2d, spec, with_transposed);
+}
+
+Float8Pair cast_shard(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed, int split_dim,
+                      const AmaxReducer& max_over_group) {
+  if (split_dim < 0 || !max_over_group) return cast(x2d, spec, with_transposed);
+  check_input(x2d);
+  if (split_dim > 1) throw Error("fp8 cast: a matrix has no dimension " + std::to_string(split_dim) + " to split");
+  if (spec.scaling == Scaling::tensorwise) {
+#ifdef STRATUM_WITH_CUDA_KERNELS
+    if (kernel_ok(x2d)) return cast_kernel(x2d, spec, with_transposed, max_over_group);
+#endif
+    // As cast_reference, from the group's amax.
+    const at::Tensor x = x2d.to(at::kFloat);
+    const at::Tensor amax = reduced(x.abs().amax(), max_over_group);
+    const at::Tensor scale = scale_from_amax(amax, spec.format, spec.power_of_2);
+    const at::Tensor data = saturating_cast(x, scale, spec.format);
+    Float8Pair out;
+    out.rows = {data.contiguous(), scale.reciprocal(), amax};
+    if (with_transposed) out.transposed = {data.t().contiguous(), out.rows.scale_inv, amax};
+    return out;
+  }
+  // Rowwise: the rows' amax spans the columns, the transposed copy's the rows.
+  const at::Tensor x = x2d.to(at::kFloat);
+  at::Tensor row_amax = x.abs().amax(1);
+  if (split_dim == 1) row_amax = reduced(row_amax, max_over_group);
+  Float8Pair out;
+  out.rows = cast_rows(x, spec.format, spec.power_of_2, row_amax);
+  if (with_transposed) {
+    at::Tensor column_amax = x.abs().amax(0);
+    if (split_dim == 0) column_amax = reduced(column_amax, max_over_group);
+    out.transposed = cast_rows(x.t().contiguous(), spec.format, spec.power_of_2, column_amax);
+  }
+  return out;
 }
 
 Float8Tensor cast_with_scale(const at::Tensor& x2d, const at::Tensor& scale, Format f) {

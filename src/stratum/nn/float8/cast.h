@@ -6,6 +6,8 @@
 // (and as the tests' oracle) the ATen reference below.
 #include <ATen/core/Tensor.h>
 
+#include <functional>
+
 #include "stratum/nn/float8/scaling.h"
 
 namespace stratum::nn::float8 {
@@ -39,6 +41,23 @@ struct CastSpec {
 // Saturating: |x * scale| beyond the format's largest finite value is
 // clamped to it (an amax exactly on the edge; a NaN stays NaN).
 Float8Pair cast(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed);
+
+// Replaces `amax` (fp32, on the operand's device) by its elementwise max over
+// a tensor-parallel group, in place. Every rank of the group calls it for the
+// same operands in the same order (a collective).
+using AmaxReducer = std::function<void(at::Tensor& amax)>;
+
+// cast() of one shard of a matrix split over a group along `split_dim` of x2d
+// (0: its rows, 1: its columns; -1: not split, cast() itself). Wherever an
+// amax spans the split dimension (tensorwise: always; rowwise: the rows'
+// scales when the columns are split, the transposed copy's when the rows
+// are), `max_over_group` reduces it before the scale is taken: the shard is
+// cast exactly as its slice of the whole matrix would be. An Inf or NaN amax
+// goes into the reduction as Inf, so every rank sees it. On a GPU the
+// tensorwise cast keeps its kernels (the reduction between the amax and
+// the cast); the rowwise one runs the ATen composition.
+Float8Pair cast_shard(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed, int split_dim,
+                      const AmaxReducer& max_over_group);
 
 // The ATen composition cast() runs where the kernels do not (CPU, builds
 // without CUDA kernels); the kernels' tests compare against it.

@@ -26,6 +26,13 @@ Float8Tensor load(AutogradContext* ctx, const std::string& key) {
   return {ctx->saved_data[key].toTensor(), ctx->saved_data[key + ".scale_inv"].toTensor(), at::Tensor()};
 }
 
+// The projection's amax reduction over its tensor-parallel group, kept by
+// the backward node (a capsule: it owns a copy of the function).
+struct SavedReducer : torch::CustomClassHolder {
+  explicit SavedReducer(AmaxReducer f) : fn(std::move(f)) {}
+  AmaxReducer fn;
+};
+
 // scaled_gemm with the layer and the product named in its errors (a shape the GPU refuses).
 at::Tensor layer_gemm(const std::string& layer, const char* product, const Float8Tensor& a, const Float8Tensor& b,
                       at::ScalarType out, const at::Tensor& bias = at::Tensor(), bool fast_accum = false) {
@@ -46,17 +53,30 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
     const std::vector<at::Tensor> ws(weights.begin(), weights.end());
     bool weights_need_grad = false;
     for (const at::Tensor& w : ws) weights_need_grad = weights_need_grad || (grad_mode && w.requires_grad());
-    const Float8Pair& w8 = projection->weight(ws);
+    const Float8Pair w8 = projection->weight(ws);
     const Recipe& recipe = projection->recipe();
+    const SplitAxis axis = projection->split_axis();
+    const AmaxReducer& reducer = projection->amax_reducer();
     const at::Tensor x2 = x.reshape({-1, k}).contiguous();
-    const Float8Pair x8 = cast(x2, recipe.forward(), /*with_transposed=*/weights_need_grad);
+    const Float8Pair x8 =
+        cast_shard(x2, recipe.forward(), /*with_transposed=*/weights_need_grad, split_dim(axis, Operand::input), reducer);
     projection->record_amax(x8.rows.amax, Operand::input);
     const bool with_bias = bias.numel() > 0;
     // Fast accumulation in the forward GEMM only, as torchao: the gradients' sums keep full precision.
     const at::Tensor y2 = layer_gemm(projection->name(), "y = x Wᵀ", x8.rows, w8.rows, x.scalar_type(),
                                      with_bias ? bias : at::Tensor(), /*fast_accum=*/true);
     if (weights_need_grad) save(ctx, "x_t", x8.transposed);
-    save(ctx, "w_t", w8.transposed);
+    if (w8.transposed.data.defined()) {
+      save(ctx, "w_t", w8.transposed);
+    } else {
+      // ZeRO-3 (the cache holds no weights): Wᵀ is cast in backward from the
+      // weights, gathered again by then (the parameters themselves, whose
+      // data ZeRO-3 rebinds; not autograd-saved: no version check).
+      ctx->saved_data["w"] = c10::List<at::Tensor>(ws);
+    }
+    ctx->saved_data["split_axis"] = static_cast<int64_t>(axis);
+    if (reducer) ctx->saved_data["reducer"] = at::IValue::make_capsule(c10::make_intrusive<SavedReducer>(reducer));
+    ctx->saved_data["forward_format"] = static_cast<int64_t>(recipe.forward_format);
     ctx->saved_data["flags"] = projection->nonfinite_flags();
     ctx->saved_data["layer"] = projection->name();
     ctx->saved_data["grad_format"] = static_cast<int64_t>(recipe.grad_format);
@@ -84,12 +104,32 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
     const CastSpec spec{static_cast<Format>(ctx->saved_data["grad_format"].toInt()),
                         static_cast<Scaling>(ctx->saved_data["scaling"].toInt()),
                         ctx->saved_data["power_of_2"].toBool()};
-    const Float8Pair g8 = cast(g2, spec, /*with_transposed=*/any_weight);
+    const auto axis = static_cast<SplitAxis>(ctx->saved_data["split_axis"].toInt());
+    AmaxReducer reducer;
+    if (ctx->saved_data.count("reducer"))
+      reducer = static_cast<const SavedReducer*>(ctx->saved_data["reducer"].toCapsule().get())->fn;
+    const Float8Pair g8 =
+        cast_shard(g2, spec, /*with_transposed=*/any_weight, split_dim(axis, Operand::grad_output), reducer);
     record_amax(g8.rows.amax, Operand::grad_output, ctx->saved_data["flags"].toTensor(),
                 ctx->saved_data["layer"].toStringRef());
     if (ctx->needs_input_grad(0)) {
       const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
-      out[0] = layer_gemm(ctx->saved_data["layer"].toStringRef(), "dx = dy W", g8.rows, load(ctx, "w_t"), x_dtype)
+      Float8Tensor w_t;
+      if (ctx->saved_data.count("w_t")) {
+        w_t = load(ctx, "w_t");
+      } else {
+        // Wᵀ's rows are W's columns: its split dimension is W's other one.
+        c10::AutoGradMode no_grad(false);
+        const c10::List<at::Tensor> ws = ctx->saved_data["w"].toTensorList();
+        const at::Tensor stacked = ws.size() == 1 ? ws.get(0) : at::cat(ws.vec(), 0);
+        const CastSpec w_spec{static_cast<Format>(ctx->saved_data["forward_format"].toInt()), spec.scaling,
+                              spec.power_of_2};
+        const int w_split = split_dim(axis, Operand::weight);
+        w_t = cast_shard(stacked.t().contiguous(), w_spec, /*with_transposed=*/false, w_split < 0 ? -1 : 1 - w_split,
+                         reducer)
+                  .rows;
+      }
+      out[0] = layer_gemm(ctx->saved_data["layer"].toStringRef(), "dx = dy W", g8.rows, w_t, x_dtype)
                    .view(ctx->saved_data["x_shape"].toIntVector());
     }
     if (any_weight) {

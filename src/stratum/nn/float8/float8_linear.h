@@ -4,7 +4,10 @@
 // through _scaled_mm with the projection's recipe, results in x's dtype
 // (bf16 in training). The forward casts x once, with its transposed copy
 // saved for dW in FP8 (half of bf16's bytes); W and Wᵀ come from the
-// projection's cache (cast once an optimizer step). The bias's gradient
+// projection's cache (cast once an optimizer step; when the cache holds no
+// weights, ZeRO-3, W at each forward and Wᵀ in backward). A projection split
+// over a tensor-parallel group (Float8Projection::share_amax) casts each
+// operand as its slice of the whole one would be (cast_shard). The bias's gradient
 // is the column sums of dy in its own dtype. Weight gradients are returned to
 // autograd (not written into a ZeRO gradient sink).
 #include <ATen/core/Tensor.h>

@@ -22,6 +22,17 @@ const char* operand_name(Operand o) {
   return "?";
 }
 
+int split_dim(SplitAxis axis, Operand o) {
+  switch (axis) {
+    case SplitAxis::none: return -1;
+    case SplitAxis::output:  // N: W [N, K]'s rows, dy [M, N]'s columns; x is whole
+      return o == Operand::weight ? 0 : o == Operand::grad_output ? 1 : -1;
+    case SplitAxis::contraction:  // K: x [M, K]'s and W [N, K]'s columns; dy is whole
+      return o == Operand::grad_output ? -1 : 1;
+  }
+  return -1;
+}
+
 namespace {
 std::string nonfinite_text(Operand o, const std::string& layer, bool nan) {
   return std::string("fp8: ") + operand_name(o) + " of layer " + layer + " holds " + (nan ? "NaN" : "Inf or NaN") +
@@ -47,21 +58,33 @@ Float8Projection::Float8Projection(std::string name, Recipe recipe, std::shared_
 
 Float8Projection::~Float8Projection() { cache_->remove(this); }
 
-const Float8Pair& Float8Projection::weight(const std::vector<at::Tensor>& weights) {
+Float8Pair Float8Projection::weight(const std::vector<at::Tensor>& weights) {
   if (weights.empty()) throw Error("fp8: projection " + name_ + " given no weights");
+  const bool hold = cache_->holds_weights();
   std::vector<std::pair<int64_t, const void*>> now;
   for (const at::Tensor& w : weights) now.emplace_back(w._version(), w.storage().data());
-  if (generation_ == cache_->generation() && now == versions_ && weight_.rows.data.defined()) return weight_;
+  if (hold && generation_ == cache_->generation() && now == versions_ && weight_.rows.data.defined()) return weight_;
   c10::AutoGradMode no_grad(false);
   const at::Tensor stacked = weights.size() == 1 ? weights.front() : at::cat(weights, 0);
-  weight_ = cast(stacked, recipe_.forward(), /*with_transposed=*/true);
+  Float8Pair w8 = cast_shard(stacked, recipe_.forward(), /*with_transposed=*/hold,
+                             split_dim(split_axis_, Operand::weight), max_over_group_);
   if (!nonfinite_.defined() || nonfinite_.device() != stacked.device())
     nonfinite_ = at::zeros({3}, stacked.options().dtype(at::kBool));
-  record_amax(weight_.rows.amax, Operand::weight);
+  record_amax(w8.rows.amax, Operand::weight);
+  cache_->count_cast();
+  if (!hold) return w8;
+  weight_ = std::move(w8);
   generation_ = cache_->generation();
   versions_ = std::move(now);
-  cache_->count_cast();
   return weight_;
+}
+
+void Float8Projection::share_amax(SplitAxis axis, AmaxReducer max_over_group) {
+  if (axis != SplitAxis::none && !max_over_group)
+    throw Error("fp8: projection " + name_ + " is split over a group but given no amax reduction");
+  split_axis_ = axis;
+  max_over_group_ = std::move(max_over_group);
+  weight_ = {};
 }
 
 void Float8Projection::record_amax(const at::Tensor& amax, Operand o) {

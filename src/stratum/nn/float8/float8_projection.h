@@ -39,6 +39,15 @@ const char* recipe_name(const Recipe& r);
 enum class Operand { input, weight, grad_output };
 const char* operand_name(Operand o);
 
+// Which dimension of y = x Wᵀ a projection's shards split over a
+// tensor-parallel group (nn/tensor_parallel/float8_layers.h):
+//   output       N: column-parallel (W's rows, dy's columns are shards)
+//   contraction  K: row-parallel (x's columns, W's columns are shards)
+enum class SplitAxis { none, output, contraction };
+// The split dimension of an operand as cast (x [M, K], W [N, K], dy [M, N]):
+// 0, 1, or -1 where the operand is whole on every rank.
+int split_dim(SplitAxis axis, Operand o);
+
 class Float8Projection {
  public:
   // `name`: the layer's ("layers.3.attn.c_attn", "layers.0.attn.q_proj+k_proj+v_proj").
@@ -54,8 +63,17 @@ class Float8Projection {
   // W = [w0; w1; ...] (stacked along dim 0) and Wᵀ in FP8: the copies made
   // at the first call since the cache's last invalidate(), and made again
   // when a weight was written in place or swapped since (its version or
-  // storage moved: a load, an optimizer run outside the engine).
-  const Float8Pair& weight(const std::vector<at::Tensor>& weights);
+  // storage moved: a load, an optimizer run outside the engine). When the
+  // cache does not hold weights (ZeRO-3), W alone, cast at every call and
+  // kept nowhere: the backward casts Wᵀ from the weight gathered again.
+  Float8Pair weight(const std::vector<at::Tensor>& weights);
+
+  // The shards of this projection's GEMM are split over a tensor-parallel
+  // group along `axis`: each operand whose scale spans the split dimension
+  // (split_dim, cast_shard) has its amax reduced by `max_over_group`.
+  void share_amax(SplitAxis axis, AmaxReducer max_over_group);
+  SplitAxis split_axis() const { return split_axis_; }
+  const AmaxReducer& amax_reducer() const { return max_over_group_; }
 
   // Records that `amax` (of operand `o`) holds an Inf or a NaN: on the CPU
   // it throws at once, naming this layer and the operand; on a GPU it sets a
@@ -76,6 +94,8 @@ class Float8Projection {
   Float8Pair weight_;
   int64_t generation_ = -1;
   std::vector<std::pair<int64_t, const void*>> versions_;  // each weight's version and storage at the cast
+  SplitAxis split_axis_ = SplitAxis::none;
+  AmaxReducer max_over_group_;
   at::Tensor nonfinite_;
 };
 

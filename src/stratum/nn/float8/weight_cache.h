@@ -17,6 +17,12 @@ class WeightCache {
   // The weights changed (an optimizer step, a load): every copy is stale.
   void invalidate() { ++generation_; }
   int64_t generation() const { return generation_; }
+  // Whether projections keep their weights' FP8 copies between uses (the
+  // default). Off (ZeRO-3, whose layers hold their whole weights only while
+  // gathered): W is cast at every forward and Wᵀ in backward from the weight
+  // gathered again, and neither is kept: memory stays at one layer's copies.
+  bool holds_weights() const { return holds_weights_; }
+  void set_holds_weights(bool hold) { holds_weights_ = hold; }
   // Weight casts made so far (the tests count them; a report may print them).
   int64_t casts() const { return casts_; }
   void count_cast() { ++casts_; }
@@ -34,6 +40,7 @@ class WeightCache {
  private:
   int64_t generation_ = 0;
   int64_t casts_ = 0;
+  bool holds_weights_ = true;
   std::vector<Float8Projection*> projections_;
 };
 
