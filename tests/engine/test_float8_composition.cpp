@@ -44,7 +44,7 @@ constexpr int kSeq = 16;
 // stages), which an FP8 cast after the first step turns into a whole FP8
 // step where a value sits on a rounding boundary. Measured over 8 steps
 // (TP, SP, PP, PP x TP, ZeRO-3 against ZeRO-1 and TP x DP against DP on
-// the same rows): losses within 7.8e-4, gradient norms within 4.0e-2; bf16
+// the same rows): losses within 7.8e-4, gradient norms within 4.4e-2; bf16
 // alone in the same layouts: 1.2e-4 and 5.1e-3.
 constexpr double kLossTol = 2e-3, kNormTol = 8e-2;
 // Data parallelism: each rank casts its own rows with their own amax (dynamic
@@ -153,6 +153,12 @@ class Float8Composition : public ::testing::Test {
   void TearDown() override { unsetenv(engine_detail::kFloat8CpuEmulation); }
 };
 
+// The training layouts of 2 ranks run in the 2-rank job only: in the 4-rank
+// one they would repeat it on two groups at once, at twice the time on a
+// small machine.
+#define SKIP_UNLESS_TWO_RANKS()                                                        \
+  if (test::context().cpu_world->size() != 2) GTEST_SKIP() << "runs in the 2-rank job"
+
 double rel(const at::Tensor& a, const at::Tensor& b) {
   return ((a.to(at::kFloat) - b.to(at::kFloat)).norm() / b.to(at::kFloat).norm()).item<double>();
 }
@@ -221,6 +227,7 @@ TEST_F(Float8Composition, ShardedProjectionsCastAsTheWholeOne) {
 // The emulated single process learns, and its FP8 GEMMs really run: it
 // trains differently from bf16.
 TEST_F(Float8Composition, ReferenceRunsFp8AndLearns) {
+  SKIP_UNLESS_TWO_RANKS();
   for (const std::string arch : {"gpt2", "llama"}) {
     Layout l;
     const TrainRun fp8 = train_reference(arch, l);
@@ -232,6 +239,7 @@ TEST_F(Float8Composition, ReferenceRunsFp8AndLearns) {
 }
 
 TEST_F(Float8Composition, TensorParallelMatchesSingleProcess) {
+  SKIP_UNLESS_TWO_RANKS();
   auto group = groups_of(2);
   for (const std::string arch : {"gpt2", "llama"})
     for (const std::string recipe : {"tensorwise", "rowwise"}) {
@@ -249,6 +257,7 @@ TEST_F(Float8Composition, TensorParallelMatchesSingleProcess) {
 // Gradient accumulation over 4 micro-batches and checkpointed blocks (the
 // forward recomputed in backward casts the same values again) under TP.
 TEST_F(Float8Composition, TensorParallelWithAccumulationAndCheckpointing) {
+  SKIP_UNLESS_TWO_RANKS();
   auto group = groups_of(2);
   for (const std::string arch : {"gpt2", "llama"}) {
     Layout l;
@@ -262,6 +271,7 @@ TEST_F(Float8Composition, TensorParallelWithAccumulationAndCheckpointing) {
 }
 
 TEST_F(Float8Composition, PipelineStagesMatchSingleProcess) {
+  SKIP_UNLESS_TWO_RANKS();
   auto group = groups_of(2);
   for (const std::string arch : {"gpt2", "llama"}) {
     Layout l;
@@ -275,6 +285,7 @@ TEST_F(Float8Composition, PipelineStagesMatchSingleProcess) {
 // weight gathered again, nothing kept between uses; the same casts of the
 // same values as the cache's.
 TEST_F(Float8Composition, ZeRO3OnOneRankMatchesSingleProcess) {
+  SKIP_UNLESS_TWO_RANKS();
   for (const std::string arch : {"gpt2", "llama"}) {
     Layout l;
     const TrainRun ref = train_reference(arch, l);
@@ -286,21 +297,27 @@ TEST_F(Float8Composition, ZeRO3OnOneRankMatchesSingleProcess) {
   }
 }
 
-// ZeRO-3 over 2 data-parallel ranks: against ZeRO-1 on the same ranks (the
-// same rows and scales: only where the weights come from differs) tightly,
-// and against the single process within data parallelism's tolerance.
+// ZeRO-3 over 2 data-parallel ranks, also with 4 micro-batches and
+// checkpointed blocks (the recompute casts the weight gathered again):
+// against ZeRO-1 on the same ranks (the same rows and scales: only where the
+// weights come from differs), and against the single process within data
+// parallelism's tolerance.
 TEST_F(Float8Composition, ZeRO3MatchesZeRO1AndSingleProcess) {
+  SKIP_UNLESS_TWO_RANKS();
   auto group = groups_of(2);
-  for (const std::string arch : {"gpt2", "llama"}) {
-    Layout l;
-    l.dp = 2;
-    l.zero = 1;
-    const TrainRun zero1 = train(arch, l, group);
-    l.zero = 3;
-    const TrainRun zero3 = train(arch, l, group);
-    expect_close(describe(arch, l) + " vs zero 1", zero3, zero1, kLossTol, kNormTol);
-    expect_close(describe(arch, l), zero3, train_reference(arch, l), kDataParallelLossTol, kDataParallelNormTol);
-  }
+  for (const std::string arch : {"gpt2", "llama"})
+    for (bool checkpointing : {false, true}) {
+      Layout l;
+      l.dp = 2;
+      l.zero = 1;
+      l.gas = checkpointing ? 4 : 2;
+      l.checkpointing = checkpointing;
+      const TrainRun zero1 = train(arch, l, group);
+      l.zero = 3;
+      const TrainRun zero3 = train(arch, l, group);
+      expect_close(describe(arch, l) + " vs zero 1", zero3, zero1, kLossTol, kNormTol);
+      expect_close(describe(arch, l), zero3, train_reference(arch, l), kDataParallelLossTol, kDataParallelNormTol);
+    }
 }
 
 // TP 2 x DP 2 at ZeRO-1, and at ZeRO-3 with rowwise scales (Wᵀ cast in
