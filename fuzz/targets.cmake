@@ -12,7 +12,7 @@ set(STRATUM_FUZZ_SOURCES
   core/error.cpp core/fs.cpp core/json_depth.cpp core/json_file.cpp core/shorten.cpp core/crc32c.cpp
   io/safetensors_header.cpp io/safetensors_index.cpp
   config/json_source.cpp config/partition_pattern.cpp config/key_reader.cpp config/parse_training.cpp config/parse_zero.cpp
-  config/parse_parallel.cpp config/parse_diagnostics.cpp config/parse_flops_profiler.cpp config/parse_lora.cpp config/parse_moe.cpp config/validate.cpp config/config.cpp
+  config/parse_parallel.cpp config/parse_diagnostics.cpp config/parse_flops_profiler.cpp config/parse_lora.cpp config/parse_moe.cpp config/parse_fp8.cpp config/validate.cpp config/config.cpp
   config/batch.cpp config/to_json.cpp
   distributed/launch/hostfile.cpp distributed/launch/resources.cpp distributed/launch/process.cpp
   data/token_file.cpp data/jsonl_record.cpp data/foreign_token_headers.cpp
