@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# FP8's GPU tests ON THE GPU MACHINE (they skip on CPU CI): builds their
+# binaries (incremental after scripts/device_build.sh on a warm machine), then
+#   - ctest -R "Float8|float8|Fp8": test_float8 (Float8CastGpu.*: the cast
+#     kernels bit for bit against the ATen reference; Float8LinearGpu.*: the
+#     three GEMMs against fp32, non-finite amax at the step check, refused
+#     shapes; the CPU cases too) and float8_composition_np2/np4 (CPU ranks,
+#     emulated: TP, SP, PP, ZeRO-3 against the single process);
+#   - test_engine's Float8Engine.* on one rank (OnGpusTrainsCloseToBf16:
+#     ZeRO 0-2, accumulation, checkpointing against bf16), which CTest runs
+#     only inside the whole engine_np1 case.
+# Device call: command: bash scripts/device_fp8_tests.sh   carry: [".deps"]   timeout_s: 600
+# (about 60 s of tests after the build; a fresh machine builds first, minutes).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STRATUM_COMM_TIMEOUT=60
+bash scripts/device_build.sh --only-build --targets "test_float8 test_float8_composition test_engine" | tail -3 || exit 1
+failed=0
+ctest --test-dir build-device -R "Float8|float8|Fp8" --output-on-failure -j 4 2>&1 | tail -40 || failed=1
+echo "=== test_engine: Float8Engine.* on one rank, one GPU ==="
+timeout 300 mpirun --oversubscribe --bind-to none -np 1 -x GTEST_FILTER='Float8Engine.*' \
+  build-device/bin/test_engine --gtest_color=no 2>&1 | grep -E "^\[ +(RUN|OK|PASSED|FAILED|SKIPPED) +\]|Failure|rror" ||
+  failed=1
+exit $failed
