@@ -108,11 +108,13 @@ TEST_F(TrainCli, StalledStageEndsTheJobNamingWhatItsPeerWaitedFor) {
   EXPECT_NE(r.output.find("[rank 0] error: pipeline stage 0: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("timed out after 3.000 s"), std::string::npos) << r.output;
   // The flight recorder's report names the stopped stage: short of the sends
-  // rank 0 waits for or, stopped inside its send, by its file going stale.
+  // rank 0 waits for, behind on the collective rank 0 waits in (stopped
+  // between steps, where the stages share the loss), or, stopped inside its
+  // send, by its file going stale.
   EXPECT_NE(r.output.find("[rank 0] error: flight recorder: files of 2 of 2 ranks in "), std::string::npos) << r.output;
-  EXPECT_TRUE(std::regex_search(r.output, std::regex("for rank 1; not arrived: rank 1 \\(had sent \\d+ of the "
-                                                     "\\d+ messages rank 0 waits for|rank 1's file stopped being "
-                                                     "rewritten")))
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("not arrived: rank 1 \\((had sent \\d+ of the \\d+ messages "
+                                                     "rank 0 waits for|at #\\d+|no op on this group)|rank 1's file "
+                                                     "stopped being rewritten")))
       << r.output;
   EXPECT_EQ(r.output.find("exit 0"), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 60.0) << r.output;
