@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "stratum/core/binary_bytes.h"
+
 namespace stratum::distributed {
 
 const char* reduce_op_name(ReduceOp op) {
@@ -43,15 +45,7 @@ CommOptions CommOptions::from_env() {
   return o;
 }
 
-std::string format_bytes(int64_t bytes) {
-  char buf[32];
-  const double b = static_cast<double>(bytes);
-  if (bytes < 1024) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  else if (b < 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
-  else if (b < 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
-  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  return buf;
-}
+std::string format_bytes(int64_t bytes) { return binary_bytes_text(bytes); }
 
 std::string Communicator::describe(CommOp op, uint64_t seq, int64_t bytes, const std::string& dtype) const {
   std::string ranks;

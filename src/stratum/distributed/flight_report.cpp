@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "stratum/core/binary_bytes.h"
 #include "stratum/core/error.h"
 #include "stratum/core/fs.h"
 
@@ -22,16 +23,6 @@ std::string ranks_text(const std::vector<int64_t>& ranks) {
   std::string out;
   for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
   return out;
-}
-
-std::string bytes_text(int64_t bytes) {
-  char buf[32];
-  const double b = static_cast<double>(bytes);
-  if (bytes < 1024) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  else if (b < 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
-  else if (b < 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
-  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  return buf;
 }
 
 std::string duration_text(double seconds) {
@@ -67,7 +58,7 @@ double parse_number(const std::string& word, const std::string& where) {
 std::string describe_op(const FlightOp& op, const RankFlight& r, double now) {
   const FlightGroupState* g = group_of(r, op.group);
   std::string out = op.op + " #" + std::to_string(op.seq) + " on '" + (g ? g->name : "?") + "'";
-  if (op.bytes > 0) out += " " + bytes_text(op.bytes);
+  if (op.bytes > 0) out += " " + binary_bytes_text(op.bytes);
   if (op.peer >= 0) out += (op.op == "send" ? " to rank " : op.op == "recv" ? " from rank " : " with rank ") +
                            std::to_string(op.peer);
   if (op.end) out += ": done in " + duration_text(*op.end - op.start) + ", " + duration_text(now - *op.end) + " ago";
