@@ -310,8 +310,19 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const at::Tensor dout = grads[0].contiguous();
     at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
     at::Tensor kv = pack(k, v);
-    // The gradient of the block in hand, carried with it around the ring.
+    // The gradient of the block in hand travels with it: zeros for our own
+    // block, then what its previous reader sent. That hop is waited for only
+    // after this step's block gradients are computed, so it overlaps them.
     at::Tensor dkv = at::zeros(kv.sizes(), kv.options().dtype(at::kFloat));
+    std::vector<at::Tensor> arriving;
+    distributed::WorkPtr dkv_hop;
+    const auto receive_dkv = [&](int64_t step) {
+      distributed::WaitContext waiting("ring attention backward: key/value gradients after step " +
+                                       std::to_string(step) + " of " + std::to_string(r));
+      dkv_hop->wait();
+      dkv = arriving[0];
+      arriving.clear();
+    };
     for (int64_t step = 0; step < r; ++step) {
       const int64_t source = (me - step + r) % r;
       // The next block travels while this one's gradients are computed.
@@ -319,33 +330,37 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       distributed::WorkPtr kv_hop;
       if (step + 1 < r) kv_hop = start_hop(ring, {kv}, next_kv);
       // A block no query read (packed rows) adds nothing; it and its gradient still travel on.
-      if (!packed || plan->live[static_cast<size_t>(source)]) {
+      const bool live = !packed || plan->live[static_cast<size_t>(source)];
+      const Meeting m = packed ? Meeting{0, n, 0, n, false} : zigzag_meeting(me, source, n);
+      at::Tensor bq, bk, bv;
+      if (live) {
         const at::Tensor kb = expand_heads(kv[0], heads), vb = expand_heads(kv[1], heads);
-        const Meeting m = packed ? Meeting{0, n, 0, n, false} : zigzag_meeting(me, source, n);
         const at::Tensor qm = q.narrow(2, m.q_from, m.q_rows).contiguous();
         const at::Tensor km = kb.narrow(2, m.k_from, m.k_rows).contiguous();
         const at::Tensor vm = vb.narrow(2, m.k_from, m.k_rows).contiguous();
         const at::Tensor dm = dout.narrow(2, m.q_from, m.q_rows), om = out.narrow(2, m.q_from, m.q_rows);
         const at::Tensor lm = lse.narrow(2, m.q_from, m.q_rows);
-        auto [bq, bk, bv] =
+        std::tie(bq, bk, bv) =
             packed ? math_backward(dm, qm, km, vm, om, lm, packed_rows(*plan, me, source, q.device()), plan->scale,
                                    plan->tile_rows)
                    : block_backward(dm, qm, km, vm, om, lm, m.causal, plan->scale, plan->tile_rows);
+      }
+      if (dkv_hop) receive_dkv(step);
+      if (live) {
         dq.narrow(2, m.q_from, m.q_rows).add_(bq);
         dkv[0].narrow(2, m.k_from, m.k_rows).add_(sum_heads(bk.to(at::kFloat), kv_heads));
         dkv[1].narrow(2, m.k_from, m.k_rows).add_(sum_heads(bv.to(at::kFloat), kv_heads));
       }
       // The block's gradient on to its next reader (after the last step, home).
-      std::vector<at::Tensor> next_dkv;
-      {
-        distributed::WaitContext waiting("ring attention backward: key/value gradients, step " +
-                                         std::to_string(step + 1) + " of " + std::to_string(r));
-        start_hop(ring, {dkv}, next_dkv)->wait();
-        if (kv_hop) kv_hop->wait();
+      dkv_hop = start_hop(ring, {dkv}, arriving);
+      if (kv_hop) {
+        distributed::WaitContext waiting("ring attention backward: key/value block " + std::to_string(step + 1) +
+                                         " of " + std::to_string(r));
+        kv_hop->wait();
+        kv = next_kv[0];
       }
-      dkv = next_dkv[0];
-      if (kv_hop) kv = next_kv[0];
     }
+    receive_dkv(r);
     return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), at::Tensor()};
   }
 };
