@@ -118,6 +118,7 @@ double peak_gib(int device) {
 struct Options {
   std::string model = "gpt2-350m", precision = "bf16", zero_extra, profile;
   std::string moe_gemm = "grouped";  // a mixture of experts' GEMMs: "grouped", or "loop" (one GEMM per expert)
+  std::string fp8;  // an fp8 recipe (tensorwise, rowwise): the projections' GEMMs in FP8 (docs/fp8.md); empty: bf16
   std::string lora;  // a "lora" section: adapters on a frozen base drawn on the device (MFU then counts the full model's FLOPs)
   std::vector<std::pair<std::string, std::string>> overrides;
   int64_t seq = 1024, micro = 8, gas = 1, steps = 10, warmup = 3;
@@ -155,6 +156,8 @@ void add_flags(CLI::App& app, Options& o, std::vector<std::string>& overrides) {
       ->capture_default_str();
   app.add_option("--lora", o.lora,
                  "a lora section, e.g. '{\"r\": 16, \"target_modules\": \"all-linear\", \"base_dtype\": \"nf4\"}'");
+  app.add_option("--fp8", o.fp8, "the attention and MLP projections' GEMMs in FP8 with this recipe (with bf16)")
+      ->check(CLI::IsMember({"tensorwise", "rowwise"}));
   app.add_flag("--checkpointing", o.checkpointing, "activation checkpointing");
   app.add_flag("--split-backward", o.split_backward,
                "zero-bubble split: the weight-gradient GEMMs deferred out of the backward, then run (B, then W)");
@@ -187,6 +190,7 @@ void run(const distributed::DistContext& ctx, const Options& o) {
   const std::string json = "{\"train_micro_batch_size_per_gpu\": " + std::to_string(o.micro) +
                            ", \"gradient_accumulation_steps\": " + std::to_string(o.gas) + ", " +
                            (o.precision == "bf16" ? "\"bf16\": {\"enabled\": true}, " : "") +
+                           (o.fp8.empty() ? "" : "\"fp8\": {\"enabled\": true, \"recipe\": \"" + o.fp8 + "\"}, ") +
                            (o.checkpointing ? "\"activation_checkpointing\": {}, " : "") +
                            (o.sparse_gradients ? "\"sparse_gradients\": true, " : "") +
                            (o.lora.empty() ? "" : "\"lora\": " + o.lora + ", ") +
@@ -273,7 +277,8 @@ void run(const distributed::DistContext& ctx, const Options& o) {
   // "-tuned": zero_optimization keys beyond the defaults (named in the row's zero_extra).
   const std::string system = "stratum-zero" + std::to_string(o.stage) + (o.checkpointing ? "-ckpt" : "") +
                              (o.sparse_gradients ? "-sparse" : "") + (o.zero_extra.empty() ? "" : "-tuned") +
-                             (o.lora.empty() ? "" : "-lora") + (o.moe_gemm == "loop" ? "-loop" : "");
+                             (o.lora.empty() ? "" : "-lora") + (o.moe_gemm == "loop" ? "-loop" : "") +
+                             (o.fp8.empty() ? "" : "-fp8-" + o.fp8);
   nlohmann::ordered_json out = {{"system", system},
                         {"model", o.model},
                         {"gpus", dp},
