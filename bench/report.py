@@ -18,9 +18,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scenarios as sc  # noqa: E402
 
 COMMAND = "python3 bench/report.py > docs/benchmarks.md"
+
+
+def has_fp8_rows(spec):
+    return any("--fp8" in flags for run in sc.runs(spec) for _, flags in sc.stratum_rows(run))
+
+
 GROUPS = [  # (heading, which scenarios)
     ("Training throughput on one GPU",
-     lambda s: s["kind"] == "matrix" and sc.gpus_needed(s) == 1 and not s.get("moe_arch")),
+     lambda s: s["kind"] == "matrix" and sc.gpus_needed(s) == 1 and not s.get("moe_arch") and not has_fp8_rows(s)),
+    ("FP8 on one GPU", lambda s: s["kind"] == "matrix" and has_fp8_rows(s)),
     ("Mixtures of experts on one GPU", lambda s: s["kind"] == "matrix" and s.get("moe_arch")),
     ("Training throughput on two GPUs", lambda s: s["kind"] == "matrix" and sc.gpus_needed(s) >= 2),
     ("Collectives", lambda s: s["kind"] == "collectives"),
@@ -140,8 +147,9 @@ def run_rows(result, run):
 
 
 def peers_of(rows, names=None):
-    return {r["system"]: r for r in rows if not r["system"].startswith("stratum") and "error" not in r
-            and (names is None or r["system"] in names)}
+    """The rows a Stratum row is held against: the peers', or those named (a Stratum row too: FP8 against bf16)."""
+    return {r["system"]: r for r in rows if "error" not in r
+            and (r["system"] in names if names is not None else not r["system"].startswith("stratum"))}
 
 
 def row_key(row, spec_run):

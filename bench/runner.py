@@ -269,6 +269,25 @@ def install_deepspeed(log):
         print("run_matrix: DeepSpeed is not installed (carry .whl): its rows will fail", flush=True)
 
 
+def install_torchao(log):
+    """torchao travels as a wheel in .whl/fp8 (carried; scripts/device_fp8_wheels.sh fills it), installed into
+    .pylib/ (the torchao peers' PYTHONPATH) once per machine."""
+    def importable():
+        return subprocess.run(["python3", "-c", "import torchao.float8"], cwd=REPO, capture_output=True,
+                              env=dict(os.environ, PYTHONPATH=".pylib")).returncode == 0
+    if importable():
+        return
+    folder = os.path.join(REPO, ".whl", "fp8")
+    wheels = [os.path.join(folder, w) for w in sorted(os.listdir(folder)) if w.endswith(".whl")] \
+        if os.path.isdir(folder) else []
+    if wheels:
+        subprocess.run(["python3", "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                        "--no-cache-dir", "--upgrade", "--target", os.path.join(REPO, ".pylib")] + wheels,
+                       stdout=log, stderr=log)
+    if not importable():
+        print("run_matrix: torchao is not installed (carry .whl/fp8): its rows will fail", flush=True)
+
+
 def run_scenario(name, spec, build, results, out):
     work = os.path.join("/tmp/stratum-bench", name)
     shutil.rmtree(work, ignore_errors=True)
@@ -281,6 +300,8 @@ def run_scenario(name, spec, build, results, out):
     with open(log_path, "w") as log, open(partial, "w") as f:
         if any(p.startswith("deepspeed") for r in sc.runs(spec) for p in r.get("peers", [])):
             install_deepspeed(log)
+        if any(p.startswith("torchao") for r in sc.runs(spec) for p in r.get("peers", [])):
+            install_torchao(log)
         sha, dirty = commit()
         gpus = gpu_count()
         meta = {"record": "meta", "scenario": name,

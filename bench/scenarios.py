@@ -16,7 +16,10 @@ kind matrix (bench_engine against bench/peers/gpt_peers.py):
   stratum_flags  bench_engine flags of every Stratum row (e.g. ["--set", "max_seq_len=2048"])
   peers      gpt_peers.py systems: single, ddp, fsdp2, each also "-compile"; deepspeed-zero1/2/3;
              a mixture of experts: transformers, transformers-compile (bench/peers/moe_peers.py, its own
-             MixtralForCausalLM / Qwen3MoeForCausalLM; transformers from .pylib/)
+             MixtralForCausalLM / Qwen3MoeForCausalLM; transformers from .pylib/); torchao's float8
+             training under torch.compile: torchao-float8-tensorwise-compile, torchao-float8-rowwise-compile
+             (bench/peers/fp8_peers.py; torchao from .pylib/, installed there from .whl/fp8 when missing).
+             stratum_flags' --set layers=N reaches gpt_peers.py and fp8_peers.py as --layers N
   moe_arch   mixtral | qwen3_moe: the transformers model the peers build (its layers: stratum_flags' layers=N)
   steps, warmup, rounds  timed steps (8) after warm-up steps (3); rounds (1): every system once a round
 kind collectives: rounds, max_bytes, dtype
@@ -39,7 +42,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS_FILE = os.path.join(HERE, "scenarios.json")
 KINDS = ("matrix", "collectives", "attention", "adam-bandwidth", "cpu-adam", "pipeline-bubble", "train")
 PEERS = ("single", "single-compile", "ddp", "ddp-compile", "fsdp2", "fsdp2-compile",
-         "deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3", "transformers", "transformers-compile")
+         "deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3", "transformers", "transformers-compile",
+         "torchao-float8-tensorwise-compile", "torchao-float8-rowwise-compile")
 # NVLink multicast off: a program using it can take the host's shared GPUs out of service.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -174,6 +178,9 @@ def plan_matrix(run, build, work, gpus_available):
             if peer.startswith("transformers"):
                 steps.append(moe_peer(run, peer, rnd, label, side_by_side))
                 continue
+            if peer.startswith("torchao-float8"):
+                steps.append(fp8_peer(run, peer, common, rnd, label, side_by_side))
+                continue
             if peer.startswith("deepspeed-zero"):
                 args = ["--system", "deepspeed", "--zero", peer[-1]]
             elif peer.endswith("-compile"):
@@ -183,9 +190,25 @@ def plan_matrix(run, build, work, gpus_available):
             launch = (["python3"] if gpus == 1 else
                       ["python3", "-m", "torch.distributed.run", "--nproc_per_node", str(gpus)])
             env = {"CUDA_VISIBLE_DEVICES": "1"} if side_by_side else {}
-            steps.append(Step(peer, launch + ["bench/peers/gpt_peers.py"] + args + common, env=env, phase=rnd,
-                              lane=1 if side_by_side else 0, fields={"run": label, "flags": "", "round": rnd}))
+            steps.append(Step(peer, launch + ["bench/peers/gpt_peers.py"] + args + common + layers_flag(run), env=env,
+                              phase=rnd, lane=1 if side_by_side else 0, fields={"run": label, "flags": "", "round": rnd}))
     return steps
+
+
+def layers_flag(run):
+    """--layers N where Stratum's rows run with --set layers=N: the Python peers build the same depth."""
+    layers = next((f.split("=", 1)[1] for f in run.get("stratum_flags", []) if f.startswith("layers=")), None)
+    return ["--layers", layers] if layers else []
+
+
+def fp8_peer(run, peer, common, rnd, label, side_by_side):
+    """torchao's float8 training of gpt_peers.py's model under torch.compile (bench/peers/fp8_peers.py), one GPU."""
+    recipe = peer[len("torchao-float8-"): -len("-compile")]
+    env = {"PYTHONPATH": ".pylib"}
+    if side_by_side:
+        env["CUDA_VISIBLE_DEVICES"] = "1"
+    return Step(peer, ["python3", "bench/peers/fp8_peers.py", "--recipe", recipe] + common + layers_flag(run),
+                env=env, phase=rnd, lane=1 if side_by_side else 0, fields={"run": label, "flags": "", "round": rnd})
 
 
 def moe_peer(run, peer, rnd, label, side_by_side):

@@ -2,7 +2,8 @@
 
 The same models as Stratum's presets (GPT-2: learned positions, LayerNorm,
 tanh-GELU, tied embeddings; LLaMA: RMSNorm, RoPE, SwiGLU, grouped-query
-attention), GPT-2's initialization (normal 0.02, residual projections scaled by
+attention, llama-8b's head untied; --layers N for fewer blocks, as --set
+layers=N), GPT-2's initialization (normal 0.02, residual projections scaled by
 1/sqrt(2 layers)), the same batch, sequence length, bf16 and AdamW, run as
   single   one GPU
   ddp      DistributedDataParallel (bf16 autocast over fp32 parameters)
@@ -35,7 +36,9 @@ PRESETS = {
     "gpt2-350m": ("gpt2", 50257, 1024, 1024, 24, 16, 16, 4096, 0),
     "gpt2-1.3b": ("gpt2", 50257, 2048, 2048, 24, 16, 16, 8192, 0),
     "llama-1b": ("llama", 128256, 131072, 2048, 16, 32, 8, 8192, 500000.0),
+    "llama-8b": ("llama", 128256, 8192, 4096, 32, 32, 8, 14336, 500000.0),
 }
+UNTIED = {"llama-8b"}  # presets whose LM head is a matrix of its own (Stratum's tie_embeddings false)
 
 
 class Attention(nn.Module):
@@ -96,15 +99,17 @@ class Block(nn.Module):
 
 
 class CausalLM(nn.Module):
-    def __init__(self, preset, seq):
+    def __init__(self, preset, seq, layers=None):
         super().__init__()
-        arch, vocab, max_seq, d, layers, heads, kv, ffn, theta = PRESETS[preset]
+        arch, vocab, max_seq, d, preset_layers, heads, kv, ffn, theta = PRESETS[preset]
+        layers = layers or preset_layers  # fewer blocks, as Stratum's --set layers=N
         self.arch = arch
         self.wte = nn.Embedding(vocab, d)
         # max_seq rows, as the preset; a longer --seq grows the table as Stratum's --set max_seq_len=SEQ does
         self.wpe = nn.Embedding(max(max_seq, seq), d) if arch == "gpt2" else None
         self.blocks = nn.ModuleList(Block(arch, d, heads, kv, ffn, theta) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d) if arch == "gpt2" else nn.RMSNorm(d, eps=1e-5)
+        self.lm_head = nn.Linear(d, vocab, bias=False) if preset in UNTIED else None
         self.layers, self.hidden, self.vocab = layers, d, vocab
         self.init_weights(layers)
 
@@ -126,7 +131,8 @@ class CausalLM(nn.Module):
             x = x + self.wpe(torch.arange(tokens.shape[1], device=tokens.device))
         for block in self.blocks:
             x = block(x)
-        logits = F.linear(self.ln_f(x), self.wte.weight)  # tied, as Stratum's presets
+        head = self.wte.weight if self.lm_head is None else self.lm_head.weight  # tied or not, as the preset
+        logits = F.linear(self.ln_f(x), head)
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
@@ -136,6 +142,7 @@ def main():
     ap.add_argument("--zero", type=int, default=2, help="DeepSpeed ZeRO stage")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--model", default="gpt2-350m", choices=sorted(PRESETS))
+    ap.add_argument("--layers", type=int, help="fewer blocks than the preset's (Stratum's --set layers=N)")
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--micro", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
@@ -156,7 +163,7 @@ def main():
         import torch.distributed as dist
         dist.init_process_group("nccl" if cuda else "gloo")
     torch.manual_seed(42)
-    model = CausalLM(a.model, a.seq)
+    model = CausalLM(a.model, a.seq, a.layers)
     n_params = sum(p.numel() for p in model.parameters())
     bf16 = torch.bfloat16
     lr, betas, wd = 3e-4, (0.9, 0.95), 0.1
@@ -235,7 +242,7 @@ def main():
             for k, (s, e) in zip(times, zip(marks[:-1], marks[1:])):
                 times[k].append(s.elapsed_time(e) / 1e3)
     tokens_per_gpu = a.steps * a.micro * a.seq / wall
-    flops_per_token = 6 * n_params + 12 * PRESETS[a.model][4] * PRESETS[a.model][3] * a.seq
+    flops_per_token = 6 * n_params + 12 * model_layers(model) * PRESETS[a.model][3] * a.seq
     tflops = tokens_per_gpu * flops_per_token / 1e12
     out = {"system": a.system + (f"-zero{a.zero}" if a.system == "deepspeed" else "") + ("-compile" if a.compile else ""),
            "model": a.model, "gpus": world, "seq": a.seq, "micro": a.micro, "params": n_params,
@@ -267,6 +274,11 @@ def main():
     if a.system != "single":
         import torch.distributed as dist
         dist.destroy_process_group()
+
+
+def model_layers(model):
+    inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None) or model
+    return getattr(inner, "_orig_mod", inner).layers
 
 
 def model_vocab(model):
