@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FP8's training quality against bf16 on one GPU (issue 45, item 3), ON THE GPU
+# FP8's training quality against bf16 on one GPU, ON THE GPU
 # MACHINE after `scripts/device_build.sh --only-build --targets "stratum-train
 # stratum-run"` (build-device/). Each model trains three times from scratch
 # for 1,840 steps of 16,384 tokens (30.1M tokens): bf16 and FP8 (tensorwise)
