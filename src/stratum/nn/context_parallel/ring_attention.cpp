@@ -235,7 +235,8 @@ RowMask packed_rows(const RingPlan& plan, int64_t me, int64_t source, c10::Devic
 std::vector<bool> packed_live_blocks(const RingPlan& plan, int64_t me, int64_t ranks, c10::Device device) {
   const ContextShard& s = plan.shard;
   const at::Tensor seg = s.whole->segment_ids.to(device).to(at::kLong) + 1;  // padding (-1) as segment 0
-  const int64_t b = seg.size(0), segments = seg.max().item<int64_t>() + 1;
+  // A row's segment ids are below its length: no read of their maximum needed.
+  const int64_t b = seg.size(0), segments = seg.size(1) + 1;
   const auto positions = [&](int64_t r) {
     return at::tensor(ring_positions(s.whole_length, s.cp.split(), r), at::TensorOptions().dtype(at::kLong)).to(device);
   };
