@@ -52,7 +52,7 @@ done
 # Debian's linux-doc (its *.rst and *.txt, ungzipped, without translations:
 # what scripts/linux_docs_corpus.py reads), about 5 MB as .tar.xz in
 # .deps/corpus/, for scripts/device_main_job.sh to unpack where apt would
-# install them (the whole .deb, 37 MB, would not fit a call's 64 MiB).
+# install them (the whole .deb, 37 MB, would crowd the 64 MiB a transfer to the GPU machine holds).
 corpus=$deps/corpus/linux-doc-documents.tar.xz
 if [ ! -f "$corpus" ]; then
   tmp=$(mktemp -d)

@@ -144,7 +144,7 @@ if [[ " $parts " == *" 2 "* ]]; then
     [ "$model" = llama-8b ] && predicted=90  # its start-up and a step at 32K
     while [ "$seq" -le "$max_seq" ]; do
       if [ $(( $(date +%s) + predicted )) -gt "$deadline" ]; then
-        echo "$model seq $seq: not tried (predicted ${predicted} s, past this call's deadline)"
+        echo "$model seq $seq: not tried (predicted ${predicted} s, past DEADLINE_AT)"
         break
       fi
       t0=$(date +%s)
