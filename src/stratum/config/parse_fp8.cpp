@@ -43,6 +43,7 @@ void parse_fp8(KeyReader& root, Config& config) {
   const std::string recipe = fp8.get_enum("recipe", "tensorwise", {"tensorwise", "rowwise", "blockwise"});
   f.recipe = recipe == "rowwise" ? Fp8Recipe::rowwise : recipe == "blockwise" ? Fp8Recipe::blockwise : Fp8Recipe::tensorwise;
   f.exclude = fp8.get_string_list("exclude");
+  f.all_gather_fp8 = fp8.get_opt_bool("all_gather_fp8");
   for (size_t i = 0; i < f.exclude.size(); ++i)
     if (f.exclude[i].empty() || f.exclude[i].front() == '.' || f.exclude[i].back() == '.')
       diag.error(fp8.path_of("exclude") + "[" + std::to_string(i) + "]",
@@ -56,6 +57,17 @@ void parse_fp8(KeyReader& root, Config& config) {
                "2.11's _scaled_mm takes such scales only on Hopper with CUDA >= 12.9 and without fast "
                "accumulation; no Stratum path builds them); use \"tensorwise\" or \"rowwise\"");
   check_fp8_composition(config, diag);
+  if (f.all_gather_fp8.value_or(false)) {
+    // Asked for: refused where no gather runs in FP8, rather than ignored.
+    if (config.zero_optimization.stage != 3)
+      diag.error(fp8.path_of("all_gather_fp8"),
+                 "true, but only ZeRO stage 3 gathers weights (zero_optimization.stage is " +
+                     std::to_string(config.zero_optimization.stage) + "); remove the key");
+    else if (f.recipe != Fp8Recipe::tensorwise)
+      diag.error(fp8.path_of("all_gather_fp8"),
+                 std::string("true needs recipe \"tensorwise\" (one scale a weight, known before the gather); \"") +
+                     fp8_recipe_name(f.recipe) + "\" scales rows, which a gathered slice cuts; remove the key");
+  }
 }
 
 }  // namespace stratum::config

@@ -296,6 +296,11 @@ struct Fp8Config {
   // ("layers.0.attn.c_attn") or its last parts ("c_attn", "attn.c_proj",
   // "0.mlp.down_proj"); "*" matches any run of characters.
   std::vector<std::string> exclude;
+  // ZeRO-3 gathers the FP8 projections' weights as FP8 bytes (tensorwise:
+  // half the traffic, the same values as casting the gathered bf16 weight).
+  // Unset: wherever it applies (tensorwise at ZeRO stage 3); true: an error
+  // where it cannot; false: gathered in bf16 and cast after.
+  std::optional<bool> all_gather_fp8;
 };
 
 // --- checkpoint (DeepSpeed's section; "async" is Stratum's key) -------------------

@@ -202,8 +202,10 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
                 {"z_loss_coeff", m.z_loss_coeff},
                 {"expert_bias_update_rate", m.expert_bias_update_rate}};
   }
-  if (c.fp8.enabled)
+  if (c.fp8.enabled) {
     j["fp8"] = {{"enabled", true}, {"recipe", fp8_recipe_name(c.fp8.recipe)}, {"exclude", c.fp8.exclude}};
+    if (c.fp8.all_gather_fp8) j["fp8"]["all_gather_fp8"] = *c.fp8.all_gather_fp8;
+  }
   j["steps_per_print"] = opt(c.steps_per_print);
   j["wall_clock_breakdown"] = c.wall_clock_breakdown;
   j["dump_state"] = c.dump_state;

@@ -18,6 +18,13 @@ class StepObserver;
 namespace nn::float8 {
 class WeightCache;
 }
+namespace models {
+struct Float8Layers;
+}
+namespace zero {
+class ZeroStrategy;
+struct Float8GatherReport;
+}
 
 namespace engine_detail {
 
@@ -39,6 +46,12 @@ void check_float8_device(const Config& config, c10::Device device);
 // (WeightCache::holds_weights). Throws ConfigError when no projection would run in FP8, or when
 // the core already has a step observer (a mixture of experts' routing).
 void attach_float8(const Config& config, torch::nn::Module& model, EngineCore& core);
+
+// At ZeRO-3 with tensorwise scaling (unless fp8.all_gather_fp8 is false):
+// the layers whose parameters are all FP8 projections' weights are gathered
+// as FP8 bytes (zero/float8_unit_gather.h), each projection reading its W
+// from the gather. Collective over data parallelism; logs what it covers.
+zero::Float8GatherReport gather_weights_in_fp8(const models::Float8Layers& layers, zero::ZeroStrategy& strategy);
 
 // The observer attach_float8 gives the core: after each optimizer step it
 // invalidates `cache`, then reads its Inf/NaN flags (WeightCache::check_finite).

@@ -52,7 +52,11 @@ struct Applier {
       return nullptr;
     }
     out.fp8.push_back(name);
-    return std::make_shared<Float8Projection>(name, recipe, out.cache);
+    auto projection = std::make_shared<Float8Projection>(name, recipe, out.cache);
+    Float8Layers::Site site{projection, {}};
+    for (const std::string& l : layers) site.weights.push_back(prefix + l + ".weight");
+    out.sites.push_back(std::move(site));
+    return projection;
   }
 };
 

@@ -24,6 +24,13 @@ bool fp8_pattern_matches(const std::string& pattern, const std::string& path);
 struct Float8Layers {
   std::shared_ptr<nn::float8::WeightCache> cache;  // invalidate() after each optimizer step
   std::vector<std::string> fp8;                    // the FP8 projections' names
+  // Each FP8 projection and its weights' parameter names (as the model's
+  // named_parameters gives them), in the order it stacks them.
+  struct Site {
+    std::shared_ptr<nn::float8::Float8Projection> projection;
+    std::vector<std::string> weights;
+  };
+  std::vector<Site> sites;
   std::vector<std::string> excluded;               // the layers an exclude pattern kept in bf16
 };
 

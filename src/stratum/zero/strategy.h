@@ -24,6 +24,7 @@
 
 #include "stratum/distributed/communicator.h"
 #include "stratum/zero/flat_layout.h"
+#include "stratum/zero/float8_unit_gather.h"
 
 namespace stratum::zero {
 
@@ -115,6 +116,7 @@ class LayerParamGatherer {
   // released, as soon as autograd has accumulated them.
   virtual void before_backward(size_t layer) = 0;
   virtual int64_t live_elems() const = 0;       // gathered now (persistent parameters not counted)
+  virtual int64_t gathered_bytes() const { return 0; }  // all-gathered for the layers so far
   virtual int64_t peak_live_elems() const = 0;  // since construction
 };
 
@@ -164,6 +166,14 @@ class ZeroStrategy {
   // What the layer runner calls around each layer: stage 3's gatherer, and
   // stages 1/2's waits with overlap_param_gather; nullptr otherwise.
   virtual LayerParamGatherer* gatherer() { return nullptr; }
+  // Stage 3: the layers whose parameters are all these FP8 projections'
+  // weights are gathered as FP8 bytes from now on (zero/float8_unit_gather.h;
+  // collective over data parallelism: the scales). Other stages gather no
+  // layer: nothing to do.
+  virtual Float8GatherReport gather_in_float8(std::vector<Float8GatherGroup> groups) {
+    (void)groups;
+    return {};
+  }
   // After the optimizer updated segment i (the engine goes from the last
   // segment to the first, the next forward's order): stages 1/2 start
   // all-gathering its bucket, so the rest of the optimizer overlaps it.

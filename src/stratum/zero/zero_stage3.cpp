@@ -13,6 +13,8 @@
 // unit is released at the end of its B all the same (W's GEMMs read the saved
 // input and the output gradient, never the weight), and the staging buffers
 // are reduced once, when the window closes.
+// With FP8 projections (gather_in_float8) a layer whose parameters are all
+// their weights is gathered as FP8 bytes instead (zero/float8_unit_gather.h).
 // Parameters of at most stage3_param_persistence_threshold elements form one
 // persistent unit that stays gathered; their gradients (whole, views of one
 // buffer) are reduce-scattered at the end of backward.
@@ -26,6 +28,7 @@
 
 #include "stratum/nn/deferred_init.h"
 #include "stratum/zero/flat_strategy.h"
+#include "stratum/zero/float8_unit_gather.h"
 #include "stratum/zero/zero_stages.h"
 
 namespace stratum::zero {
@@ -37,7 +40,7 @@ enum class UnitState { released, in_flight, gathered };
 
 struct Unit {
   UnitState state = UnitState::released;
-  at::Tensor full;           // the gathered unit (model dtype), while not released
+  at::Tensor full;           // the gathered unit (model dtype; bytes in FP8), while not released
   distributed::WorkPtr gather;      // while in flight
   at::Tensor staging;        // gradients of this micro-step not yet reduced
   int pending = 0;           // parameters whose gradient is still to come
@@ -228,6 +231,27 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     const at::Tensor& updated = params16_.defined() ? params16_ : master_;
     if (!updated.is_same(shard_params_)) shard_params_.copy_(updated, /*non_blocking=*/true);
     if (int u = persistent_unit(); u >= 0) dp_->all_gather(units_[u].full, device_slice(u))->wait();
+    if (fp8_) fp8_->take_scales(shard_params_, *dp_, device_);  // the new weights' FP8 scales
+  }
+
+  Float8GatherReport gather_in_float8(std::vector<Float8GatherGroup> groups) override {
+    c10::AutoGradMode no_grad(false);
+    release_all();
+    std::vector<bool> persistent;
+    for (const Unit& unit : units_) persistent.push_back(unit.persistent);
+    fp8_ = std::make_unique<Float8UnitGather>(std::move(groups), layout_, persistent, dp_->rank());
+    placeholders_.assign(params_.size(), at::Tensor());
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (!fp8_->in_fp8(static_cast<int>(u))) continue;
+      // Shape only (what autograd checks a gradient against); NaN, so a read
+      // of the values that FP8 gathering left out shows in the loss.
+      for (int p : layout_.buckets()[u].params)
+        placeholders_[p] = at::full({1}, std::numeric_limits<float>::quiet_NaN(),
+                                    at::TensorOptions().dtype(model_dtype_).device(device_))
+                               .expand(layout_.specs()[p].shape);
+    }
+    fp8_->take_scales(shard_params_, *dp_, device_);
+    return fp8_->report();
   }
 
   void zero_gradients() override {
@@ -252,6 +276,16 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
   void for_each_full_param(const std::function<void(int, const at::Tensor&)>& fn) override {
     c10::AutoGradMode no_grad(false);
     for (size_t u = 0; u < units_.size(); ++u) {
+      if (fp8_ && fp8_->in_fp8(static_cast<int>(u))) {
+        // Gathered for the GEMMs as FP8 bytes: the values, in 16 bits, apart.
+        at::Tensor full = at::empty({layout_.buckets()[u].numel}, at::TensorOptions().dtype(model_dtype_).device(device_));
+        dp_->all_gather(full, device_slice(static_cast<int>(u)))->wait();
+        for (int p : layout_.buckets()[u].params) {
+          const ParamSlot& s = layout_.params()[p];
+          fn(p, full.narrow(0, s.offset - layout_.buckets()[u].offset, s.numel).view(layout_.specs()[p].shape));
+        }
+        continue;
+      }
       const bool was_released = units_[u].state == UnitState::released;
       ensure_gathered(static_cast<int>(u));
       for (int p : layout_.buckets()[u].params) fn(p, params_[p].detach());
@@ -283,6 +317,7 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
   }
 
   int64_t live_elems() const override { return live_; }
+  int64_t gathered_bytes() const override { return gathered_bytes_; }
   int64_t peak_live_elems() const override { return peak_live_; }
 
  private:
@@ -321,8 +356,15 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
   void launch_gather(int u) {
     Unit& unit = units_[u];
     c10::AutoGradMode no_grad(false);
-    unit.full = at::empty({layout_.buckets()[u].numel}, at::TensorOptions().dtype(model_dtype_).device(device_));
-    unit.gather = dp_->all_gather(unit.full, device_slice(u));
+    const auto on_device = at::TensorOptions().device(device_);
+    if (fp8_ && fp8_->in_fp8(u)) {
+      unit.full = at::empty({layout_.buckets()[u].numel}, on_device.dtype(at::kByte));
+      unit.gather = dp_->all_gather(unit.full, fp8_->cast_slice(u, device_slice(u)));
+    } else {
+      unit.full = at::empty({layout_.buckets()[u].numel}, on_device.dtype(model_dtype_));
+      unit.gather = dp_->all_gather(unit.full, device_slice(u));
+    }
+    gathered_bytes_ += unit.full.nbytes();
     unit.state = UnitState::in_flight;
     live_ += layout_.buckets()[u].numel;
     peak_live_ = std::max(peak_live_, live_);
@@ -355,6 +397,11 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
 
   void bind(int u) {
     const BucketSpan& b = layout_.buckets()[u];
+    if (fp8_ && fp8_->in_fp8(u)) {
+      for (int p : b.params) params_[p].set_data(placeholders_[p]);
+      fp8_->bind(u, units_[u].full);
+      return;
+    }
     for (int p : b.params) {
       const ParamSlot& s = layout_.params()[p];
       params_[p].set_data(units_[u].full.narrow(0, s.offset - b.offset, s.numel).view(layout_.specs()[p].shape));
@@ -367,6 +414,7 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
     if (unit.gather) unit.gather->wait();  // the buffer is the collective's until then
     unit.gather.reset();
     for (int p : layout_.buckets()[u].params) params_[p].set_data(empty_);
+    if (fp8_) fp8_->unbind(u);
     unit.full = at::Tensor();
     unit.state = UnitState::released;
     live_ -= layout_.buckets()[u].numel;
@@ -403,8 +451,10 @@ class Stage3 : public FlatStrategy, public LayerParamGatherer {
   std::vector<std::vector<int>> layer_units_;  // non-persistent units each layer needs
   std::vector<int64_t> layer_numel_;
   at::Tensor shard_params_, grad_shard_, master_, params16_, persistent_grads_, empty_;
-  int64_t live_ = 0, peak_live_ = 0;
+  int64_t live_ = 0, peak_live_ = 0, gathered_bytes_ = 0;
   bool first_micro_step_ = true;
+  std::unique_ptr<Float8UnitGather> fp8_;  // gather_in_float8's
+  std::vector<at::Tensor> placeholders_;   // per parameter of a unit in FP8: its shape, no values
 };
 
 }  // namespace

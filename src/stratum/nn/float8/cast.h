@@ -59,6 +59,13 @@ using AmaxReducer = std::function<void(at::Tensor& amax)>;
 Float8Pair cast_shard(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed, int split_dim,
                       const AmaxReducer& max_over_group);
 
+// x2d cast under the tensorwise scale that `amax` (0-dim fp32, on x2d's
+// device) gives: cast()'s second pass alone, for a piece of a matrix whose
+// amax was taken over the whole (ZeRO-3 casts each rank's slice of a weight
+// so, zero/float8_unit_gather.h). The pieces' bytes are those of the whole
+// matrix's cast() (on a GPU its kernel). `spec` must be tensorwise.
+Float8Tensor cast_with_amax(const at::Tensor& x2d, const at::Tensor& amax, const CastSpec& spec);
+
 // The ATen composition cast() runs where the kernels do not (CPU, builds
 // without CUDA kernels); the kernels' tests compare against it.
 Float8Pair cast_reference(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed);

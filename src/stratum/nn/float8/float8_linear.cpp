@@ -4,6 +4,8 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <optional>
+
 #include "stratum/core/error.h"
 #include "stratum/nn/float8/scaled_gemm.h"
 #include "stratum/nn/linear.h"
@@ -32,6 +34,25 @@ struct SavedReducer : torch::CustomClassHolder {
   explicit SavedReducer(AmaxReducer f) : fn(std::move(f)) {}
   AmaxReducer fn;
 };
+
+// The slot ZeRO-3 gathers the projection's W into, kept by the backward node.
+struct SavedSlot : torch::CustomClassHolder {
+  explicit SavedSlot(std::shared_ptr<GatheredWeight> s) : slot(std::move(s)) {}
+  std::shared_ptr<GatheredWeight> slot;
+};
+
+// W gathered in FP8, read again in backward (its layer gathered again by
+// then): Wᵀ is its bytes transposed, under the same tensorwise scale.
+std::optional<Float8Tensor> gathered_transposed(AutogradContext* ctx) {
+  if (!ctx->saved_data.count("slot")) return std::nullopt;
+  const auto* saved = static_cast<const SavedSlot*>(ctx->saved_data["slot"].toCapsule().get());
+  const Float8Tensor& w = saved->slot->w;
+  if (!w.data.defined())
+    throw Error("fp8 linear " + ctx->saved_data["layer"].toStringRef() +
+                ": its weight, gathered in FP8 for the forward, is not gathered again for the backward");
+  // Transposed as bytes: every backend copies those.
+  return Float8Tensor{w.data.view(at::kByte).t().contiguous().view(w.data.scalar_type()), w.scale_inv, w.amax};
+}
 
 // scaled_gemm with the layer and the product named in its errors (a shape the GPU refuses).
 at::Tensor layer_gemm(const std::string& layer, const char* product, const Float8Tensor& a, const Float8Tensor& b,
@@ -68,6 +89,8 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
     if (weights_need_grad) save(ctx, "x_t", x8.transposed);
     if (w8.transposed.data.defined()) {
       save(ctx, "w_t", w8.transposed);
+    } else if (projection->gathered() && projection->gathered()->w.data.defined()) {
+      ctx->saved_data["slot"] = at::IValue::make_capsule(c10::make_intrusive<SavedSlot>(projection->gathered()));
     } else {
       // ZeRO-3 (the cache holds no weights): Wᵀ is cast in backward from the
       // weights, gathered again by then (the parameters themselves, whose
@@ -117,6 +140,8 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
       Float8Tensor w_t;
       if (ctx->saved_data.count("w_t")) {
         w_t = load(ctx, "w_t");
+      } else if (auto gathered = gathered_transposed(ctx)) {
+        w_t = std::move(*gathered);
       } else {
         // Wᵀ's rows are W's columns: its split dimension is W's other one.
         c10::AutoGradMode no_grad(false);

@@ -60,6 +60,14 @@ Float8Projection::~Float8Projection() { cache_->remove(this); }
 
 Float8Pair Float8Projection::weight(const std::vector<at::Tensor>& weights) {
   if (weights.empty()) throw Error("fp8: projection " + name_ + " given no weights");
+  if (gathered_ && gathered_->w.data.defined()) {
+    // Gathered in FP8 (ZeRO-3): the bytes are W, cast with the scale its
+    // weights' amax over every rank gives.
+    if (!nonfinite_.defined() || nonfinite_.device() != gathered_->w.data.device())
+      nonfinite_ = at::zeros({3}, gathered_->w.scale_inv.options().dtype(at::kBool));
+    record_amax(gathered_->w.amax, Operand::weight);
+    return {gathered_->w, {}};
+  }
   const bool hold = cache_->holds_weights();
   std::vector<std::pair<int64_t, const void*>> now;
   for (const at::Tensor& w : weights) now.emplace_back(w._version(), w.storage().data());

@@ -48,6 +48,14 @@ enum class SplitAxis { none, output, contraction };
 // 0, 1, or -1 where the operand is whole on every rank.
 int split_dim(SplitAxis axis, Operand o);
 
+// A projection's W as ZeRO-3 gathers it in FP8 (zero/float8_unit_gather.h):
+// its weights stacked along dim 0 as one tensorwise FP8 matrix, set while
+// their layer is gathered and emptied when it is released. Shared by the
+// projection, the backward passes that read it, and the gatherer.
+struct GatheredWeight {
+  Float8Tensor w;
+};
+
 class Float8Projection {
  public:
   // `name`: the layer's ("layers.3.attn.c_attn", "layers.0.attn.q_proj+k_proj+v_proj").
@@ -67,6 +75,13 @@ class Float8Projection {
   // cache does not hold weights (ZeRO-3), W alone, cast at every call and
   // kept nowhere: the backward casts Wᵀ from the weight gathered again.
   Float8Pair weight(const std::vector<at::Tensor>& weights);
+
+  // ZeRO-3 gathers this projection's weights in FP8 into `slot`: while the
+  // slot holds W, weight() returns it and casts nothing, and the backward's
+  // Wᵀ is its bytes transposed (the same scale). The parameters then hold
+  // no values, only their shape (the gatherer binds them so).
+  void read_gathered(std::shared_ptr<GatheredWeight> slot) { gathered_ = std::move(slot); }
+  const std::shared_ptr<GatheredWeight>& gathered() const { return gathered_; }
 
   // The shards of this projection's GEMM are split over a tensor-parallel
   // group along `axis`: each operand whose scale spans the split dimension
@@ -96,6 +111,7 @@ class Float8Projection {
   std::vector<std::pair<int64_t, const void*>> versions_;  // each weight's version and storage at the cast
   SplitAxis split_axis_ = SplitAxis::none;
   AmaxReducer max_over_group_;
+  std::shared_ptr<GatheredWeight> gathered_;
   at::Tensor nonfinite_;
 };
 
