@@ -51,11 +51,6 @@ void parse_fp8(KeyReader& root, Config& config) {
                  "\"layers.0.mlp.*\")");
   fp8.finish();
   if (!f.enabled) return;
-  if (f.recipe == Fp8Recipe::blockwise)
-    diag.error(fp8.path_of("recipe"),
-               "\"blockwise\" (1x128 activation, 128x128 weight blocks) is not implemented in Stratum yet (torch "
-               "2.11's _scaled_mm takes such scales only on Hopper with CUDA >= 12.9 and without fast "
-               "accumulation; no Stratum path builds them); use \"tensorwise\" or \"rowwise\"");
   check_fp8_composition(config, diag);
   if (f.all_gather_fp8.value_or(false)) {
     // Asked for: refused where no gather runs in FP8, rather than ignored.

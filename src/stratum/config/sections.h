@@ -286,7 +286,8 @@ const std::vector<std::string>& lora_target_names(const std::string& arch);
 // forward and both backward GEMMs through ATen's _scaled_mm, bf16 out.
 // tensorwise: one scale a tensor from its current amax (e4m3 forward
 // operands, e5m2 gradients); rowwise: one scale a row along the contraction
-// axis, powers of two, e4m3 everywhere; blockwise (1x128 / 128x128) is refused.
+// axis, powers of two, e4m3 everywhere; blockwise: DeepSeek-V3's 1x128
+// activation and 128x128 weight blocks, e4m3 everywhere (Hopper only).
 enum class Fp8Recipe { tensorwise, rowwise, blockwise };
 const char* fp8_recipe_name(Fp8Recipe r);
 struct Fp8Config {

@@ -45,7 +45,7 @@ void check_float8_device(const Config& config, c10::Device device) {
               "=1: the FP8 GEMMs run emulated on the CPU (for tests of the FP8 path only; no speed)");
     return;
   }
-  const std::string why = nn::float8::unsupported_reason(device);
+  const std::string why = nn::float8::unsupported_reason(device, config.fp8.recipe == config::Fp8Recipe::blockwise);
   if (!why.empty())
     throw ConfigError(config.source, {"fp8.enabled: " + why + "; remove the fp8 section (or set enabled false) to "
                                       "train in bf16"});

@@ -80,9 +80,9 @@ nn::float8::Recipe fp8_recipe(const config::Fp8Config& fp8) {
   switch (fp8.recipe) {
     case config::Fp8Recipe::tensorwise: return nn::float8::tensorwise_recipe();
     case config::Fp8Recipe::rowwise: return nn::float8::rowwise_recipe();
-    case config::Fp8Recipe::blockwise: break;
+    case config::Fp8Recipe::blockwise: return nn::float8::blockwise_recipe();
   }
-  throw Error("fp8.recipe: \"blockwise\" is not implemented in Stratum yet; use \"tensorwise\" or \"rowwise\"");
+  throw Error("fp8.recipe: unknown recipe");
 }
 
 Float8Layers apply_float8(torch::nn::Module& model, nn::float8::Recipe recipe,

@@ -48,7 +48,7 @@ struct Float8Layers {
 Float8Layers apply_float8(torch::nn::Module& model, nn::float8::Recipe recipe,
                           const std::vector<std::string>& exclude);
 
-// The recipe the config names (tensorwise or rowwise; blockwise throws).
+// The recipe the config names (tensorwise, rowwise or blockwise).
 nn::float8::Recipe fp8_recipe(const config::Fp8Config& fp8);
 
 }  // namespace stratum::models

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "stratum/core/error.h"
+#include "stratum/nn/float8/device_support.h"
 #include "stratum/nn/float8/float8_linear.h"
 #include "stratum/nn/float8/scaled_gemm.h"
 
@@ -36,11 +37,11 @@ TEST(Float8Gemm, EachProductOfALinearLayerNearFp32) {
   const at::Tensor x = torch::randn({m, k}).to(torch::kBFloat16), w = (torch::randn({n, k}) * 0.05).to(torch::kBFloat16),
                    dy = (torch::randn({m, n}) * 1e-3).to(torch::kBFloat16);
   const at::Tensor xf = x.to(torch::kFloat), wf = w.to(torch::kFloat), dyf = dy.to(torch::kFloat);
-  for (const Recipe& r : {tensorwise_recipe(), rowwise_recipe()}) {
+  for (const Recipe& r : {tensorwise_recipe(), rowwise_recipe(), blockwise_recipe()}) {
     SCOPED_TRACE(recipe_name(r));
-    const double fwd = rel_err(fp8_product(x, w, r.forward(), r.forward()), xf.mm(wf.t()));
+    const double fwd = rel_err(fp8_product(x, w, r.forward(), r.weight()), xf.mm(wf.t()));
     // dx = dy W: A = dy, B = Wᵀ (W's transposed copy).
-    const double dx = rel_err(fp8_product(dy, w.t().contiguous(), r.grad(), r.forward()), dyf.mm(wf));
+    const double dx = rel_err(fp8_product(dy, w.t().contiguous(), r.grad(), r.weight()), dyf.mm(wf));
     // dW = dyᵀ x: A = dyᵀ, B = xᵀ.
     const double dw = rel_err(fp8_product(dy.t().contiguous(), x.t().contiguous(), r.grad(), r.forward()), dyf.t().mm(xf));
     EXPECT_LT(fwd, kTolerance);
@@ -66,6 +67,31 @@ TEST(Float8Gemm, MixedScalingsRefused) {
   const Float8Tensor qa = cast(a, {Format::e4m3, Scaling::tensorwise, false}, false).rows;
   const Float8Tensor qb = cast(b, {Format::e4m3, Scaling::rowwise, true}, false).rows;
   EXPECT_THROW(scaled_gemm(qa, qb, torch::kBFloat16), stratum::Error);
+  const Float8Tensor qc = cast(b, {Format::e4m3, Scaling::blocks_1x128, false}, false).rows;
+  EXPECT_THROW(scaled_gemm(qa, qc, torch::kBFloat16), stratum::Error);
+  // Two operands in 128x128 blocks: no such GEMM.
+  const at::Tensor big = torch::randn({256, 256});
+  const Float8Tensor q128 = cast(big, {Format::e4m3, Scaling::blocks_128x128, false}, false).rows;
+  try {
+    scaled_gemm(q128, q128, torch::kBFloat16);
+    FAIL() << "no error";
+  } catch (const stratum::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("both operands in 128x128 blocks"), std::string::npos) << e.what();
+  }
+}
+
+// Off the GPU a blockwise product is the dequantized operands' fp32 product,
+// with the bias; the pairs 1x128 x 128x128 and 1x128 x 1x128.
+TEST(Float8Gemm, BlockwiseProductIsTheDequantizedOnesOffTheGpu) {
+  torch::manual_seed(10);
+  const at::Tensor a = torch::randn({48, 384}), b = torch::randn({200, 384}), bias = torch::randn({200});
+  const Float8Tensor qa = cast(a, {Format::e4m3, Scaling::blocks_1x128, false}, false).rows;
+  for (Scaling sb : {Scaling::blocks_128x128, Scaling::blocks_1x128}) {
+    const Float8Tensor qb = cast(b, {Format::e4m3, sb, false}, false).rows;
+    const at::Tensor y = scaled_gemm(qa, qb, torch::kFloat, bias);
+    EXPECT_TRUE(torch::allclose(y, dequantize(qa).mm(dequantize(qb).t()) + bias, 1e-5, 1e-5));
+    EXPECT_LT(rel_err(y, a.mm(b.t()) + bias), kTolerance);
+  }
 }
 
 // --- the layer ---------------------------------------------------------------------
@@ -88,7 +114,7 @@ TEST(Float8Linear, ForwardAndBothGradientsNearFp32) {
   const at::Tensor x = torch::randn({4, 16, 256}).to(torch::kBFloat16), w = (torch::randn({128, 256}) * 0.05).to(torch::kBFloat16),
                    b = torch::randn({128}).to(torch::kBFloat16), dy = (torch::randn({4, 16, 128}) * 1e-3).to(torch::kBFloat16);
   const Grads want = run_layer(x.to(torch::kFloat), w.to(torch::kFloat), b.to(torch::kFloat), dy.to(torch::kFloat), nullptr);
-  for (const Recipe& r : {tensorwise_recipe(), rowwise_recipe()}) {
+  for (const Recipe& r : {tensorwise_recipe(), rowwise_recipe(), blockwise_recipe()}) {
     SCOPED_TRACE(recipe_name(r));
     auto cache = std::make_shared<WeightCache>();
     Float8Projection p("h.0.mlp.c_fc", r, cache);
@@ -204,7 +230,10 @@ TEST(Float8LinearGpu, ForwardAndBothGradientsNearFp32OnTheGpu) {
   const at::Tensor x = torch::randn({4, 128, 512}).to(torch::kBFloat16), w = (torch::randn({768, 512}) * 0.05).to(torch::kBFloat16),
                    b = torch::randn({768}).to(torch::kBFloat16), dy = (torch::randn({4, 128, 768}) * 1e-3).to(torch::kBFloat16);
   const Grads want = run_layer(x.to(torch::kFloat), w.to(torch::kFloat), b.to(torch::kFloat), dy.to(torch::kFloat), nullptr);
-  for (const Recipe& r : {tensorwise_recipe(), rowwise_recipe()}) {
+  const bool hopper = unsupported_reason(torch::kCUDA, /*blockwise=*/true).empty();
+  std::vector<Recipe> recipes{tensorwise_recipe(), rowwise_recipe()};
+  if (hopper) recipes.push_back(blockwise_recipe());  // cuBLASLt's block scales: Hopper only
+  for (const Recipe& r : recipes) {
     SCOPED_TRACE(recipe_name(r));
     auto cache = std::make_shared<WeightCache>();
     Float8Projection p("gpu.c_fc", r, cache);

@@ -35,6 +35,40 @@ Float8Tensor cast_rows(const at::Tensor& x, Format f, bool power_of_2, at::Tenso
   return {saturating_cast(x, scale.unsqueeze(1), f).contiguous(), scale.reciprocal(), amax};
 }
 
+int64_t blocks_of(int64_t n, int64_t block) { return (n + block - 1) / block; }
+
+// x (fp32, [r, c]) in blocks of `block_rows` x kBlock values, each scaled by
+// its own amax (zero padding at the edges: it moves no amax).
+Float8Tensor cast_blocks(const at::Tensor& x, int64_t block_rows, Format f, bool power_of_2) {
+  const int64_t r = x.size(0), c = x.size(1);
+  const int64_t rb = blocks_of(r, block_rows), cb = blocks_of(c, kBlock);
+  const at::Tensor padded = at::constant_pad_nd(x, {0, cb * kBlock - c, 0, rb * block_rows - r});
+  const at::Tensor blocks = padded.view({rb, block_rows, cb, kBlock});
+  const at::Tensor amax = blocks.abs().amax({1, 3});  // [rb, cb]
+  const at::Tensor scale = scale_from_amax(amax, f, power_of_2);
+  const at::Tensor data = saturating_cast(blocks, scale.view({rb, 1, cb, 1}), f)
+                              .view({rb * block_rows, cb * kBlock})
+                              .narrow(0, 0, r)
+                              .narrow(1, 0, c)
+                              .contiguous();
+  return {data, scale.reciprocal(), amax};
+}
+
+Float8Pair cast_blockwise(const at::Tensor& x, const CastSpec& spec, bool with_transposed) {
+  Float8Pair out;
+  if (spec.scaling == Scaling::blocks_1x128) {
+    out.rows = cast_blocks(x, 1, spec.format, spec.power_of_2);
+    if (with_transposed) out.transposed = cast_blocks(x.t().contiguous(), 1, spec.format, spec.power_of_2);
+    return out;
+  }
+  out.rows = cast_blocks(x, kBlock, spec.format, spec.power_of_2);
+  // A square block transposed is a block of the transposed matrix: the same bytes and scales.
+  if (with_transposed)
+    out.transposed = {out.rows.data.t().contiguous(), out.rows.scale_inv.t().contiguous(),
+                      out.rows.amax.t().contiguous()};
+  return out;
+}
+
 // A shard's amax reduced over its group: Inf and NaN enter as Inf (a max
 // over NaN is not defined alike by every backend), so all ranks see it.
 at::Tensor reduced(at::Tensor amax, const AmaxReducer& max_over_group) {
@@ -97,9 +131,23 @@ Float8Pair cast_kernel(const at::Tensor& x2d, const CastSpec& spec, bool with_tr
 
 }  // namespace
 
+bool is_blockwise(Scaling s) { return s == Scaling::blocks_1x128 || s == Scaling::blocks_128x128; }
+
+Scaling block_scaling(const Float8Tensor& t) {
+  const at::Tensor& s = t.scale_inv;
+  const int64_t r = t.data.size(0), cb = blocks_of(t.data.size(1), kBlock);
+  if (s.dim() == 2 && s.size(1) == cb) {
+    if (s.size(0) == r) return Scaling::blocks_1x128;
+    if (s.size(0) == blocks_of(r, kBlock)) return Scaling::blocks_128x128;
+  }
+  throw Error("fp8: scales " + c10::str(s.sizes()) + " are not 1x128 or 128x128 blocks of a " +
+              c10::str(t.data.sizes()) + " matrix");
+}
+
 Float8Pair cast_reference(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed) {
   check_input(x2d);
   const at::Tensor x = x2d.to(at::kFloat);
+  if (is_blockwise(spec.scaling)) return cast_blockwise(x, spec, with_transposed);
   Float8Pair out;
   if (spec.scaling == Scaling::rowwise) {
     out.rows = cast_rows(x, spec.format, spec.power_of_2);
@@ -119,7 +167,8 @@ Float8Pair cast_reference(const at::Tensor& x2d, const CastSpec& spec, bool with
 Float8Pair cast(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed) {
   check_input(x2d);
 #ifdef STRATUM_WITH_CUDA_KERNELS
-  if (kernel_ok(x2d)) return cast_kernel(x2d, spec, with_transposed);
+  // Blockwise scales have no kernel of their own yet: the ATen composition on any device.
+  if (kernel_ok(x2d) && !is_blockwise(spec.scaling)) return cast_kernel(x2d, spec, with_transposed);
 #endif
   return cast_reference(x2d, spec, with_transposed);
 }
@@ -129,6 +178,16 @@ Float8Pair cast_shard(const at::Tensor& x2d, const CastSpec& spec, bool with_tra
   if (split_dim < 0 || !max_over_group) return cast(x2d, spec, with_transposed);
   check_input(x2d);
   if (split_dim > 1) throw Error("fp8 cast: a matrix has no dimension " + std::to_string(split_dim) + " to split");
+  if (is_blockwise(spec.scaling)) {
+    // No block may span the split: the shard's blocks are then the whole matrix's.
+    const bool blocks_run_along = split_dim == 1 || spec.scaling == Scaling::blocks_128x128 || with_transposed;
+    if (blocks_run_along && x2d.size(split_dim) % kBlock != 0)
+      throw Error("fp8 blockwise cast: a shard " + std::to_string(x2d.size(split_dim)) + " " +
+                  (split_dim == 0 ? "rows" : "columns") + " wide of a matrix split over the tensor-parallel group; "
+                  "blockwise scales need shards of whole 128-wide blocks (hidden and FFN widths divided by the "
+                  "tensor-parallel size must be multiples of 128)");
+    return cast(x2d, spec, with_transposed);
+  }
   if (spec.scaling == Scaling::tensorwise) {
 #ifdef STRATUM_WITH_CUDA_KERNELS
     if (kernel_ok(x2d)) return cast_kernel(x2d, spec, with_transposed, max_over_group);
@@ -191,6 +250,15 @@ Float8Tensor cast_with_scale(const at::Tensor& x2d, const at::Tensor& scale, For
 
 at::Tensor dequantize(const Float8Tensor& t) {
   const at::Tensor v = t.data.to(at::kFloat);
+  if (t.scale_inv.dim() == 2) {
+    // Blocks: each scale repeated over its block, the edges cut.
+    const int64_t block_rows = block_scaling(t) == Scaling::blocks_1x128 ? 1 : kBlock;
+    const at::Tensor s = t.scale_inv.repeat_interleave(block_rows, 0)
+                             .repeat_interleave(kBlock, 1)
+                             .narrow(0, 0, v.size(0))
+                             .narrow(1, 0, v.size(1));
+    return v * s;
+  }
   return t.scale_inv.dim() == 0 ? v * t.scale_inv : v * t.scale_inv.unsqueeze(1);
 }
 

@@ -15,18 +15,34 @@ namespace stratum::nn::float8 {
 // tensorwise: one scale for the whole tensor (its current amax); rowwise: one
 // scale a row of the operand as the GEMM reads it (amax over the contraction
 // axis), the transposed copy's rows being the original's columns.
-enum class Scaling { tensorwise, rowwise };
+// Blockwise (DeepSeek-V3's): one scale a block of kBlock values along the
+// contraction axis, 1 row high (blocks_1x128: activations and gradients) or
+// kBlock rows high (blocks_128x128: weights); a partial block at an edge is
+// scaled by its own values.
+enum class Scaling { tensorwise, rowwise, blocks_1x128, blocks_128x128 };
+constexpr int64_t kBlock = 128;
+bool is_blockwise(Scaling s);
 
 // FP8 values and what multiplies them back: value ~ data * scale_inv.
 struct Float8Tensor {
   at::Tensor data;       // [rows, cols], fp8, contiguous
-  at::Tensor scale_inv;  // fp32: 0-dim (tensorwise) or [rows] (rowwise)
+  // fp32: 0-dim (tensorwise), [rows] (rowwise), [rows, ⌈cols/128⌉]
+  // (blocks_1x128) or [⌈rows/128⌉, ⌈cols/128⌉] (blocks_128x128), contiguous
+  at::Tensor scale_inv;
   at::Tensor amax;       // fp32, the scale's shape: what the scale came from
 };
 
+// Which blocks `t`'s scales cover (read from their shape against the data's;
+// a single row's blocks are both kinds alike, reported as 1x128). Throws
+// naming the shapes when they fit neither.
+Scaling block_scaling(const Float8Tensor& t);
+
 // A matrix and its transposed copy in FP8: `rows` is x2d [r, c], `transposed`
 // is x2dᵀ [c, r] (undefined unless asked for). Tensorwise: both share one
-// scale; rowwise: `rows` is scaled per row of x2d, `transposed` per column.
+// scale; rowwise: `rows` is scaled per row of x2d, `transposed` per column;
+// blocks_1x128: `transposed` is cast in 1x128 blocks of its own rows (runs
+// of 128 rows of x2d); blocks_128x128: the same bytes and block scales,
+// transposed.
 struct Float8Pair {
   Float8Tensor rows, transposed;
 };
@@ -52,7 +68,9 @@ using AmaxReducer = std::function<void(at::Tensor& amax)>;
 // amax spans the split dimension (tensorwise: always; rowwise: the rows'
 // scales when the columns are split, the transposed copy's when the rows
 // are), `max_over_group` reduces it before the scale is taken: the shard is
-// cast exactly as its slice of the whole matrix would be. An Inf or NaN amax
+// cast exactly as its slice of the whole matrix would be. Blockwise scales
+// reduce nothing: the shard's split dimension must be whole blocks (a
+// multiple of 128 wherever blocks run along it), else an Error says so. An Inf or NaN amax
 // goes into the reduction as Inf, so every rank sees it. On a GPU the
 // tensorwise cast keeps its kernels (the reduction between the amax and
 // the cast); the rowwise one runs the ATen composition.

@@ -6,7 +6,7 @@
 
 namespace stratum::nn::float8 {
 
-std::string unsupported_reason(c10::Device device) {
+std::string unsupported_reason(c10::Device device, bool blockwise) {
   if (!device.is_cuda())
     return "training runs on the " + device.str() +
            ", and FP8 GEMMs need a CUDA GPU of compute capability >= 8.9 (Ada, Hopper or later)";
@@ -19,6 +19,11 @@ std::string unsupported_reason(c10::Device device) {
     return std::string("GPU ") + std::to_string(index) + " (" + p.name + ") has compute capability " +
            std::to_string(p.major) + "." + std::to_string(p.minor) +
            "; FP8 GEMMs need 8.9 or later (Ada, Hopper)";
+  if (blockwise && p.major != 9)
+    return std::string("GPU ") + std::to_string(index) + " (" + p.name + ") has compute capability " +
+           std::to_string(p.major) + "." + std::to_string(p.minor) +
+           "; blockwise FP8 scales (recipe \"blockwise\") run on Hopper (9.x) only; use \"tensorwise\" or "
+           "\"rowwise\"";
   return "";
 #else
   return "this build of Stratum has no CUDA; FP8 GEMMs need a CUDA GPU of compute capability >= 8.9";

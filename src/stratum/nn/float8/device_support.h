@@ -7,7 +7,9 @@
 
 namespace stratum::nn::float8 {
 
-// Why FP8 GEMMs cannot train on `device` (empty: they can).
-std::string unsupported_reason(c10::Device device);
+// Why FP8 GEMMs cannot train on `device` (empty: they can). `blockwise`:
+// with 1x128 / 128x128 block scales, which cuBLASLt runs on Hopper (compute
+// capability 9.x) only.
+std::string unsupported_reason(c10::Device device, bool blockwise = false);
 
 }  // namespace stratum::nn::float8

@@ -104,6 +104,7 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
     ctx->saved_data["layer"] = projection->name();
     ctx->saved_data["grad_format"] = static_cast<int64_t>(recipe.grad_format);
     ctx->saved_data["scaling"] = static_cast<int64_t>(recipe.scaling);
+    ctx->saved_data["weight_scaling"] = static_cast<int64_t>(recipe.weight_scaling);
     ctx->saved_data["power_of_2"] = recipe.power_of_2;
     ctx->saved_data["x_shape"] = x.sizes().vec();
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
@@ -147,7 +148,8 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
         c10::AutoGradMode no_grad(false);
         const c10::List<at::Tensor> ws = ctx->saved_data["w"].toTensorList();
         const at::Tensor stacked = ws.size() == 1 ? ws.get(0) : at::cat(ws.vec(), 0);
-        const CastSpec w_spec{static_cast<Format>(ctx->saved_data["forward_format"].toInt()), spec.scaling,
+        const CastSpec w_spec{static_cast<Format>(ctx->saved_data["forward_format"].toInt()),
+                              static_cast<Scaling>(ctx->saved_data["weight_scaling"].toInt()),
                               spec.power_of_2};
         const int w_split = split_dim(axis, Operand::weight);
         w_t = cast_shard(stacked.t().contiguous(), w_spec, /*with_transposed=*/false, w_split < 0 ? -1 : 1 - w_split,

@@ -7,11 +7,19 @@
 
 namespace stratum::nn::float8 {
 
-Recipe tensorwise_recipe() { return Recipe{Scaling::tensorwise, Format::e4m3, Format::e5m2, false}; }
+Recipe tensorwise_recipe() {
+  return Recipe{Scaling::tensorwise, Scaling::tensorwise, Format::e4m3, Format::e5m2, false};
+}
 
-Recipe rowwise_recipe() { return Recipe{Scaling::rowwise, Format::e4m3, Format::e4m3, true}; }
+Recipe rowwise_recipe() { return Recipe{Scaling::rowwise, Scaling::rowwise, Format::e4m3, Format::e4m3, true}; }
 
-const char* recipe_name(const Recipe& r) { return r.scaling == Scaling::rowwise ? "rowwise" : "tensorwise"; }
+Recipe blockwise_recipe() {
+  return Recipe{Scaling::blocks_1x128, Scaling::blocks_128x128, Format::e4m3, Format::e4m3, false};
+}
+
+const char* recipe_name(const Recipe& r) {
+  return r.scaling == Scaling::rowwise ? "rowwise" : is_blockwise(r.scaling) ? "blockwise" : "tensorwise";
+}
 
 const char* operand_name(Operand o) {
   switch (o) {
@@ -74,7 +82,7 @@ Float8Pair Float8Projection::weight(const std::vector<at::Tensor>& weights) {
   if (hold && generation_ == cache_->generation() && now == versions_ && weight_.rows.data.defined()) return weight_;
   c10::AutoGradMode no_grad(false);
   const at::Tensor stacked = weights.size() == 1 ? weights.front() : at::cat(weights, 0);
-  Float8Pair w8 = cast_shard(stacked, recipe_.forward(), /*with_transposed=*/hold,
+  Float8Pair w8 = cast_shard(stacked, recipe_.weight(), /*with_transposed=*/hold,
                              split_dim(split_axis_, Operand::weight), max_over_group_);
   if (!nonfinite_.defined() || nonfinite_.device() != stacked.device())
     nonfinite_ = at::zeros({3}, stacked.options().dtype(at::kBool));

@@ -23,16 +23,22 @@ namespace stratum::nn::float8 {
 //     to a power of two; e4m3 for every operand (per-row scales leave each row
 //     little range to cover, so the extra mantissa bit wins; cuBLASLt's
 //     rowwise FP8 GEMMs take e4m3 only).
+//   blockwise (DeepSeek-V3's): x and dy in 1x128 blocks along each GEMM's
+//     contraction axis, W in 128x128 blocks; e4m3 throughout, fp32 scales
+//     (an outlier moves the scale of its block only).
 struct Recipe {
-  Scaling scaling = Scaling::tensorwise;
+  Scaling scaling = Scaling::tensorwise;         // x and dy
+  Scaling weight_scaling = Scaling::tensorwise;  // W
   Format forward_format = Format::e4m3;  // x and W
   Format grad_format = Format::e5m2;     // dy
   bool power_of_2 = false;
   CastSpec forward() const { return {forward_format, scaling, power_of_2}; }
+  CastSpec weight() const { return {forward_format, weight_scaling, power_of_2}; }
   CastSpec grad() const { return {grad_format, scaling, power_of_2}; }
 };
 Recipe tensorwise_recipe();
 Recipe rowwise_recipe();
+Recipe blockwise_recipe();
 const char* recipe_name(const Recipe& r);
 
 // The operands whose amax a projection watches.

@@ -6,23 +6,68 @@
 
 namespace stratum::nn::float8 {
 
+namespace {
+
+// The blockwise pairs cuBLASLt multiplies (Hopper, CUDA >= 12.9): A in 1x128
+// blocks with B in 128x128 or 1x128 ones, or A in 128x128 with B in 1x128.
+// A single row's 1x128 blocks are its 128x128 ones too.
+std::pair<Scaling, Scaling> block_pair(const Float8Tensor& a, const Float8Tensor& b) {
+  Scaling sa = block_scaling(a), sb = block_scaling(b);
+  if (sa == Scaling::blocks_128x128 && sb == Scaling::blocks_128x128) {
+    if (a.data.size(0) == 1) sa = Scaling::blocks_1x128;
+    else if (b.data.size(0) == 1) sb = Scaling::blocks_1x128;
+    else throw Error("fp8 GEMM: both operands in 128x128 blocks (cuBLASLt takes 1x128 x 128x128, 128x128 x 1x128 "
+                     "and 1x128 x 1x128)");
+  }
+  return {sa, sb};
+}
+
+// Blockwise products off the GPU: the operands dequantized, multiplied in fp32.
+at::Tensor dequantized_gemm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype,
+                            const at::Tensor& bias) {
+  at::Tensor y = dequantize(a).mm(dequantize(b).t());
+  if (bias.defined()) y.add_(bias.to(at::kFloat));
+  return y.to(out_dtype);
+}
+
+}  // namespace
+
 at::Tensor scaled_gemm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype, const at::Tensor& bias,
                        bool fast_accum) {
   if (a.data.dim() != 2 || b.data.dim() != 2 || a.data.size(1) != b.data.size(1))
     throw Error("fp8 GEMM: need A [M, K] and B [N, K], got " + c10::str(a.data.sizes()) + " and " +
                 c10::str(b.data.sizes()));
-  const bool tensorwise = a.scale_inv.dim() == 0;
-  if (tensorwise != (b.scale_inv.dim() == 0))
-    throw Error("fp8 GEMM: A and B scaled differently (one tensorwise, one rowwise)");
+  const bool tensorwise = a.scale_inv.dim() == 0, blockwise = a.scale_inv.dim() == 2;
+  if (tensorwise != (b.scale_inv.dim() == 0) || blockwise != (b.scale_inv.dim() == 2))
+    throw Error("fp8 GEMM: A and B scaled differently (scales " + c10::str(a.scale_inv.sizes()) + " and " +
+                c10::str(b.scale_inv.sizes()) + ")");
   const int64_t m = a.data.size(0), n = b.data.size(0), k = a.data.size(1);
   // cuBLASLt's FP8 kernels need 16-byte aligned leading dimensions.
   if (a.data.is_cuda() && (k % 16 != 0 || n % 16 != 0))
     throw Error("fp8 GEMM: [" + std::to_string(m) + ", " + std::to_string(k) + "] x [" + std::to_string(k) + ", " +
                 std::to_string(n) + "]: K and N must be multiples of 16 on the GPU");
-  const at::Tensor scale_a = tensorwise ? a.scale_inv : a.scale_inv.view({m, 1});
-  const at::Tensor scale_b = tensorwise ? b.scale_inv : b.scale_inv.view({1, n});
   std::optional<at::Tensor> bias_opt;
   if (bias.defined()) bias_opt = bias.to(out_dtype);
+  if (blockwise) {
+    const auto [sa, sb] = block_pair(a, b);
+    if (!a.data.is_cuda()) return dequantized_gemm(a, b, out_dtype, bias);
+    if (k % kBlock != 0)
+      throw Error("fp8 GEMM: [" + std::to_string(m) + ", " + std::to_string(k) + "] x [" + std::to_string(k) + ", " +
+                  std::to_string(n) + "]: blockwise scales need K a multiple of 128 on the GPU");
+    // ATen's layouts: A's 1x128 scales outer-dim-major ([M, K/128], strides
+    // (1, M)); B's passed for Bᵀ [K, N]: 1x128 as a contiguous [K/128, N],
+    // 128x128 as the transpose of the contiguous [N/128, K/128].
+    const at::Tensor scale_a =
+        sa == Scaling::blocks_1x128 ? a.scale_inv.t().contiguous().t() : a.scale_inv.contiguous();
+    const at::Tensor scale_b =
+        sb == Scaling::blocks_1x128 ? b.scale_inv.t().contiguous() : b.scale_inv.contiguous().t();
+    // Blockwise GEMMs take no fast accumulation: the scales are applied in the
+    // accumulation itself.
+    return at::_scaled_mm(a.data, b.data.t(), scale_a, scale_b, bias_opt, /*scale_result=*/std::nullopt, out_dtype,
+                          /*use_fast_accum=*/false);
+  }
+  const at::Tensor scale_a = tensorwise ? a.scale_inv : a.scale_inv.view({m, 1});
+  const at::Tensor scale_b = tensorwise ? b.scale_inv : b.scale_inv.view({1, n});
   return at::_scaled_mm(a.data, b.data.t(), scale_a, scale_b, bias_opt, /*scale_result=*/std::nullopt, out_dtype,
                         fast_accum);
 }

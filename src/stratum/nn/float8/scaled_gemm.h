@@ -13,10 +13,14 @@
 namespace stratum::nn::float8 {
 
 // a: [M, K], b: [N, K], scaled alike (both tensorwise: 0-dim scales; both
-// rowwise: [M] and [N], one a row along K). `bias` [N] (out_dtype) or
-// undefined. fast_accum: cuBLASLt's faster, less exact accumulation (the
-// forward GEMM only, as torchao). Throws naming the shapes where the GPU's
-// kernels would refuse them (K and N multiples of 16).
+// rowwise: [M] and [N], one a row along K; both blockwise: 1x128 with
+// 128x128 or 1x128 blocks, or 128x128 with 1x128, nn/float8/cast.h).
+// `bias` [N] (out_dtype) or undefined. fast_accum: cuBLASLt's faster, less
+// exact accumulation (the forward GEMM only, as torchao; blockwise GEMMs
+// never). Off the GPU blockwise operands are multiplied dequantized, in
+// fp32 (the CPU's _scaled_mm has no block scales). Throws naming the shapes
+// where the GPU's kernels would refuse them (K and N multiples of 16; K of
+// 128 under blockwise scales).
 at::Tensor scaled_gemm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype,
                        const at::Tensor& bias = at::Tensor(), bool fast_accum = false);
 
