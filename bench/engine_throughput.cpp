@@ -118,7 +118,7 @@ double peak_gib(int device) {
 struct Options {
   std::string model = "gpt2-350m", precision = "bf16", zero_extra, profile;
   std::string moe_gemm = "grouped";  // a mixture of experts' GEMMs: "grouped", or "loop" (one GEMM per expert)
-  std::string fp8;  // an fp8 recipe (tensorwise, rowwise): the projections' GEMMs in FP8 (docs/fp8.md); empty: bf16
+  std::string fp8;  // an fp8 recipe (tensorwise, rowwise, blockwise): the projections' GEMMs in FP8 (docs/fp8.md); empty: bf16
   std::string lora;  // a "lora" section: adapters on a frozen base drawn on the device (MFU then counts the full model's FLOPs)
   std::vector<std::pair<std::string, std::string>> overrides;
   int64_t seq = 1024, micro = 8, gas = 1, steps = 10, warmup = 3;
@@ -157,7 +157,7 @@ void add_flags(CLI::App& app, Options& o, std::vector<std::string>& overrides) {
   app.add_option("--lora", o.lora,
                  "a lora section, e.g. '{\"r\": 16, \"target_modules\": \"all-linear\", \"base_dtype\": \"nf4\"}'");
   app.add_option("--fp8", o.fp8, "the attention and MLP projections' GEMMs in FP8 with this recipe (with bf16)")
-      ->check(CLI::IsMember({"tensorwise", "rowwise"}));
+      ->check(CLI::IsMember({"tensorwise", "rowwise", "blockwise"}));
   app.add_flag("--checkpointing", o.checkpointing, "activation checkpointing");
   app.add_flag("--split-backward", o.split_backward,
                "zero-bubble split: the weight-gradient GEMMs deferred out of the backward, then run (B, then W)");
