@@ -97,6 +97,7 @@ models::ModelConfig model_config(const std::string& arch) {
 
 struct TrainRun {
   std::vector<double> losses, grad_norms;
+  int64_t deferred = 0;  // zb-h1: weight-gradient GEMMs this rank deferred from B to W in the last step
 };
 
 // Trains on `world` (tp x pp x dp ranks; one: the reference). Data-parallel
@@ -122,6 +123,7 @@ TrainRun train(const std::string& arch, const Layout& l, const std::shared_ptr<d
     }));
     run.grad_norms.push_back(engine.core().last_grad_norm());
   }
+  if (engine.pipeline()) run.deferred = engine.pipeline()->deferred_weight_gemms();
   return run;
 }
 
@@ -276,9 +278,9 @@ TEST_F(Float8Composition, TensorParallelWithAccumulationAndCheckpointing) {
 }
 
 // 1F1B, GPipe, interleaved (2 virtual stages: a stage's layers in two chunks) and
-// zero-bubble (zb-h1: FP8 projections give their weight gradients in the
-// backward pass itself, so the schedule's W steps find none of theirs to
-// run), and 1F1B at ZeRO-3.
+// zero-bubble (zb-h1: the FP8 projections' dW GEMMs, queued in B with their
+// FP8 operands, run in the schedule's W steps into the flat gradients, as
+// many as the bf16 model's linears defer), and 1F1B at ZeRO-3.
 TEST_F(Float8Composition, PipelineStagesMatchSingleProcess) {
   SKIP_UNLESS_TWO_RANKS();
   auto group = groups_of(2);
@@ -293,7 +295,17 @@ TEST_F(Float8Composition, PipelineStagesMatchSingleProcess) {
       l.schedule = schedule;
       l.virtual_stages = chunks;
       l.zero = zero;
-      expect_close(describe(arch, l), train(arch, l, group), ref, kLossTol, kNormTol);
+      const TrainRun got = train(arch, l, group);
+      expect_close(describe(arch, l), got, ref, kLossTol, kNormTol);
+      if (schedule != "zb-h1") continue;
+      Layout bf16 = l;
+      bf16.fp8 = false;
+      const int64_t bf16_deferred = train(arch, bf16, group).deferred;
+      if (test::context().cpu_world->rank() == 0)
+        std::printf("[fp8 composition] %s: %lld weight GEMMs deferred to W (bf16: %lld)\n", describe(arch, l).c_str(),
+                    static_cast<long long>(got.deferred), static_cast<long long>(bf16_deferred));
+      EXPECT_GT(got.deferred, 0) << describe(arch, l);
+      EXPECT_EQ(got.deferred, bf16_deferred) << describe(arch, l) << ": every projection's dW deferred";
     }
   }
 }

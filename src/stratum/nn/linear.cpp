@@ -70,12 +70,15 @@ bool product_into(at::Tensor dest, const at::Tensor& a, const at::Tensor& b, boo
   return true;
 }
 
-// The weight gradient g2ᵀ x2 of `weights` (stacked along the output dimension)
-// written into their sink's destinations when they are one contiguous [sum
-// out, in] block (linear_stacked's q/k/v sit side by side in ZeRO's flat
-// gradient). Returns the stand-ins for autograd, or nothing: autograd's path.
-std::vector<at::Tensor> write_weight_grads(const std::vector<at::Tensor>& weights, const at::Tensor& g2,
-                                           const at::Tensor& x2) {
+// The GEMM g2ᵀ x2 of 16-bit (or fp32) operands.
+WeightGradGemm mm_gemm(const at::Tensor& g2, const at::Tensor& x2) {
+  return {[g2, x2](at::Tensor dest, bool accumulate) { return product_into(dest, g2.t(), x2, accumulate); },
+          [g2, x2]() { return g2.t().mm(x2); }};
+}
+
+}  // namespace
+
+std::vector<at::Tensor> write_weight_grads(const std::vector<at::Tensor>& weights, const WeightGradGemm& gemm) {
   WeightGradSink* sink = sink_for(weights.front());
   if (!sink) return {};
   bool accumulate = false;
@@ -94,16 +97,16 @@ std::vector<at::Tensor> write_weight_grads(const std::vector<at::Tensor>& weight
   }
   const at::Tensor block = first.as_strided({rows, first.size(1)}, {first.size(1), 1}, first.storage_offset());
   if (DeferredWeightGrads* queue = g_deferral.load()) {
-    // W later: the same product into the same block, from the tensors as they
-    // are now; where ATen cannot write it in the block's dtype, the product
-    // in the operands' dtype is widened into it.
-    queue->add([block, g2, x2, accumulate]() mutable {
-      if (product_into(block, g2.t(), x2, accumulate)) return;
-      const at::Tensor product = g2.t().mm(x2);
+    // W later: the same product into the same block, from the operands as
+    // they are now; where it cannot be written in the block's dtype, the
+    // product in the gradient's own dtype is widened into it.
+    queue->add([block, gemm, accumulate]() {
+      if (gemm.into(block, accumulate)) return;
+      const at::Tensor product = gemm.product();
       if (accumulate) block.add_(product);
       else block.copy_(product);
     });
-  } else if (!product_into(block, g2.t(), x2, accumulate)) {
+  } else if (!gemm.into(block, accumulate)) {
     return {};
   }
   std::vector<at::Tensor> stand_ins;
@@ -113,8 +116,6 @@ std::vector<at::Tensor> write_weight_grads(const std::vector<at::Tensor>& weight
   }
   return stand_ins;
 }
-
-}  // namespace
 
 void DeferredWeightGrads::run() {
   std::vector<std::function<void()>> gemms = std::move(gemms_);
@@ -134,7 +135,7 @@ DeferWeightGrads::DeferWeightGrads(DeferredWeightGrads& queue) {
 DeferWeightGrads::~DeferWeightGrads() { g_deferral.store(nullptr); }
 
 at::Tensor weight_grad(const at::Tensor& weight, const at::Tensor& g2, const at::Tensor& x2) {
-  const std::vector<at::Tensor> written = write_weight_grads({weight}, g2, x2);
+  const std::vector<at::Tensor> written = write_weight_grads({weight}, mm_gemm(g2, x2));
   return written.empty() ? g2.t().mm(x2) : written.front();
 }
 
@@ -231,7 +232,8 @@ struct LinearStacked : torch::autograd::Function<LinearStacked> {
       every_weight = every_weight && ctx->needs_input_grad(i);
     }
     const at::Tensor g2 = grad.reshape({-1, grad.size(-1)}), x2 = x.reshape({-1, x.size(-1)});
-    const std::vector<at::Tensor> written = every_weight ? write_weight_grads(weights, g2, x2) : std::vector<at::Tensor>{};
+    const std::vector<at::Tensor> written =
+        every_weight ? write_weight_grads(weights, mm_gemm(g2, x2)) : std::vector<at::Tensor>{};
     if (!written.empty()) {
       for (size_t i = 1; i < saved.size(); ++i) out[i] = written[i - 1];
     } else if (any_weight) {

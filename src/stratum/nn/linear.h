@@ -7,6 +7,7 @@
 // Every layer in nn/ uses this linear, so the same math runs at every stage.
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <vector>
 
 namespace stratum::nn {
@@ -31,14 +32,15 @@ at::Tensor linear_stacked(const at::Tensor& x, const std::vector<at::Tensor>& we
 at::Tensor linear_padded_rows(const at::Tensor& x, const at::Tensor& weight);
 
 // Megatron's gradient-accumulation fusion: where a sink is registered for a
-// weight (any ZeRO stage), the weight-gradient GEMM of linear() and
-// linear_stacked() writes (or adds) its product straight into the sink's
-// destination in the destination's dtype (fp32 flat gradients; a 16-bit
-// product into fp32 needs CUDA), instead of a 16-bit gradient the sink would
+// weight (any ZeRO stage), the weight-gradient GEMM of linear(),
+// linear_stacked() and nn::float8's FP8 linears (write_weight_grads) writes
+// (or adds) its product straight into the sink's destination in the
+// destination's dtype (fp32 flat gradients; a 16-bit product into fp32 needs
+// CUDA, an FP8 one not), instead of a 16-bit gradient the sink would
 // widen and copy. Autograd then gets an uninitialized stand-in for that
 // gradient, so its accumulate-grad hooks still fire once per backward. The
 // contract (StackLayer::linear_weights_fusable): a weight with a sink reaches
-// the loss through one nn::linear call and nothing else, since autograd would
+// the loss through one nn::linear (or FP8 linear) call and nothing else, since autograd would
 // add any other gradient of it to the stand-in.
 class WeightGradSink {
  public:
@@ -57,12 +59,36 @@ class WeightGradSink {
 // fused functions outside this file that run a linear themselves.
 at::Tensor weight_grad(const at::Tensor& weight, const at::Tensor& g2, const at::Tensor& x2);
 
+// One weight-gradient GEMM, given to write_weight_grads as functions so that
+// any product (a 16-bit mm, an FP8 _scaled_mm) takes the same fusion and
+// deferral. They hold their operands: under DeferWeightGrads those stay
+// alive until W.
+struct WeightGradGemm {
+  // dest [Σ out, in] = the product (accumulate: dest += it) in dest's dtype;
+  // false, nothing written, where this build cannot make it in that dtype.
+  std::function<bool(at::Tensor dest, bool accumulate)> into;
+  // The product in the gradient's own dtype: autograd's gradient, or what is
+  // widened into a destination `into` refused when the GEMM was deferred.
+  std::function<at::Tensor()> product;
+};
+
+// The fusion for weights whose gradients one GEMM makes, stacked along the
+// output dimension (q/k/v, gate/up): where the first has a sink and each next
+// one's destination follows the previous one in the same buffer (ZeRO's flat
+// gradient keeps a layer's weights side by side), the GEMM writes that block
+// once, or is queued for W under DeferWeightGrads (where `into` is tried
+// then, the widened product the fallback), and the sink is told. Returns
+// autograd's stand-ins, one a weight; empty (no sink, destinations apart,
+// `into` refused): nothing written, the caller returns the product to autograd.
+std::vector<at::Tensor> write_weight_grads(const std::vector<at::Tensor>& weights, const WeightGradGemm& gemm);
+
 // The bias gradient of a linear: the column sums of g [rows, out], fp32 sums
 // rounded to g's dtype (not an autograd function; backward passes call it).
 at::Tensor bias_grad(const at::Tensor& g);
 
-// While registered, linear()'s and linear_stacked()'s backward for `weight`
-// (the parameter, by identity) go to `sink`. One sink a weight.
+// While registered, the weight gradient of `weight` (the parameter, by
+// identity) from linear(), linear_stacked() and write_weight_grads' callers
+// (nn::float8's FP8 linears) goes to `sink`. One sink a weight.
 void register_weight_grad_sink(const at::Tensor& weight, WeightGradSink* sink);
 void unregister_weight_grad_sink(const at::Tensor& weight, const WeightGradSink* sink);
 

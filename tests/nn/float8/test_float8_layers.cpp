@@ -1,8 +1,12 @@
 // The "fp8" section: its parse-time rules, the engine's refusal on a device
 // without FP8 GEMMs (the CPU), and the built-in models' projections in FP8
-// (models/float8_layers.h) with exclude patterns, run on the CPU reference
-// path directly (the engine would refuse the CPU).
+// (models/float8_layers.h) with exclude patterns, and the FP8 weight
+// gradient written into a gradient sink or deferred to W (nn/linear.h), run
+// on the CPU reference path directly (the engine would refuse the CPU).
 #include <gtest/gtest.h>
+
+#include <limits>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -14,7 +18,9 @@
 #include "stratum/models/float8_layers.h"
 #include "stratum/models/model_config.h"
 #include "stratum/nn/float8/float8_linear.h"
+#include "stratum/nn/linear.h"
 #include "stratum/nn/mlp.h"
+#include "stratum/nn/weight_grad_deferral.h"
 
 namespace {
 
@@ -132,6 +138,162 @@ TEST(Fp8Layers, UncachedWeightsCastAlike) {
     }
     for (size_t i = 0; i < got[0].size(); ++i) EXPECT_TRUE(at::equal(got[0][i], got[1][i])) << i;
   }
+}
+
+// A sink handing out fp32 views of one buffer, as ZeRO's flat gradient
+// does; registered for its weights while alive.
+struct FlatSink : nn::WeightGradSink {
+  FlatSink(const std::vector<at::Tensor>& weights, const std::vector<at::Tensor>& dests, bool accumulate)
+      : weights(weights), dests(dests), accumulate(accumulate) {
+    for (const at::Tensor& w : weights) nn::register_weight_grad_sink(w, this);
+  }
+  ~FlatSink() override {
+    for (const at::Tensor& w : weights) nn::unregister_weight_grad_sink(w, this);
+  }
+  at::Tensor weight_grad_destination(const at::Tensor& weight, bool* acc) override {
+    for (size_t i = 0; i < weights.size(); ++i)
+      if (weights[i].is_same(weight)) {
+        *acc = accumulate;
+        return dests[i];
+      }
+    return at::Tensor();
+  }
+  void weight_grad_written(const at::Tensor&) override { ++written; }
+  std::vector<at::Tensor> weights, dests;
+  bool accumulate;
+  int written = 0;
+};
+
+struct Fp8Backward {
+  at::Tensor dx;
+  std::vector<at::Tensor> grads;  // .grad() of each weight (a stand-in where the sink took it)
+  int written = 0;                // weights whose sink was told
+};
+
+// The FP8 linear's backward of x [24, 32] through fresh leaves of `weights`
+// (stacked), dy [24, Σ out]: with a sink putting weight i's gradient into
+// dests[i] where dests are given, under a DeferWeightGrads scope on `queue`
+// where one is given.
+Fp8Backward fp8_backward(const nn::float8::Recipe& recipe, const std::vector<at::Tensor>& weights,
+                         const std::vector<at::Tensor>& dests = {}, bool accumulate = false,
+                         nn::DeferredWeightGrads* queue = nullptr) {
+  namespace f8 = nn::float8;
+  torch::manual_seed(5);
+  const at::Tensor x = torch::randn({24, 32}).to(torch::kBFloat16).requires_grad_();
+  int64_t out = 0;
+  for (const at::Tensor& w : weights) out += w.size(0);
+  const at::Tensor dy = torch::randn({24, out}).to(torch::kBFloat16);
+  std::vector<at::Tensor> leaves;
+  for (const at::Tensor& w : weights) leaves.push_back(w.clone().requires_grad_());
+  std::optional<FlatSink> sink;
+  if (!dests.empty()) sink.emplace(leaves, dests, accumulate);
+  f8::Float8Projection p("h.0.attn.c_attn", recipe, std::make_shared<f8::WeightCache>());
+  {
+    std::optional<nn::DeferWeightGrads> defer;
+    if (queue) defer.emplace(*queue);
+    f8::float8_linear(x, leaves, at::Tensor(), p).backward(dy);
+  }
+  Fp8Backward b{x.grad(), {}, sink ? sink->written : 0};
+  for (const at::Tensor& l : leaves) b.grads.push_back(l.grad());
+  return b;
+}
+
+// The weights' destinations in one fp32 buffer (NaN: unwritten), each right
+// after the one before, or `gap` elements further on.
+std::vector<at::Tensor> flat_destinations(const std::vector<at::Tensor>& weights, int64_t gap = 0) {
+  int64_t numel = gap * static_cast<int64_t>(weights.size());
+  for (const at::Tensor& w : weights) numel += w.numel();
+  const at::Tensor flat = at::full({numel}, std::numeric_limits<float>::quiet_NaN());
+  std::vector<at::Tensor> dests;
+  int64_t offset = 0;
+  for (const at::Tensor& w : weights) {
+    dests.push_back(flat.narrow(0, offset, w.numel()).view(w.sizes()));
+    offset += w.numel() + gap;
+  }
+  return dests;
+}
+
+std::vector<std::vector<at::Tensor>> fp8_weight_sets() {
+  torch::manual_seed(6);
+  const at::Tensor w0 = (torch::randn({16, 32}) * 0.1).to(torch::kBFloat16);
+  const at::Tensor w1 = (torch::randn({8, 32}) * 0.3).to(torch::kBFloat16);
+  return {{w0}, {w0, w1}};  // one projection; two stacked (q/k/v, gate/up)
+}
+
+// Gradient-accumulation fusion (nn/linear.h) for FP8 projections: where a
+// weight has a sink, dW = dyᵀ x is written (or added) into its fp32
+// destination, for stacked weights at once where their destinations lie
+// side by side. The fp32 product rounded to bf16 is autograd's bf16 dW bit
+// for bit (the CPU's _scaled_mm sums in fp32 and rounds at the end), and it
+// is kept in fp32 (not a bf16 gradient widened). Destinations apart:
+// autograd's path.
+TEST(Fp8Layers, WeightGradSinkTakesTheFp8Product) {
+  namespace f8 = nn::float8;
+  for (const f8::Recipe& recipe : {f8::tensorwise_recipe(), f8::rowwise_recipe(), f8::blockwise_recipe()})
+    for (const std::vector<at::Tensor>& ws : fp8_weight_sets()) {
+      SCOPED_TRACE(std::string(f8::recipe_name(recipe)) + ", " + std::to_string(ws.size()) + " weight(s)");
+      const Fp8Backward ref = fp8_backward(recipe, ws);
+      const std::vector<at::Tensor> dests = flat_destinations(ws);
+      const Fp8Backward fused = fp8_backward(recipe, ws, dests);
+      EXPECT_EQ(fused.written, static_cast<int>(ws.size()));
+      EXPECT_TRUE(at::equal(fused.dx, ref.dx));
+      for (size_t i = 0; i < ws.size(); ++i) {
+        EXPECT_EQ(dests[i].scalar_type(), at::kFloat);
+        EXPECT_TRUE(at::equal(dests[i].to(at::kBFloat16), ref.grads[i])) << i;
+        EXPECT_FALSE(at::equal(dests[i], ref.grads[i].to(at::kFloat))) << i << ": written in fp32";
+        EXPECT_TRUE(fused.grads[i].defined()) << i << ": autograd's hooks see a gradient";
+      }
+      // Accumulating: added to what the destination holds, in fp32.
+      std::vector<at::Tensor> acc = flat_destinations(ws), before;
+      for (at::Tensor& d : acc) before.push_back(d.normal_().clone());
+      EXPECT_EQ(fp8_backward(recipe, ws, acc, /*accumulate=*/true).written, static_cast<int>(ws.size()));
+      for (size_t i = 0; i < ws.size(); ++i) EXPECT_TRUE(at::equal(acc[i], before[i] + dests[i])) << i;
+      if (ws.size() == 1) continue;
+      // Not side by side: nothing written, autograd's bf16 gradients.
+      const std::vector<at::Tensor> apart = flat_destinations(ws, /*gap=*/32);
+      const Fp8Backward fallback = fp8_backward(recipe, ws, apart);
+      EXPECT_EQ(fallback.written, 0);
+      for (size_t i = 0; i < ws.size(); ++i) {
+        EXPECT_TRUE(apart[i].isnan().all().item<bool>()) << i;
+        EXPECT_TRUE(at::equal(fallback.grads[i], ref.grads[i])) << i;
+      }
+    }
+}
+
+// Under zero-bubble pipelines' DeferWeightGrads the FP8 dW GEMM is queued
+// with its FP8 operands instead of run in B: the destination untouched and
+// the sink told at once, the queued GEMM writing (or adding) the direct
+// product bit for bit at run(). Weights without a sink keep autograd's path.
+TEST(Fp8Layers, WeightGradDeferredUntilRun) {
+  namespace f8 = nn::float8;
+  for (const f8::Recipe& recipe : {f8::tensorwise_recipe(), f8::rowwise_recipe(), f8::blockwise_recipe()})
+    for (const std::vector<at::Tensor>& ws : fp8_weight_sets())
+      for (bool accumulate : {false, true}) {
+        SCOPED_TRACE(std::string(f8::recipe_name(recipe)) + ", " + std::to_string(ws.size()) + " weight(s)" +
+                     (accumulate ? ", accumulating" : ""));
+        std::vector<at::Tensor> direct = flat_destinations(ws), deferred = flat_destinations(ws);
+        for (size_t i = 0; i < ws.size(); ++i)
+          if (accumulate) deferred[i].copy_(direct[i].normal_());
+        const Fp8Backward now = fp8_backward(recipe, ws, direct, accumulate);
+        std::vector<at::Tensor> before;
+        for (const at::Tensor& d : deferred) before.push_back(d.clone());
+        nn::DeferredWeightGrads queue;
+        const Fp8Backward later = fp8_backward(recipe, ws, deferred, accumulate, &queue);
+        EXPECT_EQ(queue.size(), 1u) << "one GEMM for the stacked weights";
+        EXPECT_EQ(later.written, static_cast<int>(ws.size()));
+        EXPECT_TRUE(at::equal(later.dx, now.dx)) << "B's input gradient";
+        for (size_t i = 0; i < ws.size(); ++i)
+          EXPECT_TRUE(at::allclose(deferred[i], before[i], 0, 0, /*equal_nan=*/true)) << i << ": untouched until W";
+        queue.run();
+        EXPECT_TRUE(queue.empty());
+        for (size_t i = 0; i < ws.size(); ++i) EXPECT_TRUE(at::equal(deferred[i], direct[i])) << i;
+      }
+  nn::DeferredWeightGrads queue;
+  const std::vector<at::Tensor> ws = fp8_weight_sets().back();
+  const Fp8Backward plain = fp8_backward(f8::tensorwise_recipe(), ws, {}, false, &queue);
+  EXPECT_TRUE(queue.empty()) << "no sink: nothing deferred";
+  const Fp8Backward ref = fp8_backward(f8::tensorwise_recipe(), ws);
+  for (size_t i = 0; i < ws.size(); ++i) EXPECT_TRUE(at::equal(plain.grads[i], ref.grads[i])) << i;
 }
 
 TEST(Fp8Engine, StepObserverInvalidatesTheWeightCopies) {

@@ -4,6 +4,8 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
+#include <atomic>
 #include <optional>
 
 #include "stratum/core/error.h"
@@ -64,6 +66,36 @@ at::Tensor layer_gemm(const std::string& layer, const char* product, const Float
   }
 }
 
+// dest = dyᵀ x (accumulate: dest += it) in dest's dtype (fp32: ZeRO's flat
+// gradient or staging buffer, the sum not rounded to bf16 first), without
+// fast accumulation like the other gradient GEMM. Tensorwise scales go to
+// _scaled_mm as they are, and it writes dest itself; other scales need
+// scaled_gemm's layouts, and an accumulated product is added after (_scaled_mm
+// has no C to add to): those are made in dest's dtype and copied or added.
+// false where ATen refuses dest's dtype (rowwise scales into fp32 need
+// cuBLAS >= 12.9 on Hopper), from then on for those scales: the caller's
+// product in the weights' dtype is used, which also names a shape the GPU refuses.
+bool dw_into(const std::string& layer, at::Tensor dest, const Float8Tensor& dy_t, const Float8Tensor& x_t,
+             bool accumulate) {
+  static std::atomic<bool> refused[3] = {false, false, false};  // by the scales' rank: tensor, row, block
+  const int64_t scales = std::min<int64_t>(dy_t.scale_inv.dim(), 2);
+  if (refused[scales].load()) return false;
+  try {
+    if (scales == 0 && !accumulate) {
+      at::_scaled_mm_out(dest, dy_t.data, x_t.data.t(), dy_t.scale_inv, x_t.scale_inv, /*bias=*/std::nullopt,
+                         /*scale_result=*/std::nullopt, dest.scalar_type(), /*use_fast_accum=*/false);
+    } else {
+      const at::Tensor product = layer_gemm(layer, "dW = dyᵀ x", dy_t, x_t, dest.scalar_type());
+      if (accumulate) dest.add_(product);
+      else dest.copy_(product);
+    }
+  } catch (const c10::Error&) {
+    refused[scales].store(true);
+    return false;
+  }
+  return true;
+}
+
 struct Float8Linear : torch::autograd::Function<Float8Linear> {
   // bias: [N] or empty ([0]): no bias. grad_mode: whether the caller records
   // gradients (autograd turns grad mode off inside forward); off (evaluation),
@@ -86,7 +118,11 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
     // Fast accumulation in the forward GEMM only, as torchao: the gradients' sums keep full precision.
     const at::Tensor y2 = layer_gemm(projection->name(), "y = x Wᵀ", x8.rows, w8.rows, x.scalar_type(),
                                      with_bias ? bias : at::Tensor(), /*fast_accum=*/true);
-    if (weights_need_grad) save(ctx, "x_t", x8.transposed);
+    if (weights_need_grad) {
+      save(ctx, "x_t", x8.transposed);
+      // The parameters, for their gradient sinks (found by identity); not autograd-saved: no version check.
+      ctx->saved_data["weights"] = c10::List<at::Tensor>(ws);
+    }
     if (w8.transposed.data.defined()) {
       save(ctx, "w_t", w8.transposed);
     } else if (projection->gathered() && projection->gathered()->w.data.defined()) {
@@ -161,12 +197,28 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
     }
     if (any_weight) {
       const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
-      const at::Tensor gw =
-          layer_gemm(ctx->saved_data["layer"].toStringRef(), "dW = dyᵀ x", g8.transposed, load(ctx, "x_t"), w_dtype);
-      int64_t row = 0;
-      for (size_t i = 0; i < n_weights; ++i) {
-        if (ctx->needs_input_grad(1 + i)) out[1 + i] = n_weights == 1 ? gw : gw.narrow(0, row, rows[i]);
-        row += rows[i];
+      const std::string layer = ctx->saved_data["layer"].toStringRef();
+      // The FP8 operands with their scales: all a deferred dW keeps until W.
+      const Float8Tensor dy_t{g8.transposed.data, g8.transposed.scale_inv, at::Tensor()};
+      const Float8Tensor x_t = load(ctx, "x_t");
+      const WeightGradGemm gemm{
+          [layer, dy_t, x_t](at::Tensor dest, bool accumulate) { return dw_into(layer, dest, dy_t, x_t, accumulate); },
+          [layer, dy_t, x_t, w_dtype] { return layer_gemm(layer, "dW = dyᵀ x", dy_t, x_t, w_dtype); }};
+      bool every_weight = true;
+      for (size_t i = 0; i < n_weights; ++i) every_weight = every_weight && ctx->needs_input_grad(1 + i);
+      // Into the weights' sinks where ZeRO registered them (nn/linear.h), else to autograd.
+      const std::vector<at::Tensor> written =
+          every_weight ? write_weight_grads(ctx->saved_data["weights"].toTensorList().vec(), gemm)
+                       : std::vector<at::Tensor>{};
+      if (!written.empty()) {
+        for (size_t i = 0; i < n_weights; ++i) out[1 + i] = written[i];
+      } else {
+        const at::Tensor gw = gemm.product();
+        int64_t row = 0;
+        for (size_t i = 0; i < n_weights; ++i) {
+          if (ctx->needs_input_grad(1 + i)) out[1 + i] = n_weights == 1 ? gw : gw.narrow(0, row, rows[i]);
+          row += rows[i];
+        }
       }
     }
     if (ctx->needs_input_grad(1 + n_weights)) out[1 + n_weights] = bias_grad(g2);
