@@ -61,10 +61,24 @@ struct Applier {
 };
 
 // A column- (output) or row-parallel (contraction) projection's amax
-// reductions over its tensor-parallel group (none without one).
+// reductions over its tensor-parallel group (none without one). Blockwise
+// scales reduce nothing, so a shard must hold whole blocks: refused here,
+// naming the layer, rather than at its first GEMM.
 std::shared_ptr<Float8Projection> split(std::shared_ptr<Float8Projection> p, nn::float8::SplitAxis axis,
-                                        const nn::tp::TensorParallel& tp) {
-  if (p) nn::tp::share_float8_amax(*p, axis, tp);
+                                        const nn::tp::TensorParallel& tp,
+                                        const std::vector<const nn::LinearImpl*>& linears) {
+  if (!p) return p;
+  if (tp.enabled() && nn::float8::is_blockwise(p->recipe().scaling)) {
+    const bool column = axis == nn::float8::SplitAxis::output;
+    int64_t width = 0;  // the split dimension of the stacked shard: N (column-parallel) or K (row-parallel)
+    for (const nn::LinearImpl* l : linears) width = column ? width + l->weight.size(0) : l->weight.size(1);
+    if (width % nn::float8::kBlock != 0)
+      throw Error("fp8.recipe \"blockwise\": layer " + p->name() + " is split over " + std::to_string(tp.size()) +
+                  " tensor-parallel ranks into shards " + std::to_string(width) + (column ? " rows" : " columns") +
+                  " wide, not whole 128-wide blocks (blockwise scales are not reduced over the group); use a "
+                  "tensor-parallel size that leaves multiples of 128, or \"tensorwise\" / \"rowwise\"");
+  }
+  nn::tp::share_float8_amax(*p, axis, tp);
   return p;
 }
 constexpr auto kColumn = nn::float8::SplitAxis::output;
@@ -93,27 +107,26 @@ Float8Layers apply_float8(torch::nn::Module& model, nn::float8::Recipe recipe,
     const std::string prefix = item.key() + ".";
     torch::nn::Module* m = item.value().get();
     if (auto* attn = dynamic_cast<nn::FusedQKVAttentionImpl*>(m)) {
-      attn->c_attn_fp8 = split(a.site(prefix, {"c_attn"}, {attn->c_attn.get()}), kColumn, attn->tp);
-      attn->c_proj_fp8 = split(a.site(prefix, {"c_proj"}, {attn->c_proj.get()}), kRow, attn->tp);
+      attn->c_attn_fp8 = split(a.site(prefix, {"c_attn"}, {attn->c_attn.get()}), kColumn, attn->tp, {attn->c_attn.get()});
+      attn->c_proj_fp8 = split(a.site(prefix, {"c_proj"}, {attn->c_proj.get()}), kRow, attn->tp, {attn->c_proj.get()});
     } else if (auto* gqa = dynamic_cast<nn::GroupedQueryAttentionImpl*>(m)) {
-      gqa->qkv_fp8 = split(a.site(prefix, {"q_proj", "k_proj", "v_proj"},
-                                  {gqa->q_proj.get(), gqa->k_proj.get(), gqa->v_proj.get()}),
-                           kColumn, gqa->tp);
-      gqa->o_proj_fp8 = split(a.site(prefix, {"o_proj"}, {gqa->o_proj.get()}), kRow, gqa->tp);
+      const std::vector<const nn::LinearImpl*> qkv{gqa->q_proj.get(), gqa->k_proj.get(), gqa->v_proj.get()};
+      gqa->qkv_fp8 = split(a.site(prefix, {"q_proj", "k_proj", "v_proj"}, qkv), kColumn, gqa->tp, qkv);
+      gqa->o_proj_fp8 = split(a.site(prefix, {"o_proj"}, {gqa->o_proj.get()}), kRow, gqa->tp, {gqa->o_proj.get()});
     } else if (auto* gelu = dynamic_cast<nn::GeluMLPImpl*>(m)) {
       if (gelu->tile_tokens > 0 || gelu->recompute_activation)
         throw Error("fp8: " + item.key() + " runs tiled (tiled_mlp_tokens) or recomputes its activation "
                     "(recompute_mlp_activation); FP8 MLPs with those are not built");
-      gelu->c_fc_fp8 = split(a.site(prefix, {"c_fc"}, {gelu->c_fc.get()}), kColumn, gelu->tp);
-      gelu->c_proj_fp8 = split(a.site(prefix, {"c_proj"}, {gelu->c_proj.get()}), kRow, gelu->tp);
+      gelu->c_fc_fp8 = split(a.site(prefix, {"c_fc"}, {gelu->c_fc.get()}), kColumn, gelu->tp, {gelu->c_fc.get()});
+      gelu->c_proj_fp8 = split(a.site(prefix, {"c_proj"}, {gelu->c_proj.get()}), kRow, gelu->tp, {gelu->c_proj.get()});
     } else if (auto* swiglu = dynamic_cast<nn::SwiGLUMLPImpl*>(m)) {
       if (swiglu->tile_tokens > 0 || swiglu->recompute_activation)
         throw Error("fp8: " + item.key() + " runs tiled (tiled_mlp_tokens) or recomputes its activation "
                     "(recompute_mlp_activation); FP8 MLPs with those are not built");
-      swiglu->gate_up_fp8 = split(
-          a.site(prefix, {"gate_proj", "up_proj"}, {swiglu->gate_proj.get(), swiglu->up_proj.get()}), kColumn,
-          swiglu->tp);
-      swiglu->down_proj_fp8 = split(a.site(prefix, {"down_proj"}, {swiglu->down_proj.get()}), kRow, swiglu->tp);
+      const std::vector<const nn::LinearImpl*> gate_up{swiglu->gate_proj.get(), swiglu->up_proj.get()};
+      swiglu->gate_up_fp8 = split(a.site(prefix, {"gate_proj", "up_proj"}, gate_up), kColumn, swiglu->tp, gate_up);
+      swiglu->down_proj_fp8 =
+          split(a.site(prefix, {"down_proj"}, {swiglu->down_proj.get()}), kRow, swiglu->tp, {swiglu->down_proj.get()});
     }
   }
   for (size_t i = 0; i < exclude.size(); ++i)
