@@ -4,7 +4,8 @@
 // weight gradients, later, in the pipeline's bubble.
 //
 // While a DeferWeightGrads scope is open, every weight-gradient GEMM that
-// nn::linear, linear_stacked and the fused MLPs would write into a
+// nn::linear, linear_stacked, the fused MLPs and the FP8 projections
+// (nn/float8/float8_linear.h, their FP8 operands kept) would write into a
 // WeightGradSink (nn/linear.h: ZeRO's flat gradients, under
 // zero_optimization.gradient_accumulation_fusion) is queued with the tensors
 // it reads instead of run. The sink is told at once, so autograd's hooks and

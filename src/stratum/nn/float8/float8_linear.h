@@ -5,11 +5,14 @@
 // (bf16 in training). The forward casts x once, with its transposed copy
 // saved for dW in FP8 (half of bf16's bytes); W and Wᵀ come from the
 // projection's cache (cast once an optimizer step; when the cache holds no
-// weights, ZeRO-3, W at each forward and Wᵀ in backward). A projection split
-// over a tensor-parallel group (Float8Projection::share_amax) casts each
-// operand as its slice of the whole one would be (cast_shard). The bias's gradient
-// is the column sums of dy in its own dtype. Weight gradients are returned to
-// autograd (not written into a ZeRO gradient sink).
+// weights, ZeRO-3, W at each forward or from the FP8 gather, and Wᵀ in
+// backward). A projection split over a tensor-parallel group
+// (Float8Projection::share_amax) casts each operand as its slice of the whole
+// one would be (cast_shard). The bias's gradient is the column sums of dy in
+// its own dtype. The weight gradient goes where a bf16 linear's would
+// (nn/linear.h, write_weight_grads): into a registered WeightGradSink (ZeRO's
+// fp32 flat gradient), queued for W under a DeferWeightGrads scope (zb-h1),
+// else returned to autograd.
 #include <ATen/core/Tensor.h>
 
 #include <vector>
