@@ -89,6 +89,8 @@ bool dw_into(const std::string& layer, at::Tensor dest, const Float8Tensor& dy_t
       if (accumulate) dest.add_(product);
       else dest.copy_(product);
     }
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // not a refusal of the dtype
   } catch (const c10::Error&) {
     refused[scales].store(true);
     return false;
