@@ -15,7 +15,7 @@
 #      no recomputation, against PEAK_TFLOPS, default 989) and the per-GPU
 #      throughput against one GPU's (target >= 0.95 at EP 2), beside
 #      Megatron-Core's published 468 TFLOP/s per H100 (Mixtral 8x7B, bf16).
-#   2. Context parallelism, llama-8b. 2a: tiny LLaMA (8 heads, seq 256) by
+#   2. Context parallelism, llama-8b. 2a: tiny LLaMA (8 heads of 16, seq 256) by
 #      Ulysses and ring at CP 2, 4, 8 against one GPU, fp32, 12 steps, within
 #      1e-5. 2b: llama-8b at 128K tokens, bf16, ZeRO-3 with the optimizer on
 #      the host, the MLP and the loss tiled along the sequence (8K), activation
@@ -29,7 +29,10 @@
 #   3. llama-70b born sharded at the planner's best layout for the node:
 #      stratum-estimate --plan with the node's GPU count, GPU and host memory
 #      (seq 4096, global batch GLOBAL_BATCH, default 8); when no layout of the
-#      80 layers fits, the most layers one does (70, 60, 50, 40, ...). Its first
+#      80 layers fits, the most layers one does (70, 60, 50, 40, ...: all 80
+#      need about 1 TB of host memory for the optimizer on 8 GPUs; with 90% of
+#      a 560 GiB host the planner fits 60 layers on 8 H200s, 40 on 8 H100s,
+#      32 on 4 H100s, 12 on 2). Its first
 #      row becomes the ds_config; 10 steps; the start-up and training peaks
 #      stratum-train reports (the largest rank's, the smallest's) and each
 #      GPU's peak as nvidia-smi saw it, against the planner's GiB a GPU
@@ -49,12 +52,19 @@
 #   SHARED=1  on one GPU, its GPUS (default 4) ranks sharing GPU 0 over MPI:
 #             the same small shapes on the CUDA path, a dry run on a
 #             one-GPU machine.
-# Device calls (each ~560 s; what one leaves undone the next, with the same
-# PARTS, finishes):
+#   The DRY and SHARED part 3 plans tiny-llama widened to 13M parameters.
+# $OUT gets this output (device_multi_gpu.txt) and every run's log, config,
+# metrics and summary (multi_gpu_runs.tar.gz).
+# Device calls, after the build's (kind nvidia-h100-x2, -x4 or -x8; timeout_s
+# 600; each ~560 s; what one leaves undone the next, with the same PARTS,
+# finishes on the still-warm machine):
 #   command: DEADLINE_AT=$(( $(date +%s) + 560 )) PARTS="..." bash scripts/device_multi_gpu.sh
 #   2 GPUs: PARTS="1 2a" | "2b" | "2c 3"
 #   4 GPUs: PARTS="1a 2a" | "1b" | "2b" (twice) | "2c 3"
 #   8 GPUs: PARTS="1a 2a" | "1b" | "2b" (twice) | "2c" | "3"
+#   (8 GPUs' calls pass a session's 30 minutes with the build: "1a 2a 1b" in
+#   one session, the rest in another.) First, on one GPU: SHARED=1 DEADLINE_AT=...
+#   PARTS="1 2 3" (about 5 minutes) checks the CUDA path of every part.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -107,7 +117,7 @@ ep_sizes=$(sizes "${EP_SIZES:-}" | xargs)
 cp_sizes=$(sizes "${CP_SIZES:-}" | xargs)
 cp_entries=("ref 1")
 for cp in $cp_sizes; do cp_entries+=("ulysses $cp" "ring $cp"); done
-echo "=== device_multi_gpu: $mode, $gpus GPUs ($gpu_name, $gpu_mib MiB), host $host_gib GiB; parts$parts;" \
+echo "=== device_multi_gpu: $mode, $gpus GPUs ($gpu_name, $gpu_mib MiB), host $host_gib GiB; parts $(echo "$parts" | xargs);" \
      "$(( deadline - $(date +%s) )) s before DEADLINE_AT; results in $results ==="
 [ "$gpus" -ge 1 ] || { echo "no GPU found (GPUS= to say how many)"; exit 1; }
 [ -x "$bin/stratum-train" ] || { echo "no $bin/stratum-train: build it first"; exit 1; }
@@ -474,7 +484,7 @@ fi
 if [[ "$parts" == *" 2a "* ]]; then
   echo "=== 2a. context parallelism over NCCL, fp32, tiny LLaMA: Ulysses and ring at CP $cp_sizes against one GPU ==="
   steps=$([ "$dry" = 1 ] && echo 2 || echo 12)
-  args=(--model tiny-llama --set layers=2 --set max_seq_len=256 --set heads=8 --set kv_heads=8)
+  args=(--model tiny-llama --set layers=2 --set max_seq_len=256 --set hidden=128 --set heads=8 --set kv_heads=8)
   for entry in "${cp_entries[@]}"; do
     read -r method cp <<< "$entry"
     name=cp-fp32-$method$cp cpjson=""
@@ -509,7 +519,7 @@ long_config() {
  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-5}}}"
 }
 if [ "$small" = 1 ]; then
-  long_args=(--model tiny-llama --set layers=2 --set heads=8 --set kv_heads=8)
+  long_args=(--model tiny-llama --set layers=2 --set hidden=128 --set heads=8 --set kv_heads=8)
   cp_seq=1024 long_first=256 max_seq=${MAX_SEQ:-1024} tile=256
 else
   long_args=(--model llama-8b)
