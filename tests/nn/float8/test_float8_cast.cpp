@@ -199,8 +199,9 @@ TEST(Float8CastGpu, KernelsMatchTheReference) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU (the fused cast kernels)";
   torch::manual_seed(5);
   for (auto dtype : {torch::kBFloat16, torch::kFloat, torch::kHalf})
-    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {33, 65}, {128, 256}, {1000, 96}, {7, 4100}})
-      for (Scaling s : {Scaling::tensorwise, Scaling::rowwise})
+    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {33, 65}, {128, 256}, {1000, 96}, {7, 4100},
+                                                                {300, 200}})
+      for (Scaling s : {Scaling::tensorwise, Scaling::rowwise, Scaling::blocks_1x128})
         for (Format f : {Format::e4m3, Format::e5m2})
           for (bool pow2 : {false, true}) {
             SCOPED_TRACE(std::to_string(r) + "x" + std::to_string(c));

@@ -127,6 +127,35 @@ Float8Pair cast_kernel(const at::Tensor& x2d, const CastSpec& spec, bool with_tr
   }
   return out;
 }
+
+// 1x128 blocks along the rows, and the transposed copy's along x2d's columns.
+Float8Pair cast_blocks_kernel(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed) {
+  namespace k = stratum::nn::float8::cuda;
+  c10::cuda::CUDAGuard guard(x2d.device());
+  const int64_t r = x2d.size(0), c = x2d.size(1);
+  const int64_t rb = (r + kBlock - 1) / kBlock, cb = (c + kBlock - 1) / kBlock;
+  const at::TensorOptions f32 = x2d.options().dtype(at::kFloat);
+  const at::TensorOptions fp8 = x2d.options().dtype(scalar_type(spec.format));
+  const k::Fp8 fmt = spec.format == Format::e4m3 ? k::Fp8::e4m3 : k::Fp8::e5m2;
+  const auto in = nn::cuda::dtype_of(x2d);
+  Float8Pair out;
+  out.rows = {at::empty({r, c}, fp8), at::empty({r, cb}, f32), at::empty({r, cb}, f32)};
+  stratum::cuda::check_launch(
+      k::launch_cast_blocks_1x128(x2d.const_data_ptr(), in, r, c, fmt, spec.power_of_2, out.rows.data.data_ptr(),
+                                  out.rows.scale_inv.data_ptr<float>(), out.rows.amax.data_ptr<float>(),
+                                  nn::cuda::current_stream()),
+      "fp8 cast kernel: 1x128 blocks");
+  if (with_transposed) {
+    out.transposed = {at::empty({c, r}, fp8), at::empty({c, rb}, f32), at::empty({c, rb}, f32)};
+    stratum::cuda::check_launch(
+        k::launch_cast_blocks_1x128_transposed(x2d.const_data_ptr(), in, r, c, fmt, spec.power_of_2,
+                                               out.transposed.data.data_ptr(),
+                                               out.transposed.scale_inv.data_ptr<float>(),
+                                               out.transposed.amax.data_ptr<float>(), nn::cuda::current_stream()),
+        "fp8 cast kernel: 1x128 blocks, transposed");
+  }
+  return out;
+}
 #endif
 
 }  // namespace
@@ -167,7 +196,9 @@ Float8Pair cast_reference(const at::Tensor& x2d, const CastSpec& spec, bool with
 Float8Pair cast(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed) {
   check_input(x2d);
 #ifdef STRATUM_WITH_CUDA_KERNELS
-  // Blockwise scales have no kernel of their own yet: the ATen composition on any device.
+  // 1x128 blocks (activations and gradients, cast at every GEMM) have
+  // kernels; 128x128 ones (weights, cast once a step) the ATen composition.
+  if (kernel_ok(x2d) && spec.scaling == Scaling::blocks_1x128) return cast_blocks_kernel(x2d, spec, with_transposed);
   if (kernel_ok(x2d) && !is_blockwise(spec.scaling)) return cast_kernel(x2d, spec, with_transposed);
 #endif
   return cast_reference(x2d, spec, with_transposed);

@@ -157,6 +157,82 @@ __global__ void __launch_bounds__(kTile* kTileRows)
   }
 }
 
+constexpr int kBlock = 128;             // values a scale in blockwise casts
+constexpr int kWarpsPerBlock = kThreads / 32;
+
+// A warp a 1 x 128 block: 4 values a lane (lane, lane + 32, ...: coalesced),
+// the amax by shuffles.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    cast_blocks_1x128_kernel(const T* src, int64_t rows, int64_t cols, int64_t col_blocks, Fp8 fmt, bool power_of_2,
+                             uint8_t* out, float* scale_inv, float* amax) {
+  const int lane = threadIdx.x % 32;
+  const int64_t blocks = rows * col_blocks;
+  for (int64_t b = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32; b < blocks;
+       b += int64_t{gridDim.x} * kWarpsPerBlock) {
+    const int64_t r = b / col_blocks, c0 = (b % col_blocks) * kBlock;
+    float v[4];
+    int m = 0;
+    for (int e = 0; e < 4; ++e) {
+      const int64_t c = c0 + e * 32 + lane;
+      v[e] = c < cols ? widen<T>(src[r * cols + c]) : 0.0f;
+      m = max(m, abs_bits(v[e]));
+    }
+    for (int o = 16; o > 0; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float a = __int_as_float(m);
+    const float s = scale_of(a, max_of(fmt), power_of_2);
+    for (int e = 0; e < 4; ++e) {
+      const int64_t c = c0 + e * 32 + lane;
+      if (c < cols) out[r * cols + c] = to_fp8(v[e] * s, fmt);
+    }
+    if (lane == 0) {
+      amax[b] = a;
+      scale_inv[b] = __frcp_rn(s);
+    }
+  }
+}
+
+// A block a tile of kBlock rows x kTile columns of src: column c's 128 rows
+// are one block of row c of out_t.
+template <typename T>
+__global__ void __launch_bounds__(kTile* kTileRows)
+    cast_blocks_1x128_transposed_kernel(const T* src, int64_t rows, int64_t cols, int64_t row_blocks, Fp8 fmt,
+                                        bool power_of_2, uint8_t* out_t, float* scale_inv_t, float* amax_t) {
+  __shared__ int partial[kTileRows][kTile];
+  __shared__ float column_scale[kTile];
+  __shared__ uint8_t tile[kTile][kBlock + 4];
+  const int64_t c = int64_t{blockIdx.x} * kTile + threadIdx.x;
+  const int64_t r0 = int64_t{blockIdx.y} * kBlock;
+  int m = 0;
+  if (c < cols)
+    for (int i = threadIdx.y; i < kBlock && r0 + i < rows; i += kTileRows)
+      m = max(m, abs_bits(widen<T>(src[(r0 + i) * cols + c])));
+  partial[threadIdx.y][threadIdx.x] = m;
+  __syncthreads();
+  if (threadIdx.y == 0) {
+    for (int i = 1; i < kTileRows; ++i) m = max(m, partial[i][threadIdx.x]);
+    const float a = __int_as_float(m);
+    const float s = scale_of(a, max_of(fmt), power_of_2);
+    column_scale[threadIdx.x] = s;
+    if (c < cols) {
+      amax_t[c * row_blocks + blockIdx.y] = a;
+      scale_inv_t[c * row_blocks + blockIdx.y] = __frcp_rn(s);
+    }
+  }
+  __syncthreads();
+  const float s = column_scale[threadIdx.x];
+  for (int i = threadIdx.y; i < kBlock; i += kTileRows)
+    if (c < cols && r0 + i < rows) tile[threadIdx.x][i] = to_fp8(widen<T>(src[(r0 + i) * cols + c]) * s, fmt);
+  __syncthreads();
+  // Row cc of out_t from the tile: a warp writes 32 consecutive bytes at a time.
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const int64_t cc = int64_t{blockIdx.x} * kTile + i;
+    if (cc >= cols) continue;
+    for (int k = threadIdx.x; k < kBlock; k += kTile)
+      if (r0 + k < rows) out_t[cc * rows + r0 + k] = tile[i][k];
+  }
+}
+
 // Grid of tiles: columns across x, rows across y (capped; the kernels stride over the rest).
 dim3 tile_grid(int64_t rows, int64_t cols) {
   const int64_t x = (cols + kTile - 1) / kTile, y = (rows + kTile - 1) / kTile;
@@ -222,6 +298,34 @@ cudaError_t launch_cast_columnwise_transposed(const void* src, Dtype dtype, int6
                                                                            amax);
     cast_columnwise_transposed_kernel<T><<<tile_grid(rows, cols), dim3(kTile, kTileRows), 0, stream>>>(
         static_cast<const T*>(src), rows, cols, fmt, power_of_2, amax, scale_inv, static_cast<uint8_t*>(out_t));
+  });
+}
+
+cudaError_t launch_cast_blocks_1x128(const void* src, Dtype dtype, int64_t rows, int64_t cols, Fp8 fmt,
+                                     bool power_of_2, void* out, float* scale_inv, float* amax, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  const int64_t col_blocks = (cols + kBlock - 1) / kBlock;
+  const unsigned grid = stratum::cuda_detail::capped_grid(rows * col_blocks, kWarpsPerBlock, 8);
+  return dispatch(dtype, [&](auto tag) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    cast_blocks_1x128_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(src), rows, cols, col_blocks,
+                                                                fmt, power_of_2, static_cast<uint8_t*>(out),
+                                                                scale_inv, amax);
+  });
+}
+
+cudaError_t launch_cast_blocks_1x128_transposed(const void* src, Dtype dtype, int64_t rows, int64_t cols, Fp8 fmt,
+                                                bool power_of_2, void* out_t, float* scale_inv_t, float* amax_t,
+                                                cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  const int64_t row_blocks = (rows + kBlock - 1) / kBlock, strips = (cols + kTile - 1) / kTile;
+  if (strips > 0x7fffffff || row_blocks > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(strips), static_cast<unsigned>(row_blocks));
+  return dispatch(dtype, [&](auto tag) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    cast_blocks_1x128_transposed_kernel<T><<<grid, dim3(kTile, kTileRows), 0, stream>>>(
+        static_cast<const T*>(src), rows, cols, row_blocks, fmt, power_of_2, static_cast<uint8_t*>(out_t),
+        scale_inv_t, amax_t);
   });
 }
 

@@ -41,4 +41,19 @@ cudaError_t launch_cast_columnwise_transposed(const void* src, Dtype dtype, int6
                                               bool power_of_2, void* out_t, float* scale_inv, float* amax,
                                               cudaStream_t stream);
 
+// Blocks of 1 x kBlock (128) values along each row (a partial block at the
+// end), each scaled by its own amax: a warp a block, one read of src. out
+// [rows, cols]; scale_inv and amax [rows, ⌈cols/128⌉].
+cudaError_t launch_cast_blocks_1x128(const void* src, Dtype dtype, int64_t rows, int64_t cols, Fp8 fmt,
+                                     bool power_of_2, void* out, float* scale_inv, float* amax, cudaStream_t stream);
+
+// The same blocks of srcᵀ [cols, rows] (runs of 128 rows of a column of
+// src), written transposed: out_t [cols, rows]; scale_inv_t and amax_t
+// [cols, ⌈rows/128⌉]. A block of threads a tile of 128 rows x 32 columns:
+// the column amaxes, then the cast through shared memory (the second read
+// of the tile comes from L1/L2).
+cudaError_t launch_cast_blocks_1x128_transposed(const void* src, Dtype dtype, int64_t rows, int64_t cols, Fp8 fmt,
+                                                bool power_of_2, void* out_t, float* scale_inv_t, float* amax_t,
+                                                cudaStream_t stream);
+
 }  // namespace stratum::nn::float8::cuda
