@@ -97,6 +97,9 @@ Float8UnitGather::Float8UnitGather(std::vector<Float8GatherGroup> groups, const 
 }
 
 void Float8UnitGather::take_scales(const at::Tensor& shard16, distributed::Communicator& dp, c10::Device device) {
+  // No projection (a pipeline stage holding none): no scale, no collective,
+  // on every rank of the group alike.
+  if (groups_.empty()) return;
   c10::AutoGradMode no_grad(false);
   // This rank's part of each projection's amax: the largest |value| of its weights' runs in the shard.
   std::vector<std::vector<at::Tensor>> parts(groups_.size());
