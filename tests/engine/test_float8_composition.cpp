@@ -295,7 +295,8 @@ TEST_F(Float8Composition, TensorParallelWithAccumulationAndCheckpointing) {
 // 1F1B, GPipe, interleaved (2 virtual stages: a stage's layers in two chunks) and
 // zero-bubble (zb-h1: the FP8 projections' dW GEMMs, queued in B with their
 // FP8 operands, run in the schedule's W steps into the flat gradients, as
-// many as the bf16 model's linears defer), and 1F1B at ZeRO-3.
+// many as the bf16 model's linears defer), and 1F1B and zb-h1 at ZeRO-3
+// (the layers gathered as FP8 bytes).
 TEST_F(Float8Composition, PipelineStagesMatchSingleProcess) {
   SKIP_UNLESS_TWO_RANKS();
   auto group = groups_of(2);
@@ -306,10 +307,13 @@ TEST_F(Float8Composition, PipelineStagesMatchSingleProcess) {
     l.pp = 2;
     for (const auto& [schedule, chunks, zero] :
          std::vector<std::tuple<std::string, int, int>>{{"1f1b", 1, 0}, {"gpipe", 1, 0}, {"interleaved", 2, 0},
-                                                        {"zb-h1", 1, 0}, {"1f1b", 1, 3}}) {
+                                                        {"zb-h1", 1, 0}, {"1f1b", 1, 3}, {"zb-h1", 1, 3}}) {
       l.schedule = schedule;
       l.virtual_stages = chunks;
       l.zero = zero;
+      // ZeRO-3 inside the stages: each stage's layers gathered as FP8 bytes
+      // (norms and biases persistent), released at the end of B under zb-h1.
+      l.persistence = zero == 3 ? 300 : -1;
       const TrainRun got = train(arch, l, group);
       expect_close(describe(arch, l), got, ref, kLossTol, kNormTol);
       if (schedule != "zb-h1") continue;

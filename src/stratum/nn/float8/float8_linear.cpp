@@ -68,10 +68,9 @@ at::Tensor layer_gemm(const std::string& layer, const char* product, const Float
 
 // dest = dyᵀ x (accumulate: dest += it) in dest's dtype (fp32: ZeRO's flat
 // gradient or staging buffer, the sum not rounded to bf16 first), without
-// fast accumulation like the other gradient GEMM. Tensorwise scales go to
-// _scaled_mm as they are, and it writes dest itself; other scales need
-// scaled_gemm's layouts, and an accumulated product is added after (_scaled_mm
-// has no C to add to): those are made in dest's dtype and copied or added.
+// fast accumulation like the other gradient GEMM. _scaled_mm writes dest
+// itself; an accumulated product is made in dest's dtype and added after
+// (_scaled_mm has no C to add to).
 // false where ATen refuses dest's dtype (rowwise scales into fp32 need
 // cuBLAS >= 12.9 on Hopper), from then on for those scales: the caller's
 // product in the weights' dtype is used, which also names a shape the GPU refuses.
@@ -81,13 +80,14 @@ bool dw_into(const std::string& layer, at::Tensor dest, const Float8Tensor& dy_t
   const int64_t scales = std::min<int64_t>(dy_t.scale_inv.dim(), 2);
   if (refused[scales].load()) return false;
   try {
-    if (scales == 0 && !accumulate) {
-      at::_scaled_mm_out(dest, dy_t.data, x_t.data.t(), dy_t.scale_inv, x_t.scale_inv, /*bias=*/std::nullopt,
-                         /*scale_result=*/std::nullopt, dest.scalar_type(), /*use_fast_accum=*/false);
+    if (!accumulate) {
+      try {
+        scaled_gemm_into(dest, dy_t, x_t);
+      } catch (const Error& e) {
+        throw Error("fp8 linear " + layer + ", dW = dyᵀ x: " + e.what());
+      }
     } else {
-      const at::Tensor product = layer_gemm(layer, "dW = dyᵀ x", dy_t, x_t, dest.scalar_type());
-      if (accumulate) dest.add_(product);
-      else dest.copy_(product);
+      dest.add_(layer_gemm(layer, "dW = dyᵀ x", dy_t, x_t, dest.scalar_type()));
     }
   } catch (const c10::OutOfMemoryError&) {
     throw;  // not a refusal of the dtype

@@ -32,8 +32,17 @@ at::Tensor dequantized_gemm(const Float8Tensor& a, const Float8Tensor& b, at::Sc
 
 }  // namespace
 
-at::Tensor scaled_gemm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype, const at::Tensor& bias,
-                       bool fast_accum) {
+namespace {
+
+// The operands' scales as _scaled_mm takes them, after the checks every
+// product makes; `blockwise_off_gpu`: no _scaled_mm (dequantized_gemm).
+struct Prepared {
+  at::Tensor scale_a, scale_b;
+  bool fast_accum = false;
+  bool blockwise_off_gpu = false;
+};
+
+Prepared prepare(const Float8Tensor& a, const Float8Tensor& b, bool fast_accum) {
   if (a.data.dim() != 2 || b.data.dim() != 2 || a.data.size(1) != b.data.size(1))
     throw Error("fp8 GEMM: need A [M, K] and B [N, K], got " + c10::str(a.data.sizes()) + " and " +
                 c10::str(b.data.sizes()));
@@ -42,34 +51,49 @@ at::Tensor scaled_gemm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarT
     throw Error("fp8 GEMM: A and B scaled differently (scales " + c10::str(a.scale_inv.sizes()) + " and " +
                 c10::str(b.scale_inv.sizes()) + ")");
   const int64_t m = a.data.size(0), n = b.data.size(0), k = a.data.size(1);
+  const std::string shapes = "[" + std::to_string(m) + ", " + std::to_string(k) + "] x [" + std::to_string(k) +
+                             ", " + std::to_string(n) + "]";
   // cuBLASLt's FP8 kernels need 16-byte aligned leading dimensions.
   if (a.data.is_cuda() && (k % 16 != 0 || n % 16 != 0))
-    throw Error("fp8 GEMM: [" + std::to_string(m) + ", " + std::to_string(k) + "] x [" + std::to_string(k) + ", " +
-                std::to_string(n) + "]: K and N must be multiples of 16 on the GPU");
+    throw Error("fp8 GEMM: " + shapes + ": K and N must be multiples of 16 on the GPU");
+  if (!blockwise)
+    return {tensorwise ? a.scale_inv : a.scale_inv.view({m, 1}), tensorwise ? b.scale_inv : b.scale_inv.view({1, n}),
+            fast_accum, false};
+  const auto [sa, sb] = block_pair(a, b);
+  if (!a.data.is_cuda()) return {at::Tensor(), at::Tensor(), false, true};
+  if (k % kBlock != 0) throw Error("fp8 GEMM: " + shapes + ": blockwise scales need K a multiple of 128 on the GPU");
+  // ATen's layouts: A's 1x128 scales outer-dim-major ([M, K/128], strides
+  // (1, M)); B's passed for Bᵀ [K, N]: 1x128 as a contiguous [K/128, N],
+  // 128x128 as the transpose of the contiguous [N/128, K/128]. Blockwise
+  // GEMMs take no fast accumulation: the scales are applied in the
+  // accumulation itself.
+  return {sa == Scaling::blocks_1x128 ? a.scale_inv.t().contiguous().t() : a.scale_inv.contiguous(),
+          sb == Scaling::blocks_1x128 ? b.scale_inv.t().contiguous() : b.scale_inv.contiguous().t(), false, false};
+}
+
+}  // namespace
+
+at::Tensor scaled_gemm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype, const at::Tensor& bias,
+                       bool fast_accum) {
+  const Prepared p = prepare(a, b, fast_accum);
+  if (p.blockwise_off_gpu) return dequantized_gemm(a, b, out_dtype, bias);
   std::optional<at::Tensor> bias_opt;
   if (bias.defined()) bias_opt = bias.to(out_dtype);
-  if (blockwise) {
-    const auto [sa, sb] = block_pair(a, b);
-    if (!a.data.is_cuda()) return dequantized_gemm(a, b, out_dtype, bias);
-    if (k % kBlock != 0)
-      throw Error("fp8 GEMM: [" + std::to_string(m) + ", " + std::to_string(k) + "] x [" + std::to_string(k) + ", " +
-                  std::to_string(n) + "]: blockwise scales need K a multiple of 128 on the GPU");
-    // ATen's layouts: A's 1x128 scales outer-dim-major ([M, K/128], strides
-    // (1, M)); B's passed for Bᵀ [K, N]: 1x128 as a contiguous [K/128, N],
-    // 128x128 as the transpose of the contiguous [N/128, K/128].
-    const at::Tensor scale_a =
-        sa == Scaling::blocks_1x128 ? a.scale_inv.t().contiguous().t() : a.scale_inv.contiguous();
-    const at::Tensor scale_b =
-        sb == Scaling::blocks_1x128 ? b.scale_inv.t().contiguous() : b.scale_inv.contiguous().t();
-    // Blockwise GEMMs take no fast accumulation: the scales are applied in the
-    // accumulation itself.
-    return at::_scaled_mm(a.data, b.data.t(), scale_a, scale_b, bias_opt, /*scale_result=*/std::nullopt, out_dtype,
-                          /*use_fast_accum=*/false);
+  return at::_scaled_mm(a.data, b.data.t(), p.scale_a, p.scale_b, bias_opt, /*scale_result=*/std::nullopt, out_dtype,
+                        p.fast_accum);
+}
+
+void scaled_gemm_into(at::Tensor& out, const Float8Tensor& a, const Float8Tensor& b, bool fast_accum) {
+  const Prepared p = prepare(a, b, fast_accum);
+  if (out.dim() != 2 || out.size(0) != a.data.size(0) || out.size(1) != b.data.size(0) || !out.is_contiguous())
+    throw Error("fp8 GEMM: the output " + c10::str(out.sizes()) + " is not a contiguous [" +
+                std::to_string(a.data.size(0)) + ", " + std::to_string(b.data.size(0)) + "] matrix");
+  if (p.blockwise_off_gpu) {
+    out.copy_(dequantized_gemm(a, b, out.scalar_type(), at::Tensor()));
+    return;
   }
-  const at::Tensor scale_a = tensorwise ? a.scale_inv : a.scale_inv.view({m, 1});
-  const at::Tensor scale_b = tensorwise ? b.scale_inv : b.scale_inv.view({1, n});
-  return at::_scaled_mm(a.data, b.data.t(), scale_a, scale_b, bias_opt, /*scale_result=*/std::nullopt, out_dtype,
-                        fast_accum);
+  at::_scaled_mm_out(out, a.data, b.data.t(), p.scale_a, p.scale_b, /*bias=*/std::nullopt,
+                     /*scale_result=*/std::nullopt, out.scalar_type(), p.fast_accum);
 }
 
 }  // namespace stratum::nn::float8

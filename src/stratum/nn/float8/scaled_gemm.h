@@ -24,4 +24,9 @@ namespace stratum::nn::float8 {
 at::Tensor scaled_gemm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype,
                        const at::Tensor& bias = at::Tensor(), bool fast_accum = false);
 
+// scaled_gemm written into `out` (a contiguous [M, N] of any dtype _scaled_mm
+// gives, fp32 included: ZeRO's flat gradient), with no bias and no
+// intermediate product.
+void scaled_gemm_into(at::Tensor& out, const Float8Tensor& a, const Float8Tensor& b, bool fast_accum = false);
+
 }  // namespace stratum::nn::float8
