@@ -733,6 +733,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     m.memory_rank = figures.memory_rank;
     for (const std::string& line : stragglers.update(m.step, figures.busy, figures.stage))
       if (lead) progress.note(line);
+    if (const std::vector<int> slow = stragglers.flagged(); !slow.empty()) m.straggler = slow.front();
     m.skipped = engine.last_step_skipped();
     if (engine.pipeline()) m.bubble = engine.pipeline()->last_timing().bubble();
     if (const RoutingStats* routing = routing_stats(engine.core())) {

@@ -123,4 +123,9 @@ TEST_F(TrainCli, SlowRankIsNamedAsAStraggler) {
                            "steps in a row \\(steps \\d+-\\d+\\); at step \\d+ [0-9.]+ s against [0-9.]+ s")))
       << r.output;
   EXPECT_FALSE(has(r, "straggler: rank 0")) << r.output;
+  // The run's records flag it too: metrics.csv's straggler column (13th) names rank 1 from the step it was named.
+  const std::map<int, double> flagged = metric(dir_ + "/log/metrics.csv", 12);
+  ASSERT_FALSE(flagged.empty()) << slurp(dir_ + "/log/metrics.csv");
+  for (const auto& [step, rank] : flagged) EXPECT_EQ(rank, 1.0) << "step " << step;
+  EXPECT_EQ(flagged.rbegin()->first, 16) << "still flagged at the last step";
 }

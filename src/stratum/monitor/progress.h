@@ -30,6 +30,8 @@ struct StepMetrics {
   // assignments dropped over capacity.
   std::optional<double> expert_imbalance;
   std::optional<double> experts_dropped;
+  // The lowest rank flagged as a straggler at this step (monitor/straggler.h), if any.
+  std::optional<int> straggler;
 };
 
 class ProgressReporter {

@@ -13,7 +13,8 @@ RunRecords::RunRecords(const Config& config, const std::string& log_dir, int64_t
     metrics_ = std::make_unique<MetricsLog>(metrics_dir_, std::vector<std::string>{"step", "loss", "eval_loss", "lr",
                                                                                   "loss_scale", "tokens_per_s", "mfu",
                                                                                   "memory_gib", "grad_norm", "skipped",
-                                                                                  "expert_imbalance", "experts_dropped"});
+                                                                                  "expert_imbalance", "experts_dropped",
+                                                                                  "straggler"});
   if (!tensorboard_dir_.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir_);
 }
 
@@ -30,6 +31,7 @@ void RunRecords::step(const StepMetrics& m, double grad_norm, std::optional<doub
     if (eval_loss) row["eval_loss"] = *eval_loss;
     if (m.expert_imbalance) row["expert_imbalance"] = *m.expert_imbalance;
     if (m.experts_dropped) row["experts_dropped"] = *m.experts_dropped;
+    if (m.straggler) row["straggler"] = *m.straggler;
     metrics_->write(row);
   }
   if (tensorboard_) {
