@@ -11,10 +11,14 @@
 
 #include <torch/torch.h>
 
+#include <limits>
+#include <optional>
+
 #include "stratum/core/error.h"
 #include "stratum/nn/float8/device_support.h"
 #include "stratum/nn/float8/float8_linear.h"
 #include "stratum/nn/float8/scaled_gemm.h"
+#include "stratum/nn/linear.h"
 
 namespace {
 
@@ -249,6 +253,51 @@ TEST(Float8LinearGpu, ForwardAndBothGradientsNearFp32OnTheGpu) {
     EXPECT_LT(rel_err(got.dw.cpu(), ref.dw), 2e-2);
     std::printf("%s on the GPU: y %.4f, dx %.4f, dW %.4f\n", recipe_name(r), rel_err(got.y.cpu(), want.y),
                 rel_err(got.dx.cpu(), want.dx), rel_err(got.dw.cpu(), want.dw));
+  }
+}
+
+// A sink putting one weight's gradient into an fp32 destination, as ZeRO's flat gradient does.
+struct Fp32Sink : stratum::nn::WeightGradSink {
+  Fp32Sink(const at::Tensor& w, at::Tensor d) : weight(w), dest(std::move(d)) {
+    stratum::nn::register_weight_grad_sink(weight, this);
+  }
+  ~Fp32Sink() override { stratum::nn::unregister_weight_grad_sink(weight, this); }
+  at::Tensor weight_grad_destination(const at::Tensor&, bool* accumulate) override {
+    *accumulate = false;
+    return dest;
+  }
+  void weight_grad_written(const at::Tensor&) override { ++written; }
+  at::Tensor weight, dest;
+  int written = 0;
+};
+
+// dW written by _scaled_mm into an fp32 destination on the GPU (fp32 output:
+// rowwise and blockwise need Hopper's cuBLAS >= 12.9), every recipe, against
+// the bf16 dW autograd gets without a sink: within one bf16 rounding.
+TEST(Float8LinearGpu, WeightGradIntoAnFp32SinkOnTheGpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU of compute capability >= 8.9 (FP8 GEMMs)";
+  torch::manual_seed(14);
+  const auto opts = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
+  const at::Tensor x = torch::randn({256, 512}, opts), w0 = torch::randn({384, 512}, opts) * 0.05,
+                   dy = torch::randn({256, 384}, opts) * 1e-2;
+  std::vector<Recipe> recipes{tensorwise_recipe(), rowwise_recipe()};
+  if (unsupported_reason(torch::kCUDA, /*blockwise=*/true).empty()) recipes.push_back(blockwise_recipe());
+  for (const Recipe& r : recipes) {
+    SCOPED_TRACE(recipe_name(r));
+    auto run = [&](bool with_sink, at::Tensor* dest) {
+      const at::Tensor w = w0.clone().requires_grad_();
+      std::optional<Fp32Sink> sink;
+      if (with_sink) sink.emplace(w, *dest);
+      Float8Projection p("gpu.h.0.mlp.c_fc", r, std::make_shared<WeightCache>());
+      float8_linear(x, {w}, at::Tensor(), p).backward(dy);
+      if (sink) EXPECT_EQ(sink->written, 1);
+      return w.grad();
+    };
+    const at::Tensor plain = run(false, nullptr);
+    at::Tensor dest = torch::full({384, 512}, std::numeric_limits<float>::quiet_NaN(), opts.dtype(torch::kFloat));
+    run(true, &dest);
+    EXPECT_FALSE(dest.isnan().any().item<bool>());
+    EXPECT_LT(rel_err(dest.cpu(), plain.cpu()), 1e-2);
   }
 }
 
