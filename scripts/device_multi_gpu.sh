@@ -62,8 +62,8 @@
 #   2 GPUs: PARTS="1 2a" | "2b" | "2c 3"
 #   4 GPUs: PARTS="1a 2a" | "1b" | "2b" (twice) | "2c 3"
 #   8 GPUs: PARTS="1a 2a" | "1b" | "2b" (twice) | "2c" | "3"
-#   (8 GPUs' calls pass a session's 30 minutes with the build: "1a 2a 1b" in
-#   one session, the rest in another.) First, on one GPU: SHARED=1 DEADLINE_AT=...
+#   (on 8 GPUs these calls and the build take over 30 minutes of the machine:
+#   "1a 2a 1b" first, the rest on a later start.) First, on one GPU: SHARED=1 DEADLINE_AT=...
 #   PARTS="1 2 3" (about 5 minutes) checks the CUDA path of every part.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
