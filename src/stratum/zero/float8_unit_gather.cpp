@@ -135,17 +135,21 @@ at::Tensor Float8UnitGather::cast_slice(int unit, const at::Tensor& slice16) con
   c10::AutoGradMode no_grad(false);
   const auto& groups = unit_groups_.at(unit);
   if (!groups) throw Error("ZeRO-3 FP8 gather: unit " + std::to_string(unit) + " is gathered in 16 bits");
-  at::Tensor out = at::zeros({slice16.numel()}, slice16.options().dtype(at::kByte));
+  at::Tensor out = at::empty({slice16.numel()}, slice16.options().dtype(at::kByte));
+  // The runs lie one after another from the slice's start (a unit's
+  // parameters are adjacent): what follows the last is the unit's padding.
+  int64_t covered = 0;
   for (const Run& r : slice_runs(layout_, unit, rank_)) {
     const Scale& s = scales_[group_of_[r.param]];
     if (!s.amax.defined()) throw Error("ZeRO-3 FP8 gather: no scales taken before the first gather");
     const at::Tensor values = slice16.narrow(0, r.slice_begin, r.numel);
     const at::Tensor dest = out.narrow(0, r.slice_begin, r.numel);
     for_each_block(values, [&](const at::Tensor& block, int64_t at) {
-      const f8::Float8Tensor q = f8::cast_with_amax(block, s.amax, kWeightSpec);
-      dest.narrow(0, at, block.numel()).copy_(q.data.view(at::kByte).view({-1}));
+      f8::cast_with_amax(block, s.amax, kWeightSpec, dest.narrow(0, at, block.numel()));  // cast in place
     });
+    covered = std::max(covered, r.slice_begin + r.numel);
   }
+  out.narrow(0, covered, out.numel() - covered).zero_();
   return out;
 }
 

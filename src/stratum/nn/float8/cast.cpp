@@ -247,8 +247,14 @@ Float8Pair cast_shard(const at::Tensor& x2d, const CastSpec& spec, bool with_tra
   return out;
 }
 
-Float8Tensor cast_with_amax(const at::Tensor& x2d, const at::Tensor& amax, const CastSpec& spec) {
+Float8Tensor cast_with_amax(const at::Tensor& x2d, const at::Tensor& amax, const CastSpec& spec,
+                            const at::Tensor& out) {
   check_input(x2d);
+  const at::ScalarType fp8 = scalar_type(spec.format);
+  if (out.defined() && (out.numel() != x2d.numel() || !out.is_contiguous() || out.element_size() != 1 ||
+                        out.device() != x2d.device()))
+    throw Error("fp8 cast: the output must be a contiguous 1-byte tensor of the values' size and device");
+  const at::Tensor data = out.defined() ? out.view(fp8).view(x2d.sizes()) : at::Tensor();
   if (spec.scaling != Scaling::tensorwise) throw Error("fp8 cast: a given amax scales a whole tensor (tensorwise)");
   if (!amax.defined() || amax.dim() != 0 || amax.scalar_type() != at::kFloat || amax.device() != x2d.device())
     throw Error("fp8 cast: the amax must be a 0-dim fp32 tensor on the values' device");
@@ -257,18 +263,20 @@ Float8Tensor cast_with_amax(const at::Tensor& x2d, const at::Tensor& amax, const
     namespace k = stratum::nn::float8::cuda;
     c10::cuda::CUDAGuard guard(x2d.device());
     at::Tensor scale_inv = at::empty({}, amax.options());
-    at::Tensor data = at::empty(x2d.sizes(), x2d.options().dtype(scalar_type(spec.format)));
+    const at::Tensor written = data.defined() ? data : at::empty(x2d.sizes(), x2d.options().dtype(fp8));
     stratum::cuda::check_launch(
         k::launch_cast_tensorwise(x2d.const_data_ptr(), nn::cuda::dtype_of(x2d), x2d.size(0), x2d.size(1),
                                   amax.const_data_ptr<float>(), spec.format == Format::e4m3 ? k::Fp8::e4m3 : k::Fp8::e5m2,
-                                  spec.power_of_2, scale_inv.data_ptr<float>(), data.data_ptr(), nullptr,
+                                  spec.power_of_2, scale_inv.data_ptr<float>(), written.data_ptr(), nullptr,
                                   nn::cuda::current_stream()),
         "fp8 cast kernel: tensorwise cast with a given amax");
-    return {data, scale_inv, amax};
+    return {written, scale_inv, amax};
   }
 #endif
   const at::Tensor scale = scale_from_amax(amax, spec.format, spec.power_of_2);
-  return {saturating_cast(x2d.to(at::kFloat), scale, spec.format).contiguous(), scale.reciprocal(), amax};
+  const at::Tensor cast_values = saturating_cast(x2d.to(at::kFloat), scale, spec.format).contiguous();
+  if (data.defined()) data.copy_(cast_values);
+  return {data.defined() ? data : cast_values, scale.reciprocal(), amax};
 }
 
 Float8Tensor cast_with_scale(const at::Tensor& x2d, const at::Tensor& scale, Format f) {

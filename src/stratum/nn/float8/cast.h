@@ -81,8 +81,11 @@ Float8Pair cast_shard(const at::Tensor& x2d, const CastSpec& spec, bool with_tra
 // device) gives: cast()'s second pass alone, for a piece of a matrix whose
 // amax was taken over the whole (ZeRO-3 casts each rank's slice of a weight
 // so, zero/float8_unit_gather.h). The pieces' bytes are those of the whole
-// matrix's cast() (on a GPU its kernel). `spec` must be tensorwise.
-Float8Tensor cast_with_amax(const at::Tensor& x2d, const at::Tensor& amax, const CastSpec& spec);
+// matrix's cast() (on a GPU its kernel). `spec` must be tensorwise. `out`
+// (optional): a contiguous FP8 (or byte) tensor of x2d's size the values are
+// written into, and returned as `data`, instead of a new one.
+Float8Tensor cast_with_amax(const at::Tensor& x2d, const at::Tensor& amax, const CastSpec& spec,
+                            const at::Tensor& out = at::Tensor());
 
 // The ATen composition cast() runs where the kernels do not (CPU, builds
 // without CUDA kernels); the kernels' tests compare against it.
