@@ -18,7 +18,7 @@
 #include "stratum/nn/float8/device_support.h"
 #include "stratum/nn/float8/float8_linear.h"
 #include "stratum/nn/float8/scaled_gemm.h"
-#include "stratum/nn/linear.h"
+#include "flat_sink.h"
 
 namespace {
 
@@ -256,21 +256,6 @@ TEST(Float8LinearGpu, ForwardAndBothGradientsNearFp32OnTheGpu) {
   }
 }
 
-// A sink putting one weight's gradient into an fp32 destination, as ZeRO's flat gradient does.
-struct Fp32Sink : stratum::nn::WeightGradSink {
-  Fp32Sink(const at::Tensor& w, at::Tensor d) : weight(w), dest(std::move(d)) {
-    stratum::nn::register_weight_grad_sink(weight, this);
-  }
-  ~Fp32Sink() override { stratum::nn::unregister_weight_grad_sink(weight, this); }
-  at::Tensor weight_grad_destination(const at::Tensor&, bool* accumulate) override {
-    *accumulate = false;
-    return dest;
-  }
-  void weight_grad_written(const at::Tensor&) override { ++written; }
-  at::Tensor weight, dest;
-  int written = 0;
-};
-
 // dW written by _scaled_mm into an fp32 destination on the GPU (fp32 output:
 // rowwise and blockwise need Hopper's cuBLAS >= 12.9), every recipe, against
 // the bf16 dW autograd gets without a sink: within one bf16 rounding.
@@ -286,8 +271,8 @@ TEST(Float8LinearGpu, WeightGradIntoAnFp32SinkOnTheGpu) {
     SCOPED_TRACE(recipe_name(r));
     auto run = [&](bool with_sink, at::Tensor* dest) {
       const at::Tensor w = w0.clone().requires_grad_();
-      std::optional<Fp32Sink> sink;
-      if (with_sink) sink.emplace(w, *dest);
+      std::optional<stratum::test::FlatSink> sink;
+      if (with_sink) sink.emplace(std::vector<at::Tensor>{w}, std::vector<at::Tensor>{*dest}, /*accumulate=*/false);
       Float8Projection p("gpu.h.0.mlp.c_fc", r, std::make_shared<WeightCache>());
       float8_linear(x, {w}, at::Tensor(), p).backward(dy);
       if (sink) EXPECT_EQ(sink->written, 1);

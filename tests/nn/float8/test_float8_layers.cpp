@@ -21,6 +21,7 @@
 #include "stratum/nn/linear.h"
 #include "stratum/nn/mlp.h"
 #include "stratum/nn/weight_grad_deferral.h"
+#include "flat_sink.h"
 
 namespace {
 
@@ -140,29 +141,7 @@ TEST(Fp8Layers, UncachedWeightsCastAlike) {
   }
 }
 
-// A sink handing out fp32 views of one buffer, as ZeRO's flat gradient
-// does; registered for its weights while alive.
-struct FlatSink : nn::WeightGradSink {
-  FlatSink(const std::vector<at::Tensor>& weights, const std::vector<at::Tensor>& dests, bool accumulate)
-      : weights(weights), dests(dests), accumulate(accumulate) {
-    for (const at::Tensor& w : weights) nn::register_weight_grad_sink(w, this);
-  }
-  ~FlatSink() override {
-    for (const at::Tensor& w : weights) nn::unregister_weight_grad_sink(w, this);
-  }
-  at::Tensor weight_grad_destination(const at::Tensor& weight, bool* acc) override {
-    for (size_t i = 0; i < weights.size(); ++i)
-      if (weights[i].is_same(weight)) {
-        *acc = accumulate;
-        return dests[i];
-      }
-    return at::Tensor();
-  }
-  void weight_grad_written(const at::Tensor&) override { ++written; }
-  std::vector<at::Tensor> weights, dests;
-  bool accumulate;
-  int written = 0;
-};
+using test::FlatSink;
 
 struct Fp8Backward {
   at::Tensor dx;
