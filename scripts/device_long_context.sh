@@ -78,19 +78,7 @@ fi
 
 # A corpus of repeated licence texts, long enough for the longest windows
 # (the content does not change the speed or the memory).
-long_corpus() {
-  python3 - "$1" "$2" <<'PY'
-import glob, sys
-path, size = sys.argv[1], int(sys.argv[2])
-text = "".join(open(f, errors="replace").read() + "\n\n" for f in sorted(glob.glob("/usr/share/common-licenses/*"))
-               if not f.endswith(".gz"))
-with open(path, "w") as f:
-    written = 0
-    while written < size:
-        f.write(text)
-        written += len(text)
-PY
-}
+long_corpus() { python3 scripts/licence_corpus.py "$1" "$2"; }
 
 # Steps of $1 at sequence $2 on $3 ranks with context parallelism $4, activation
 # checkpoints on the host when $5 is true (default); prints a line.

@@ -412,17 +412,7 @@ config() { echo "$2" > "$results/$1.json"; }
 corpus=$results/long.txt
 long_corpus() {
   [ -f "$corpus" ] && [ "$(stat -c %s "$corpus")" -ge "$1" ] && return 0
-  python3 - "$corpus" "$1" <<'PY'
-import glob, sys
-path, size = sys.argv[1], int(sys.argv[2])
-text = "".join(open(f, errors="replace").read() + "\n\n" for f in sorted(glob.glob("/usr/share/common-licenses/*"))
-               if not f.endswith(".gz"))
-with open(path, "w") as f:
-    written = 0
-    while written < size:
-        f.write(text)
-        written += len(text)
-PY
+  python3 scripts/licence_corpus.py "$corpus" "$1"
 }
 
 # --- 1. expert parallelism ------------------------------------------------------
