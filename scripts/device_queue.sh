@@ -25,7 +25,7 @@ if [ "${1:-}" = --budget ]; then budget=$2; shift 2; fi
 start=$(date +%s)
 state=build-device/queue
 mkdir -p "$state/done" "$state/out"
-tail_lines=${TAIL_LINES:-25}
+tail_lines=${TAIL_LINES:-15}
 
 pack() {
   [ -n "${OUT:-}" ] || return 0
@@ -51,7 +51,7 @@ for spec in "$@"; do
   OUT=$PWD/$dir timeout --signal=TERM --kill-after=10 "$remaining" bash -c "$cmd" > "$dir/log.txt" 2>&1
   rc=$?
   secs=$(( $(date +%s) - t0 ))
-  tail -n "$tail_lines" "$dir/log.txt" | cut -c1-400
+  tail -n "$tail_lines" "$dir/log.txt" | cut -c1-300
   if [ $rc = 124 ] || [ $rc = 137 ]; then
     echo "=== $name: CUT after ${secs}s by the call's budget"; left+=("$name")
   else
