@@ -22,7 +22,9 @@ std::pair<Scaling, Scaling> block_pair(const Float8Tensor& a, const Float8Tensor
   return {sa, sb};
 }
 
-// Blockwise products off the GPU: the operands dequantized, multiplied in fp32.
+// Row- and blockwise products off the GPU: the operands dequantized,
+// multiplied in fp32. The CPU's _scaled_mm takes tensorwise scales only in
+// the torch of the GPU machines (2.11); the emulation must not depend on it.
 at::Tensor dequantized_gemm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype,
                             const at::Tensor& bias) {
   at::Tensor y = dequantize(a).mm(dequantize(b).t());
@@ -35,11 +37,11 @@ at::Tensor dequantized_gemm(const Float8Tensor& a, const Float8Tensor& b, at::Sc
 namespace {
 
 // The operands' scales as _scaled_mm takes them, after the checks every
-// product makes; `blockwise_off_gpu`: no _scaled_mm (dequantized_gemm).
+// product makes; `dequantized`: no _scaled_mm (dequantized_gemm).
 struct Prepared {
   at::Tensor scale_a, scale_b;
   bool fast_accum = false;
-  bool blockwise_off_gpu = false;
+  bool dequantized = false;
 };
 
 Prepared prepare(const Float8Tensor& a, const Float8Tensor& b, bool fast_accum) {
@@ -56,11 +58,14 @@ Prepared prepare(const Float8Tensor& a, const Float8Tensor& b, bool fast_accum) 
   // cuBLASLt's FP8 kernels need 16-byte aligned leading dimensions.
   if (a.data.is_cuda() && (k % 16 != 0 || n % 16 != 0))
     throw Error("fp8 GEMM: " + shapes + ": K and N must be multiples of 16 on the GPU");
+  if (!tensorwise && !a.data.is_cuda()) {
+    if (blockwise) block_pair(a, b);  // the pairs the GPU refuses are refused here too
+    return {at::Tensor(), at::Tensor(), false, true};
+  }
   if (!blockwise)
     return {tensorwise ? a.scale_inv : a.scale_inv.view({m, 1}), tensorwise ? b.scale_inv : b.scale_inv.view({1, n}),
             fast_accum, false};
   const auto [sa, sb] = block_pair(a, b);
-  if (!a.data.is_cuda()) return {at::Tensor(), at::Tensor(), false, true};
   if (k % kBlock != 0) throw Error("fp8 GEMM: " + shapes + ": blockwise scales need K a multiple of 128 on the GPU");
   // ATen's layouts: A's 1x128 scales outer-dim-major ([M, K/128], strides
   // (1, M)); B's passed for Bᵀ [K, N]: 1x128 as a contiguous [K/128, N],
@@ -76,11 +81,17 @@ Prepared prepare(const Float8Tensor& a, const Float8Tensor& b, bool fast_accum) 
 at::Tensor scaled_gemm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype, const at::Tensor& bias,
                        bool fast_accum) {
   const Prepared p = prepare(a, b, fast_accum);
-  if (p.blockwise_off_gpu) return dequantized_gemm(a, b, out_dtype, bias);
+  if (p.dequantized) return dequantized_gemm(a, b, out_dtype, bias);
+  // cuBLASLt's block-scaled kernels refused GPT-2's forward with its bias on
+  // the H200 (CUBLAS_STATUS_NOT_SUPPORTED; torch 2.11, CUDA 13.0) while the
+  // same products without one ran: there the bias is added after.
+  const bool bias_after = bias.defined() && a.scale_inv.dim() == 2;
   std::optional<at::Tensor> bias_opt;
-  if (bias.defined()) bias_opt = bias.to(out_dtype);
-  return at::_scaled_mm(a.data, b.data.t(), p.scale_a, p.scale_b, bias_opt, /*scale_result=*/std::nullopt, out_dtype,
-                        p.fast_accum);
+  if (bias.defined() && !bias_after) bias_opt = bias.to(out_dtype);
+  at::Tensor y = at::_scaled_mm(a.data, b.data.t(), p.scale_a, p.scale_b, bias_opt, /*scale_result=*/std::nullopt,
+                                out_dtype, p.fast_accum);
+  if (bias_after) y.add_(bias.to(out_dtype));
+  return y;
 }
 
 void scaled_gemm_into(at::Tensor& out, const Float8Tensor& a, const Float8Tensor& b, bool fast_accum) {
@@ -88,7 +99,7 @@ void scaled_gemm_into(at::Tensor& out, const Float8Tensor& a, const Float8Tensor
   if (out.dim() != 2 || out.size(0) != a.data.size(0) || out.size(1) != b.data.size(0) || !out.is_contiguous())
     throw Error("fp8 GEMM: the output " + c10::str(out.sizes()) + " is not a contiguous [" +
                 std::to_string(a.data.size(0)) + ", " + std::to_string(b.data.size(0)) + "] matrix");
-  if (p.blockwise_off_gpu) {
+  if (p.dequantized) {
     out.copy_(dequantized_gemm(a, b, out.scalar_type(), at::Tensor()));
     return;
   }
