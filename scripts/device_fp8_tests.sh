@@ -17,9 +17,14 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 STRATUM_COMM_TIMEOUT=60
 bash scripts/device_build.sh --only-build --targets "test_float8 test_float8_composition test_engine" | tail -3 || exit 1
 failed=0
-ctest --test-dir build-device -R "Float8|float8|Fp8" --output-on-failure -j 4 2>&1 | tail -40 || failed=1
+logs=${OUT:-/tmp}
+# Every test's whole output is kept ($OUT/fp8-ctest.log, fp8-engine.log); the
+# lines printed here are each failure with what it says.
+ctest --test-dir build-device -R "Float8|float8|Fp8" --output-on-failure -j 4 > "$logs/fp8-ctest.log" 2>&1 || failed=1
+grep -E "tests passed|\((Failed|Timeout|SEGFAULT|Subprocess aborted)\)$" "$logs/fp8-ctest.log"
+grep -E -A4 "Failure$|^unknown file|C\+\+ exception|error:" "$logs/fp8-ctest.log" | grep -v "^--$" | cut -c1-300 | head -60
 echo "=== test_engine: Float8Engine.* on one rank, one GPU ==="
 timeout 300 mpirun --oversubscribe --bind-to none -np 1 -x GTEST_FILTER='Float8Engine.*' \
-  build-device/bin/test_engine --gtest_color=no 2>&1 | grep -E "^\[ +(RUN|OK|PASSED|FAILED|SKIPPED) +\]|Failure|rror" ||
-  failed=1
+  build-device/bin/test_engine --gtest_color=no > "$logs/fp8-engine.log" 2>&1 || failed=1
+grep -E -A3 "^\[ +(RUN|OK|PASSED|FAILED|SKIPPED) +\]|Failure|exception|rror" "$logs/fp8-engine.log" | cut -c1-300 | head -40
 exit $failed
