@@ -13,7 +13,9 @@
 #     rank's FP8 run: the amaxes reduced over the group give TP = 1's scales;
 #     what differs is bf16's rounding of sums taken in another order, which an
 #     FP8 cast can turn into a whole FP8 step: the last step's loss and the
-#     held-out loss within 3e-3 (measured on CPU ranks: 9.6e-4);
+#     held-out loss within twice the recipe's own distance from bf16 (at
+#     least 3e-3; measured on CPU ranks: 9.6e-4; on the H200 the tensorwise
+#     run's eval loss is 6.0e-3 from bf16's);
 #   - each recipe (tensorwise, rowwise, blockwise: Hopper only) on one rank
 #     against bf16 on one rank: the loss curves side by side (FP8 within a
 #     few percent of bf16 after 20 steps of a steeply falling loss).
@@ -99,8 +101,25 @@ elif ref.endswith("bf16-gather"):
     print(f"{'PASS' if same else 'FAIL'} {line}; against {ref}: every loss "
           f"{'equal' if same else f'not equal (largest difference {max(diffs.values()):.2e})'}")
 else:
-    ok = diffs[last] <= 3e-3 and eval_diff <= 3e-3
-    print(f"{'PASS' if ok else 'FAIL'} {line}; against {ref}: last step {diffs[last]:.2e}, eval {eval_diff:.2e}, "
-          f"largest step {max(diffs.values()):.2e} (bound 3e-3 on the last and eval)")
+    # Bound: twice what FP8's rounding moves this recipe's single run from
+    # bf16's (at least 3e-3), on the last step and on held-out data: another
+    # summation order may move an amax by an ulp and a cast by a whole FP8
+    # step, as FP8 itself moves bf16's loss; a wrong amax group or a lost
+    # gradient moves it by far more. (The quality bar compares FP8 with twice
+    # the gap between two bf16 seeds alike.)
+    bf16, bf16_eval = losses("bf16"), losses("bf16", "eval_loss")
+    own_last = abs(want[last] - bf16[last]) / bf16[last] if last in bf16 else 0.0
+    own_eval = (abs(eval_want[max(eval_want)] - bf16_eval[max(bf16_eval)]) / bf16_eval[max(bf16_eval)]
+                if eval_want and bf16_eval else 0.0)
+    bound_last, bound_eval = max(3e-3, 2 * own_last), max(3e-3, 2 * own_eval)
+    ok = diffs[last] <= bound_last and eval_diff <= bound_eval
+    print(f"{'PASS' if ok else 'FAIL'} {line}; against {ref}: last step {diffs[last]:.2e} (bound {bound_last:.1e}), "
+          f"eval {eval_diff:.2e} (bound {bound_eval:.1e}), largest step {max(diffs.values()):.2e}")
+    if max(diffs.values()) > 5e-2:
+        print("  steps: " + " ".join(f"{s}:{got[s]:.4f}/{want[s]:.4f}" for s in common))
 PY
+  if [ -n "${OUT:-}" ]; then
+    cp "$work/$name.log" "$OUT/$name.log" 2>/dev/null
+    cp "$work/$name/metrics.csv" "$OUT/$name.metrics.csv" 2>/dev/null
+  fi
 done
