@@ -1,4 +1,4 @@
-// See cast_cuda.h. One thread an element; FP8 through cuda_fp8.h's
+// See cast_cuda.h. One thread an element (eight for 16-bit tensorwise casts); FP8 through cuda_fp8.h's
 // saturating conversion (round to nearest even, NaN kept), which is what the
 // reference's clamp-then-cast computes.
 #include "stratum/nn/float8/cast_cuda.h"
@@ -91,6 +91,76 @@ __global__ void __launch_bounds__(kTile* kTileRows)
     __syncthreads();
   }
 }
+
+// 16-bit inputs whose sizes are multiples of 8 (every projection's
+// activations and gradients) go through 16-byte loads and 8-byte stores: the
+// one-element kernels above move 2 and 1 bytes a thread, well short of the
+// memory's bandwidth. Same values, bit for bit: the same conversion each.
+constexpr int kVec = 8;                      // 16-bit elements a 16-byte load
+constexpr int kVecTile = 64;                 // tiles of kVecTile x kVecTile elements
+constexpr int kVecLanes = kVecTile / kVec;   // threads across a tile's row
+constexpr int kVecRows = kThreads / kVecLanes;  // rows a pass of the block
+
+__device__ __forceinline__ uint2 pack8(const uint8_t (&q)[kVec]) {
+  return make_uint2(q[0] | (q[1] << 8) | (q[2] << 16) | (uint32_t{q[3]} << 24),
+                    q[4] | (q[5] << 8) | (q[6] << 16) | (uint32_t{q[7]} << 24));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) amax_vec_kernel(const uint4* src, int64_t vectors, float* amax) {
+  int m = 0;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < vectors; i += int64_t{gridDim.x} * kThreads) {
+    const uint4 raw = src[i];
+    const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) m = max(m, abs_bits(widen<T>(v[j])));
+  }
+  m = block_max(m);
+  if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(amax), m);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    cast_tensorwise_vec_kernel(const T* src, int64_t rows, int64_t cols, const float* amax, Fp8 fmt, bool power_of_2,
+                               float* scale_inv, uint8_t* out, uint8_t* out_t) {
+  // Row stride 72: each 8-byte run of a row stays 8-byte aligned.
+  __shared__ __align__(16) uint8_t tile[kVecTile][kVecTile + kVec];
+  const float s = scale_of(*amax, max_of(fmt), power_of_2);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *scale_inv = __frcp_rn(s);
+  const int lane = threadIdx.x % kVecLanes, row_in_pass = threadIdx.x / kVecLanes;
+  const int64_t c0 = int64_t{blockIdx.x} * kVecTile;
+  for (int64_t r0 = int64_t{blockIdx.y} * kVecTile; r0 < rows; r0 += int64_t{gridDim.y} * kVecTile) {
+    for (int i = row_in_pass; i < kVecTile; i += kVecRows) {
+      const int64_t r = r0 + i, c = c0 + int64_t{lane} * kVec;
+      if (r < rows && c < cols) {  // rows and cols are multiples of 8: the whole run is inside
+        const uint4 raw = *reinterpret_cast<const uint4*>(src + r * cols + c);
+        const T* v = reinterpret_cast<const T*>(&raw);
+        uint8_t q[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) q[j] = to_fp8(widen<T>(v[j]) * s, fmt);
+        const uint2 packed = pack8(q);
+        *reinterpret_cast<uint2*>(out + r * cols + c) = packed;
+        if (out_t != nullptr) *reinterpret_cast<uint2*>(&tile[i][lane * kVec]) = packed;
+      }
+    }
+    if (out_t == nullptr) continue;  // the same for the whole block
+    __syncthreads();
+    // Column i of the tile is row c0 + i of out_t: kVecLanes threads write its
+    // kVecTile bytes, 8 each.
+    for (int i = row_in_pass; i < kVecTile; i += kVecRows) {
+      const int64_t cc = c0 + i, r = r0 + int64_t{lane} * kVec;
+      if (cc < cols && r < rows) {
+        uint8_t q[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) q[j] = tile[lane * kVec + j][i];
+        *reinterpret_cast<uint2*>(out_t + cc * rows + r) = pack8(q);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+bool aligned(const void* p, uintptr_t bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) cast_rowwise_kernel(const T* src, int64_t rows, int64_t cols, Fp8 fmt,
@@ -251,6 +321,13 @@ cudaError_t dispatch(Dtype dtype, F&& launch) {
 
 cudaError_t launch_amax(const void* src, Dtype dtype, int64_t n, float* amax, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
+  if (dtype != Dtype::f32 && n % kVec == 0 && aligned(src, 16)) {
+    const unsigned blocks = stratum::cuda_detail::capped_grid(n / kVec, kThreads * 2, 4);
+    const auto* v = static_cast<const uint4*>(src);
+    if (dtype == Dtype::bf16) amax_vec_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(v, n / kVec, amax);
+    else amax_vec_kernel<__half><<<blocks, kThreads, 0, stream>>>(v, n / kVec, amax);
+    return cudaGetLastError();
+  }
   const unsigned blocks = stratum::cuda_detail::capped_grid(n, kThreads * 4, 4);
   return dispatch(dtype, [&](auto tag) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
@@ -263,6 +340,20 @@ cudaError_t launch_cast_tensorwise(const void* src, Dtype dtype, int64_t rows, i
                                    cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   if ((cols + kTile - 1) / kTile > 0x7fffffff) return cudaErrorInvalidValue;
+  if (dtype != Dtype::f32 && rows % kVec == 0 && cols % kVec == 0 && aligned(src, 16) && aligned(out, 8) &&
+      aligned(out_t, 8)) {
+    const int64_t x = (cols + kVecTile - 1) / kVecTile, y = (rows + kVecTile - 1) / kVecTile;
+    const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>(y < 65535 ? y : 65535));
+    auto* o = static_cast<uint8_t*>(out);
+    auto* ot = static_cast<uint8_t*>(out_t);
+    if (dtype == Dtype::bf16)
+      cast_tensorwise_vec_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
+          static_cast<const __nv_bfloat16*>(src), rows, cols, amax, fmt, power_of_2, scale_inv, o, ot);
+    else
+      cast_tensorwise_vec_kernel<__half><<<grid, kThreads, 0, stream>>>(static_cast<const __half*>(src), rows, cols,
+                                                                        amax, fmt, power_of_2, scale_inv, o, ot);
+    return cudaGetLastError();
+  }
   return dispatch(dtype, [&](auto tag) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     cast_tensorwise_kernel<T><<<tile_grid(rows, cols), dim3(kTile, kTileRows), 0, stream>>>(
