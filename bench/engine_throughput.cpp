@@ -117,7 +117,7 @@ double peak_gib(int device) {
 
 struct Options {
   std::string model = "gpt2-350m", precision = "bf16", zero_extra, profile;
-  std::string moe_gemm = "grouped";  // a mixture of experts' GEMMs: "grouped", or "loop" (one GEMM per expert)
+  std::string moe_gemm = "auto";  // a mixture of experts' GEMMs: "auto" (by size), "grouped", or "loop" (one GEMM per expert)
   std::string fp8;  // an fp8 recipe (tensorwise, rowwise, blockwise): the projections' GEMMs in FP8 (docs/fp8.md); empty: bf16
   std::string lora;  // a "lora" section: adapters on a frozen base drawn on the device (MFU then counts the full model's FLOPs)
   std::vector<std::pair<std::string, std::string>> overrides;
@@ -151,8 +151,9 @@ void add_flags(CLI::App& app, Options& o, std::vector<std::string>& overrides) {
                  "stages 1/2: leave the parameter all-gathers to the next forward (0 or 1)")
       ->capture_default_str();
   app.add_option("--moe-gemm", o.moe_gemm,
-                 "a mixture of experts' GEMMs: grouped (ATen's grouped GEMM on the GPU) or loop (one GEMM per expert)")
-      ->check(CLI::IsMember({"grouped", "loop"}))
+                 "a mixture of experts' GEMMs: auto (by the experts' sizes), grouped (ATen's grouped GEMM on the "
+                 "GPU) or loop (one GEMM per expert)")
+      ->check(CLI::IsMember({"auto", "grouped", "loop"}))
       ->capture_default_str();
   app.add_option("--lora", o.lora,
                  "a lora section, e.g. '{\"r\": 16, \"target_modules\": \"all-linear\", \"base_dtype\": \"nf4\"}'");
@@ -277,7 +278,7 @@ void run(const distributed::DistContext& ctx, const Options& o) {
   // "-tuned": zero_optimization keys beyond the defaults (named in the row's zero_extra).
   const std::string system = "stratum-zero" + std::to_string(o.stage) + (o.checkpointing ? "-ckpt" : "") +
                              (o.sparse_gradients ? "-sparse" : "") + (o.zero_extra.empty() ? "" : "-tuned") +
-                             (o.lora.empty() ? "" : "-lora") + (o.moe_gemm == "loop" ? "-loop" : "") +
+                             (o.lora.empty() ? "" : "-lora") + (o.moe_gemm == "auto" ? "" : "-" + o.moe_gemm) +
                              (o.fp8.empty() ? "" : "-fp8-" + o.fp8);
   nlohmann::ordered_json out = {{"system", system},
                         {"model", o.model},
@@ -328,7 +329,7 @@ int main(int argc, char** argv) {
   try {
     for (const auto& kv : overrides) options.overrides.push_back(models::parse_override(kv));
     // Read once by the experts' GEMMs (nn/moe/grouped_linear.h): set before any runs.
-    if (options.moe_gemm == "loop") setenv("STRATUM_MOE_GROUPED_GEMM", "0", 1);
+    if (options.moe_gemm != "auto") setenv("STRATUM_MOE_GROUPED_GEMM", options.moe_gemm == "loop" ? "0" : "1", 1);
     distributed::DistContext ctx = distributed::init();
     // Every CUDA object dies inside run(), before distributed::finalize() (see init.h).
     run(ctx, options);

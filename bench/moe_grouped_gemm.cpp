@@ -1,8 +1,9 @@
-// The experts' GEMMs of one mixture-of-experts layer, forward and backward:
-// the grouped GEMM (nn/moe/grouped_linear.h, ATen's _grouped_mm on a GPU in
-// bf16), or with STRATUM_MOE_GROUPED_GEMM=0 a loop of one GEMM per expert, at
-// a shape's experts, top_k, hidden and inner width, tokens routed uniformly
-// at random. Prints one JSON line: the path taken, milliseconds a
+// The experts' GEMMs of one mixture-of-experts layer, forward and backward,
+// by the path grouped_linear picks (nn/moe/grouped_linear.h: by the experts'
+// sizes), or with STRATUM_MOE_GROUPED_GEMM=1 the grouped GEMM (ATen's
+// _grouped_mm on a GPU in bf16), =0 a loop of one GEMM per expert, at a
+// shape's experts, top_k, hidden and inner width, tokens routed uniformly at
+// random. Prints one JSON line: the path taken, milliseconds a
 // forward+backward and TFLOP/s (6 x rows x hidden x 3 inner a pass).
 //
 //   bench_moe_gemm --experts 8 --top-k 2 --hidden 4096 --ffn 14336 --tokens 8192     (Mixtral)
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
   synchronize(x);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
                     static_cast<double>(iters);
-  std::cout << nlohmann::json{{"path", stratum::nn::moe::grouped_linear_path(x)},
+  std::cout << nlohmann::json{{"path", stratum::nn::moe::grouped_linear_path(x, counts, gate_up)},
                               {"experts", experts}, {"top_k", top_k}, {"hidden", hidden}, {"ffn", ffn},
                               {"tokens", tokens}, {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12}}
             << "\n";

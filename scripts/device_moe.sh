@@ -71,8 +71,10 @@ if [[ " $parts " == *" 3 "* ]]; then
   echo "=== the experts' GEMMs alone: grouped against a loop ==="
   for shape in "--experts 8 --top-k 2 --hidden 4096 --ffn 14336" "--experts 128 --top-k 8 --hidden 2048 --ffn 768"; do
     # shellcheck disable=SC2086
-    "$bin/bench_moe_gemm" $shape --tokens 8192
+    STRATUM_MOE_GROUPED_GEMM=1 "$bin/bench_moe_gemm" $shape --tokens 8192
     # shellcheck disable=SC2086
     STRATUM_MOE_GROUPED_GEMM=0 "$bin/bench_moe_gemm" $shape --tokens 8192
+    # shellcheck disable=SC2086
+    "$bin/bench_moe_gemm" $shape --tokens 8192  # the size rule's choice
   done
 fi

@@ -210,7 +210,7 @@ TEST(MoEGroupedLinear, MatchesOneGemmARowWithGradients) {
   EXPECT_LT(max_diff(grads[2], ref_grads[2]), 1e-5);
   EXPECT_EQ(grads[3].abs().max().item<double>(), 0.0);  // expert 1 had no rows
   EXPECT_LT(max_diff(grouped_linear_loop(x, counts, blocks), ref), 1e-5);
-  EXPECT_STREQ(grouped_linear_path(x), "loop");
+  EXPECT_STREQ(grouped_linear_path(x, counts, blocks), "loop");
 }
 
 TEST(MoEGroupedLinear, WeightsLyingInOneBufferGiveTheSameValues) {

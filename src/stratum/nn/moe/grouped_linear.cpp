@@ -65,18 +65,49 @@ enum Pass { kForward = 0, kInputGrad = 1, kWeightGrad = 2 };
 std::atomic<bool> g_grouped_refused[3] = {false, false, false};
 const char* const kPassName[3] = {"forward", "input gradient", "weight gradient"};
 
-// STRATUM_MOE_GROUPED_GEMM=0 runs the loop on the GPU too (a diagnostic
-// switch, read once: the same math, for side-by-side timing).
-bool grouped_enabled() {
-  static const bool enabled = [] {
+// STRATUM_MOE_GROUPED_GEMM: unset, each layer's path by the experts' sizes
+// (below); 0, the loop on the GPU too; 1, the grouped GEMM whatever the sizes
+// (switches for side-by-side timing, read once: the same math).
+enum class Choice { by_size, loop, grouped };
+Choice gemm_choice() {
+  static const Choice choice = [] {
     const char* v = std::getenv("STRATUM_MOE_GROUPED_GEMM");
-    return v == nullptr || std::string(v) != "0";
+    if (v == nullptr) return Choice::by_size;
+    const std::string s(v);
+    if (s == "0") return Choice::loop;
+    if (s == "1") return Choice::grouped;
+    throw Error("STRATUM_MOE_GROUPED_GEMM must be 0 (a loop of per-expert GEMMs) or 1 (the grouped GEMM), got '" +
+                s + "'; unset, the experts' sizes choose");
   }();
-  return enabled;
+  return choice;
 }
 
+// Measured on the H200 (bench_moe_gemm, forward and backward, bf16): at
+// Mixtral's shape (8 experts of 4096 x 14336, about 2,048 rows each) a loop
+// of per-expert GEMMs runs at 645 TFLOP/s against the grouped GEMM's 598; at
+// Qwen3-30B-A3B's (128 experts of 2048 x 768, about 512 rows each) the
+// grouped GEMM runs at 313 against the loop's 80. An expert whose product
+// fills the GPU alone gains nothing from grouping: the loop runs where the
+// mean expert's product is at least kLoopFlops (Mixtral's: 240 and 481
+// GFLOP; Qwen3's: 1.6 and 3.2).
+constexpr double kLoopFlops = 50e9;
+
 bool grouped_available(const at::Tensor& x, Pass pass) {
-  return x.is_cuda() && x.scalar_type() == at::kBFloat16 && grouped_enabled() && !g_grouped_refused[pass].load();
+  return x.is_cuda() && x.scalar_type() == at::kBFloat16 && gemm_choice() != Choice::loop &&
+         !g_grouped_refused[pass].load();
+}
+
+// Whether these operands take the grouped GEMM (before any refusal).
+bool grouped_by_size(const at::Tensor& x, size_t experts, int64_t out) {
+  if (gemm_choice() == Choice::grouped) return true;
+  const double mean_rows = static_cast<double>(x.size(0)) / static_cast<double>(experts);
+  return 2.0 * mean_rows * static_cast<double>(out) * static_cast<double>(x.size(1)) < kLoopFlops;
+}
+
+int64_t out_width(const std::vector<std::vector<at::Tensor>>& blocks) {
+  int64_t out = 0;
+  for (const auto& b : blocks) out += b[0].size(0);
+  return out;
 }
 
 at::Tensor offsets_of(const std::vector<int64_t>& counts, c10::Device device) {
@@ -110,9 +141,7 @@ std::vector<std::vector<at::Tensor>> unflatten(at::TensorList flat, size_t block
 
 at::Tensor loop_forward(const at::Tensor& x, const std::vector<int64_t>& counts,
                         const std::vector<std::vector<at::Tensor>>& blocks) {
-  int64_t out = 0;
-  for (const auto& b : blocks) out += b[0].size(0);
-  at::Tensor y = at::empty({x.size(0), out}, x.options());
+  at::Tensor y = at::empty({x.size(0), out_width(blocks)}, x.options());
   int64_t row = 0;
   for (size_t e = 0; e < counts.size(); ++e) {
     if (counts[e] > 0) {
@@ -133,7 +162,10 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
     ctx->saved_data["counts"] = counts;
     ctx->saved_data["blocks"] = nblocks;
     const auto blocks = unflatten(flat, static_cast<size_t>(nblocks));
-    if (grouped_available(x, kForward)) {
+    // Backward takes the forward's choice: the same sizes.
+    const bool grouped = grouped_by_size(x, counts.size(), out_width(blocks));
+    ctx->saved_data["grouped"] = grouped;
+    if (grouped && grouped_available(x, kForward)) {
       const at::Tensor w = stacked_weights(blocks);
       at::Tensor y =
           try_grouped(kForward, [&] { return at::_grouped_mm(x, w.transpose(1, 2), offsets_of(counts, x.device())); });
@@ -152,8 +184,9 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
     variable_list out(saved.size() + 2);
     bool any_weight = false;
     for (size_t i = 1; i < saved.size(); ++i) any_weight = any_weight || ctx->needs_input_grad(i);
-    const bool grouped_dx = ctx->needs_input_grad(0) && grouped_available(x, kInputGrad);
-    const bool grouped_dw = any_weight && grouped_available(x, kWeightGrad);
+    const bool grouped = ctx->saved_data["grouped"].toBool();
+    const bool grouped_dx = grouped && ctx->needs_input_grad(0) && grouped_available(x, kInputGrad);
+    const bool grouped_dw = grouped && any_weight && grouped_available(x, kWeightGrad);
     at::Tensor w, offs, dw;
     if (grouped_dx || grouped_dw) {
       w = stacked_weights(blocks);
@@ -222,7 +255,11 @@ at::Tensor grouped_linear(const at::Tensor& x, const std::vector<int64_t>& count
   return GroupedLinear::apply(x, at::TensorList(flat), counts, static_cast<int64_t>(blocks.size()));
 }
 
-const char* grouped_linear_path(const at::Tensor& x) { return grouped_available(x, kForward) ? "grouped" : "loop"; }
+const char* grouped_linear_path(const at::Tensor& x, const std::vector<int64_t>& counts,
+                                const std::vector<std::vector<at::Tensor>>& blocks) {
+  check_operands(x, counts, blocks);
+  return grouped_available(x, kForward) && grouped_by_size(x, counts.size(), out_width(blocks)) ? "grouped" : "loop";
+}
 
 at::Tensor grouped_linear_loop(const at::Tensor& x, const std::vector<int64_t>& counts,
                                const std::vector<std::vector<at::Tensor>>& blocks) {

@@ -11,9 +11,11 @@
 // (ATen's _grouped_mm) over the experts' weights stacked [E, Σ out_j, in]:
 // a view when they lie evenly spaced in one buffer (ZeRO's flat parameters
 // keep an expert's blocks and the experts in registration order), else a
-// copy. Elsewhere a loop of one GEMM per expert, which also serves a pass
-// (forward, input gradient, weight gradient) whose operands _grouped_mm
-// refuses, and everywhere with STRATUM_MOE_GROUPED_GEMM=0. The weights' gradients are per expert and
+// copy; there too a loop of per-expert GEMMs where the mean expert's product
+// is large enough to fill the GPU alone (measured faster at Mixtral's shape;
+// STRATUM_MOE_GROUPED_GEMM=1 or 0 forces one path). Elsewhere the loop, which
+// also serves a pass (forward, input gradient, weight gradient) whose
+// operands _grouped_mm refuses. The weights' gradients are per expert and
 // block; an expert given no rows gets a zero gradient.
 #include <cstdint>
 #include <vector>
@@ -27,7 +29,8 @@ at::Tensor grouped_linear(const at::Tensor& x, const std::vector<int64_t>& count
 
 // Which implementation grouped_linear takes for these operands: "grouped"
 // (one _grouped_mm) or "loop" (one GEMM per expert); for logs and benchmarks.
-const char* grouped_linear_path(const at::Tensor& x);
+const char* grouped_linear_path(const at::Tensor& x, const std::vector<int64_t>& counts,
+                                const std::vector<std::vector<at::Tensor>>& blocks);
 
 // The loop of per-expert GEMMs, whatever the device, values only (no
 // autograd): what the grouped GEMM is measured against (bench/) and checked
