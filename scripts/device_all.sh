@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every device check and measurement in one ordered queue (scripts/device_queue.sh):
 # the same command line, called again on the still-warm machine, goes on where
-# the last call stopped. Correctness on the GPU paths first, then measurements.
+# the last call stopped. What has not run on a GPU yet first, then
+# measurements; the last three ran on the H200 on 2026-12-05 (re-checks). The
+# Llama-8B FP8 scenario needs an H200's memory (micro 4: 110 GiB).
 #   Device call: command: bash scripts/device_all.sh   carry: [".deps", ".whl/fp8"]   timeout_s: 600
 #   STEPS="name ..." runs those steps only (in this order); the names are below.
 # Each step's log and files come back in $OUT/queue-results.tar.gz (out/<step>/).
@@ -11,15 +13,19 @@ targets="stratum-train stratum-run stratum-estimate bench_engine bench_moe_gemm 
 all=(
   "build=600=build:set -o pipefail; bash scripts/device_build.sh --only-build --targets '$targets' | grep -vE '^\[[0-9]+/[0-9]+\] '"
   "fp8_tests=150=bash scripts/device_fp8_tests.sh"
-  "goodput=330=bash scripts/device_goodput.sh"
-  "fp8_layouts=200=bash scripts/device_fp8_layouts.sh"
-  "moe_ep=150=PARTS=1 bash scripts/device_moe.sh"
-  "cp_layouts=240=PARTS='1 3' bash scripts/device_long_context.sh"
+  "fp8_layouts=150=bash scripts/device_fp8_layouts.sh"
+  "fp8_profile=120=bash scripts/device_fp8_profile.sh"
   "moe_gemm=60=PARTS=3 bash scripts/device_moe.sh"
   "fp8_speed_gpt2=420=bash bench/run_matrix.sh 1gpu-fp8-gpt2-1.3b-seq2048"
   "main_job=330=bash scripts/device_main_job.sh"
   "moe_speed=560=PARTS=2 bash scripts/device_moe.sh"
   "cp_longest=560=DEADLINE_AT=\$((\$(date +%s) + 540)) PARTS=2 bash scripts/device_long_context.sh"
+  "fp8_speed_llama=560=bash bench/run_matrix.sh 1gpu-fp8-llama-8b-16l"
+  "fp8_quality_gpt2=480=PARTS=gpt2 bash scripts/device_fp8_quality.sh"
+  "fp8_quality_llama=510=PARTS=llama bash scripts/device_fp8_quality.sh"
+  "goodput=330=bash scripts/device_goodput.sh"
+  "moe_ep=60=PARTS=1 bash scripts/device_moe.sh"
+  "cp_layouts=150=PARTS='1 3' bash scripts/device_long_context.sh"
 )
 steps=()
 for spec in "${all[@]}"; do
