@@ -1,6 +1,7 @@
-// See cast_cuda.h. One thread an element (eight for 16-bit tensorwise casts); FP8 through cuda_fp8.h's
-// saturating conversion (round to nearest even, NaN kept), which is what the
-// reference's clamp-then-cast computes.
+// See cast_cuda.h. One thread an element (eight for 16-bit tensorwise and
+// rowwise casts); FP8 through cuda_fp8.h's saturating conversion (round to
+// nearest even, NaN kept), which is what the reference's clamp-then-cast
+// computes.
 #include "stratum/nn/float8/cast_cuda.h"
 
 #include <cuda_bf16.h>
@@ -186,6 +187,46 @@ __global__ void __launch_bounds__(kThreads) cast_rowwise_kernel(const T* src, in
   }
 }
 
+// cast_rowwise_kernel for 16-bit rows of a multiple of 8 values: 16-byte
+// loads, 8-byte stores.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) cast_rowwise_vec_kernel(const T* src, int64_t rows, int64_t cols, Fp8 fmt,
+                                                                    bool power_of_2, uint8_t* out, float* scale_inv,
+                                                                    float* amax) {
+  __shared__ float row_scale;
+  const int64_t vectors = cols / kVec;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const uint4* row = reinterpret_cast<const uint4*>(src + r * cols);
+    int m = 0;
+    for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+      const uint4 raw = row[v];
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) m = max(m, abs_bits(widen<T>(e[j])));
+    }
+    m = block_max(m);
+    if (threadIdx.x == 0) {
+      const float a = __int_as_float(m);
+      const float s = scale_of(a, max_of(fmt), power_of_2);
+      amax[r] = a;
+      scale_inv[r] = __frcp_rn(s);
+      row_scale = s;
+    }
+    __syncthreads();
+    const float s = row_scale;
+    uint2* o = reinterpret_cast<uint2*>(out + r * cols);
+    for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+      const uint4 raw = row[v];
+      const T* e = reinterpret_cast<const T*>(&raw);
+      uint8_t q[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) q[j] = to_fp8(widen<T>(e[j]) * s, fmt);
+      o[v] = pack8(q);
+    }
+    __syncthreads();  // row_scale and block_max's scratch are reused by the next row
+  }
+}
+
 // Pass 1 of the columnwise cast: a block a strip of kTile columns and a run of rows.
 template <typename T>
 __global__ void __launch_bounds__(kTile* kTileRows)
@@ -322,7 +363,7 @@ cudaError_t dispatch(Dtype dtype, F&& launch) {
 cudaError_t launch_amax(const void* src, Dtype dtype, int64_t n, float* amax, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (dtype != Dtype::f32 && n % kVec == 0 && aligned(src, 16)) {
-    const unsigned blocks = stratum::cuda_detail::capped_grid(n / kVec, kThreads * 2, 4);
+    const unsigned blocks = stratum::cuda_detail::capped_grid(n / kVec, kThreads * 2, 8);
     const auto* v = static_cast<const uint4*>(src);
     if (dtype == Dtype::bf16) amax_vec_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(v, n / kVec, amax);
     else amax_vec_kernel<__half><<<blocks, kThreads, 0, stream>>>(v, n / kVec, amax);
@@ -366,6 +407,16 @@ cudaError_t launch_cast_rowwise(const void* src, Dtype dtype, int64_t rows, int6
                                 void* out, float* scale_inv, float* amax, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(rows < 65535 * 16 ? rows : 65535 * 16);
+  if (dtype != Dtype::f32 && cols % kVec == 0 && aligned(src, 16) && aligned(out, 8)) {
+    auto* o = static_cast<uint8_t*>(out);
+    if (dtype == Dtype::bf16)
+      cast_rowwise_vec_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(
+          static_cast<const __nv_bfloat16*>(src), rows, cols, fmt, power_of_2, o, scale_inv, amax);
+    else
+      cast_rowwise_vec_kernel<__half><<<blocks, kThreads, 0, stream>>>(static_cast<const __half*>(src), rows, cols, fmt,
+                                                                       power_of_2, o, scale_inv, amax);
+    return cudaGetLastError();
+  }
   return dispatch(dtype, [&](auto tag) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     cast_rowwise_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(src), rows, cols, fmt, power_of_2,
