@@ -1,8 +1,8 @@
 #pragma once
 // What Stratum's memory-bound kernels share (nvcc only): N consecutive
-// elements moved as one aligned access, and the grid of a grid-stride loop
-// capped at a multiple of the device's SM count (queried once per device,
-// not at every launch).
+// elements moved as one aligned access, a block's largest value, and the
+// grid of a grid-stride loop capped at a multiple of the device's SM count
+// (queried once per device, not at every launch).
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -23,6 +23,23 @@ __device__ __forceinline__ Elems<T, N> load(const T* p) {
 template <typename T, int N>
 __device__ __forceinline__ void store(T* p, const Elems<T, N>& e) {
   *reinterpret_cast<Elems<T, N>*>(p) = e;
+}
+
+// The block's largest `v` (every thread calls it; thread 0 holds the
+// result). Blocks of a multiple of 32 threads; a caller that calls it again
+// synchronizes the block first (the scratch is reused). For amaxes: |x|'s
+// float bits order as the values do, NaN above Inf.
+__device__ __forceinline__ int block_max(int v) {
+  __shared__ int partial[32];
+  for (int o = 16; o > 0; o /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0;
+    for (int o = 16; o > 0; o /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  }
+  return v;
 }
 
 // Elements per 16-byte access.

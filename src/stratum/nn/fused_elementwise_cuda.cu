@@ -56,9 +56,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 // ---- SwiGLU ----------------------------------------------------------------
 
 template <typename T, int N>
-__global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(Matrix gu, T* out) {
+__global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(Matrix gu, T* out, float* amax) {
   const int64_t f = gu.cols / 2, per_row = f / N;
   const T* in = static_cast<const T*>(gu.data);
+  int m = 0;
   STRATUM_GRID_STRIDE(i, gu.rows * per_row) {
     const int64_t r = i / per_row, c = (i - r * per_row) * N;
     const Elems<T, N> g = load<T, N>(in + r * gu.ld + c), u = load<T, N>(in + r * gu.ld + f + c);
@@ -67,8 +68,13 @@ __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(Matrix gu, T* 
     for (int k = 0; k < N; ++k) {
       const float x = widen<T>(g.v[k]);
       y.v[k] = narrow_to<T>(x * sigmoid(x) * widen<T>(u.v[k]));
+      m = max(m, __float_as_int(fabsf(widen<T>(y.v[k]))));  // of the stored (rounded) value
     }
     store<T, N>(out + r * f + c, y);
+  }
+  if (amax != nullptr) {  // the same for the whole grid
+    m = cuda_detail::block_max(m);
+    if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(amax), m);
   }
 }
 
@@ -334,17 +340,18 @@ cudaError_t by_dtype(Dtype dtype, F&& f) {
 
 int64_t column_sum_workspace_floats(int64_t rows, int64_t cols) { return 2 * row_tiles(rows) * cols; }
 
-cudaError_t launch_swiglu_forward(Matrix gate_up, Dtype dtype, void* out, cudaStream_t stream) {
+cudaError_t launch_swiglu_forward(Matrix gate_up, Dtype dtype, void* out, cudaStream_t stream, float* amax) {
   if (gate_up.rows == 0 || gate_up.cols == 0) return cudaSuccess;
   return by_dtype(dtype, [&](auto zero) {
     using T = decltype(zero);
     const int64_t f = gate_up.cols / 2;
     if (packable<T>({gate_up.data, out}, {f, gate_up.ld})) {
       constexpr int N = kPack<T>;
-      swiglu_forward_kernel<T, N><<<grid_for(gate_up.rows * f / N), kThreads, 0, stream>>>(gate_up,
-                                                                                           static_cast<T*>(out));
+      swiglu_forward_kernel<T, N><<<grid_for(gate_up.rows * f / N), kThreads, 0, stream>>>(
+          gate_up, static_cast<T*>(out), amax);
     } else {
-      swiglu_forward_kernel<T, 1><<<grid_for(gate_up.rows * f), kThreads, 0, stream>>>(gate_up, static_cast<T*>(out));
+      swiglu_forward_kernel<T, 1><<<grid_for(gate_up.rows * f), kThreads, 0, stream>>>(gate_up, static_cast<T*>(out),
+                                                                                      amax);
     }
     return cudaGetLastError();
   });

@@ -22,8 +22,11 @@ struct Matrix {
 };
 
 // out[r, c] = silu(gate_up[r, c]) * gate_up[r, F + c], F = gate_up.cols / 2;
-// out is contiguous [rows, F].
-cudaError_t launch_swiglu_forward(Matrix gate_up, Dtype dtype, void* out, cudaStream_t stream);
+// out is contiguous [rows, F]. With `amax` (a zeroed fp32 on the device):
+// also max |out| over the written values, from the same pass (what an FP8
+// cast of out would otherwise read out again for).
+cudaError_t launch_swiglu_forward(Matrix gate_up, Dtype dtype, void* out, cudaStream_t stream,
+                                  float* amax = nullptr);
 
 // d_gate_up [rows, 2F], contiguous: the gate half d_out * up * silu'(gate),
 // the up half d_out * silu(gate). d_out is contiguous [rows, F]. With `out`

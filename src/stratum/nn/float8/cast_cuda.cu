@@ -17,6 +17,7 @@
 namespace stratum::nn::float8::cuda {
 namespace {
 
+using stratum::cuda_detail::block_max;
 using stratum::cuda_detail::widen;
 
 constexpr int kTile = 32;      // transpose tiles: kTile x kTile elements
@@ -40,20 +41,6 @@ __device__ __forceinline__ uint8_t to_fp8(float v, Fp8 fmt) {
 }
 
 __host__ __device__ __forceinline__ float max_of(Fp8 fmt) { return fmt == Fp8::e4m3 ? 448.0f : 57344.0f; }
-
-// The block's largest value of `v` (all threads call it; thread 0's result).
-__device__ __forceinline__ int block_max(int v) {
-  __shared__ int partial[kThreads / 32];
-  for (int o = 16; o > 0; o /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < kThreads / 32 ? partial[lane] : 0;
-    for (int o = 16; o > 0; o /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  }
-  return v;
-}
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) amax_kernel(const T* src, int64_t n, float* amax) {
@@ -161,7 +148,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-bool aligned(const void* p, uintptr_t bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+bool aligned(const void* p, size_t bytes) { return p == nullptr || stratum::cuda_detail::aligned_to(p, bytes); }
+
+// Thread 0: a row's amax (block_max's bits), its scale's inverse, and the
+// scale for the block's cast (in shared memory).
+__device__ __forceinline__ void publish_row_scale(int amax_bits, Fp8 fmt, bool power_of_2, float* amax,
+                                                  float* scale_inv, float* row_scale) {
+  if (threadIdx.x != 0) return;
+  const float a = __int_as_float(amax_bits);
+  const float s = scale_of(a, max_of(fmt), power_of_2);
+  *amax = a;
+  *scale_inv = __frcp_rn(s);
+  *row_scale = s;
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) cast_rowwise_kernel(const T* src, int64_t rows, int64_t cols, Fp8 fmt,
@@ -172,14 +171,7 @@ __global__ void __launch_bounds__(kThreads) cast_rowwise_kernel(const T* src, in
     const T* row = src + r * cols;
     int m = 0;
     for (int64_t c = threadIdx.x; c < cols; c += kThreads) m = max(m, abs_bits(widen<T>(row[c])));
-    m = block_max(m);
-    if (threadIdx.x == 0) {
-      const float a = __int_as_float(m);
-      const float s = scale_of(a, max_of(fmt), power_of_2);
-      amax[r] = a;
-      scale_inv[r] = __frcp_rn(s);
-      row_scale = s;
-    }
+    publish_row_scale(block_max(m), fmt, power_of_2, amax + r, scale_inv + r, &row_scale);
     __syncthreads();
     const float s = row_scale;
     for (int64_t c = threadIdx.x; c < cols; c += kThreads) out[r * cols + c] = to_fp8(widen<T>(row[c]) * s, fmt);
@@ -204,14 +196,7 @@ __global__ void __launch_bounds__(kThreads) cast_rowwise_vec_kernel(const T* src
 #pragma unroll
       for (int j = 0; j < kVec; ++j) m = max(m, abs_bits(widen<T>(e[j])));
     }
-    m = block_max(m);
-    if (threadIdx.x == 0) {
-      const float a = __int_as_float(m);
-      const float s = scale_of(a, max_of(fmt), power_of_2);
-      amax[r] = a;
-      scale_inv[r] = __frcp_rn(s);
-      row_scale = s;
-    }
+    publish_row_scale(block_max(m), fmt, power_of_2, amax + r, scale_inv + r, &row_scale);
     __syncthreads();
     const float s = row_scale;
     uint2* o = reinterpret_cast<uint2*>(out + r * cols);
