@@ -29,15 +29,17 @@ std::vector<int64_t> with_last(const at::Tensor& t, int64_t last) {
   return sizes;
 }
 
-// silu(gate) * up of gate_up = [..., 2F]: [..., F].
-at::Tensor swiglu_value(const at::Tensor& gate_up) {
+// silu(gate) * up of gate_up = [..., 2F]: [..., F]; with `amax`, where the
+// kernel runs, also max |output| from the same pass (see swiglu in mlp.h).
+at::Tensor swiglu_value(const at::Tensor& gate_up, at::Tensor* amax = nullptr) {
   const int64_t f = gate_up.size(-1) / 2;
 #ifdef STRATUM_WITH_CUDA_KERNELS
   if (cuda::use_kernels({&gate_up})) {
     c10::cuda::CUDAGuard guard(gate_up.device());
     at::Tensor out = at::empty(with_last(gate_up, f), gate_up.options());
+    if (amax) *amax = at::zeros({}, gate_up.options().dtype(at::kFloat));
     cuda::check_launch(cuda::launch_swiglu_forward(cuda::matrix_of(gate_up), cuda::dtype_of(gate_up), out.data_ptr(),
-                                                   cuda::current_stream()),
+                                                   cuda::current_stream(), amax ? amax->data_ptr<float>() : nullptr),
                        "fused elementwise kernel: swiglu forward");
     return out;
   }
@@ -75,12 +77,12 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 struct SwiGLU : torch::autograd::Function<SwiGLU> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up, at::Tensor* amax) {
     ctx->save_for_backward({gate_up});
-    return swiglu_value(gate_up);
+    return swiglu_value(gate_up, amax);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {swiglu_grad(ctx->get_saved_variables()[0], grads[0], nullptr)};
+    return {swiglu_grad(ctx->get_saved_variables()[0], grads[0], nullptr), at::Tensor()};
   }
 };
 
@@ -243,11 +245,12 @@ struct GeluMLP : torch::autograd::Function<GeluMLP> {
 
 }  // namespace
 
-at::Tensor swiglu(const at::Tensor& gate_up) {
+at::Tensor swiglu(const at::Tensor& gate_up, at::Tensor* amax) {
   if (!gate_up.defined() || gate_up.dim() < 1 || gate_up.size(-1) % 2 != 0)
     throw Error("swiglu: gate_up must be [..., 2F] (gate and up stacked along the last dimension), got " +
                 (gate_up.defined() ? c10::str(gate_up.sizes()) : std::string("an undefined tensor")));
-  return SwiGLU::apply(gate_up);
+  if (amax) *amax = at::Tensor();
+  return SwiGLU::apply(gate_up, amax);
 }
 
 at::Tensor swiglu_linear(const at::Tensor& gate_up, const at::Tensor& w_down) {
@@ -404,9 +407,14 @@ at::Tensor SwiGLUMLPImpl::forward_float8(const at::Tensor& x) {
                   : tp::through_region(x, tp, [&](const at::Tensor& in) {
                       return nn::linear_stacked(in, {gate_proj->weight, up_proj->weight});
                     });
-  const at::Tensor act = nn::swiglu(gate_up);
-  return down_proj_fp8 ? tp::row_parallel_float8_linear(act, down_proj->weight, at::Tensor(), *down_proj_fp8, tp)
-                       : tp::row_parallel_linear(act, down_proj->weight, at::Tensor(), tp);
+  // A tensorwise cast of the SwiGLU's output takes its amax from the SwiGLU's
+  // own pass (one read of the [tokens, F] activation fewer).
+  at::Tensor act_amax;
+  const bool fuse_amax = down_proj_fp8 && down_proj_fp8->recipe().scaling == float8::Scaling::tensorwise;
+  const at::Tensor act = nn::swiglu(gate_up, fuse_amax ? &act_amax : nullptr);
+  return down_proj_fp8
+             ? tp::row_parallel_float8_linear(act, down_proj->weight, at::Tensor(), *down_proj_fp8, tp, act_amax)
+             : tp::row_parallel_linear(act, down_proj->weight, at::Tensor(), tp);
 }
 
 }  // namespace stratum::nn

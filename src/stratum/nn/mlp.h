@@ -31,7 +31,10 @@ class Float8Projection;
 // silu(gate) * up for gate_up = [..., 2F] (gate first, as linear_stacked
 // returns it): [..., F]. Saves only gate_up for backward (autograd's chain
 // kept silu(gate) as well) and returns the gradient as one [..., 2F] tensor.
-at::Tensor swiglu(const at::Tensor& gate_up);
+// With `amax`: where the GPU kernel runs, set to max |output| (an fp32
+// scalar on the device, from the same pass, for an FP8 cast of the output);
+// elsewhere left undefined.
+at::Tensor swiglu(const at::Tensor& gate_up, at::Tensor* amax = nullptr);
 
 // LLaMA's MLP end with the SwiGLU's output not kept for backward (a third of
 // the MLP's saved activations): the backward recomputes it in the pass that

@@ -18,6 +18,7 @@
 #include "stratum/nn/float8/device_support.h"
 #include "stratum/nn/float8/float8_linear.h"
 #include "stratum/nn/float8/scaled_gemm.h"
+#include "stratum/nn/mlp.h"
 #include "flat_sink.h"
 
 namespace {
@@ -284,6 +285,35 @@ TEST(Float8LinearGpu, WeightGradIntoAnFp32SinkOnTheGpu) {
     EXPECT_FALSE(dest.isnan().any().item<bool>());
     EXPECT_LT(rel_err(dest.cpu(), plain.cpu()), 1e-2);
   }
+}
+
+// LLaMA's down projection takes its input's amax from the SwiGLU kernel's
+// own pass (nn::swiglu's amax): the same amax, bit for bit, as the cast's
+// own pass, so the same FP8 values and the same products and gradients.
+// Off the GPU no amax is given, and float8_linear takes its own.
+TEST(Float8LinearGpu, SwiGLUsAmaxFromItsOwnPassGivesTheSameLayer) {
+  torch::manual_seed(15);
+  const at::Tensor gate_up_cpu = (torch::randn({256, 2 * 384}) * 2).to(torch::kBFloat16);
+  at::Tensor none = torch::ones({});
+  stratum::nn::swiglu(gate_up_cpu, &none);
+  EXPECT_FALSE(none.defined());  // no kernel on the CPU: no amax
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU of compute capability >= 8.9 (FP8 GEMMs)";
+  const auto opts = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
+  const at::Tensor gate_up = gate_up_cpu.to(opts.device()), w0 = torch::randn({512, 384}, opts) * 0.05,
+                   dy = torch::randn({256, 512}, opts) * 1e-2;
+  at::Tensor amax;
+  const at::Tensor act = stratum::nn::swiglu(gate_up, &amax);
+  ASSERT_TRUE(amax.defined());
+  EXPECT_EQ(amax.item<float>(), act.abs().max().to(torch::kFloat).item<float>());
+  auto run = [&](const at::Tensor& known) {
+    const at::Tensor x = act.detach().clone().requires_grad_(), w = w0.clone().requires_grad_();
+    Float8Projection p("gpu.layers.0.mlp.down_proj", tensorwise_recipe(), std::make_shared<WeightCache>());
+    const at::Tensor y = float8_linear(x, {w}, at::Tensor(), p, known);
+    y.backward(dy);
+    return std::vector<at::Tensor>{y.detach(), x.grad(), w.grad()};
+  };
+  const auto own = run(at::Tensor()), fused = run(amax);
+  for (size_t i = 0; i < own.size(); ++i) EXPECT_TRUE(torch::equal(own[i], fused[i])) << "output " << i;
 }
 
 TEST(Float8LinearGpu, NonFiniteAmaxReportedAtTheStepCheck) {

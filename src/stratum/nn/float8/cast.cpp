@@ -83,8 +83,9 @@ bool kernel_ok(const at::Tensor& x2d) {
 }
 
 // `max_over_group` (tensorwise only; may be null): reduces the amax between its pass and the cast's.
+// `known_amax` (tensorwise only; may be undefined): x2d's amax from the kernel that wrote it, no amax pass.
 Float8Pair cast_kernel(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed,
-                       const AmaxReducer& max_over_group = nullptr) {
+                       const AmaxReducer& max_over_group = nullptr, const at::Tensor& known_amax = at::Tensor()) {
   namespace k = stratum::nn::float8::cuda;
   c10::cuda::CUDAGuard guard(x2d.device());
   const int64_t r = x2d.size(0), c = x2d.size(1);
@@ -95,10 +96,12 @@ Float8Pair cast_kernel(const at::Tensor& x2d, const CastSpec& spec, bool with_tr
   Float8Pair out;
   if (spec.scaling == Scaling::tensorwise) {
     // Two passes: the amax needs the whole tensor before any value is scaled.
-    at::Tensor amax = at::zeros({}, f32);
+    at::Tensor amax = known_amax.defined() ? known_amax : at::zeros({}, f32);
     at::Tensor scale_inv = at::empty({}, f32);
-    stratum::cuda::check_launch(k::launch_amax(x2d.const_data_ptr(), in, r * c, amax.data_ptr<float>(), nn::cuda::current_stream()),
-                       "fp8 cast kernel: amax");
+    if (!known_amax.defined())
+      stratum::cuda::check_launch(
+          k::launch_amax(x2d.const_data_ptr(), in, r * c, amax.data_ptr<float>(), nn::cuda::current_stream()),
+          "fp8 cast kernel: amax");
     if (max_over_group) amax = reduced(amax, max_over_group);
     at::Tensor data = at::empty({r, c}, fp8);
     at::Tensor data_t = with_transposed ? at::empty({c, r}, fp8) : at::Tensor();
@@ -205,7 +208,16 @@ Float8Pair cast(const at::Tensor& x2d, const CastSpec& spec, bool with_transpose
 }
 
 Float8Pair cast_shard(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed, int split_dim,
-                      const AmaxReducer& max_over_group) {
+                      const AmaxReducer& max_over_group, const at::Tensor& known_amax) {
+#ifdef STRATUM_WITH_CUDA_KERNELS
+  if (known_amax.defined() && spec.scaling == Scaling::tensorwise && kernel_ok(x2d)) {
+    check_input(x2d);
+    if (known_amax.dim() != 0 || known_amax.scalar_type() != at::kFloat || known_amax.device() != x2d.device())
+      throw Error("fp8 cast: a known amax must be a 0-dim fp32 tensor on the operand's device, got " +
+                  c10::str(known_amax.sizes()) + " " + c10::toString(known_amax.scalar_type()));
+    return cast_kernel(x2d, spec, with_transposed, split_dim < 0 ? nullptr : max_over_group, known_amax);
+  }
+#endif
   if (split_dim < 0 || !max_over_group) return cast(x2d, spec, with_transposed);
   check_input(x2d);
   if (split_dim > 1) throw Error("fp8 cast: a matrix has no dimension " + std::to_string(split_dim) + " to split");

@@ -74,8 +74,11 @@ using AmaxReducer = std::function<void(at::Tensor& amax)>;
 // goes into the reduction as Inf, so every rank sees it. On a GPU the
 // tensorwise cast keeps its kernels (the reduction between the amax and
 // the cast); the rowwise one runs the ATen composition.
+// `known_amax` (optional): this shard's max |x| already taken by the kernel
+// that produced x2d (0-dim fp32 on the device; nn::swiglu's); a tensorwise
+// cast on the GPU then skips its own amax pass. Ignored elsewhere.
 Float8Pair cast_shard(const at::Tensor& x2d, const CastSpec& spec, bool with_transposed, int split_dim,
-                      const AmaxReducer& max_over_group);
+                      const AmaxReducer& max_over_group, const at::Tensor& known_amax = at::Tensor());
 
 // x2d cast under the tensorwise scale that `amax` (0-dim fp32, on x2d's
 // device) gives: cast()'s second pass alone, for a piece of a matrix whose

@@ -101,9 +101,9 @@ bool dw_into(const std::string& layer, at::Tensor dest, const Float8Tensor& dy_t
 struct Float8Linear : torch::autograd::Function<Float8Linear> {
   // bias: [N] or empty ([0]): no bias. grad_mode: whether the caller records
   // gradients (autograd turns grad mode off inside forward); off (evaluation),
-  // no transposed copy of x is made.
+  // no transposed copy of x is made. x_amax: x's known amax, or empty ([0]).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights, const at::Tensor& bias,
-                            Float8Projection* projection, bool grad_mode) {
+                            Float8Projection* projection, bool grad_mode, const at::Tensor& x_amax) {
     const int64_t k = x.size(-1);
     const std::vector<at::Tensor> ws(weights.begin(), weights.end());
     bool weights_need_grad = false;
@@ -113,8 +113,9 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
     const SplitAxis axis = projection->split_axis();
     const AmaxReducer& reducer = projection->amax_reducer();
     const at::Tensor x2 = x.reshape({-1, k}).contiguous();
-    const Float8Pair x8 =
-        cast_shard(x2, recipe.forward(), /*with_transposed=*/weights_need_grad, split_dim(axis, Operand::input), reducer);
+    const Float8Pair x8 = cast_shard(x2, recipe.forward(), /*with_transposed=*/weights_need_grad,
+                                     split_dim(axis, Operand::input), reducer,
+                                     x_amax.numel() > 0 ? x_amax : at::Tensor());
     projection->record_amax(x8.rows.amax, Operand::input);
     const bool with_bias = bias.numel() > 0;
     // Fast accumulation in the forward GEMM only, as torchao: the gradients' sums keep full precision.
@@ -158,7 +159,7 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const std::vector<int64_t> rows = ctx->saved_data["rows"].toIntVector();
     const size_t n_weights = rows.size();
-    variable_list out(n_weights + 4);  // x, each weight, bias; undefined for projection and grad_mode (no tensors)
+    variable_list out(n_weights + 5);  // x, each weight, bias; undefined for projection, grad_mode and x_amax
     const at::Tensor& grad = grads[0];
     const at::Tensor g2 = grad.reshape({-1, grad.size(-1)}).contiguous();
     bool any_weight = false;
@@ -231,7 +232,7 @@ struct Float8Linear : torch::autograd::Function<Float8Linear> {
 }  // namespace
 
 at::Tensor float8_linear(const at::Tensor& x, const std::vector<at::Tensor>& weights, const at::Tensor& bias,
-                         Float8Projection& projection) {
+                         Float8Projection& projection, const at::Tensor& x_amax) {
   if (!x.defined() || x.dim() < 1 || weights.empty())
     throw Error("fp8 linear " + projection.name() + ": need x [..., K] and at least one weight");
   int64_t n = 0;
@@ -246,7 +247,8 @@ at::Tensor float8_linear(const at::Tensor& x, const std::vector<at::Tensor>& wei
     throw Error("fp8 linear " + projection.name() + ": bias " + c10::str(bias.sizes()) + " for " +
                 std::to_string(n) + " outputs");
   return Float8Linear::apply(x, at::TensorList(weights), bias.defined() ? bias : at::empty({0}, x.options()),
-                             &projection, c10::GradMode::is_enabled());
+                             &projection, c10::GradMode::is_enabled(),
+                             x_amax.defined() ? x_amax : at::empty({0}, x.options().dtype(at::kFloat)));
 }
 
 }  // namespace stratum::nn::float8

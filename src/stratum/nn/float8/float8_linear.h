@@ -22,8 +22,10 @@
 namespace stratum::nn::float8 {
 
 // x [..., K]; weights [N_i, K] (their rows stacked: y's last dimension is
-// their sum, in order); bias [sum N_i] or undefined.
+// their sum, in order); bias [sum N_i] or undefined. x_amax (optional): max
+// |x| from the kernel that wrote x (nn::swiglu's), which a tensorwise cast
+// on the GPU then need not take again (cast_shard's known_amax).
 at::Tensor float8_linear(const at::Tensor& x, const std::vector<at::Tensor>& weights, const at::Tensor& bias,
-                         Float8Projection& projection);
+                         Float8Projection& projection, const at::Tensor& x_amax = at::Tensor());
 
 }  // namespace stratum::nn::float8

@@ -23,9 +23,10 @@ at::Tensor column_parallel_float8_linear(const at::Tensor& x, const std::vector<
 }
 
 at::Tensor row_parallel_float8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                                      float8::Float8Projection& projection, const TensorParallel& tp) {
-  if (!tp.enabled()) return float8::float8_linear(x, {weight}, bias, projection);
-  const at::Tensor y = leave_region(float8::float8_linear(x, {weight}, at::Tensor(), projection), tp);
+                                      float8::Float8Projection& projection, const TensorParallel& tp,
+                                      const at::Tensor& x_amax) {
+  if (!tp.enabled()) return float8::float8_linear(x, {weight}, bias, projection, x_amax);
+  const at::Tensor y = leave_region(float8::float8_linear(x, {weight}, at::Tensor(), projection, x_amax), tp);
   return bias.defined() ? y + bias : y;
 }
 

@@ -42,7 +42,9 @@ at::Tensor column_parallel_float8_linear(const at::Tensor& x, const std::vector<
 // row_parallel_linear in FP8: the partial products summed over the group
 // (reduce-scattered along the sequence under sequence parallelism), then
 // the bias; without a group, the bias inside the GEMM.
+// x_amax (optional): this rank's max |x| from the kernel that wrote x (float8_linear's).
 at::Tensor row_parallel_float8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                                      float8::Float8Projection& projection, const TensorParallel& tp);
+                                      float8::Float8Projection& projection, const TensorParallel& tp,
+                                      const at::Tensor& x_amax = at::Tensor());
 
 }  // namespace stratum::nn::tp
