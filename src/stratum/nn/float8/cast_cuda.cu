@@ -1,13 +1,14 @@
-// See cast_cuda.h. One thread an element (eight for 16-bit tensorwise and
-// rowwise casts); FP8 through cuda_fp8.h's saturating conversion (round to
-// nearest even, NaN kept), which is what the reference's clamp-then-cast
-// computes.
+// See cast_cuda.h. One thread an element (eight for 16-bit inputs whose
+// sizes are multiples of 8, every projection's); FP8 through cuda_fp8.h's
+// saturating conversion (round to nearest even, NaN kept), which is what the
+// reference's clamp-then-cast computes.
 #include "stratum/nn/float8/cast_cuda.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -94,6 +95,25 @@ __device__ __forceinline__ uint2 pack8(const uint8_t (&q)[kVec]) {
                     q[4] | (q[5] << 8) | (q[6] << 16) | (uint32_t{q[7]} << 24));
 }
 
+using VecTile = uint8_t[kVecTile][kVecTile + kVec];  // row stride 72: 8-byte runs stay aligned
+
+// The tile (rows r0.., columns c0.. of a rows x cols matrix, in FP8) written
+// transposed into out_t: column i of the tile is row c0 + i of out_t,
+// kVecLanes threads writing its kVecTile bytes, 8 each.
+__device__ __forceinline__ void write_tile_transposed(const VecTile& tile, int64_t r0, int64_t c0, int64_t rows,
+                                                      int64_t cols, uint8_t* out_t) {
+  const int lane = threadIdx.x % kVecLanes, row_in_pass = threadIdx.x / kVecLanes;
+  for (int i = row_in_pass; i < kVecTile; i += kVecRows) {
+    const int64_t cc = c0 + i, r = r0 + int64_t{lane} * kVec;
+    if (cc < cols && r < rows) {
+      uint8_t q[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) q[j] = tile[lane * kVec + j][i];
+      *reinterpret_cast<uint2*>(out_t + cc * rows + r) = pack8(q);
+    }
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) amax_vec_kernel(const uint4* src, int64_t vectors, float* amax) {
   int m = 0;
@@ -111,8 +131,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     cast_tensorwise_vec_kernel(const T* src, int64_t rows, int64_t cols, const float* amax, Fp8 fmt, bool power_of_2,
                                float* scale_inv, uint8_t* out, uint8_t* out_t) {
-  // Row stride 72: each 8-byte run of a row stays 8-byte aligned.
-  __shared__ __align__(16) uint8_t tile[kVecTile][kVecTile + kVec];
+  __shared__ __align__(16) VecTile tile;
   const float s = scale_of(*amax, max_of(fmt), power_of_2);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *scale_inv = __frcp_rn(s);
   const int lane = threadIdx.x % kVecLanes, row_in_pass = threadIdx.x / kVecLanes;
@@ -133,17 +152,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (out_t == nullptr) continue;  // the same for the whole block
     __syncthreads();
-    // Column i of the tile is row c0 + i of out_t: kVecLanes threads write its
-    // kVecTile bytes, 8 each.
-    for (int i = row_in_pass; i < kVecTile; i += kVecRows) {
-      const int64_t cc = c0 + i, r = r0 + int64_t{lane} * kVec;
-      if (cc < cols && r < rows) {
-        uint8_t q[kVec];
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) q[j] = tile[lane * kVec + j][i];
-        *reinterpret_cast<uint2*>(out_t + cc * rows + r) = pack8(q);
-      }
-    }
+    write_tile_transposed(tile, r0, c0, rows, cols, out_t);
     __syncthreads();
   }
 }
@@ -249,6 +258,65 @@ __global__ void __launch_bounds__(kTile* kTileRows)
       const int64_t cc = int64_t{blockIdx.x} * kTile + i, r = r0 + threadIdx.x;
       if (cc < cols && r < rows) out_t[cc * rows + r] = tile[threadIdx.x][i];
     }
+    __syncthreads();
+  }
+}
+
+// The columnwise transposed cast's two passes for 16-bit inputs whose sizes
+// are multiples of 8: a thread reads 8 columns of a row at once (16 bytes).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    column_amax_vec_kernel(const T* src, int64_t rows, int64_t cols, float* amax) {
+  __shared__ int partial[kVecRows][kVecTile];
+  const int lane = threadIdx.x % kVecLanes, row_in_pass = threadIdx.x / kVecLanes;
+  const int64_t c0 = int64_t{blockIdx.x} * kVecTile, c = c0 + int64_t{lane} * kVec;
+  int m[kVec] = {};
+  if (c < cols)
+    for (int64_t r = int64_t{blockIdx.y} * kVecRows + row_in_pass; r < rows; r += int64_t{gridDim.y} * kVecRows) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(src + r * cols + c);
+      const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) m[j] = max(m[j], abs_bits(widen<T>(v[j])));
+    }
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) partial[row_in_pass][lane * kVec + j] = m[j];
+  __syncthreads();
+  if (threadIdx.x < kVecTile && c0 + threadIdx.x < cols) {
+    int v = partial[0][threadIdx.x];
+    for (int i = 1; i < kVecRows; ++i) v = max(v, partial[i][threadIdx.x]);
+    atomicMax(reinterpret_cast<int*>(amax + c0 + threadIdx.x), v);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    cast_columnwise_transposed_vec_kernel(const T* src, int64_t rows, int64_t cols, Fp8 fmt, bool power_of_2,
+                                          const float* amax, float* scale_inv, uint8_t* out_t) {
+  __shared__ __align__(16) VecTile tile;
+  const int lane = threadIdx.x % kVecLanes, row_in_pass = threadIdx.x / kVecLanes;
+  const int64_t c0 = int64_t{blockIdx.x} * kVecTile, c = c0 + int64_t{lane} * kVec;
+  float s[kVec] = {};
+  if (c < cols) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) s[j] = scale_of(amax[c + j], max_of(fmt), power_of_2);
+    if (blockIdx.y == 0 && row_in_pass == 0)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) scale_inv[c + j] = __frcp_rn(s[j]);
+  }
+  for (int64_t r0 = int64_t{blockIdx.y} * kVecTile; r0 < rows; r0 += int64_t{gridDim.y} * kVecTile) {
+    for (int i = row_in_pass; i < kVecTile; i += kVecRows) {
+      const int64_t r = r0 + i;
+      if (r < rows && c < cols) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(src + r * cols + c);
+        const T* v = reinterpret_cast<const T*>(&raw);
+        uint8_t q[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) q[j] = to_fp8(widen<T>(v[j]) * s[j], fmt);
+        *reinterpret_cast<uint2*>(&tile[i][lane * kVec]) = pack8(q);
+      }
+    }
+    __syncthreads();
+    write_tile_transposed(tile, r0, c0, rows, cols, out_t);
     __syncthreads();
   }
 }
@@ -413,6 +481,27 @@ cudaError_t launch_cast_columnwise_transposed(const void* src, Dtype dtype, int6
                                               bool power_of_2, void* out_t, float* scale_inv, float* amax,
                                               cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
+  if (dtype != Dtype::f32 && rows % kVec == 0 && cols % kVec == 0 && aligned(src, 16) && aligned(out_t, 8)) {
+    const int64_t strips = (cols + kVecTile - 1) / kVecTile, runs = (rows + kVecRows - 1) / kVecRows;
+    const int64_t want = (int64_t{stratum::cuda_detail::sm_count()} * 4 + strips - 1) / strips;
+    const int64_t y = std::min<int64_t>({want, runs, 65535});
+    const int64_t tiles = std::min<int64_t>((rows + kVecTile - 1) / kVecTile, 65535);
+    const dim3 amax_grid(static_cast<unsigned>(strips), static_cast<unsigned>(y));
+    const dim3 cast_grid(static_cast<unsigned>(strips), static_cast<unsigned>(tiles));
+    auto* o = static_cast<uint8_t*>(out_t);
+    if (dtype == Dtype::bf16) {
+      const auto* x = static_cast<const __nv_bfloat16*>(src);
+      column_amax_vec_kernel<__nv_bfloat16><<<amax_grid, kThreads, 0, stream>>>(x, rows, cols, amax);
+      cast_columnwise_transposed_vec_kernel<__nv_bfloat16><<<cast_grid, kThreads, 0, stream>>>(
+          x, rows, cols, fmt, power_of_2, amax, scale_inv, o);
+    } else {
+      const auto* x = static_cast<const __half*>(src);
+      column_amax_vec_kernel<__half><<<amax_grid, kThreads, 0, stream>>>(x, rows, cols, amax);
+      cast_columnwise_transposed_vec_kernel<__half><<<cast_grid, kThreads, 0, stream>>>(x, rows, cols, fmt,
+                                                                                        power_of_2, amax, scale_inv, o);
+    }
+    return cudaGetLastError();
+  }
   const int64_t strips = (cols + kTile - 1) / kTile;
   // Enough row runs to fill the GPU: about 4 blocks an SM in all.
   const int64_t want = (int64_t{stratum::cuda_detail::sm_count()} * 4 + strips - 1) / strips;
