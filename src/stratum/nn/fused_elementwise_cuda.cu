@@ -162,6 +162,39 @@ struct ReadElement {  // the matrix itself
   }
 };
 
+// ---- tanh-GELU ---------------------------------------------------------------
+
+constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluKappa = 0.044715f;
+
+// tanh(sqrt(2 / pi) (v + 0.044715 v^3)), ATen's formula in fp32.
+__device__ __forceinline__ float gelu_tanh_inner(float v) {
+  const float v_sq = v * v;
+  return tanhf(kGeluBeta * (v + kGeluKappa * v_sq * v));
+}
+
+// out = gelu_tanh(x) over n elements (N a pass of a thread); with `amax`,
+// also max |out| over the stored values (see launch_gelu_tanh_forward).
+template <typename T, int N>
+__global__ void __launch_bounds__(kThreads) gelu_tanh_forward_kernel(const T* x, T* out, int64_t n, float* amax) {
+  int m = 0;
+  STRATUM_GRID_STRIDE(i, n / N) {
+    const Elems<T, N> e = load<T, N>(x + i * N);
+    Elems<T, N> y;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const float v = widen<T>(e.v[k]);
+      y.v[k] = narrow_to<T>(0.5f * v * (1.f + gelu_tanh_inner(v)));
+      m = max(m, __float_as_int(fabsf(widen<T>(y.v[k]))));
+    }
+    store<T, N>(out + i * N, y);
+  }
+  if (amax != nullptr) {  // the same for the whole grid
+    m = cuda_detail::block_max(m);
+    if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(amax), m);
+  }
+}
+
 // dh = dy * gelu_tanh'(h), ATen's formula in fp32: stores dh and sums it as
 // stored; with `act`, also stores gelu_tanh(h) (ATen's forward formula). dh
 // may be dy itself: each element is read before it is written.
@@ -172,16 +205,15 @@ struct GeluTanhBackward {
   T *dh, *act;
   int64_t cols;
   __device__ void operator()(int64_t r, int64_t c, float (&acc)[1][N]) const {
-    constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
-    constexpr float kKappa = 0.044715f;
     const int64_t i = r * cols + c;
     const Elems<T, N> x = load<T, N>(h + i), d = load<T, N>(dy + i);
     Elems<T, N> out, y;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       const float v = widen<T>(x.v[k]), v_sq = v * v;
-      const float t = tanhf(kBeta * (v + kKappa * v_sq * v));
-      const float derivative = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kBeta * (1.f + 3.f * kKappa * v_sq);
+      const float t = gelu_tanh_inner(v);
+      const float derivative =
+          0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kGeluBeta * (1.f + 3.f * kGeluKappa * v_sq);
       out.v[k] = narrow_to<T>(widen<T>(d.v[k]) * derivative);
       y.v[k] = narrow_to<T>(0.5f * v * (1.f + t));
       acc[0][k] += widen<T>(out.v[k]);
@@ -422,6 +454,23 @@ cudaError_t launch_gelu_tanh_backward_bias(const void* dy, const void* h, int64_
                                       bias_grad, nullptr, stream);
     return column_sums<T, 1>(rows, cols, GeluTanhBackward<T, 1>{d, x, out, act, cols}, workspace, bias_grad, nullptr,
                              stream);
+  });
+}
+
+cudaError_t launch_gelu_tanh_forward(const void* h, int64_t n, Dtype dtype, void* out, cudaStream_t stream,
+                                     float* amax) {
+  if (n == 0) return cudaSuccess;
+  return by_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    const T* x = static_cast<const T*>(h);
+    T* y = static_cast<T*>(out);
+    if (packable<T>({h, out}, {n})) {
+      constexpr int N = kPack<T>;
+      gelu_tanh_forward_kernel<T, N><<<grid_for(n / N), kThreads, 0, stream>>>(x, y, n, amax);
+    } else {
+      gelu_tanh_forward_kernel<T, 1><<<grid_for(n), kThreads, 0, stream>>>(x, y, n, amax);
+    }
+    return cudaGetLastError();
   });
 }
 

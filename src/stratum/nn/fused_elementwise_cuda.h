@@ -41,6 +41,12 @@ int64_t column_sum_workspace_floats(int64_t rows, int64_t cols);
 // bias_grad[c] = sum over rows of g[r, c], deterministic (fixed order).
 cudaError_t launch_column_sum(Matrix g, Dtype dtype, float* workspace, void* bias_grad, cudaStream_t stream);
 
+// out = gelu_tanh(h) over n contiguous elements (ATen's formula in fp32,
+// rounded to dtype). With `amax` (a zeroed fp32 on the device): also max
+// |out| over the stored values, from the same pass, for an FP8 cast of out.
+cudaError_t launch_gelu_tanh_forward(const void* h, int64_t n, Dtype dtype, void* out, cudaStream_t stream,
+                                     float* amax = nullptr);
+
 // dh = dy * gelu_tanh'(h) (contiguous [rows, cols], rounded to dtype) and
 // bias_grad[c] = sum over rows of the rounded dh[r, c]. dy and h contiguous;
 // dh may be dy (in place). With gelu_h (else null), also gelu_tanh(h) there,

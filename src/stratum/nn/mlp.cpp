@@ -86,6 +86,31 @@ struct SwiGLU : torch::autograd::Function<SwiGLU> {
   }
 };
 
+// tanh-GELU whose forward, where the kernel runs, also gives max |output|
+// from the same pass (see gelu_tanh in mlp.h); the backward is ATen's.
+struct GeluTanh : torch::autograd::Function<GeluTanh> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, at::Tensor* amax) {
+    ctx->save_for_backward({h});
+#ifdef STRATUM_WITH_CUDA_KERNELS
+    if (amax && cuda::use_kernels({&h})) {
+      c10::cuda::CUDAGuard guard(h.device());
+      const at::Tensor in = h.contiguous();
+      at::Tensor out = at::empty_like(in);
+      *amax = at::zeros({}, in.options().dtype(at::kFloat));
+      cuda::check_launch(cuda::launch_gelu_tanh_forward(in.const_data_ptr(), in.numel(), cuda::dtype_of(in),
+                                                        out.data_ptr(), cuda::current_stream(),
+                                                        amax->data_ptr<float>()),
+                         "fused elementwise kernel: gelu forward");
+      return out;
+    }
+#endif
+    return at::gelu(h, "tanh");
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {at::gelu_backward(grads[0], ctx->get_saved_variables()[0], "tanh"), at::Tensor()};
+  }
+};
+
 // swiglu(gate_up) W_downᵀ saving gate_up and the weight, not swiglu's output:
 // the backward recomputes that in the pass of swiglu's gradient, for W_down's.
 struct SwiGLULinear : torch::autograd::Function<SwiGLULinear> {
@@ -253,6 +278,12 @@ at::Tensor swiglu(const at::Tensor& gate_up, at::Tensor* amax) {
   return SwiGLU::apply(gate_up, amax);
 }
 
+at::Tensor gelu_tanh(const at::Tensor& h, at::Tensor* amax) {
+  if (!amax) return at::gelu(h, "tanh");
+  *amax = at::Tensor();
+  return GeluTanh::apply(h, amax);
+}
+
 at::Tensor swiglu_linear(const at::Tensor& gate_up, const at::Tensor& w_down) {
   if (!gate_up.defined() || gate_up.dim() < 1 || gate_up.size(-1) % 2 != 0 || !w_down.defined() ||
       w_down.dim() != 2 || w_down.size(1) * 2 != gate_up.size(-1))
@@ -315,9 +346,14 @@ at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
 at::Tensor GeluMLPImpl::forward_float8(const at::Tensor& x) {
   const at::Tensor h = c_fc_fp8 ? tp::column_parallel_float8_linear(x, {c_fc->weight}, c_fc->bias, *c_fc_fp8, tp)
                                 : tp::column_parallel_linear(x, c_fc->weight, c_fc->bias, tp);
-  const at::Tensor act = at::gelu(h, "tanh");
-  const at::Tensor y = c_proj_fp8 ? tp::row_parallel_float8_linear(act, c_proj->weight, c_proj->bias, *c_proj_fp8, tp)
-                                  : tp::row_parallel_linear(act, c_proj->weight, c_proj->bias, tp);
+  // A tensorwise cast of the GELU's output takes its amax from the GELU's own
+  // pass (one read of the [tokens, 4 d] activation fewer).
+  at::Tensor act_amax;
+  const bool fuse_amax = c_proj_fp8 && c_proj_fp8->recipe().scaling == float8::Scaling::tensorwise;
+  const at::Tensor act = gelu_tanh(h, fuse_amax ? &act_amax : nullptr);
+  const at::Tensor y =
+      c_proj_fp8 ? tp::row_parallel_float8_linear(act, c_proj->weight, c_proj->bias, *c_proj_fp8, tp, act_amax)
+                 : tp::row_parallel_linear(act, c_proj->weight, c_proj->bias, tp);
   return is_training() ? tp::dropout_outside_region(y, dropout, tp) : y;
 }
 

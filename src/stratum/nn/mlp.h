@@ -36,6 +36,10 @@ class Float8Projection;
 // elsewhere left undefined.
 at::Tensor swiglu(const at::Tensor& gate_up, at::Tensor* amax = nullptr);
 
+// gelu(h, "tanh"). With `amax`: where the GPU kernel runs, also max |output|
+// from the same pass (as swiglu's); elsewhere ATen's GELU, amax undefined.
+at::Tensor gelu_tanh(const at::Tensor& h, at::Tensor* amax = nullptr);
+
 // LLaMA's MLP end with the SwiGLU's output not kept for backward (a third of
 // the MLP's saved activations): the backward recomputes it in the pass that
 // computes its derivative (one more store). Same values as the separate ops.

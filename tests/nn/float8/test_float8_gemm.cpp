@@ -316,6 +316,39 @@ TEST(Float8LinearGpu, SwiGLUsAmaxFromItsOwnPassGivesTheSameLayer) {
   for (size_t i = 0; i < own.size(); ++i) EXPECT_TRUE(torch::equal(own[i], fused[i])) << "output " << i;
 }
 
+// GPT-2's c_proj takes its input's amax from the GELU kernel's own pass
+// (nn::gelu_tanh's amax): ATen's GELU within a bf16 rounding, the amax of
+// what it stored bit for bit, and the FP8 layer fed that amax the same.
+TEST(Float8LinearGpu, GelusAmaxFromItsOwnPassGivesTheSameLayer) {
+  torch::manual_seed(16);
+  const at::Tensor h_cpu = (torch::randn({256, 512}) * 3).to(torch::kBFloat16);
+  at::Tensor none = torch::ones({});
+  EXPECT_TRUE(torch::equal(stratum::nn::gelu_tanh(h_cpu, &none), at::gelu(h_cpu, "tanh")));
+  EXPECT_FALSE(none.defined());  // no kernel on the CPU: no amax
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU of compute capability >= 8.9 (FP8 GEMMs)";
+  const auto opts = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
+  const at::Tensor h = h_cpu.to(opts.device()).requires_grad_(), w0 = torch::randn({384, 512}, opts) * 0.05,
+                   dy = torch::randn({256, 384}, opts) * 1e-2;
+  at::Tensor amax;
+  const at::Tensor act = stratum::nn::gelu_tanh(h, &amax);
+  ASSERT_TRUE(amax.defined());
+  const at::Tensor ref = at::gelu(h.detach(), "tanh");
+  EXPECT_TRUE(torch::allclose(act.to(torch::kFloat), ref.to(torch::kFloat), /*rtol=*/1e-2, /*atol=*/1e-3));
+  EXPECT_EQ(amax.item<float>(), act.abs().max().to(torch::kFloat).item<float>());
+  const at::Tensor g = torch::randn_like(act);
+  const at::Tensor dh = torch::autograd::grad({act}, {h}, {g})[0];
+  EXPECT_TRUE(torch::equal(dh, at::gelu_backward(g, h.detach(), "tanh")));
+  auto run = [&](const at::Tensor& known) {
+    const at::Tensor x = act.detach().clone().requires_grad_(), w = w0.clone().requires_grad_();
+    Float8Projection p("gpu.h.0.mlp.c_proj", tensorwise_recipe(), std::make_shared<WeightCache>());
+    const at::Tensor y = float8_linear(x, {w}, at::Tensor(), p, known);
+    y.backward(dy);
+    return std::vector<at::Tensor>{y.detach(), x.grad(), w.grad()};
+  };
+  const auto own = run(at::Tensor()), fused = run(amax);
+  for (size_t i = 0; i < own.size(); ++i) EXPECT_TRUE(torch::equal(own[i], fused[i])) << "output " << i;
+}
+
 TEST(Float8LinearGpu, NonFiniteAmaxReportedAtTheStepCheck) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU of compute capability >= 8.9 (FP8 GEMMs)";
   auto cache = std::make_shared<WeightCache>();
