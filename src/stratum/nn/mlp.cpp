@@ -31,7 +31,7 @@ std::vector<int64_t> with_last(const at::Tensor& t, int64_t last) {
 
 // silu(gate) * up of gate_up = [..., 2F]: [..., F]; with `amax`, where the
 // kernel runs, also max |output| from the same pass (see swiglu in mlp.h).
-at::Tensor swiglu_value(const at::Tensor& gate_up, at::Tensor* amax = nullptr) {
+at::Tensor swiglu_value(const at::Tensor& gate_up, [[maybe_unused]] at::Tensor* amax = nullptr) {
   const int64_t f = gate_up.size(-1) / 2;
 #ifdef STRATUM_WITH_CUDA_KERNELS
   if (cuda::use_kernels({&gate_up})) {
@@ -86,10 +86,17 @@ struct SwiGLU : torch::autograd::Function<SwiGLU> {
   }
 };
 
+// Whether an MLP's second projection casts its input tensorwise in FP8: then
+// the activation kernel before it hands over its output's amax from its own
+// pass (one read of the MLP's widest activation fewer).
+bool takes_input_amax(const float8::Float8Projection* p) {
+  return p != nullptr && p->recipe().scaling == float8::Scaling::tensorwise;
+}
+
 // tanh-GELU whose forward, where the kernel runs, also gives max |output|
 // from the same pass (see gelu_tanh in mlp.h); the backward is ATen's.
 struct GeluTanh : torch::autograd::Function<GeluTanh> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, at::Tensor* amax) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, [[maybe_unused]] at::Tensor* amax) {
     ctx->save_for_backward({h});
 #ifdef STRATUM_WITH_CUDA_KERNELS
     if (amax && cuda::use_kernels({&h})) {
@@ -346,11 +353,8 @@ at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
 at::Tensor GeluMLPImpl::forward_float8(const at::Tensor& x) {
   const at::Tensor h = c_fc_fp8 ? tp::column_parallel_float8_linear(x, {c_fc->weight}, c_fc->bias, *c_fc_fp8, tp)
                                 : tp::column_parallel_linear(x, c_fc->weight, c_fc->bias, tp);
-  // A tensorwise cast of the GELU's output takes its amax from the GELU's own
-  // pass (one read of the [tokens, 4 d] activation fewer).
   at::Tensor act_amax;
-  const bool fuse_amax = c_proj_fp8 && c_proj_fp8->recipe().scaling == float8::Scaling::tensorwise;
-  const at::Tensor act = gelu_tanh(h, fuse_amax ? &act_amax : nullptr);
+  const at::Tensor act = gelu_tanh(h, takes_input_amax(c_proj_fp8.get()) ? &act_amax : nullptr);
   const at::Tensor y =
       c_proj_fp8 ? tp::row_parallel_float8_linear(act, c_proj->weight, c_proj->bias, *c_proj_fp8, tp, act_amax)
                  : tp::row_parallel_linear(act, c_proj->weight, c_proj->bias, tp);
@@ -443,11 +447,8 @@ at::Tensor SwiGLUMLPImpl::forward_float8(const at::Tensor& x) {
                   : tp::through_region(x, tp, [&](const at::Tensor& in) {
                       return nn::linear_stacked(in, {gate_proj->weight, up_proj->weight});
                     });
-  // A tensorwise cast of the SwiGLU's output takes its amax from the SwiGLU's
-  // own pass (one read of the [tokens, F] activation fewer).
   at::Tensor act_amax;
-  const bool fuse_amax = down_proj_fp8 && down_proj_fp8->recipe().scaling == float8::Scaling::tensorwise;
-  const at::Tensor act = nn::swiglu(gate_up, fuse_amax ? &act_amax : nullptr);
+  const at::Tensor act = nn::swiglu(gate_up, takes_input_amax(down_proj_fp8.get()) ? &act_amax : nullptr);
   return down_proj_fp8
              ? tp::row_parallel_float8_linear(act, down_proj->weight, at::Tensor(), *down_proj_fp8, tp, act_amax)
              : tp::row_parallel_linear(act, down_proj->weight, at::Tensor(), tp);

@@ -287,6 +287,21 @@ TEST(Float8LinearGpu, WeightGradIntoAnFp32SinkOnTheGpu) {
   }
 }
 
+// A tensorwise FP8 layer over `act`, given its amax from the kernel that
+// wrote it and left to take its own: the output and both gradients equal.
+void expect_known_amax_gives_the_same_layer(const std::string& layer, const at::Tensor& act, const at::Tensor& amax,
+                                            const at::Tensor& w0, const at::Tensor& dy) {
+  auto run = [&](const at::Tensor& known) {
+    const at::Tensor x = act.detach().clone().requires_grad_(), w = w0.clone().requires_grad_();
+    Float8Projection p(layer, tensorwise_recipe(), std::make_shared<WeightCache>());
+    const at::Tensor y = float8_linear(x, {w}, at::Tensor(), p, known);
+    y.backward(dy);
+    return std::vector<at::Tensor>{y.detach(), x.grad(), w.grad()};
+  };
+  const auto own = run(at::Tensor()), fused = run(amax);
+  for (size_t i = 0; i < own.size(); ++i) EXPECT_TRUE(torch::equal(own[i], fused[i])) << layer << ", output " << i;
+}
+
 // LLaMA's down projection takes its input's amax from the SwiGLU kernel's
 // own pass (nn::swiglu's amax): the same amax, bit for bit, as the cast's
 // own pass, so the same FP8 values and the same products and gradients.
@@ -305,15 +320,7 @@ TEST(Float8LinearGpu, SwiGLUsAmaxFromItsOwnPassGivesTheSameLayer) {
   const at::Tensor act = stratum::nn::swiglu(gate_up, &amax);
   ASSERT_TRUE(amax.defined());
   EXPECT_EQ(amax.item<float>(), act.abs().max().to(torch::kFloat).item<float>());
-  auto run = [&](const at::Tensor& known) {
-    const at::Tensor x = act.detach().clone().requires_grad_(), w = w0.clone().requires_grad_();
-    Float8Projection p("gpu.layers.0.mlp.down_proj", tensorwise_recipe(), std::make_shared<WeightCache>());
-    const at::Tensor y = float8_linear(x, {w}, at::Tensor(), p, known);
-    y.backward(dy);
-    return std::vector<at::Tensor>{y.detach(), x.grad(), w.grad()};
-  };
-  const auto own = run(at::Tensor()), fused = run(amax);
-  for (size_t i = 0; i < own.size(); ++i) EXPECT_TRUE(torch::equal(own[i], fused[i])) << "output " << i;
+  expect_known_amax_gives_the_same_layer("gpu.layers.0.mlp.down_proj", act, amax, w0, dy);
 }
 
 // GPT-2's c_proj takes its input's amax from the GELU kernel's own pass
@@ -338,15 +345,7 @@ TEST(Float8LinearGpu, GelusAmaxFromItsOwnPassGivesTheSameLayer) {
   const at::Tensor g = torch::randn_like(act);
   const at::Tensor dh = torch::autograd::grad({act}, {h}, {g})[0];
   EXPECT_TRUE(torch::equal(dh, at::gelu_backward(g, h.detach(), "tanh")));
-  auto run = [&](const at::Tensor& known) {
-    const at::Tensor x = act.detach().clone().requires_grad_(), w = w0.clone().requires_grad_();
-    Float8Projection p("gpu.h.0.mlp.c_proj", tensorwise_recipe(), std::make_shared<WeightCache>());
-    const at::Tensor y = float8_linear(x, {w}, at::Tensor(), p, known);
-    y.backward(dy);
-    return std::vector<at::Tensor>{y.detach(), x.grad(), w.grad()};
-  };
-  const auto own = run(at::Tensor()), fused = run(amax);
-  for (size_t i = 0; i < own.size(); ++i) EXPECT_TRUE(torch::equal(own[i], fused[i])) << "output " << i;
+  expect_known_amax_gives_the_same_layer("gpu.h.0.mlp.c_proj", act, amax, w0, dy);
 }
 
 TEST(Float8LinearGpu, NonFiniteAmaxReportedAtTheStepCheck) {
