@@ -3,7 +3,9 @@
 # the same command line, called again on the still-warm machine, goes on where
 # the last call stopped. What has not run on a GPU yet first, then
 # measurements; the last three ran on the H200 on 2026-12-05 (re-checks). The
-# Llama-8B FP8 scenario needs an H200's memory (micro 4: 110 GiB).
+# Llama-8B FP8 scenario needs an H200's memory (micro 4: 110 GiB). moe_speed
+# needs transformers and numpy in .whl/moe (carry it instead of .deps, which
+# the build step needs and which stays on the machine once there).
 #   Device call: command: bash scripts/device_all.sh   carry: [".deps", ".whl/fp8"]   timeout_s: 600
 #   STEPS="name ..." runs those steps only (in this order); the names are below.
 # Each step's log and files come back in $OUT/queue-results.tar.gz (out/<step>/).
@@ -18,8 +20,8 @@ all=(
   "moe_gemm=60=PARTS=3 bash scripts/device_moe.sh"
   "fp8_speed_gpt2=420=bash bench/run_matrix.sh 1gpu-fp8-gpt2-1.3b-seq2048"
   "main_job=330=bash scripts/device_main_job.sh"
-  "moe_speed=560=PARTS=2 bash scripts/device_moe.sh"
-  "cp_longest=560=DEADLINE_AT=\$((\$(date +%s) + 540)) PARTS=2 bash scripts/device_long_context.sh"
+  "moe_speed=560=WHEELS=.whl/moe PARTS=2 bash scripts/device_moe.sh"
+  "cp_longest=560=DEADLINE_AT=\$QUEUE_DEADLINE_AT PARTS=2 bash scripts/device_long_context.sh"
   "fp8_speed_llama=560=bash bench/run_matrix.sh 1gpu-fp8-llama-8b-16l"
   "fp8_quality_gpt2=480=PARTS=gpt2 bash scripts/device_fp8_quality.sh"
   "fp8_quality_llama=510=PARTS=llama bash scripts/device_fp8_quality.sh"

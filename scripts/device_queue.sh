@@ -10,7 +10,8 @@
 #   STEP is NAME=EST_SECONDS=COMMAND, e.g.
 #     'goodput=300=bash scripts/device_goodput.sh'
 #
-# Each step runs with OUT set to its own folder, so a step's result files
+# Each step runs with QUEUE_DEADLINE_AT (epoch seconds: the call's budget, less
+# 20 s to pack) for steps that stop early themselves, and with OUT set to its own folder, so a step's result files
 # never compete for the device tool's eight returned files: at the end every
 # step's log and files are packed into one $OUT/queue-results.tar.gz (results
 # of earlier calls on the same machine included). Prints, per step, its
@@ -51,7 +52,7 @@ for spec in "$@"; do
   dir=$state/out/$name; mkdir -p "$dir"
   echo "=== $name: starting at $(date -u +%H:%M:%S) (est ${est}s, ${remaining}s left)"
   t0=$(date +%s)
-  OUT=$PWD/$dir timeout --signal=TERM --kill-after=10 "$remaining" bash -c "$cmd" > "$dir/log.txt" 2>&1
+  OUT=$PWD/$dir QUEUE_DEADLINE_AT=$((start + budget - 20)) timeout --signal=TERM --kill-after=10 "$remaining" bash -c "$cmd" > "$dir/log.txt" 2>&1
   rc=$?
   secs=$(( $(date +%s) - t0 ))
   tail -n "$tail_lines" "$dir/log.txt" | cut -c1-300
