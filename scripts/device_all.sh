@@ -3,10 +3,11 @@
 # the same command line, called again on the still-warm machine, goes on where
 # the last call stopped. What has not run on a GPU yet first, then
 # measurements; the last three ran on the H200 on 2026-12-05 (re-checks). The
-# Llama-8B FP8 scenario needs an H200's memory (micro 4: 110 GiB). moe_speed
-# needs transformers and numpy in .whl/moe (carry it instead of .deps, which
-# the build step needs and which stays on the machine once there).
+# Llama-8B FP8 scenario needs an H200's memory (micro 4: 110 GiB).
 #   Device call: command: bash scripts/device_all.sh   carry: [".deps", ".whl/fp8"]   timeout_s: 600
+# moe_speed needs transformers and numpy (.whl/lora_b and lora_a's numpy,
+# without hf_xet, linked into .whl/moe); within the 64 MiB carry that is
+#   carry: [".deps/usr", ".deps/corpus", ".whl/moe"]
 #   STEPS="name ..." runs those steps only (in this order); the names are below.
 # Each step's log and files come back in $OUT/queue-results.tar.gz (out/<step>/).
 set -uo pipefail
