@@ -19,7 +19,10 @@
 #      would pass DEADLINE_AT (epoch seconds) is not tried, saying so.
 #   3. llama-1b at 32K with each sequence over 2 ranks sharing the GPU
 #      (ring): a rank's peak memory against one rank's.
-#   PARTS="1 2 3" (default); MAX_SEQ caps part 2 (default 2097152).
+#   PARTS="1 2 3" (default); MAX_SEQ caps part 2 (default 2097152);
+#   LONG_MODELS (default "llama-1b llama-8b") and FIRST_1B / FIRST_8B (the
+#   first length tried, default 4096 / 32768) pick part 2's runs, so that
+#   each model's doubling can have a device call of its own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -125,11 +128,11 @@ if [[ " $parts " == *" 2 "* ]]; then
   echo "=== the longest sequence one GPU trains a step at ==="
   long_corpus "$work/long.txt" $((3 * max_seq * 2 + 4000000))
   deadline=${DEADLINE_AT:-$(( $(date +%s) + 100000 ))}
-  for model in llama-1b llama-8b; do
-    first=4096 host=true
-    [ "$model" = llama-8b ] && first=32768 host=false
+  for model in ${LONG_MODELS:-llama-1b llama-8b}; do
+    first=${FIRST_1B:-4096} host=true
+    [ "$model" = llama-8b ] && first=${FIRST_8B:-32768} host=false
     seq=$first predicted=0
-    [ "$model" = llama-8b ] && predicted=90  # its start-up and a step at 32K
+    [ "$model" = llama-8b ] && predicted=$((60 + 30 * first / 32768))  # its start-up and a first step
     while [ "$seq" -le "$max_seq" ]; do
       if [ $(( $(date +%s) + predicted )) -gt "$deadline" ]; then
         echo "$model seq $seq: not tried (predicted ${predicted} s, past DEADLINE_AT)"
