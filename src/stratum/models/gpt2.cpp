@@ -69,10 +69,15 @@ class GPT2Block : public nn::StackLayer {
     mlp->tile_tokens = c.tiled_mlp_tokens;
   }
   at::Tensor forward(const at::Tensor& x) override {
+    // A norm feeding an FP8 projection hands over its output's amax (the cast's own pass over it spared).
+    at::Tensor attn_in_amax, mlp_in_amax;
+    const at::Tensor attn_in =
+        nn::layer_norm(x, ln_1->weight, ln_1->bias, ln_1->eps, attn->takes_input_amax() ? &attn_in_amax : nullptr);
+    const at::Tensor attended = attn->forward(attn_in, attn_in_amax);
     // The attention's residual add and ln_2 as one function (one backward pass for both).
-    const at::Tensor attended = attn->forward(nn::layer_norm(x, ln_1->weight, ln_1->bias, ln_1->eps));
-    const auto [h, normed] = nn::add_layer_norm(x, attended, ln_2->weight, ln_2->bias, ln_2->eps);
-    return h + mlp->forward(normed);
+    const auto [h, normed] = nn::add_layer_norm(x, attended, ln_2->weight, ln_2->bias, ln_2->eps,
+                                                mlp->takes_input_amax() ? &mlp_in_amax : nullptr);
+    return h + mlp->forward(normed, mlp_in_amax);
   }
   // A tiled MLP's weight gradients come back through autograd (nn/tiled_rows.h).
   bool linear_weights_fusable() const override { return mlp->tile_tokens == 0; }

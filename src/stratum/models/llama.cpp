@@ -67,9 +67,12 @@ class LlamaDecoderLayer : public nn::StackLayer {
     if (mlp) mlp->tile_tokens = c.tiled_mlp_tokens;  // a mixture of experts runs untiled
   }
   at::Tensor forward(const at::Tensor& x) override {
-    const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x));
-    const at::Tensor n = post_attention_layernorm->forward(h);
-    return h + (moe ? moe->forward(n) : mlp->forward(n));
+    // A norm feeding an FP8 projection hands over its output's amax (the cast's own pass over it spared).
+    at::Tensor attn_in_amax, mlp_in_amax;
+    const at::Tensor attn_in = input_layernorm->forward(x, self_attn->takes_input_amax() ? &attn_in_amax : nullptr);
+    const at::Tensor h = x + self_attn->forward(attn_in, attn_in_amax);
+    const at::Tensor n = post_attention_layernorm->forward(h, mlp && mlp->takes_input_amax() ? &mlp_in_amax : nullptr);
+    return h + (moe ? moe->forward(n) : mlp->forward(n, mlp_in_amax));
   }
   // The experts' grouped GEMMs write their weights' gradients themselves, a
   // tiled MLP's come back through autograd (nn/tiled_rows.h).

@@ -45,10 +45,13 @@ FusedQKVAttentionImpl::FusedQKVAttentionImpl(int64_t hidden, int64_t heads, doub
   c_proj = register_module("c_proj", Linear(local, hidden, /*bias=*/true, device));
 }
 
-at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x) {
+bool FusedQKVAttentionImpl::takes_input_amax() const { return tp::column_input_takes_amax(c_attn_fp8.get(), tp); }
+
+at::Tensor FusedQKVAttentionImpl::forward(const at::Tensor& x, const at::Tensor& x_amax) {
   // HF packs q, k, v along the output dimension; under tensor parallelism
   // this rank's rows of each (its heads: models/tensor_parallel_plan.h).
-  at::Tensor packed = c_attn_fp8 ? tp::column_parallel_float8_linear(x, {c_attn->weight}, c_attn->bias, *c_attn_fp8, tp)
+  at::Tensor packed = c_attn_fp8 ? tp::column_parallel_float8_linear(x, {c_attn->weight}, c_attn->bias, *c_attn_fp8, tp,
+                                                                      x_amax)
                     : c_attn->nf4_base ? tp::through_region(x, tp, [&](const at::Tensor& in) {
                         return frozen_linear(in, *c_attn, c_attn->bias);
                       })
@@ -96,7 +99,9 @@ GroupedQueryAttentionImpl::GroupedQueryAttentionImpl(int64_t hidden, int64_t hea
   }
 }
 
-at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
+bool GroupedQueryAttentionImpl::takes_input_amax() const { return tp::column_input_takes_amax(qkv_fp8.get(), tp); }
+
+at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x, const at::Tensor& x_amax) {
   // Under tensor parallelism the input enters the heads' region (gathered along the sequence under sequence parallelism).
   const int64_t length = x.size(1) * (tp.sequence_parallel ? tp.size() : 1);
   // Packed rows: each example's positions from 0, and attention within it.
@@ -112,7 +117,7 @@ at::Tensor GroupedQueryAttentionImpl::forward(const at::Tensor& x) {
   std::vector<at::Tensor> qkv;
   if (qkv_fp8) {
     qkv = tp::column_parallel_float8_linear(x, {q_proj->weight, k_proj->weight, v_proj->weight}, at::Tensor(),
-                                            *qkv_fp8, tp)
+                                            *qkv_fp8, tp, x_amax)
               .split_with_sizes(widths, -1);
   } else if (!tp.enabled()) {
     qkv = add_lora_terms(frozen_linear_stacked(x, projections), x, projections, is_training())

@@ -44,7 +44,11 @@ class FusedQKVAttentionImpl : public torch::nn::Module {
   // `device`: where the parameters are made (meta: shapes only, nn/parameter_modules.h).
   FusedQKVAttentionImpl(int64_t hidden, int64_t heads, double dropout, double residual_dropout,
                         tp::TensorParallel tp = {}, c10::Device device = c10::kCPU);
-  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+  // x_amax (optional, only where takes_input_amax): max |x| from the kernel
+  // that wrote x (the norm before), for the input projection's FP8 cast.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& x_amax = at::Tensor());  // [B, T, C] -> [B, T, C]
+  // Whether the input projection's FP8 cast takes its input's amax (nn/tensor_parallel/float8_parallel_linear.h).
+  bool takes_input_amax() const;
 
   Linear c_attn{nullptr}, c_proj{nullptr};
   // Set (models/float8_layers.h): that projection's GEMMs in FP8; null: bf16.
@@ -62,7 +66,11 @@ class GroupedQueryAttentionImpl : public torch::nn::Module {
   GroupedQueryAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, std::shared_ptr<RotaryEmbedding> rope,
                             double dropout, tp::TensorParallel tp = {}, c10::Device device = c10::kCPU,
                             int64_t head_dim = 0, double qk_norm_eps = 0);
-  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+  // x_amax (optional, only where takes_input_amax): max |x| from the kernel
+  // that wrote x (the norm before), for the input projection's FP8 cast.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& x_amax = at::Tensor());  // [B, T, C] -> [B, T, C]
+  // Whether the input projection's FP8 cast takes its input's amax (nn/tensor_parallel/float8_parallel_linear.h).
+  bool takes_input_amax() const;
 
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   // Set (models/float8_layers.h): q/k/v's stacked GEMM, o_proj's, in FP8; null: bf16.

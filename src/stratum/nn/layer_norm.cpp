@@ -6,6 +6,7 @@
 #include <string>
 
 #include "stratum/core/error.h"
+#include "stratum/nn/norm_forward.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include "stratum/nn/kernel_launch.h"
 #endif
@@ -64,13 +65,27 @@ LayerNormGrads layer_norm_backward(const at::Tensor& h, const at::Tensor& dy, co
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// native_layer_norm's (y, mean, rstd); with `amax`, where the kernel runs,
+// from the kernel that also sets *amax to max |y| (else *amax undefined).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tensor& h, const at::Tensor& weight,
+                                                                 const at::Tensor& bias, double eps,
+                                                                 at::Tensor* amax) {
+  if (amax && norm_kernel_usable(h, weight, bias)) {
+    NormForwardResult r = norm_forward_with_amax(h, weight, bias, eps);
+    *amax = r.amax;
+    return {r.y, r.mean, r.rstd};
+  }
+  if (amax) *amax = at::Tensor();
+  return at::native_layer_norm(h, {h.size(-1)}, weight, bias, eps);
+}
+
 // y = LayerNorm(x) with the backward above (ATen's weight/bias gradient
 // kernel took three times as long as the column sums on an H200).
 struct LayerNorm : torch::autograd::Function<LayerNorm> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& bias, double eps) {
+                            const at::Tensor& bias, double eps, at::Tensor* amax) {
     const at::Tensor xc = x.contiguous();
-    auto [y, mean, rstd] = at::native_layer_norm(xc, {xc.size(-1)}, weight, bias, eps);
+    auto [y, mean, rstd] = layer_norm_forward(xc, weight, bias, eps, amax);
     ctx->save_for_backward({xc, weight, bias, mean, rstd});
     return y;
   }
@@ -80,7 +95,7 @@ struct LayerNorm : torch::autograd::Function<LayerNorm> {
     const LayerNormGrads g = layer_norm_backward(saved[0], grads[0].contiguous(), at::Tensor(), saved[1], saved[2],
                                                  saved[3], saved[4], ctx->needs_input_grad(1),
                                                  ctx->needs_input_grad(2));
-    return {g.input, g.weight, g.bias, at::Tensor()};
+    return {g.input, g.weight, g.bias, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -90,9 +105,9 @@ struct LayerNorm : torch::autograd::Function<LayerNorm> {
 // LayerNorm's backward, then an add.
 struct AddLayerNorm : torch::autograd::Function<AddLayerNorm> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& branch,
-                               const at::Tensor& weight, const at::Tensor& bias, double eps) {
+                               const at::Tensor& weight, const at::Tensor& bias, double eps, at::Tensor* amax) {
     const at::Tensor h = x + branch;
-    auto [y, mean, rstd] = at::native_layer_norm(h, {h.size(-1)}, weight, bias, eps);
+    auto [y, mean, rstd] = layer_norm_forward(h, weight, bias, eps, amax);
     ctx->save_for_backward({h, weight, bias, mean, rstd});
     return {h, y};
   }
@@ -100,34 +115,36 @@ struct AddLayerNorm : torch::autograd::Function<AddLayerNorm> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor dh_ext = grads[0].defined() ? grads[0].contiguous() : at::Tensor();
-    if (!grads[1].defined()) return {dh_ext, dh_ext, at::Tensor(), at::Tensor(), at::Tensor()};
+    if (!grads[1].defined()) return {dh_ext, dh_ext, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     const LayerNormGrads g = layer_norm_backward(saved[0], grads[1].contiguous(), dh_ext, saved[1], saved[2],
                                                  saved[3], saved[4], ctx->needs_input_grad(2),
                                                  ctx->needs_input_grad(3));
-    return {g.input, g.input, g.weight, g.bias, at::Tensor()};
+    return {g.input, g.input, g.weight, g.bias, at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 std::pair<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& x, const at::Tensor& branch,
-                                                 const at::Tensor& weight, const at::Tensor& bias, double eps) {
+                                                 const at::Tensor& weight, const at::Tensor& bias, double eps,
+                                                 at::Tensor* amax) {
   if (!weight.defined() || !bias.defined() || weight.dim() != 1 || weight.size(0) != x.size(-1) ||
       bias.sizes() != weight.sizes() || x.sizes() != branch.sizes())
     throw Error("add_layer_norm: need x and branch of one shape [..., C] and weight, bias [C]; got x " +
                 c10::str(x.sizes()) + ", branch " + c10::str(branch.sizes()) + ", weight " +
                 (weight.defined() ? c10::str(weight.sizes()) : std::string("undefined")));
-  auto out = AddLayerNorm::apply(x, branch, weight, bias, eps);
+  auto out = AddLayerNorm::apply(x, branch, weight, bias, eps, amax);
   return {out[0], out[1]};
 }
 
-at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                      at::Tensor* amax) {
   if (!weight.defined() || !bias.defined() || weight.dim() != 1 || x.dim() < 1 || weight.size(0) != x.size(-1) ||
       bias.sizes() != weight.sizes())
     throw Error("layer_norm: need x [..., C] and weight, bias [C]; got x " + c10::str(x.sizes()) + ", weight " +
                 (weight.defined() ? c10::str(weight.sizes()) : std::string("undefined")) + ", bias " +
                 (bias.defined() ? c10::str(bias.sizes()) : std::string("undefined")));
-  return LayerNorm::apply(x, weight, bias, eps);
+  return LayerNorm::apply(x, weight, bias, eps, amax);
 }
 
 }  // namespace stratum::nn

@@ -12,13 +12,19 @@ namespace stratum::nn {
 
 // LayerNorm(x) over the last dimension (weight, bias [C]); on a GPU its
 // backward is the kernels add_layer_norm uses, without the residual term.
-at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
+// With `amax`: where the GPU kernel runs (nn/norm_forward.h), set to max
+// |output| (fp32 0-dim) from the forward's own pass, for an FP8 projection's
+// tensorwise cast of the output; elsewhere ATen's forward, amax undefined.
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                      at::Tensor* amax = nullptr);
 
 // h = x + branch and LayerNorm(h) (weight, bias [C]): a block's residual add
 // and the norm after it, returned as (h, normed). The backward adds h's
 // gradient from the residual stream into LayerNorm's input gradient in one
 // pass on a GPU, and computes the weight and bias gradients as column sums.
+// `amax` as layer_norm's, of normed.
 std::pair<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& x, const at::Tensor& branch,
-                                                 const at::Tensor& weight, const at::Tensor& bias, double eps);
+                                                 const at::Tensor& weight, const at::Tensor& bias, double eps,
+                                                 at::Tensor* amax = nullptr);
 
 }  // namespace stratum::nn

@@ -86,13 +86,6 @@ struct SwiGLU : torch::autograd::Function<SwiGLU> {
   }
 };
 
-// Whether an MLP's second projection casts its input tensorwise in FP8: then
-// the activation kernel before it hands over its output's amax from its own
-// pass (one read of the MLP's widest activation fewer).
-bool takes_input_amax(const float8::Float8Projection* p) {
-  return p != nullptr && p->recipe().scaling == float8::Scaling::tensorwise;
-}
-
 // tanh-GELU whose forward, where the kernel runs, also gives max |output|
 // from the same pass (see gelu_tanh in mlp.h); the backward is ATen's.
 struct GeluTanh : torch::autograd::Function<GeluTanh> {
@@ -327,8 +320,10 @@ bool GeluMLPImpl::tiled() const {
   return tile_tokens > 0 && !(c_fc->has_lora() || c_proj->has_lora() || c_fc->nf4_base || c_proj->nf4_base);
 }
 
-at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
-  if (c_fc_fp8 || c_proj_fp8) return forward_float8(x);
+bool GeluMLPImpl::takes_input_amax() const { return tp::column_input_takes_amax(c_fc_fp8.get(), tp); }
+
+at::Tensor GeluMLPImpl::forward(const at::Tensor& x, const at::Tensor& x_amax) {
+  if (c_fc_fp8 || c_proj_fp8) return forward_float8(x, x_amax);
   if (c_fc->has_lora() || c_proj->has_lora() || c_fc->nf4_base || c_proj->nf4_base) return forward_with_adapters(x);
   // Under tensor parallelism both GEMMs run on this rank's columns of the
   // inner width, as one function; c_proj's bias comes after the group's sum.
@@ -350,11 +345,11 @@ at::Tensor GeluMLPImpl::forward(const at::Tensor& x) {
 
 // FP8 layers run apart (no fused GELU epilogue): each GEMM in FP8 or bf16 as
 // set, column- and row-parallel under tensor parallelism.
-at::Tensor GeluMLPImpl::forward_float8(const at::Tensor& x) {
-  const at::Tensor h = c_fc_fp8 ? tp::column_parallel_float8_linear(x, {c_fc->weight}, c_fc->bias, *c_fc_fp8, tp)
+at::Tensor GeluMLPImpl::forward_float8(const at::Tensor& x, const at::Tensor& x_amax) {
+  const at::Tensor h = c_fc_fp8 ? tp::column_parallel_float8_linear(x, {c_fc->weight}, c_fc->bias, *c_fc_fp8, tp, x_amax)
                                 : tp::column_parallel_linear(x, c_fc->weight, c_fc->bias, tp);
   at::Tensor act_amax;
-  const at::Tensor act = gelu_tanh(h, takes_input_amax(c_proj_fp8.get()) ? &act_amax : nullptr);
+  const at::Tensor act = gelu_tanh(h, tp::row_input_takes_amax(c_proj_fp8.get()) ? &act_amax : nullptr);
   const at::Tensor y =
       c_proj_fp8 ? tp::row_parallel_float8_linear(act, c_proj->weight, c_proj->bias, *c_proj_fp8, tp, act_amax)
                  : tp::row_parallel_linear(act, c_proj->weight, c_proj->bias, tp);
@@ -390,8 +385,10 @@ bool SwiGLUMLPImpl::tiled() const {
                               gate_proj->nf4_base || up_proj->nf4_base || down_proj->nf4_base);
 }
 
-at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
-  if (gate_up_fp8 || down_proj_fp8) return forward_float8(x);
+bool SwiGLUMLPImpl::takes_input_amax() const { return tp::column_input_takes_amax(gate_up_fp8.get(), tp); }
+
+at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x, const at::Tensor& x_amax) {
+  if (gate_up_fp8 || down_proj_fp8) return forward_float8(x, x_amax);
   if (tiled()) {
     // The whole MLP a tile at a time (this rank's shard under tensor parallelism).
     SwiGLUMLPImpl* self = this;
@@ -440,15 +437,15 @@ at::Tensor SwiGLUMLPImpl::forward(const at::Tensor& x) {
 
 // FP8 layers: gate/up as one GEMM, SwiGLU between, down; each in FP8 or bf16
 // as set, column- and row-parallel under tensor parallelism.
-at::Tensor SwiGLUMLPImpl::forward_float8(const at::Tensor& x) {
+at::Tensor SwiGLUMLPImpl::forward_float8(const at::Tensor& x, const at::Tensor& x_amax) {
   const at::Tensor gate_up =
       gate_up_fp8 ? tp::column_parallel_float8_linear(x, {gate_proj->weight, up_proj->weight}, at::Tensor(),
-                                                      *gate_up_fp8, tp)
+                                                      *gate_up_fp8, tp, x_amax)
                   : tp::through_region(x, tp, [&](const at::Tensor& in) {
                       return nn::linear_stacked(in, {gate_proj->weight, up_proj->weight});
                     });
   at::Tensor act_amax;
-  const at::Tensor act = nn::swiglu(gate_up, takes_input_amax(down_proj_fp8.get()) ? &act_amax : nullptr);
+  const at::Tensor act = nn::swiglu(gate_up, tp::row_input_takes_amax(down_proj_fp8.get()) ? &act_amax : nullptr);
   return down_proj_fp8
              ? tp::row_parallel_float8_linear(act, down_proj->weight, at::Tensor(), *down_proj_fp8, tp, act_amax)
              : tp::row_parallel_linear(act, down_proj->weight, at::Tensor(), tp);

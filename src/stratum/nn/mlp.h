@@ -68,7 +68,11 @@ class GeluMLPImpl : public torch::nn::Module {
   // (this rank's ffn_hidden / size of the inner width).
   GeluMLPImpl(int64_t hidden, int64_t ffn_hidden, double dropout, bool recompute_activation = false,
               tp::TensorParallel tp = {}, c10::Device device = c10::kCPU);
-  at::Tensor forward(const at::Tensor& x);
+  // x_amax (optional, only where takes_input_amax): max |x| from the kernel
+  // that wrote x (the norm before), for the first projection's FP8 cast.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& x_amax = at::Tensor());
+  // Whether the first projection's FP8 cast takes its input's amax (nn/tensor_parallel/float8_parallel_linear.h).
+  bool takes_input_amax() const;
   // Whether forward runs tiled (tile_tokens > 0 and no adapters or NF4 weights).
   bool tiled() const;
 
@@ -83,7 +87,7 @@ class GeluMLPImpl : public torch::nn::Module {
 
  private:
   at::Tensor forward_with_adapters(const at::Tensor& x);
-  at::Tensor forward_float8(const at::Tensor& x);
+  at::Tensor forward_float8(const at::Tensor& x, const at::Tensor& x_amax);
 };
 
 class SwiGLUMLPImpl : public torch::nn::Module {
@@ -91,7 +95,11 @@ class SwiGLUMLPImpl : public torch::nn::Module {
   // Under tensor parallelism gate and up are column parallel, down row parallel.
   SwiGLUMLPImpl(int64_t hidden, int64_t ffn_hidden, bool recompute_activation = false, tp::TensorParallel tp = {},
                 c10::Device device = c10::kCPU);
-  at::Tensor forward(const at::Tensor& x);
+  // x_amax (optional, only where takes_input_amax): max |x| from the kernel
+  // that wrote x (the norm before), for the first projection's FP8 cast.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& x_amax = at::Tensor());
+  // Whether the first projection's FP8 cast takes its input's amax (nn/tensor_parallel/float8_parallel_linear.h).
+  bool takes_input_amax() const;
   // Whether forward runs tiled (tile_tokens > 0 and no adapters or NF4 weights).
   bool tiled() const;
 
@@ -103,7 +111,7 @@ class SwiGLUMLPImpl : public torch::nn::Module {
   int64_t tile_tokens = 0;  // 0: untiled
 
  private:
-  at::Tensor forward_float8(const at::Tensor& x);
+  at::Tensor forward_float8(const at::Tensor& x, const at::Tensor& x_amax);
 };
 
 }  // namespace stratum::nn

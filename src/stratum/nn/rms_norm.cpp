@@ -1,10 +1,36 @@
 #include "stratum/nn/rms_norm.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include "stratum/nn/deferred_init.h"
+#include "stratum/nn/norm_forward.h"
 
 namespace stratum::nn {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// ATen's fused RMSNorm with the forward from the kernel that also takes max
+// |y| (nn/norm_forward.h); the backward is ATen's, from the same saved rstd.
+struct RMSNormWithAmax : torch::autograd::Function<RMSNormWithAmax> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps,
+                            at::Tensor* amax) {
+    NormForwardResult r = norm_forward_with_amax(x, weight, at::Tensor(), eps);
+    ctx->save_for_backward({x, weight, r.rstd});
+    *amax = r.amax;
+    return r.y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto [dx, dweight] = at::_fused_rms_norm_backward(grads[0].contiguous(), saved[0], {saved[0].size(-1)}, saved[2],
+                                                      saved[1], {ctx->needs_input_grad(0), ctx->needs_input_grad(1)});
+    return {dx, dweight, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps, c10::Device device) : torch::nn::Module("RMSNorm"), eps(eps) {
   // The meta device asks for a skeleton's weight (nn/deferred_init.h).
@@ -13,7 +39,12 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps, c10::Device device) : torch::n
                                                         : at::ones({dim}, options));
 }
 
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+at::Tensor RMSNormImpl::forward(const at::Tensor& x, at::Tensor* amax) {
+  if (amax) {
+    *amax = at::Tensor();
+    if (weight.scalar_type() == x.scalar_type() && norm_kernel_usable(x, weight, at::Tensor()))
+      return RMSNormWithAmax::apply(x, weight, eps, amax);
+  }
   // ATen's fused kernel on a GPU (one pass each way; the eager composition
   // took eight kernels and kept an fp32 copy of x for backward). It wants the
   // weight in the input's dtype, as the engine keeps them.

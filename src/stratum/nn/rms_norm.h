@@ -14,7 +14,10 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   // `device`: where the weight is made (meta: its shape only).
   RMSNormImpl(int64_t dim, double eps, c10::Device device = c10::kCPU);
-  at::Tensor forward(const at::Tensor& x);
+  // With `amax`: where the GPU kernel runs (nn/norm_forward.h), set to max
+  // |output| (fp32 0-dim) from the forward's own pass, for an FP8
+  // projection's tensorwise cast of the output; elsewhere undefined.
+  at::Tensor forward(const at::Tensor& x, at::Tensor* amax = nullptr);
 
   at::Tensor weight;  // [dim], ones at construction
   double eps;

@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <limits>
 #include <optional>
 
@@ -18,7 +19,10 @@
 #include "stratum/nn/float8/device_support.h"
 #include "stratum/nn/float8/float8_linear.h"
 #include "stratum/nn/float8/scaled_gemm.h"
+#include "stratum/nn/layer_norm.h"
 #include "stratum/nn/mlp.h"
+#include "stratum/nn/rms_norm.h"
+#include "stratum/nn/tensor_parallel/float8_parallel_linear.h"
 #include "flat_sink.h"
 
 namespace {
@@ -346,6 +350,96 @@ TEST(Float8LinearGpu, GelusAmaxFromItsOwnPassGivesTheSameLayer) {
   const at::Tensor dh = torch::autograd::grad({act}, {h}, {g})[0];
   EXPECT_TRUE(torch::equal(dh, at::gelu_backward(g, h.detach(), "tanh")));
   expect_known_amax_gives_the_same_layer("gpu.h.0.mlp.c_proj", act, amax, w0, dy);
+}
+
+// Within one bf16 rounding of the reference, elementwise: a kernel whose
+// statistics are summed in another order may round a value the other way.
+void expect_within_a_rounding(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  const at::Tensor g = got.to(torch::kFloat).cpu(), w = want.to(torch::kFloat).cpu();
+  const at::Tensor slack = w.abs() * std::ldexp(1.0, -7) + 1e-6;
+  EXPECT_TRUE(((g - w).abs() <= slack).all().item<bool>())
+      << what << ": largest difference " << (g - w).abs().max().item<float>();
+}
+
+// The kernel a norm runs when its output's amax is asked for (nn/norm_forward.h):
+// the output within a rounding of ATen's norm, the amax of what it stored bit
+// for bit, ATen's gradients from its saved statistics, and the FP8 layer fed
+// that amax the same as one taking its own. `norm(x, amax)` is the norm.
+template <typename Norm>
+void expect_norm_amax_matches(const std::string& layer, Norm norm, const at::Tensor& x_cpu) {
+  at::Tensor none = torch::ones({});
+  norm(x_cpu, &none);
+  EXPECT_FALSE(none.defined());  // no kernel on the CPU: no amax
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU of compute capability >= 8.9 (FP8 GEMMs)";
+  const at::Tensor x = x_cpu.cuda().requires_grad_(), x_ref = x_cpu.cuda().requires_grad_();
+  at::Tensor amax;
+  const at::Tensor y = norm(x, &amax);
+  ASSERT_TRUE(amax.defined());
+  const at::Tensor ref = norm(x_ref, nullptr);
+  expect_within_a_rounding(y, ref, layer + " output");
+  EXPECT_EQ(amax.item<float>(), y.abs().max().to(torch::kFloat).item<float>());
+  const at::Tensor g = torch::randn_like(y);
+  expect_within_a_rounding(torch::autograd::grad({y}, {x}, {g})[0], torch::autograd::grad({ref}, {x_ref}, {g})[0],
+                           layer + " input gradient");
+  const auto opts = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
+  expect_known_amax_gives_the_same_layer(layer, y.detach(), amax, torch::randn({384, x.size(-1)}, opts) * 0.05,
+                                         torch::randn({x.size(0), 384}, opts) * 1e-2);
+}
+
+// LLaMA's RMSNorms hand their output's amax to q/k/v's and gate/up's casts.
+TEST(Float8LinearGpu, RMSNormsAmaxFromItsOwnPassGivesTheSameLayer) {
+  torch::manual_seed(17);
+  stratum::nn::RMSNormImpl rms(512, 1e-5);
+  rms.weight = (torch::rand({512}) + 0.5).to(torch::kBFloat16);
+  auto norm = [&](const at::Tensor& x, at::Tensor* amax) {
+    if (rms.weight.device() != x.device()) rms.weight = rms.weight.to(x.device());
+    return rms.forward(x, amax);
+  };
+  expect_norm_amax_matches("gpu.layers.0.self_attn.qkv", norm, (torch::randn({256, 512}) * 3 + 1).to(torch::kBFloat16));
+}
+
+// GPT-2's LayerNorms (ln_1 alone, ln_2 after the residual add) hand theirs to c_attn's and c_fc's.
+TEST(Float8LinearGpu, LayerNormsAmaxFromItsOwnPassGivesTheSameLayer) {
+  torch::manual_seed(18);
+  at::Tensor w = (torch::rand({512}) + 0.5).to(torch::kBFloat16), b = (torch::randn({512}) * 0.1).to(torch::kBFloat16);
+  auto on = [](at::Tensor& t, const at::Tensor& x) {
+    if (t.device() != x.device()) t = t.to(x.device());
+  };
+  const at::Tensor x = (torch::randn({256, 512}) * 3 + 1).to(torch::kBFloat16);
+  expect_norm_amax_matches("gpu.h.0.attn.c_attn",
+                           [&](const at::Tensor& in, at::Tensor* amax) {
+                             on(w, in), on(b, in);
+                             return stratum::nn::layer_norm(in, w, b, 1e-5, amax);
+                           },
+                           x);
+  const at::Tensor branch = torch::randn({256, 512}).to(torch::kBFloat16);
+  expect_norm_amax_matches("gpu.h.0.mlp.c_fc",
+                           [&](const at::Tensor& in, at::Tensor* amax) {
+                             on(w, in), on(b, in);
+                             return stratum::nn::add_layer_norm(in, branch.to(in.device()), w, b, 1e-5, amax).second;
+                           },
+                           x);
+}
+
+// Which casts take their input's amax from the kernel before: tensorwise
+// only; a projection handed one it cannot take refuses, naming itself.
+TEST(Float8Linear, OnlyTensorwiseCastsTakeTheirInputsAmax) {
+  namespace tp = stratum::nn::tp;
+  auto cache = std::make_shared<WeightCache>();
+  Float8Projection tensorwise("model.layers.0.mlp.gate_up", tensorwise_recipe(), cache),
+      rowwise("model.layers.0.mlp.down_proj", rowwise_recipe(), cache);
+  EXPECT_TRUE(tp::row_input_takes_amax(&tensorwise));
+  EXPECT_TRUE(tp::column_input_takes_amax(&tensorwise, {}));
+  EXPECT_FALSE(tp::row_input_takes_amax(&rowwise));
+  EXPECT_FALSE(tp::column_input_takes_amax(&rowwise, {}));
+  EXPECT_FALSE(tp::row_input_takes_amax(nullptr));
+  const at::Tensor x = torch::randn({4, 64}).to(torch::kBFloat16), w = torch::randn({64, 64}).to(torch::kBFloat16);
+  try {
+    tp::column_parallel_float8_linear(x, {w}, at::Tensor(), rowwise, {}, x.abs().max().to(torch::kFloat));
+    FAIL() << "expected an error";
+  } catch (const stratum::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.0.mlp.down_proj"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Float8LinearGpu, NonFiniteAmaxReportedAtTheStepCheck) {

@@ -33,12 +33,22 @@ namespace stratum::nn::tp {
 // two or more.
 void share_float8_amax(float8::Float8Projection& projection, float8::SplitAxis axis, const TensorParallel& tp);
 
+// Whether the kernel that writes a projection's input (a norm, an
+// activation) should hand over the input's amax from its own pass, sparing
+// the cast its amax pass: the projection in FP8 with tensorwise scaling, and,
+// column-parallel, its input not gathered along the sequence (under sequence
+// parallelism each rank's kernel sees only its own rows).
+bool row_input_takes_amax(const float8::Float8Projection* projection);
+bool column_input_takes_amax(const float8::Float8Projection* projection, const TensorParallel& tp);
+
 // column_parallel_linear with y = x [W0; W1; ...]ᵀ + b in FP8: x enters the
 // region (gathered along the sequence under sequence parallelism; the
 // gathered copy is not kept: the FP8 GEMMs keep x's own FP8 copy).
+// x_amax (optional, only where column_input_takes_amax): max |x| from the
+// kernel that wrote x.
 at::Tensor column_parallel_float8_linear(const at::Tensor& x, const std::vector<at::Tensor>& weights,
                                          const at::Tensor& bias, float8::Float8Projection& projection,
-                                         const TensorParallel& tp);
+                                         const TensorParallel& tp, const at::Tensor& x_amax = at::Tensor());
 // row_parallel_linear in FP8: the partial products summed over the group
 // (reduce-scattered along the sequence under sequence parallelism), then
 // the bias; without a group, the bias inside the GEMM.
