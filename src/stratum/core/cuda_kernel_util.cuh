@@ -1,6 +1,6 @@
 #pragma once
 // What Stratum's memory-bound kernels share (nvcc only): N consecutive
-// elements moved as one aligned access, a block's largest value, and the
+// elements moved as one aligned access, a warp's sum, a block's largest value, and the
 // grid of a grid-stride loop capped at a multiple of the device's SM count
 // (queried once per device, not at every launch).
 #include <cuda_runtime_api.h>
@@ -23,6 +23,12 @@ __device__ __forceinline__ Elems<T, N> load(const T* p) {
 template <typename T, int N>
 __device__ __forceinline__ void store(T* p, const Elems<T, N>& e) {
   *reinterpret_cast<Elems<T, N>*>(p) = e;
+}
+
+// The sum of `v` over the warp, in every lane.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
 }
 
 // The block's largest `v` (every thread calls it; thread 0 holds the

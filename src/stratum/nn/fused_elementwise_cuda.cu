@@ -33,6 +33,7 @@ using cuda_detail::kPack;
 using cuda_detail::load;
 using cuda_detail::narrow_to;
 using cuda_detail::store;
+using cuda_detail::warp_sum;
 using cuda_detail::widen;
 
 constexpr int kThreads = 256;      // elementwise and row kernels
@@ -43,11 +44,6 @@ constexpr int kRowsPerBlock = 256; // column sums: rows one block sums
 constexpr int kRotaryThreads = 128;
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 #define STRATUM_GRID_STRIDE(i, total)                                                           \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (total); \

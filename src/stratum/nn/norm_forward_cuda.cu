@@ -21,15 +21,11 @@ using cuda_detail::kPack;
 using cuda_detail::load;
 using cuda_detail::narrow_to;
 using cuda_detail::store;
+using cuda_detail::warp_sum;
 using cuda_detail::widen;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 // kLayer: LayerNorm (centred, with beta); else RMSNorm. The output is
 // gamma * (rstd * (x - mean)) + beta in fp32, ATen's order, rounded once.
