@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
+#include <vector>
+
 #include "stratum/core/error.h"
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include "stratum/nn/kernel_launch.h"

@@ -16,9 +16,10 @@ namespace stratum::nn::cuda {
 
 using stratum::cuda::Dtype;
 
-// y[r] = (x[r] - mean[r]) * rstd[r] * gamma + beta. With `beta`: LayerNorm
-// (mean written; rstd = 1 / sqrt(biased variance + eps)). Without: RMSNorm
-// (mean 0 and not written; rstd = 1 / sqrt(mean(x^2) + eps)). x and y
+// y[r] = gamma * (rstd[r] * (x[r] - mean[r])) + beta in fp32 (ATen's order).
+// With `beta`: LayerNorm (mean written; rstd = 1 / sqrt(biased variance +
+// eps)). Without: RMSNorm (mean 0 and not written; rstd = 1 / sqrt(mean(x^2)
+// + eps)). x and y
 // contiguous [rows, cols]; gamma and beta [cols] in x's dtype; mean and rstd
 // fp32 [rows]. With `amax` (a zeroed fp32 on the device): max |y| over the
 // stored (rounded) values, NaN above Inf.

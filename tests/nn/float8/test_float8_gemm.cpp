@@ -363,10 +363,12 @@ void expect_within_a_rounding(const at::Tensor& got, const at::Tensor& want, con
 
 // The kernel a norm runs when its output's amax is asked for (nn/norm_forward.h):
 // the output within a rounding of ATen's norm, the amax of what it stored bit
-// for bit, ATen's gradients from its saved statistics, and the FP8 layer fed
-// that amax the same as one taking its own. `norm(x, amax)` is the norm.
+// for bit, ATen's gradients from its saved statistics, and (with
+// `fp8_layer`) the FP8 layer fed that amax the same as one taking its own.
+// `norm(x, amax)` is the norm; x [..., C] (statistics of any leading shape).
 template <typename Norm>
-void expect_norm_amax_matches(const std::string& layer, Norm norm, const at::Tensor& x_cpu) {
+void expect_norm_amax_matches(const std::string& layer, Norm norm, const at::Tensor& x_cpu, bool fp8_layer = true) {
+  SCOPED_TRACE(layer + " over " + c10::str(x_cpu.sizes()));
   at::Tensor none = torch::ones({});
   norm(x_cpu, &none);
   EXPECT_FALSE(none.defined());  // no kernel on the CPU: no amax
@@ -381,21 +383,39 @@ void expect_norm_amax_matches(const std::string& layer, Norm norm, const at::Ten
   const at::Tensor g = torch::randn_like(y);
   expect_within_a_rounding(torch::autograd::grad({y}, {x}, {g})[0], torch::autograd::grad({ref}, {x_ref}, {g})[0],
                            layer + " input gradient");
+  if (!fp8_layer) return;
+  const int64_t c = x.size(-1), rows = x.numel() / c;
   const auto opts = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
-  expect_known_amax_gives_the_same_layer(layer, y.detach(), amax, torch::randn({384, x.size(-1)}, opts) * 0.05,
-                                         torch::randn({x.size(0), 384}, opts) * 1e-2);
+  expect_known_amax_gives_the_same_layer(layer, y.detach().reshape({rows, c}), amax, torch::randn({384, c}, opts) * 0.05,
+                                         torch::randn({rows, 384}, opts) * 1e-2);
+}
+
+// An RMSNorm of width `dim` as expect_norm_amax_matches calls it.
+auto rms_norm_of(int64_t dim) {
+  auto rms = std::make_shared<stratum::nn::RMSNormImpl>(dim, 1e-5);
+  rms->weight = (torch::rand({dim}) + 0.5).to(torch::kBFloat16);
+  return [rms](const at::Tensor& x, at::Tensor* amax) {
+    if (rms->weight.device() != x.device()) rms->weight = rms->weight.to(x.device());
+    return rms->forward(x, amax);
+  };
 }
 
 // LLaMA's RMSNorms hand their output's amax to q/k/v's and gate/up's casts.
+// 40,000 rows: more than one pass of the kernel's grid over the rows; a
+// width of 100: one element an access; a NaN gives a NaN amax (named at the
+// step's check).
 TEST(Float8LinearGpu, RMSNormsAmaxFromItsOwnPassGivesTheSameLayer) {
   torch::manual_seed(17);
-  stratum::nn::RMSNormImpl rms(512, 1e-5);
-  rms.weight = (torch::rand({512}) + 0.5).to(torch::kBFloat16);
-  auto norm = [&](const at::Tensor& x, at::Tensor* amax) {
-    if (rms.weight.device() != x.device()) rms.weight = rms.weight.to(x.device());
-    return rms.forward(x, amax);
-  };
-  expect_norm_amax_matches("gpu.layers.0.self_attn.qkv", norm, (torch::randn({256, 512}) * 3 + 1).to(torch::kBFloat16));
+  expect_norm_amax_matches("gpu.layers.0.self_attn.qkv", rms_norm_of(512),
+                           (torch::randn({8, 5000, 512}) * 3 + 1).to(torch::kBFloat16));
+  expect_norm_amax_matches("gpu.layers.0.unaligned", rms_norm_of(100),
+                           (torch::randn({3, 1000, 100}) * 3).to(torch::kBFloat16), /*fp8_layer=*/false);
+  if (!torch::cuda::is_available()) return;
+  at::Tensor x = torch::randn({64, 512}, torch::dtype(torch::kBFloat16).device(torch::kCUDA));
+  x[3][7] = std::numeric_limits<float>::quiet_NaN();
+  at::Tensor amax;
+  rms_norm_of(512)(x, &amax);
+  EXPECT_TRUE(std::isnan(amax.item<float>()));
 }
 
 // GPT-2's LayerNorms (ln_1 alone, ln_2 after the residual add) hand theirs to c_attn's and c_fc's.
@@ -405,14 +425,14 @@ TEST(Float8LinearGpu, LayerNormsAmaxFromItsOwnPassGivesTheSameLayer) {
   auto on = [](at::Tensor& t, const at::Tensor& x) {
     if (t.device() != x.device()) t = t.to(x.device());
   };
-  const at::Tensor x = (torch::randn({256, 512}) * 3 + 1).to(torch::kBFloat16);
+  const at::Tensor x = (torch::randn({4, 10000, 512}) * 3 + 1).to(torch::kBFloat16);
   expect_norm_amax_matches("gpu.h.0.attn.c_attn",
                            [&](const at::Tensor& in, at::Tensor* amax) {
                              on(w, in), on(b, in);
                              return stratum::nn::layer_norm(in, w, b, 1e-5, amax);
                            },
                            x);
-  const at::Tensor branch = torch::randn({256, 512}).to(torch::kBFloat16);
+  const at::Tensor branch = torch::randn({4, 10000, 512}).to(torch::kBFloat16);
   expect_norm_amax_matches("gpu.h.0.mlp.c_fc",
                            [&](const at::Tensor& in, at::Tensor* amax) {
                              on(w, in), on(b, in);
