@@ -11,6 +11,8 @@
 //   stratum-estimate --model gpt2-1.3b --num_gpus 8 --pp 4 --micro-batches 8
 //   stratum-estimate --model llama-8b --num_gpus 8 --tp 4 --sequence-parallel --seq 8192
 //   stratum-estimate --model llama-8b --num_gpus 8 --cp 8 --cp-method ring --seq 131072 --checkpointing
+//   stratum-estimate --model llama-8b --seq 262144 --checkpointing --cpu-checkpointing \
+//     --set tiled_mlp_tokens=8192 --set tiled_loss_tokens=8192
 //   stratum-estimate --plan --model llama-8b --num_gpus 8 --gpu h200 --seq 131072 --global-batch 8
 //   stratum-estimate --plan --model gpt3-175b --nodes 8 --gpus-per-node 8 --gpu a100-80gb --seq 2048 --global-batch 1536
 #include <CLI/CLI.hpp>
@@ -53,6 +55,9 @@ int main(int argc, char** argv) {
       app.add_option("--micro-batch", in.micro_batch, "micro-batch per GPU (activations)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--seq", in.seq_len, "sequence length (activations)")->check(CLI::Range(1, 1 << 24));
   auto* checkpointing = app.add_flag("--checkpointing", in.activation_checkpointing, "activation checkpointing on");
+  auto* cpu_checkpointing =
+      app.add_flag("--cpu-checkpointing", in.cpu_checkpointing,
+                   "with --checkpointing: the checkpointed inputs in pinned host memory (cpu_checkpointing)");
   auto* fp32_flag = app.add_flag("--fp32", fp32, "fp32 training (default: bf16/fp16 with fp32 masters)");
   auto* pp = app.add_option("--pp", in.pipeline_stages, "pipeline stages (dividing the GPUs; needs --model)")
                  ->check(CLI::Range(1, 1 << 16));
@@ -150,6 +155,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (model.empty() == (params <= 0)) throw stratum::Error("give exactly one of --params and --model");
+    if (cpu_checkpointing->count() && !plan && !in.activation_checkpointing)
+      throw stratum::Error("--cpu-checkpointing keeps the checkpointed inputs on the host: it needs --checkpointing");
     std::optional<stratum::models::ModelConfig> mc;
     if (!model.empty()) {
       std::vector<std::pair<std::string, std::string>> kv;

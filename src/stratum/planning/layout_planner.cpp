@@ -364,11 +364,13 @@ LayoutEstimate finish(const PlanRequest& r, const Layout& l, const Shared& share
       e.time.offload = std::max(e.time.offload, off);
     }
   }
-  // The host: GPU k holds stage k / (dp·tp); a node's host the offloaded states of its GPUs.
+  // The host: GPU k holds stage k / (dp·tp); a node's host the offloaded
+  // states of its GPUs, and under cpu_checkpointing their blocks' checkpointed inputs.
+  const double host_checkpoints = estimate_host_checkpoint_bytes(input_for(r, l)) / static_cast<double>(l.pp);
   for (int64_t node = 0; node < r.shape.nodes; ++node) {
     double host = 0;
     for (int64_t k = node * g; k < (node + 1) * g; ++k)
-      host += rows[static_cast<size_t>(k / (d * t))].cpu_bytes_per_node / static_cast<double>(g);
+      host += rows[static_cast<size_t>(k / (d * t))].cpu_bytes_per_node / static_cast<double>(g) + host_checkpoints;
     e.host_bytes_per_node = std::max(e.host_bytes_per_node, host);
   }
   e.time.total = e.time.pipeline + e.time.data_parallel + e.time.offload;

@@ -79,6 +79,20 @@ RankHeads rank_heads(const EstimateInput& in) {
   return r;
 }
 
+bool mlp_tiled(const EstimateInput& in) { return in.tiled_mlp_tokens > 0 && in.experts == 0; }
+
+// A tiled MLP's one tile in flight (ModelConfig::tiled_mlp_tokens): its
+// pre-activation (gated: gate and up) and activation output, and in backward
+// their gradients, for the tile's tokens on this rank's FFN columns.
+double mlp_tile_bytes(const EstimateInput& in) {
+  if (!mlp_tiled(in) || in.hidden <= 0) return 0.0;
+  const double tokens = held_tokens(in) * static_cast<double>(in.micro_batch);
+  const double tile = std::min(tokens, static_cast<double>(in.tiled_mlp_tokens));
+  const double ffn = in.ffn > 0 ? static_cast<double>(in.ffn) : 4.0 * static_cast<double>(in.hidden);
+  const double t = static_cast<double>(std::max<int64_t>(1, in.tensor_parallel));
+  return 2.0 * static_cast<double>(in.param_bytes) * tile * (in.gated_mlp ? 3.0 : 2.0) * ffn / t;
+}
+
 // Activation bytes one block keeps for a micro-batch (no checkpointing), on
 // one rank of a tensor-parallel group of t, for the tokens the rank holds
 // (a context-parallel rank: its part of the sequence).
@@ -101,7 +115,8 @@ double block_activation_bytes(const EstimateInput& in) {
   const double head_dim = in.heads > 0 ? h / static_cast<double>(in.heads) : h;
   const double kv = in.heads > 0 ? head_dim * static_cast<double>(kv_heads % t == 0 ? kv_heads / t : 1) : h / t;
   const double ffn = in.ffn > 0 ? static_cast<double>(in.ffn) : 4.0 * h;
-  const double mlp = (in.gated_mlp ? 2.0 : 1.0) + (in.mlp_activation_recomputed ? 0.0 : 1.0);
+  // A tiled MLP keeps nothing of its own (each tile recomputed in backward; mlp_tile_bytes).
+  const double mlp = mlp_tiled(in) ? 0.0 : (in.gated_mlp ? 2.0 : 1.0) + (in.mlp_activation_recomputed ? 0.0 : 1.0);
   const double norms = in.sequence_parallel ? 4.0 * h / t : 4.0 * h;
   // A mixture of experts keeps, per assignment (top_k a token), its gathered
   // row (h), gate and up (2 F), the SwiGLU output (F) and the expert's output
@@ -120,6 +135,36 @@ double block_activation_bytes(const EstimateInput& in) {
 // padded rows), unless measured otherwise.
 double loss_bytes_per_logit(const EstimateInput& in) {
   return in.loss_bytes_per_logit > 0 ? in.loss_bytes_per_logit : 2.0 * static_cast<double>(in.param_bytes);
+}
+
+// The LM head's logits (this rank's padded vocabulary columns) and what the
+// loss keeps for `tokens`: untiled, each logit at loss_bytes_per_logit until
+// the backward; tiled (ModelConfig::tiled_loss_tokens), a float a token (its
+// log-sum-exp) and, at the head's peak, one tile's logits (tiled_loss_peak).
+double loss_bytes(const EstimateInput& in, double tokens) {
+  if (in.vocab <= 0) return 0.0;
+  const double vocab = static_cast<double>(nn::tp::vocab_rows_per_rank(in.vocab, in.tensor_parallel));
+  if (in.tiled_loss_tokens <= 0) return tokens * vocab * loss_bytes_per_logit(in);
+  return 4.0 * tokens;
+}
+
+// A tiled loss's peak beside what it keeps (nn/tiled_lm_loss.cpp): forward, a
+// tile's 16-bit logits, their fp32 copy and log-sum-exp's fp32 temporary;
+// backward, a tile's fp32 softmax and its 16-bit gradient beside the head
+// weight's fp32 gradient sum. 0 untiled.
+double tiled_loss_peak(const EstimateInput& in, double tokens) {
+  if (in.vocab <= 0 || in.tiled_loss_tokens <= 0) return 0.0;
+  const double vocab = static_cast<double>(nn::tp::vocab_rows_per_rank(in.vocab, in.tensor_parallel));
+  const double tile = std::min(tokens, static_cast<double>(in.tiled_loss_tokens)), w = static_cast<double>(in.param_bytes);
+  return std::max(tile * vocab * (w + 8.0), tile * vocab * (w + 4.0) + vocab * static_cast<double>(in.hidden) * 4.0);
+}
+
+// Bytes of the checkpointed blocks' inputs (each block's input; a 1/t slice
+// under sequence parallelism) for `blocks` blocks.
+double checkpoint_bytes(const EstimateInput& in, double blocks) {
+  const double t = static_cast<double>(std::max<int64_t>(1, in.tensor_parallel));
+  return blocks * static_cast<double>(in.param_bytes) * held_tokens(in) * static_cast<double>(in.micro_batch) *
+         static_cast<double>(in.hidden) / (in.sequence_parallel ? t : 1.0);
 }
 
 }  // namespace
@@ -241,6 +286,8 @@ void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
   in.ffn = c.ffn_hidden;
   in.gated_mlp = c.llama_family();
   in.mlp_activation_recomputed = c.recompute_mlp_activation;
+  in.tiled_mlp_tokens = c.tiled_mlp_tokens;
+  in.tiled_loss_tokens = c.tiled_loss_tokens;
   in.vocab = c.vocab_size;
   if (c.is_moe()) {
     in.experts = c.num_experts;
@@ -286,17 +333,23 @@ void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
 
 double estimate_activation_bytes(const EstimateInput& in) {
   if (in.layers <= 0 || in.hidden <= 0) return 0.0;
-  const double s = held_tokens(in), b = static_cast<double>(in.micro_batch),
-               h = static_cast<double>(in.hidden), L = static_cast<double>(in.layers),
-               w = static_cast<double>(in.param_bytes);
-  const double t = static_cast<double>(std::max<int64_t>(1, in.tensor_parallel));
+  const double L = static_cast<double>(in.layers), tokens = held_tokens(in) * static_cast<double>(in.micro_batch);
   const double per_layer = block_activation_bytes(in);
-  // Checkpointed: each block's input (a 1/t slice under sequence parallelism) and one recomputed block.
-  const double inputs = L * w * s * b * h / (in.sequence_parallel ? t : 1.0);
-  const double layers = in.activation_checkpointing ? inputs + per_layer : L * per_layer;
-  // The loss: this rank's columns of the (padded) vocabulary.
-  const double vocab = in.vocab > 0 ? static_cast<double>(nn::tp::vocab_rows_per_rank(in.vocab, in.tensor_parallel)) : 0.0;
-  return layers + s * b * vocab * loss_bytes_per_logit(in);
+  // Checkpointed: each block's input (on the host under cpu_checkpointing),
+  // and in backward one recomputed block at a time.
+  const double kept = in.activation_checkpointing ? (in.cpu_checkpointing ? 0.0 : checkpoint_bytes(in, L)) : L * per_layer;
+  const double recomputed = (in.activation_checkpointing ? per_layer : 0.0) + mlp_tile_bytes(in);
+  // Untiled, the logits live from the head's forward through the backward of
+  // the last block: counted beside a recomputed block. Tiled, the head's
+  // tiles and a recomputed block come one after the other.
+  const double loss = loss_bytes(in, tokens);
+  if (in.tiled_loss_tokens <= 0 || in.vocab <= 0) return kept + recomputed + loss;
+  return kept + loss + std::max(recomputed, tiled_loss_peak(in, tokens));
+}
+
+double estimate_host_checkpoint_bytes(const EstimateInput& in) {
+  if (!in.activation_checkpointing || !in.cpu_checkpointing || in.layers <= 0 || in.hidden <= 0) return 0.0;
+  return checkpoint_bytes(in, static_cast<double>(in.layers));
 }
 
 namespace {
@@ -360,12 +413,22 @@ std::string format_estimate(const EstimateInput& in) {
   }
   const double act = estimate_activation_bytes(in);
   if (act > 0) {
-    std::snprintf(line, sizeof line, "  activations: %.2f GiB per GPU (micro-batch %lld, seq %lld%s, %s%s)\n", gib(act),
+    std::string how = in.activation_checkpointing ? "activation checkpointing" : "no checkpointing";
+    if (in.mlp_activation_recomputed) how += ", MLP activation recomputed";
+    if (mlp_tiled(in)) how += ", MLP tiled by " + std::to_string(in.tiled_mlp_tokens);
+    if (in.tiled_loss_tokens > 0 && in.vocab > 0) how += ", loss tiled by " + std::to_string(in.tiled_loss_tokens);
+    std::snprintf(line, sizeof line, "  activations: %.2f GiB per GPU (micro-batch %lld, seq %lld%s, %s)\n", gib(act),
                   (long long)in.micro_batch, (long long)in.seq_len,
                   in.context_parallel > 1 ? (" / cp " + std::to_string(in.context_parallel)).c_str() : "",
-                  in.activation_checkpointing ? "activation checkpointing" : "no checkpointing",
-                  in.mlp_activation_recomputed ? ", MLP activation recomputed" : "");
+                  how.c_str());
     out += line;
+    if (const double host = estimate_host_checkpoint_bytes(in); host > 0) {
+      std::snprintf(line, sizeof line,
+                    "  checkpointed block inputs in host memory (cpu_checkpointing): %.2f GiB per GPU, %.2f GiB "
+                    "per node beside the offloaded states\n",
+                    gib(host), gib(host * static_cast<double>(in.gpus_per_node)));
+      out += line;
+    }
   }
   return out;
 }
@@ -415,16 +478,19 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
   const pipeline::Simulation sim = pipeline::simulate(schedule);
 
   const double s = held_tokens(in), b = static_cast<double>(in.micro_batch), w = static_cast<double>(in.param_bytes);
-  const double block = block_activation_bytes(in);
-  // Checkpointing keeps each block's input and recomputes one block at a time in backward.
-  const double kept_per_block = in.activation_checkpointing
-                                    ? w * s * b * static_cast<double>(in.hidden) / (in.sequence_parallel ? t : 1)
-                                    : block;
+  // A tiled MLP's tile in flight rides on the block being run.
+  const double block = block_activation_bytes(in) + mlp_tile_bytes(in);
+  // Checkpointing keeps each block's input (on the host under
+  // cpu_checkpointing) and recomputes one block at a time in backward.
+  const double kept_per_block =
+      in.activation_checkpointing ? (in.cpu_checkpointing ? 0.0 : checkpoint_bytes(in, 1.0)) : block;
   // The last virtual stage keeps its logits (a rank's padded columns under TP)
-  // from forward to its backward, which adds their gradient.
+  // from forward to its backward, which adds their gradient; a tiled loss
+  // keeps a float a token and holds one tile's logits in backward.
   const double vocab = static_cast<double>(nn::tp::vocab_rows_per_rank(in.vocab, t));
   const double logits = s * b * vocab;
-  const double logits_kept = w * logits, loss_extra = (loss_bytes_per_logit(in) - w) * logits;
+  const double logits_kept = in.tiled_loss_tokens > 0 ? 4.0 * s * b : w * logits,
+               loss_extra = in.tiled_loss_tokens > 0 ? tiled_loss_peak(in, s * b) : loss_bytes(in, s * b) - logits_kept;
   auto blocks_in = [&](int64_t part) {
     const int64_t first = std::max<int64_t>(static_cast<int64_t>(cut.begin(part)), 1),
                   end = std::min<int64_t>(static_cast<int64_t>(cut.end(part)), in.layers + 1);

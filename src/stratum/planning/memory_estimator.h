@@ -75,6 +75,14 @@ struct EstimateInput {
   // sequence for heads by all-to-all (context_parallel_ulysses_size below).
   int64_t context_parallel = 1;
   int64_t context_ulysses = 1;
+  // Long sequences (ModelConfig's fields, set_model_shape): the dense MLP run
+  // over tiles of this many of a micro-batch's tokens, keeping none of its
+  // intermediates between forward and backward; the LM head and loss fused
+  // over tiles, keeping a float a token and no logits (0: untiled).
+  int64_t tiled_mlp_tokens = 0, tiled_loss_tokens = 0;
+  // activation_checkpointing.cpu_checkpointing: the checkpointed blocks'
+  // inputs kept in pinned host memory rather than on the GPU.
+  bool cpu_checkpointing = false;
 };
 
 // Context parallelism's methods (the config's context_parallel.method): ring
@@ -143,8 +151,12 @@ struct StateEstimate {
 std::vector<StateEstimate> estimate_model_states(const EstimateInput& in);
 // Activation bytes per GPU for one micro-batch at peak (forward done, backward starting),
 // including the logits and what the loss keeps, for the seq_len / context_parallel
-// tokens a GPU holds. 0 when the shape is unknown.
+// tokens a GPU holds. 0 when the shape is unknown. Under cpu_checkpointing
+// the checkpointed inputs are not counted: they are host memory (below).
 double estimate_activation_bytes(const EstimateInput& in);
+// Pinned host bytes one GPU's checkpointed block inputs take under
+// cpu_checkpointing (with activation checkpointing); 0 otherwise.
+double estimate_host_checkpoint_bytes(const EstimateInput& in);
 // Today's table (pipeline_stages ignored: the whole model on every GPU).
 std::string format_estimate(const EstimateInput& in);
 

@@ -98,6 +98,7 @@ void apply_plan_config(PlanRequest& r, const std::string& path) {
   if (c.activation_checkpointing.enabled || c.pipeline.activation_checkpoint_interval > 0)
     fix(fx.checkpointing, true, path,
         c.activation_checkpointing.enabled ? "activation_checkpointing" : "pipeline.activation_checkpoint_interval", "on");
+  r.shape.cpu_checkpointing = r.shape.cpu_checkpointing || c.activation_checkpointing.cpu_checkpointing;
 }
 
 double parse_byte_size(const std::string& text, const std::string& what) {

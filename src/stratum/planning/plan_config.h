@@ -14,7 +14,8 @@ namespace stratum::planning {
 // stages, schedule and chunks, the tensor-parallel size and sequence
 // parallelism, the expert-parallel size, context parallelism (its size, method
 // and Ulysses size), and activation checkpointing (its section, or
-// pipeline.activation_checkpoint_interval). Throws ConfigError for an invalid
+// pipeline.activation_checkpoint_interval; its cpu_checkpointing puts the
+// checkpointed inputs in host memory). Throws ConfigError for an invalid
 // config and Error naming the key when it contradicts a choice already fixed
 // (the command line's) or asks for what the plan does not model (a topology
 // order other than tp-dp-pp).
