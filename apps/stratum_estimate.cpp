@@ -13,6 +13,8 @@
 //   stratum-estimate --model llama-8b --num_gpus 8 --cp 8 --cp-method ring --seq 131072 --checkpointing
 //   stratum-estimate --model llama-8b --seq 262144 --checkpointing --cpu-checkpointing \
 //     --set tiled_mlp_tokens=8192 --set tiled_loss_tokens=8192
+//   stratum-estimate --model llama-8b --longest --gpu h200 --host-memory 128GiB --checkpointing \
+//     --set tiled_mlp_tokens=8192 --set tiled_loss_tokens=8192
 //   stratum-estimate --plan --model llama-8b --num_gpus 8 --gpu h200 --seq 131072 --global-batch 8
 //   stratum-estimate --plan --model gpt3-175b --nodes 8 --gpus-per-node 8 --gpu a100-80gb --seq 2048 --global-batch 1536
 #include <CLI/CLI.hpp>
@@ -100,19 +102,29 @@ int main(int argc, char** argv) {
   int64_t global_batch = 0;
   size_t rows = 10;
   double peak_tflops = 0, mfu = 0, node_gbps = 0, network_gbps = 0, host_link_gbps = 0, host_updates = 0, margin = -1;
+  bool longest = false;
   app.add_flag("--plan", plan,
                "list the layouts that fit, fastest first (needs --global-batch or a config's train_batch_size)");
-  // The planner's own options: refused without --plan rather than ignored.
-  std::vector<CLI::Option*> plan_only;
+  app.add_flag("--longest", longest,
+               "the longest sequence each ZeRO stage and offload choice fits in (--gpu or --gpu-memory, "
+               "--host-memory, --memory-margin; needs --model)");
+  // The planner's own options: refused without --plan rather than ignored
+  // (the memory ones also serve --longest).
+  std::vector<CLI::Option*> plan_only, plan_or_longest;
   auto plan_option = [&](const char* name, auto& value, const std::string& help) {
     CLI::Option* o = app.add_option(name, value, "--plan: " + help);
     plan_only.push_back(o);
     return o;
   };
-  plan_option("--gpu", gpu, "the GPU's figures: a100-40gb, a100-80gb (default), h100, h200")
+  auto memory_option = [&](const char* name, auto& value, const std::string& help) {
+    CLI::Option* o = app.add_option(name, value, "--plan, --longest: " + help);
+    plan_or_longest.push_back(o);
+    return o;
+  };
+  memory_option("--gpu", gpu, "the GPU's figures: a100-40gb, a100-80gb (default), h100, h200")
       ->check(CLI::IsMember(stratum::planning::hardware_names()));
-  plan_option("--gpu-memory", gpu_memory, "memory a GPU, e.g. 80GiB (default: --gpu's)");
-  plan_option("--host-memory", host_memory, "host memory a node for offloaded states, e.g. 1TiB (default: not checked)");
+  memory_option("--gpu-memory", gpu_memory, "memory a GPU, e.g. 80GiB (default: --gpu's)");
+  memory_option("--host-memory", host_memory, "host memory a node for offloaded states, e.g. 1TiB (default: not checked)");
   plan_option("--global-batch", global_batch, "sequences a step (train_batch_size)")->check(CLI::Range(1, 1 << 30));
   plan_option("--config", config_path,
               "a ds_config.json; it fixes what it says (precision, gradient dtype, stage, offload, batch, pipeline, "
@@ -131,7 +143,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.001, 1e5));
   plan_option("--host-updates", host_updates, "host optimizer parameter updates a second a node (default 1e10)")
       ->check(CLI::Range(1.0, 1e15));
-  plan_option("--memory-margin", margin, "fraction of GPU memory kept free of the estimate (default 0.10)")
+  memory_option("--memory-margin", margin, "fraction of GPU memory kept free of the estimate (default 0.10)")
       ->check(CLI::Range(0.0, 0.9));
   plan_option("--rows", rows, "layouts listed (default 10)")->check(CLI::Range(1, 100000));
   bool no_checkpointing = false;
@@ -148,6 +160,15 @@ int main(int argc, char** argv) {
       std::cerr << "stratum-estimate: error: " << o->get_name() << " needs --plan (it sets the layout planner's input)\n";
       return 2;
     }
+  for (const CLI::Option* o : plan_or_longest)
+    if (!plan && !longest && o->count()) {
+      std::cerr << "stratum-estimate: error: " << o->get_name() << " needs --plan or --longest\n";
+      return 2;
+    }
+  if (plan && longest) {
+    std::cerr << "stratum-estimate: error: --plan and --longest: give one\n";
+    return 2;
+  }
   if (params > 0 && largest_layer > params) {
     std::cerr << "stratum-estimate: error: --largest-layer " << largest_layer << " is more than --params " << params
               << "\n";
@@ -284,7 +305,18 @@ int main(int argc, char** argv) {
       if (model.empty())
         throw stratum::Error("--pp " + std::to_string(in.pipeline_stages) +
                              " needs --model: a pipeline splits the model's layers");
+      if (longest) throw stratum::Error("--longest is for one pipeline stage: leave out --pp");
       std::cout << stratum::planning::format_pipeline_estimate(in, zero);
+      return 0;
+    }
+    if (longest) {
+      if (!mc) throw stratum::Error("--longest needs --model: the activations follow the model's shape");
+      const stratum::planning::Hardware h = stratum::planning::hardware_preset(gpu);
+      const double gpu_bytes =
+          gpu_memory.empty() ? h.gpu_memory : stratum::planning::parse_byte_size(gpu_memory, "--gpu-memory");
+      const double host_bytes = host_memory.empty() ? 0.0 : stratum::planning::parse_byte_size(host_memory, "--host-memory");
+      std::cout << stratum::planning::format_longest(in, (1.0 - (margin >= 0 ? margin : h.memory_margin)) * gpu_bytes,
+                                                     host_bytes);
       return 0;
     }
     std::cout << stratum::planning::format_estimate(in);

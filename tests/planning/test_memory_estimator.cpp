@@ -742,3 +742,68 @@ TEST(MemoryEstimator, ProgramPrintsTheHostCheckpoints) {
             std::string::npos)
       << out;
 }
+
+// The longest sequence a choice fits in: it fits and one step more does not,
+// the host's limit binds when the checkpoints go there, and a choice whose
+// states alone overflow fits none.
+TEST(MemoryEstimator, LongestSequenceIsTheLastThatFits) {
+  const double gib = double(1ull << 30), gpu = 126 * gib, host = 128 * gib;
+  EstimateInput in = long_llama_1b(1024, 1);
+  in.cpu_checkpointing = false;
+  const int64_t on_gpu = longest_sequence(in, 3, true, false, gpu, host);
+  ASSERT_GT(on_gpu, 0);
+  EXPECT_EQ(on_gpu % 1024, 0);
+  auto gpu_bytes = [&](const EstimateInput& e, int64_t seq) {
+    EstimateInput at = e;
+    at.seq_len = seq;
+    return find(estimate_model_states(at), 3, true, false).gpu_bytes + estimate_activation_bytes(at);
+  };
+  EXPECT_LE(gpu_bytes(in, on_gpu), gpu);
+  EXPECT_GT(gpu_bytes(in, on_gpu + 1024), gpu);
+  // The checkpoints on the host: longer, until the host's 128 GiB bind.
+  EstimateInput hosted = in;
+  hosted.cpu_checkpointing = true;
+  const int64_t on_host = longest_sequence(hosted, 3, true, false, gpu, host);
+  EXPECT_GT(on_host, on_gpu);
+  hosted.seq_len = on_host + 1024;
+  EXPECT_GT(find(estimate_model_states(hosted), 3, true, false).cpu_bytes_per_node +
+                estimate_host_checkpoint_bytes(hosted),
+            host);
+  EXPECT_GT(longest_sequence(hosted, 3, true, false, gpu, 0), on_host);  // no host limit
+  // llama-8b's states without offload (120 GiB) leave an 80 GiB GPU nothing.
+  EXPECT_EQ(longest_sequence(llama_8b(1024, 1, 1), 0, false, false, 80 * gib, 0), 0);
+  // Context parallelism: a multiple of 1024 x cp, each GPU holding its part.
+  EstimateInput cp2 = in;
+  cp2.context_parallel = cp2.gpus_per_node = 2;
+  const int64_t split = longest_sequence(cp2, 3, true, false, gpu, 0);
+  EXPECT_EQ(split % 2048, 0);
+  EXPECT_GT(split, on_gpu);
+}
+
+TEST(MemoryEstimator, ProgramPrintsTheLongestSequences) {
+  auto run = [](const std::string& flags, int* status) {
+    FILE* p = ::popen((std::string(STRATUM_BIN_DIR) + "/stratum-estimate " + flags + " 2>&1").c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    *status = WEXITSTATUS(::pclose(p));
+    return out;
+  };
+  int status = 0;
+  std::string out = run("--model llama-8b --longest --gpu h200 --host-memory 128GiB --checkpointing "
+                        "--set tiled_mlp_tokens=8192 --set tiled_loss_tokens=8192",
+                        &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("within 126.0 GiB a GPU and 128.0 GiB of host memory a node"), std::string::npos) << out;
+  EXPECT_NE(out.find("     3  cpu                cpu                none fits"), std::string::npos) << out;
+  for (const auto& [flags, error] : std::vector<std::pair<std::string, std::string>>{
+           {"--params 7e9 --longest", "--longest needs --model"},
+           {"--model llama-8b --gpu h200", "--gpu needs --plan or --longest"},
+           {"--model llama-8b --longest --plan --global-batch 8", "--plan and --longest: give one"},
+           {"--model llama-8b --longest --pp 2", "--longest is for one pipeline stage"}}) {
+    out = run(flags, &status);
+    EXPECT_EQ(status, 2) << flags << ": " << out;
+    EXPECT_NE(out.find(error), std::string::npos) << flags << ": " << out;
+  }
+}

@@ -435,6 +435,72 @@ std::string format_estimate(const EstimateInput& in) {
 
 namespace {
 
+// The row of `in`'s estimate for a stage and offload choice; throws Error if none.
+StateEstimate state_row(const EstimateInput& in, int stage, bool offload_optimizer, bool offload_param) {
+  for (const StateEstimate& e : estimate_model_states(in))
+    if (e.stage == stage && e.offload_optimizer == offload_optimizer && e.offload_param == offload_param) return e;
+  throw Error("no ZeRO-" + std::to_string(stage) + " row with offload_optimizer " +
+              (offload_optimizer ? "cpu" : "none") + ", offload_param " + (offload_param ? "cpu" : "none"));
+}
+
+struct Footprint {
+  double gpu = 0, host = 0;  // per GPU; per node
+};
+Footprint footprint(const EstimateInput& in, const StateEstimate& row) {
+  return {row.gpu_bytes + estimate_activation_bytes(in) + context_parallel_buffer_bytes(in),
+          row.cpu_bytes_per_node + estimate_host_checkpoint_bytes(in) * static_cast<double>(in.gpus_per_node)};
+}
+
+}  // namespace
+
+int64_t longest_sequence(EstimateInput in, int stage, bool offload_optimizer, bool offload_param, double gpu_limit,
+                         double host_limit) {
+  const int64_t step = 1024 * std::max<int64_t>(1, in.context_parallel), cap = int64_t{1} << 24;
+  const StateEstimate row = state_row(in, stage, offload_optimizer, offload_param);  // the states do not depend on it
+  auto fits = [&](int64_t seq) {
+    in.seq_len = seq;
+    const Footprint f = footprint(in, row);
+    return f.gpu <= gpu_limit && (host_limit <= 0 || f.host <= host_limit);
+  };
+  int64_t lo = 0, hi = cap / step;  // in steps: lo fits (0: nothing), hi + 1 does not
+  if (fits(hi * step)) return hi * step;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid * step) ? lo : hi) = mid;
+  }
+  return lo * step;
+}
+
+std::string format_longest(const EstimateInput& in, double gpu_limit, double host_limit) {
+  auto gib = [](double bytes) { return bytes / double(1ull << 30); };
+  char line[320], host[96] = "";
+  if (host_limit > 0) std::snprintf(host, sizeof host, " and %.1f GiB of host memory a node", gib(host_limit));
+  const std::string cp = in.context_parallel > 1 ? ", cp " + std::to_string(in.context_parallel) : "";
+  std::snprintf(line, sizeof line, "Longest sequence for %.3gB parameters (micro-batch %lld%s, %s) within %.1f GiB a GPU%s\n",
+                in.params / 1e9, (long long)in.micro_batch, cp.c_str(),
+                in.activation_checkpointing ? (in.cpu_checkpointing ? "checkpoints on the host" : "checkpointing")
+                                            : "no checkpointing",
+                gib(gpu_limit), host);
+  std::string out = line;
+  out += "  ZeRO  offload_optimizer  offload_param    longest seq   per GPU (GiB)   per node CPU (GiB)\n";
+  for (const StateEstimate& e : estimate_model_states(in)) {
+    EstimateInput at = in;
+    at.seq_len = longest_sequence(in, e.stage, e.offload_optimizer, e.offload_param, gpu_limit, host_limit);
+    const Footprint f = footprint(at, e);
+    if (at.seq_len == 0)
+      std::snprintf(line, sizeof line, "  %4d  %-17s  %-13s   %12s\n", e.stage, e.offload_optimizer ? "cpu" : "none",
+                    e.offload_param ? "cpu" : "none", "none fits");
+    else
+      std::snprintf(line, sizeof line, "  %4d  %-17s  %-13s   %12lld   %13.2f   %18.2f\n", e.stage,
+                    e.offload_optimizer ? "cpu" : "none", e.offload_param ? "cpu" : "none", (long long)at.seq_len,
+                    gib(f.gpu), gib(f.host));
+    out += line;
+  }
+  return out;
+}
+
+namespace {
+
 // "embedding, blocks 0-4" for layers [begin, end) of the stack: layer 0 the
 // embedding, 1..L the blocks, then the final norm and the head.
 std::string describe_layers(size_t begin, size_t end, int64_t blocks) {

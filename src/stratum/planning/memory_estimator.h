@@ -160,6 +160,17 @@ double estimate_host_checkpoint_bytes(const EstimateInput& in);
 // Today's table (pipeline_stages ignored: the whole model on every GPU).
 std::string format_estimate(const EstimateInput& in);
 
+// The longest sequence, a multiple of 1024 x context_parallel, that a ZeRO
+// stage and offload choice fits in: its model states, a micro-batch's
+// activations and context parallelism's buffers within `gpu_limit` bytes a
+// GPU, and the node's offloaded states and host checkpoints within
+// `host_limit` (<= 0: not checked). 0 when not even one such step fits;
+// in.seq_len is ignored. Capped at 2^24 tokens.
+int64_t longest_sequence(EstimateInput in, int stage, bool offload_optimizer, bool offload_param, double gpu_limit,
+                         double host_limit);
+// The table of longest_sequence for every stage and offload choice.
+std::string format_longest(const EstimateInput& in, double gpu_limit, double host_limit);
+
 struct StageEstimate {
   int stage = 0;
   std::string layers;   // "embedding, blocks 0-4"; an interleaved stage's chunks joined by " | "
