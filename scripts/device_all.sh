@@ -16,6 +16,7 @@ targets="stratum-train stratum-run stratum-estimate bench_engine bench_moe_gemm 
 all=(
   "build=600=build:set -o pipefail; bash scripts/device_build.sh --only-build --targets '$targets' | grep -vE '^\[[0-9]+/[0-9]+\] '"
   "fp8_tests=150=bash scripts/device_fp8_tests.sh"
+  "fp8_gpu_cases=60=QUICK=1 bash scripts/device_fp8_tests.sh"
   "fp8_layouts=150=bash scripts/device_fp8_layouts.sh"
   "fp8_profile=120=bash scripts/device_fp8_profile.sh"
   "moe_gemm=60=PARTS=3 bash scripts/device_moe.sh"
