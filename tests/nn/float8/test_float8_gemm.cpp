@@ -239,10 +239,10 @@ TEST(Float8LinearGpu, ForwardAndBothGradientsNearFp32OnTheGpu) {
   const at::Tensor x = torch::randn({4, 128, 512}).to(torch::kBFloat16), w = (torch::randn({768, 512}) * 0.05).to(torch::kBFloat16),
                    b = torch::randn({768}).to(torch::kBFloat16), dy = (torch::randn({4, 128, 768}) * 1e-3).to(torch::kBFloat16);
   const Grads want = run_layer(x.to(torch::kFloat), w.to(torch::kFloat), b.to(torch::kFloat), dy.to(torch::kFloat), nullptr);
-  const bool hopper = unsupported_reason(torch::kCUDA, /*blockwise=*/true).empty();
-  std::vector<Recipe> recipes{tensorwise_recipe(), rowwise_recipe()};
-  if (hopper) recipes.push_back(blockwise_recipe());  // cuBLASLt's block scales: Hopper only
-  for (const Recipe& r : recipes) {
+  // Blockwise is not here: on an H200 (torch 2.11) its dx through cuBLASLt's
+  // 1x128 x 128x128 product was 170x off fp32 while y and dW were near it;
+  // the engine refuses it on a GPU (Float8Engine.BlockwiseIsRefusedOnAGpu).
+  for (const Recipe& r : {tensorwise_recipe(), rowwise_recipe()}) {
     SCOPED_TRACE(recipe_name(r));
     auto cache = std::make_shared<WeightCache>();
     Float8Projection p("gpu.c_fc", r, cache);
