@@ -28,12 +28,9 @@ struct Float8GatherReport;
 
 namespace engine_detail {
 
-// For tests only: with this environment variable set to 1, FP8 training runs
-// on CPU ranks through the CPU's _scaled_mm (the same FP8 math, no speed), so
-// that its composition with the parallel layouts is tested under mpirun on
-// machines without a GPU. Read here alone; logged as a warning when used.
-inline constexpr const char* kFloat8CpuEmulation = "STRATUM_FP8_CPU_EMULATION";
-bool float8_cpu_emulation();
+// The tests' CPU emulation switch (config/sections.h); logged as a warning when used.
+using config::float8_cpu_emulation;
+using config::kFloat8CpuEmulation;
 
 // Throws ConfigError when config.fp8 is enabled and `device` cannot run it
 // (a CPU too, unless kFloat8CpuEmulation is 1).
