@@ -682,6 +682,17 @@ double gib_on_gpu(const EstimateInput& in) {
           context_parallel_buffer_bytes(in)) /
          double(1ull << 30);
 }
+
+// stratum-estimate's output (stdout and stderr) for `flags`, its exit status in *status.
+std::string run_estimate(const std::string& flags, int* status) {
+  FILE* p = ::popen((std::string(STRATUM_BIN_DIR) + "/stratum-estimate " + flags + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *status = WEXITSTATUS(::pclose(p));
+  return out;
+}
 }  // namespace
 
 // Long sequences: a tiled MLP keeps nothing of its own between forward and
@@ -720,23 +731,15 @@ TEST(MemoryEstimator, MatchesLongContextPeaksMeasuredOnH200) {
 }
 
 TEST(MemoryEstimator, ProgramPrintsTheHostCheckpoints) {
-  auto run = [](const std::string& flags, int* status) {
-    FILE* p = ::popen((std::string(STRATUM_BIN_DIR) + "/stratum-estimate " + flags + " 2>&1").c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    *status = WEXITSTATUS(::pclose(p));
-    return out;
-  };
   int status = 0;
-  std::string out = run("--model llama-8b --seq 262144 --checkpointing --cpu-checkpointing --set tiled_mlp_tokens=8192 "
-                        "--set tiled_loss_tokens=8192",
-                        &status);
+  std::string out = run_estimate(
+      "--model llama-8b --seq 262144 --checkpointing --cpu-checkpointing --set tiled_mlp_tokens=8192 "
+      "--set tiled_loss_tokens=8192",
+      &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("MLP tiled by 8192, loss tiled by 8192)"), std::string::npos) << out;
   EXPECT_NE(out.find("in host memory (cpu_checkpointing): 64.00 GiB per GPU"), std::string::npos) << out;
-  out = run("--model llama-8b --seq 262144 --cpu-checkpointing", &status);
+  out = run_estimate("--model llama-8b --seq 262144 --cpu-checkpointing", &status);
   EXPECT_EQ(status, 2) << out;
   EXPECT_NE(out.find("--cpu-checkpointing keeps the checkpointed inputs on the host: it needs --checkpointing"),
             std::string::npos)
@@ -781,19 +784,11 @@ TEST(MemoryEstimator, LongestSequenceIsTheLastThatFits) {
 }
 
 TEST(MemoryEstimator, ProgramPrintsTheLongestSequences) {
-  auto run = [](const std::string& flags, int* status) {
-    FILE* p = ::popen((std::string(STRATUM_BIN_DIR) + "/stratum-estimate " + flags + " 2>&1").c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    *status = WEXITSTATUS(::pclose(p));
-    return out;
-  };
   int status = 0;
-  std::string out = run("--model llama-8b --longest --gpu h200 --host-memory 128GiB --checkpointing "
-                        "--set tiled_mlp_tokens=8192 --set tiled_loss_tokens=8192",
-                        &status);
+  std::string out = run_estimate(
+      "--model llama-8b --longest --gpu h200 --host-memory 128GiB --checkpointing "
+      "--set tiled_mlp_tokens=8192 --set tiled_loss_tokens=8192",
+      &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("within 126.0 GiB a GPU and 128.0 GiB of host memory a node"), std::string::npos) << out;
   EXPECT_NE(out.find("     3  cpu                cpu                none fits"), std::string::npos) << out;
@@ -802,7 +797,7 @@ TEST(MemoryEstimator, ProgramPrintsTheLongestSequences) {
            {"--model llama-8b --gpu h200", "--gpu needs --plan or --longest"},
            {"--model llama-8b --longest --plan --global-batch 8", "--plan and --longest: give one"},
            {"--model llama-8b --longest --pp 2", "--longest is for one pipeline stage"}}) {
-    out = run(flags, &status);
+    out = run_estimate(flags, &status);
     EXPECT_EQ(status, 2) << flags << ": " << out;
     EXPECT_NE(out.find(error), std::string::npos) << flags << ": " << out;
   }
