@@ -42,7 +42,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps, c10::Device device) : torch::n
 at::Tensor RMSNormImpl::forward(const at::Tensor& x, at::Tensor* amax) {
   if (amax) {
     *amax = at::Tensor();
-    if (weight.scalar_type() == x.scalar_type() && norm_kernel_usable(x, weight, at::Tensor()))
+    if (norm_kernel_usable(x, weight, at::Tensor()))  // x and weight in one dtype among its checks
       return RMSNormWithAmax::apply(x, weight, eps, amax);
   }
   // ATen's fused kernel on a GPU (one pass each way; the eager composition
