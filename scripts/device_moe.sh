@@ -8,7 +8,7 @@
 #      losses within 1e-5 relative. The all-to-all's GPU path exercised.
 #   2. Throughput against transformers' own models: the scenarios
 #      1gpu-moe-mixtral and 1gpu-moe-qwen3 of bench/run_matrix.sh (Mixtral's
-#      shape at 4 layers, Qwen3-30B-A3B's at 8; seq 4096, micro-batch 1, bf16;
+#      shape at 2 layers, Qwen3-30B-A3B's at 4, to fit an H100; seq 4096, micro-batch 1, bf16;
 #      the grouped GEMM and a loop of per-expert GEMMs; bench/peers/moe_peers.py
 #      eager and compiled, from .pylib/: WHEELS=.whl/lora_b installs
 #      transformers first, scripts/device_lora_wheels.sh fills it). Their
