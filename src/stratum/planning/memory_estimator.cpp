@@ -130,6 +130,27 @@ double block_activation_bytes(const EstimateInput& in) {
   return w * s * b * per_token;
 }
 
+// Per token on this rank: the incoming gradient, the residual's and the
+// block's output, kept until its backward returns (3h; a 1/t slice under
+// sequence parallelism); the attention output's gradient and the query, key
+// and value gradients (2h + 2 kv, split as the activations); FlashAttention's
+// fp32 accumulator of the query gradient (4 bytes a query element); with
+// RoPE (LLaMA) the gradients of the unrotated query and key (h + kv); under
+// cpu_checkpointing the next block's input, brought back ahead (h). For
+// llama-1b that is 65 KiB a token with the saved activations, against the
+// 63.5 its backward measured at 256K and 512K on an H100 (docs/long_context.md).
+double block_backward_bytes(const EstimateInput& in) {
+  if (in.hidden <= 0) return 0.0;
+  const double s = held_tokens(in), b = static_cast<double>(in.micro_batch), h = static_cast<double>(in.hidden),
+               w = static_cast<double>(in.param_bytes), t = static_cast<double>(std::max<int64_t>(1, in.tensor_parallel));
+  const RankHeads r = rank_heads(in);
+  const double q = in.heads > 0 ? r.heads * r.head_dim : h / t, kv = in.heads > 0 ? r.kv * r.head_dim : h / t;
+  const double whole = (3.0 + (in.activation_checkpointing && in.cpu_checkpointing ? 1.0 : 0.0)) * h /
+                       (in.sequence_parallel ? t : 1.0);
+  const double split = 2.0 * q + 2.0 * kv + q * 4.0 / w + (in.gated_mlp ? q + kv : 0.0);
+  return w * s * b * (whole + split);
+}
+
 // Bytes a logit holds at the loss: the logits and their gradient in the
 // training dtype (the LM head reads the gradient in place, in the logits'
 // padded rows), unless measured otherwise.
@@ -338,13 +359,18 @@ double estimate_activation_bytes(const EstimateInput& in) {
   // Checkpointed: each block's input (on the host under cpu_checkpointing),
   // and in backward one recomputed block at a time.
   const double kept = in.activation_checkpointing ? (in.cpu_checkpointing ? 0.0 : checkpoint_bytes(in, L)) : L * per_layer;
-  const double recomputed = (in.activation_checkpointing ? per_layer : 0.0) + mlp_tile_bytes(in);
+  const double recomputed =
+      (in.activation_checkpointing ? per_layer : 0.0) + block_backward_bytes(in) + mlp_tile_bytes(in);
   // Untiled, the logits live from the head's forward through the backward of
   // the last block: counted beside a recomputed block. Tiled, the head's
   // tiles and a recomputed block come one after the other.
   const double loss = loss_bytes(in, tokens);
   if (in.tiled_loss_tokens <= 0 || in.vocab <= 0) return kept + recomputed + loss;
   return kept + loss + std::max(recomputed, tiled_loss_peak(in, tokens));
+}
+
+double estimate_block_backward_bytes(const EstimateInput& in) {
+  return in.layers > 0 ? block_backward_bytes(in) : 0.0;
 }
 
 double estimate_host_checkpoint_bytes(const EstimateInput& in) {
@@ -591,7 +617,8 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
         held += chunk_bytes + chunk_logits;
         e.activation_bytes = std::max(e.activation_bytes, held);
       } else if (a.op == pipeline::Op::backward || a.op == pipeline::Op::backward_input) {
-        const double recomputed = in.activation_checkpointing && blocks_in(part) > 0 ? block : 0.0;
+        const double recomputed =
+            blocks_in(part) > 0 ? (in.activation_checkpointing ? block : 0.0) + block_backward_bytes(in) : 0.0;
         e.activation_bytes =
             std::max(e.activation_bytes, held + recomputed + (part == parts - 1 ? loss_extra : 0.0));
         held -= chunk_logits + (a.op == pipeline::Op::backward ? chunk_bytes : 0.0);

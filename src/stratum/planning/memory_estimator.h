@@ -154,6 +154,10 @@ std::vector<StateEstimate> estimate_model_states(const EstimateInput& in);
 // tokens a GPU holds. 0 when the shape is unknown. Under cpu_checkpointing
 // the checkpointed inputs are not counted: they are host memory (below).
 double estimate_activation_bytes(const EstimateInput& in);
+// What one block's backward holds beside its saved activations (gradients,
+// FlashAttention's fp32 accumulator, the block's output; under
+// cpu_checkpointing the next block's input brought back): part of the above.
+double estimate_block_backward_bytes(const EstimateInput& in);
 // Pinned host bytes one GPU's checkpointed block inputs take under
 // cpu_checkpointing (with activation checkpointing); 0 otherwise.
 double estimate_host_checkpoint_bytes(const EstimateInput& in);

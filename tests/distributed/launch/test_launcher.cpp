@@ -157,7 +157,7 @@ TEST(Launcher, EveryRankGetsItsEnvironment) {
                             " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29611"
                             " NVLS=0 SYMM=1 NVSHMEM=1 FOO=bar baz\n");
   }
-  EXPECT_HAS(run.err, "stratum-run: 2 ranks on 1 host (CPU ranks)");
+  EXPECT_HAS(run.err, "stratum-run: 2 ranks on 1 host (processes)");
   EXPECT_FALSE(has(run.err, "job failed"));
 }
 
@@ -484,7 +484,7 @@ TEST(Launcher, FullHostNamesReachTheLaunchAgent) {
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_HAS(run.out, "[rank 0] FQDN RANK=0 NODE_RANK=0\n");
   EXPECT_HAS(run.out, "[rank 1] FQDN RANK=1 NODE_RANK=1\n");
-  EXPECT_HAS(run.err, "2 ranks on 2 hosts (CPU ranks): localhost [0], node-b.example.com [0]");
+  EXPECT_HAS(run.err, "2 ranks on 2 hosts (processes): localhost [0], node-b.example.com [0]");
 
   // The longest name accepted runs (one more character and mpirun aborts: "stack smashing detected").
   const std::string longest = std::string(44, 'n') + ".example.com";

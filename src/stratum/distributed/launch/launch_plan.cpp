@@ -143,7 +143,7 @@ std::string describe_mpirun_plan(const LaunchPlan& plan) {
   int ranks = 0;
   for (const auto& h : plan.hosts) ranks += static_cast<int>(h.slots.size());
   return std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " on " + std::to_string(plan.hosts.size()) +
-         (plan.hosts.size() == 1 ? " host" : " hosts") + (plan.gpu ? " (GPU slots): " : " (CPU ranks): ") +
+         (plan.hosts.size() == 1 ? " host" : " hosts") + (plan.gpu ? " (GPU slots): " : " (processes): ") +
          describe_hosts(plan.hosts) + "; MASTER_ADDR=" + plan.master_addr + " MASTER_PORT=" +
          std::to_string(plan.master_port);
 }
