@@ -2,8 +2,10 @@
 # Every device check and measurement in one ordered queue (scripts/device_queue.sh):
 # the same command line, called again on the still-warm machine, goes on where
 # the last call stopped. What has not run on a GPU yet first, then
-# measurements; the last three ran on the H200 on 2026-12-05 (re-checks). The
-# Llama-8B FP8 scenario needs an H200's memory (micro 4: 110 GiB).
+# measurements; goodput, moe_ep and cp_layouts ran on the H200 on 2026-12-05
+# (re-checks). The Llama-8B FP8 scenario needs an H200's memory (micro 4:
+# 110 GiB). long_1m_start and long_1m (llama-1b at 1M tokens, ~15 minutes
+# alone on the GPU) go last: long_1m waits over as many calls as it takes.
 #   Device call: command: bash scripts/device_all.sh   carry: [".deps", ".whl/fp8"]   timeout_s: 600
 # moe_speed needs transformers and numpy (.whl/lora_b and lora_a's numpy,
 # without hf_xet, linked into .whl/moe); within the 64 MiB carry that is
@@ -31,6 +33,8 @@ all=(
   "goodput=330=bash scripts/device_goodput.sh"
   "moe_ep=60=PARTS=1 bash scripts/device_moe.sh"
   "cp_layouts=150=PARTS='1 3' bash scripts/device_long_context.sh"
+  "long_1m_start=30=bash scripts/device_long_1m.sh start"
+  "long_1m=60=bash scripts/device_long_1m.sh wait"
 )
 steps=()
 for spec in "${all[@]}"; do

@@ -4,8 +4,7 @@
 #   - ctest -R "Float8|float8|Fp8": test_float8 (Float8CastGpu.*: the cast
 #     kernels bit for bit against the ATen reference; Float8LinearGpu.*: the
 #     three GEMMs against fp32, non-finite amax at the step check, refused
-#     shapes; the CPU cases too) and float8_composition_np2/np4 (CPU ranks,
-#     emulated: TP, SP, PP, ZeRO-3 against the single process);
+#     shapes; the CPU cases too); not float8_composition_np2/np4 (below);
 #   - test_engine's Float8Engine.* on one rank (OnGpusTrainsCloseToBf16:
 #     ZeRO 0-2, accumulation, checkpointing against bf16), which CTest runs
 #     only inside the whole engine_np1 case.
@@ -26,7 +25,11 @@ if [ "${QUICK:-0}" = 1 ]; then
   build-device/bin/test_float8 --gtest_filter='*Gpu*' --gtest_color=no > "$logs/fp8-ctest.log" 2>&1 || failed=1
   grep -E "^\[ +(PASSED|FAILED|SKIPPED) +\]" "$logs/fp8-ctest.log"
 else
-  ctest --test-dir build-device -R "Float8|float8|Fp8" --output-on-failure -j 4 > "$logs/fp8-ctest.log" 2>&1 || failed=1
+  # Not float8_composition_np2/np4: on a GPU machine their ranks share the GPU
+  # with the FP8 products emulated, which ran past CTest's 300 s (2026-12-05);
+  # CI runs them on CPU ranks, and device_fp8_layouts.sh the layouts in real FP8.
+  ctest --test-dir build-device -R "Float8|float8|Fp8" -E "float8_composition" --output-on-failure -j 4 \
+    > "$logs/fp8-ctest.log" 2>&1 || failed=1
   grep -E "tests passed|\((Failed|Timeout|SEGFAULT|Subprocess aborted)\)$" "$logs/fp8-ctest.log"
 fi
 grep -E -A4 "Failure$|^unknown file|C\+\+ exception|error:" "$logs/fp8-ctest.log" | grep -v "^--$" | cut -c1-300 | head -60

@@ -90,3 +90,12 @@ TEST(DeviceAssignment, ContextDeviceFollowsTheGpu) {
   EXPECT_EQ(ctx.gpu_world, nullptr);
   EXPECT_EQ(std::string(device_comm_name(ctx.device_comm)), "mpi_staged");
 }
+
+// Ranks start with expandable segments unless the user configured the CUDA
+// allocator themselves, under either of PyTorch's variable names.
+TEST(DeviceAssignment, AllocatorGetsExpandableSegmentsUnlessTheUserChose) {
+  EXPECT_EQ(default_cuda_allocator_settings(nullptr, nullptr), std::optional<std::string>("expandable_segments:True"));
+  EXPECT_EQ(default_cuda_allocator_settings(nullptr, "max_split_size_mb:512"), std::nullopt);
+  EXPECT_EQ(default_cuda_allocator_settings("expandable_segments:False", nullptr), std::nullopt);
+  EXPECT_EQ(default_cuda_allocator_settings("", nullptr), std::nullopt);  // set, even if empty: the user's
+}

@@ -133,7 +133,16 @@ DevicePlan plan_devices(int local_rank, int local_world_size, int gpus, bool ncc
   return plan;
 }
 
+std::optional<std::string> default_cuda_allocator_settings(const char* alloc_conf, const char* cuda_alloc_conf) {
+  if (alloc_conf != nullptr || cuda_alloc_conf != nullptr) return std::nullopt;
+  return std::string("expandable_segments:True");
+}
+
 DistContext init(const InitOptions& options) {
+  // Before anything allocates on a GPU: the allocator reads its settings once.
+  if (const auto settings = default_cuda_allocator_settings(std::getenv("PYTORCH_ALLOC_CONF"),
+                                                            std::getenv("PYTORCH_CUDA_ALLOC_CONF")))
+    ::setenv("PYTORCH_CUDA_ALLOC_CONF", settings->c_str(), /*overwrite=*/0);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

@@ -4,6 +4,7 @@
 // (MPI's singleton mode). What it returns is passed explicitly to whoever
 // needs it: there is no global communicator.
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <c10/core/Device.h>
@@ -72,6 +73,14 @@ struct DevicePlan {
   std::string message;
 };
 DevicePlan plan_devices(int local_rank, int local_world_size, int gpus, bool nccl_disabled, bool shared_disabled);
+
+// The CUDA caching allocator's settings init() starts a rank with, given the
+// environment's PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF (null when
+// unset): "expandable_segments:True" when neither is set, so that blocks freed
+// between tensors of different sizes are reused rather than stranded (a
+// 128K-token llama-8b step on an 80 GB GPU failed with 14 GiB reserved but
+// free); nothing when the user chose settings. Pure, for tests.
+std::optional<std::string> default_cuda_allocator_settings(const char* alloc_conf, const char* cuda_alloc_conf);
 
 // Initializes MPI (and NCCL), checks RANK/WORLD_SIZE against MPI when a launcher
 // set them, sets the log prefix to the rank, picks the rank's GPU by
