@@ -4,7 +4,7 @@
 # the last call stopped. What has not run on a GPU yet first, then
 # measurements; goodput, moe_ep and cp_layouts ran on the H200 on 2026-12-05
 # (re-checks). The Llama-8B FP8 scenario needs an H200's memory (micro 4:
-# 110 GiB). long_1m_start and long_1m (llama-1b at 1M tokens, ~15 minutes
+# 110 GiB); on a smaller GPU fp8_speed_llama runs its 8-layer version. long_1m_start and long_1m (llama-1b at 1M tokens, ~15 minutes
 # alone on the GPU) go last: long_1m waits over as many calls as it takes.
 #   Device call: command: bash scripts/device_all.sh   carry: [".deps", ".whl/fp8"]   timeout_s: 600
 # moe_speed needs transformers and numpy (.whl/lora_b and lora_a's numpy,
@@ -27,7 +27,7 @@ all=(
   "moe_speed=560=WHEELS=.whl/moe PARTS=2 bash scripts/device_moe.sh"
   "cp_longest_8b=560=DEADLINE_AT=\$QUEUE_DEADLINE_AT PARTS=2 LONG_MODELS=llama-8b FIRST_8B=\${FIRST_8B:-131072} bash scripts/device_long_context.sh"
   "cp_longest_1b=560=DEADLINE_AT=\$QUEUE_DEADLINE_AT PARTS=2 LONG_MODELS=llama-1b bash scripts/device_long_context.sh"
-  "fp8_speed_llama=560=bash bench/run_matrix.sh 1gpu-fp8-llama-8b-16l"
+  "fp8_speed_llama=560=bash bench/run_matrix.sh \$(bash scripts/gpu_memory_gib.sh 100 1gpu-fp8-llama-8b-16l 1gpu-fp8-llama-8b-8l)"
   "fp8_quality_gpt2=480=PARTS=gpt2 bash scripts/device_fp8_quality.sh"
   "fp8_quality_llama=510=PARTS=llama bash scripts/device_fp8_quality.sh"
   "goodput=330=bash scripts/device_goodput.sh"
