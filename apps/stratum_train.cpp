@@ -48,6 +48,7 @@
 #include "stratum/distributed/parallel_groups.h"
 #include "stratum/distributed/process_grid.h"
 #include "stratum/engine/engine.h"
+#include "stratum/engine/out_of_memory.h"
 #include "stratum/engine/tensor_parallel_setup.h"
 #include "stratum/models/causal_lm.h"
 #include "stratum/models/flops.h"
@@ -709,6 +710,22 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     save_checkpoint(saver, engine, o.save_dir, tag, client, options);
   };
 
+  // A GPU running out of memory ends the job with what would lower the peak.
+  MemorySettings memory;
+  memory.model = mcfg.name;
+  memory.seq = seq;
+  memory.micro_batch = batch.micro_batch_per_gpu;
+  memory.zero_stage = config.zero_optimization.stage;
+  memory.offload_optimizer = config.zero_optimization.offload_optimizer.device != config::OffloadDevice::none;
+  memory.checkpointing = config.activation_checkpointing.enabled;
+  memory.cpu_checkpointing = config.activation_checkpointing.cpu_checkpointing;
+  memory.tiled_mlp_tokens = mcfg.tiled_mlp_tokens;
+  memory.tiled_loss_tokens = mcfg.tiled_loss_tokens;
+  memory.allocator_conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  auto explained = [&](const std::string& where, const c10::OutOfMemoryError& e) {
+    return Error(explain_out_of_memory(where, e.what_without_backtrace(), memory));
+  };
+
   const auto started = std::chrono::steady_clock::now();
   const double injected_delay = straggler_fault_seconds(ctx.rank);
   monitor::StragglerCheck stragglers;
@@ -716,7 +733,12 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     const auto t0 = std::chrono::steady_clock::now();
     const double waited_before = ctx.flight ? ctx.flight->waited_seconds() : 0.0;
     if (injected_delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(injected_delay));
-    const double loss = engine.train_batch([&] { return micro_batch(source->next()); });
+    double loss = 0;
+    try {
+      loss = engine.train_batch([&] { return micro_batch(source->next()); });
+    } catch (const c10::OutOfMemoryError& e) {
+      throw explained("step " + std::to_string(engine.global_steps() + 1), e);
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double waited = ctx.flight ? ctx.flight->waited_seconds() - waited_before : 0.0;
     const double busy = std::max(0.0, seconds - waited);
@@ -744,7 +766,13 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     const bool do_eval =
         o.eval_every > 0 && (m.step % o.eval_every == 0 || m.step == o.steps) && source->eval_micro_batches() > 0;
     std::optional<double> eval_loss;
-    if (do_eval) eval_loss = evaluate(engine, *source);
+    if (do_eval) {
+      try {
+        eval_loss = evaluate(engine, *source);
+      } catch (const c10::OutOfMemoryError& e) {
+        throw explained("the evaluation after step " + std::to_string(m.step), e);
+      }
+    }
     if (lead) {
       progress.update(m);
       if (eval_loss) progress.note("step " + std::to_string(m.step) + ": eval loss " + std::to_string(*eval_loss));

@@ -1,0 +1,62 @@
+#include "stratum/engine/out_of_memory.h"
+
+#include <vector>
+
+namespace stratum {
+namespace {
+
+// torch's account without its closing advice (expandable segments, a link).
+std::string torch_account(const std::string& message) {
+  std::string m = message.substr(0, message.find(" If reserved but unallocated"));
+  if (const size_t end = m.find("\nException raised from"); end != std::string::npos) m = m.substr(0, end);
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  return m;
+}
+
+// The run's own shape and settings: the estimate beside this run's peak.
+std::string estimate_command(const MemorySettings& s) {
+  std::string c = "stratum-estimate --model " + (s.model.empty() ? std::string("<preset>") : s.model) + " --seq " +
+                  std::to_string(s.seq) + " --micro-batch " + std::to_string(s.micro_batch);
+  if (s.checkpointing) c += " --checkpointing";
+  if (s.checkpointing && s.cpu_checkpointing) c += " --cpu-checkpointing";
+  if (s.tiled_mlp_tokens > 0) c += " --set tiled_mlp_tokens=" + std::to_string(s.tiled_mlp_tokens);
+  if (s.tiled_loss_tokens > 0) c += " --set tiled_loss_tokens=" + std::to_string(s.tiled_loss_tokens);
+  return c;
+}
+
+}  // namespace
+
+std::string explain_out_of_memory(const std::string& where, const std::string& torch_message,
+                                  const MemorySettings& s) {
+  std::vector<std::string> ways;
+  if (s.micro_batch > 1)
+    ways.push_back("a smaller train_micro_batch_size_per_gpu (now " + std::to_string(s.micro_batch) +
+                   "; gradient_accumulation_steps keeps the batch)");
+  if (!s.checkpointing)
+    ways.push_back("an \"activation_checkpointing\" section (each block's input kept, the rest recomputed)");
+  const bool long_sequence = s.seq >= 16384;
+  if (long_sequence && (s.tiled_mlp_tokens <= 0 || s.tiled_loss_tokens <= 0))
+    ways.push_back("--set tiled_mlp_tokens=8192 --set tiled_loss_tokens=8192 (no full-sequence MLP or logits)");
+  if (s.checkpointing && !s.cpu_checkpointing && long_sequence)
+    ways.push_back("\"activation_checkpointing\": {\"cpu_checkpointing\": true} (the checkpoints in host memory)");
+  if (s.zero_stage < 3) ways.push_back("\"zero_optimization\": {\"stage\": 3} (parameters partitioned)");
+  if (!s.offload_optimizer)
+    ways.push_back("\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}} (the optimizer on the host)");
+  const std::string conf = s.allocator_conf ? s.allocator_conf : "";
+  if (s.allocator_conf && conf.find("expandable_segments:True") == std::string::npos)
+    ways.push_back("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (yours is '" + conf +
+                   "'; Stratum's default when unset, so that freed blocks are not stranded)");
+
+  std::string out = where + ": the GPU ran out of memory: " + torch_account(torch_message);
+  if (ways.empty()) {
+    out += "\nEvery setting Stratum has for a rank's peak is in use: more GPUs (pipeline, tensor or context "
+           "parallelism) or a shorter sequence.";
+  } else {
+    out += "\nWhat lowers a rank's peak, not in use in this run:";
+    for (const std::string& w : ways) out += "\n  - " + w;
+  }
+  out += "\n`" + estimate_command(s) + "` estimates a rank's memory at each ZeRO stage and offload for this run.";
+  return out;
+}
+
+}  // namespace stratum
