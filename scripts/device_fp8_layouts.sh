@@ -15,7 +15,12 @@
 #     FP8 cast can turn into a whole FP8 step: the last step's loss and the
 #     held-out loss within twice the recipe's own distance from bf16 (at
 #     least 3e-3; measured on CPU ranks: 9.6e-4; on the H200 the tensorwise
-#     run's eval loss is 6.0e-3 from bf16's);
+#     run's eval loss is 6.0e-3 from bf16's). Single steps may differ more:
+#     at lr 3e-3 every run, bf16 on one rank included, has a loss spike at
+#     steps 13-14 (bf16 on CPU ranks: 5.47 at step 14, gradient norm 55.7,
+#     back to 3.33 at step 15) whose size and step move with rounding: there
+#     a layout's loss was up to 15% from the reference's on CPU ranks and 29%
+#     on the H200, the curves together again a step later;
 #   - each recipe the GPU trains (tensorwise, rowwise; the engine refuses
 #     blockwise on a GPU until its dx matches fp32 there) on one rank
 #     against bf16 on one rank: the loss curves side by side (FP8 within a
