@@ -261,6 +261,39 @@ TEST(Float8LinearGpu, ForwardAndBothGradientsNearFp32OnTheGpu) {
   }
 }
 
+// Blockwise's wrong dx on the H200: cuBLASLt reads a 128x128-scaled
+// operand's scales in groups of 4 blocks along the contraction (PyTorch
+// #166752: silent wrong answers where K / 128 is not a multiple of 4). In the
+// test above the weight [768, 512] has 4 blocks along the forward's
+// contraction (512) but 6 along dx's (768). Here a weight of 4 and 8: y, dx
+// and dW near fp32 would confirm it, and the engine's refusal of blockwise on
+// a GPU can become a rule on the projections' widths (multiples of 512).
+TEST(Float8LinearGpu, BlockwiseNearFp32WhereBothContractionsAreFourBlocks) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU of compute capability >= 8.9 (FP8 GEMMs)";
+  if (!unsupported_reason(torch::kCUDA, /*blockwise=*/true).empty())
+    GTEST_SKIP() << unsupported_reason(torch::kCUDA, /*blockwise=*/true);
+  torch::manual_seed(13);
+  const auto dev = torch::kCUDA;
+  for (const int64_t out : {1024, 768}) {  // dx's contraction: 8 blocks, then the 6 that failed
+    const at::Tensor x = torch::randn({4, 128, 512}).to(torch::kBFloat16),
+                     w = (torch::randn({out, 512}) * 0.05).to(torch::kBFloat16),
+                     b = torch::randn({out}).to(torch::kBFloat16),
+                     dy = (torch::randn({4, 128, out}) * 1e-3).to(torch::kBFloat16);
+    const Grads want = run_layer(x.to(torch::kFloat), w.to(torch::kFloat), b.to(torch::kFloat), dy.to(torch::kFloat), nullptr);
+    auto cache = std::make_shared<WeightCache>();
+    Float8Projection p("gpu.c_fc", blockwise_recipe(), cache);
+    const Grads got = run_layer(x.to(dev), w.to(dev), b.to(dev), dy.to(dev), &p);
+    const double ey = rel_err(got.y.cpu(), want.y), edx = rel_err(got.dx.cpu(), want.dx),
+                 edw = rel_err(got.dw.cpu(), want.dw);
+    std::printf("blockwise on the GPU, weight [%lld, 512]: y %.4f, dx %.4f, dW %.4f\n", static_cast<long long>(out), ey,
+                edx, edw);
+    if (out % 512 != 0) continue;  // reported only: the shape the rule would refuse
+    EXPECT_LT(ey, kTolerance);
+    EXPECT_LT(edx, kTolerance);
+    EXPECT_LT(edw, kTolerance);
+  }
+}
+
 // dW written by _scaled_mm into an fp32 destination on the GPU (fp32 output:
 // rowwise and blockwise need Hopper's cuBLAS >= 12.9), every recipe, against
 // the bf16 dW autograd gets without a sink: within one bf16 rounding.
