@@ -23,6 +23,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 
+#include "stratum/distributed/job.h"
 #include "stratum/engine/engine.h"
 #include "stratum/nn/weight_grad_deferral.h"
 #include "stratum/models/causal_lm.h"
@@ -339,7 +340,7 @@ int main(int argc, char** argv) {
     ctx.cpu_world.reset();
     distributed::finalize();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_engine: error: %s\n", e.what());
+    std::fprintf(stderr, "bench_engine: error: %s\n", distributed::describe_exception(e).c_str());  // no backtrace
     return 1;
   }
   return 0;

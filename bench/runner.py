@@ -221,7 +221,9 @@ def run_step(step, log):
     if rc == 0 and step.parse == "none":
         return []
     lines = [l for l in text.splitlines() if l.strip()]
-    why = next((l for l in reversed(lines) if re.search(r"rror|Killed|FAILED", l)), lines[-1] if lines else "")
+    # The cause: the last line saying so that is not a frame of a backtrace.
+    said = [l for l in lines if re.search(r"rror|Killed|FAILED", l) and not re.match(r"\s*frame #\d+:", l)]
+    why = said[-1] if said else (lines[-1] if lines else "")
     if rc == "timeout":
         status = f"timed out after {step.timeout} s"
     else:
