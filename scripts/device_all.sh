@@ -4,8 +4,9 @@
 # the last call stopped. What has not run on a GPU yet first, then
 # measurements; goodput, moe_ep and cp_layouts ran on the H200 on 2026-12-05
 # (re-checks). The Llama-8B FP8 scenario needs an H200's memory (micro 4:
-# 110 GiB); on a smaller GPU fp8_speed_llama runs its 8-layer version. long_1m_start and long_1m (llama-1b at 1M tokens, ~15 minutes
-# alone on the GPU) go last: long_1m waits over as many calls as it takes.
+# 110 GiB); on a smaller GPU fp8_speed_llama runs its 8-layer version.
+# long_1m_start and long_1m (llama-1b at 1M tokens, ~15 minutes alone on the
+# GPU) go last: long_1m waits over as many calls as it takes.
 #   Device call: command: bash scripts/device_all.sh   carry: [".deps", ".whl/fp8"]   timeout_s: 600
 # moe_speed needs transformers and numpy (.whl/lora_b and lora_a's numpy,
 # without hf_xet, linked into .whl/moe); within the 64 MiB carry that is
