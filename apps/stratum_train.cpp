@@ -598,10 +598,31 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   std::optional<InitWeights> init;
   if (!o.init_from.empty() && (resume.kind != ResumePoint::Kind::resume || config.lora.enabled))
     init = read_init_weights(o, ctx, *model);
+  // A GPU running out of memory ends the job with what would lower the peak.
+  MemorySettings memory;
+  memory.model = mcfg.name;
+  memory.seq = mcfg.max_seq_len;
+  memory.zero_stage = config.zero_optimization.stage;
+  memory.offload_optimizer = config.zero_optimization.offload_optimizer.device != config::OffloadDevice::none;
+  memory.offload_param = config.zero_optimization.offload_param.device != config::OffloadDevice::none;
+  memory.checkpointing = config.activation_checkpointing.enabled;
+  memory.cpu_checkpointing = config.activation_checkpointing.cpu_checkpointing;
+  memory.tiled_mlp_tokens = mcfg.tiled_mlp_tokens;
+  memory.tiled_loss_tokens = mcfg.tiled_loss_tokens;
+  memory.allocator_conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  auto explained = [&](const std::string& where, const c10::OutOfMemoryError& e,
+                       MemoryPhase phase = MemoryPhase::training) {
+    return Error(explain_out_of_memory(where, e.what_without_backtrace(), memory, phase));
+  };
   // One engine for every layout: under a pipeline each rank holds its stage.
   std::optional<Engine<models::CausalLMImpl>> built;
-  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the engine",
-                                [&] { built.emplace(initialize(config, model, *grid)); });
+  distributed::agree_on_success(*ctx.cpu_world, c10::kCPU, "building the engine", [&] {
+    try {
+      built.emplace(initialize(config, model, *grid));
+    } catch (const c10::OutOfMemoryError& e) {
+      throw explained("building the engine", e, MemoryPhase::start_up);
+    }
+  });
   Engine<models::CausalLMImpl>& engine = *built;
   if (init) {
     if (resume.kind != ResumePoint::Kind::resume) apply_init_weights(engine.core(), *init, o, ctx, lead);
@@ -710,21 +731,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
     save_checkpoint(saver, engine, o.save_dir, tag, client, options);
   };
 
-  // A GPU running out of memory ends the job with what would lower the peak.
-  MemorySettings memory;
-  memory.model = mcfg.name;
-  memory.seq = seq;
   memory.micro_batch = batch.micro_batch_per_gpu;
-  memory.zero_stage = config.zero_optimization.stage;
-  memory.offload_optimizer = config.zero_optimization.offload_optimizer.device != config::OffloadDevice::none;
-  memory.checkpointing = config.activation_checkpointing.enabled;
-  memory.cpu_checkpointing = config.activation_checkpointing.cpu_checkpointing;
-  memory.tiled_mlp_tokens = mcfg.tiled_mlp_tokens;
-  memory.tiled_loss_tokens = mcfg.tiled_loss_tokens;
-  memory.allocator_conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
-  auto explained = [&](const std::string& where, const c10::OutOfMemoryError& e) {
-    return Error(explain_out_of_memory(where, e.what_without_backtrace(), memory));
-  };
 
   const auto started = std::chrono::steady_clock::now();
   const double injected_delay = straggler_fault_seconds(ctx.rank);

@@ -8,6 +8,7 @@
 #include "stratum/engine/out_of_memory.h"
 
 using stratum::explain_out_of_memory;
+using stratum::MemoryPhase;
 using stratum::MemorySettings;
 
 namespace {
@@ -57,7 +58,8 @@ TEST(OutOfMemory, LeavesOutWhatTheRunUsesAndSaysWhenNothingIsLeft) {
   EXPECT_TRUE(has(m, "--seq 65536 --micro-batch 1 --checkpointing --set tiled_mlp_tokens=8192 "
                      "--set tiled_loss_tokens=8192`"))
       << m;
-  s.cpu_checkpointing = true;
+  EXPECT_TRUE(has(m, "\"offload_param\": {\"device\": \"cpu\"}")) << m;
+  s.cpu_checkpointing = s.offload_param = true;
   m = explain_out_of_memory("step 1", kTorch, s);
   EXPECT_TRUE(has(m, "Every setting Stratum has for a rank's peak is in use")) << m;
   EXPECT_TRUE(has(m, "--checkpointing --cpu-checkpointing")) << m;
@@ -74,4 +76,29 @@ TEST(OutOfMemory, NamesTheUsersAllocatorSettingsWithoutExpandableSegments) {
   EXPECT_FALSE(has(m, "tiled_mlp_tokens")) << m;  // a short sequence: tiling is not what helps
   s.allocator_conf = "expandable_segments:True";
   EXPECT_FALSE(has(explain_out_of_memory("step 1", kTorch, s), "PYTORCH_CUDA_ALLOC_CONF"));
+}
+
+// At start-up only the model states are held: the settings that shrink them,
+// not the activations'.
+TEST(OutOfMemory, AtStartUpNamesOnlyWhatShrinksTheModelStates) {
+  MemorySettings s;
+  s.model = "qwen3-30b-a3b";
+  s.seq = 4096;
+  s.micro_batch = 4;
+  std::string m = explain_out_of_memory("building the engine", kTorch, s, MemoryPhase::start_up);
+  EXPECT_TRUE(has(m, "building the engine: the GPU ran out of memory holding the model states: CUDA out of memory."))
+      << m;
+  EXPECT_TRUE(has(m, "{\"stage\": 3}")) << m;
+  EXPECT_TRUE(has(m, "\"offload_optimizer\"")) << m;
+  EXPECT_FALSE(has(m, "\"offload_param\"")) << m;  // after ZeRO-3 with the optimizer offloaded
+  EXPECT_FALSE(has(m, "train_micro_batch_size_per_gpu")) << m;
+  EXPECT_FALSE(has(m, "activation_checkpointing")) << m;
+  EXPECT_TRUE(has(m, "`stratum-estimate --model qwen3-30b-a3b` gives a GPU's model states")) << m;
+  s.zero_stage = 3;
+  s.offload_optimizer = true;
+  EXPECT_TRUE(has(explain_out_of_memory("building the engine", kTorch, s, MemoryPhase::start_up),
+                  "\"offload_param\": {\"device\": \"cpu\"}"));
+  s.offload_param = true;
+  EXPECT_TRUE(has(explain_out_of_memory("building the engine", kTorch, s, MemoryPhase::start_up),
+                  "Every setting Stratum has for the model states is in use"));
 }

@@ -24,11 +24,34 @@ std::string estimate_command(const MemorySettings& s) {
   return c;
 }
 
+// The settings that shrink the model states (parameters, gradients, optimizer) on a GPU.
+void state_ways(const MemorySettings& s, std::vector<std::string>& ways) {
+  if (s.zero_stage < 3) ways.push_back("\"zero_optimization\": {\"stage\": 3} (parameters partitioned)");
+  if (!s.offload_optimizer)
+    ways.push_back("\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}} (the optimizer on the host)");
+  if (s.zero_stage == 3 && s.offload_optimizer && !s.offload_param)
+    ways.push_back("\"zero_optimization\": {\"offload_param\": {\"device\": \"cpu\"}} (the parameter shard on the host)");
+}
+
 }  // namespace
 
 std::string explain_out_of_memory(const std::string& where, const std::string& torch_message,
-                                  const MemorySettings& s) {
+                                  const MemorySettings& s, MemoryPhase phase) {
   std::vector<std::string> ways;
+  if (phase == MemoryPhase::start_up) {
+    state_ways(s, ways);
+    std::string out = where + ": the GPU ran out of memory holding the model states: " + torch_account(torch_message);
+    if (ways.empty()) {
+      out += "\nEvery setting Stratum has for the model states is in use: more GPUs (ZeRO's data-parallel ranks, "
+             "pipeline stages or tensor parallelism).";
+    } else {
+      out += "\nWhat shrinks the model states on a GPU, not in use in this run:";
+      for (const std::string& w : ways) out += "\n  - " + w;
+    }
+    out += "\n`stratum-estimate --model " + (s.model.empty() ? std::string("<preset>") : s.model) +
+           "` gives a GPU's model states at each ZeRO stage and offload.";
+    return out;
+  }
   if (s.micro_batch > 1)
     ways.push_back("a smaller train_micro_batch_size_per_gpu (now " + std::to_string(s.micro_batch) +
                    "; gradient_accumulation_steps keeps the batch)");
@@ -39,9 +62,7 @@ std::string explain_out_of_memory(const std::string& where, const std::string& t
     ways.push_back("--set tiled_mlp_tokens=8192 --set tiled_loss_tokens=8192 (no full-sequence MLP or logits)");
   if (s.checkpointing && !s.cpu_checkpointing && long_sequence)
     ways.push_back("\"activation_checkpointing\": {\"cpu_checkpointing\": true} (the checkpoints in host memory)");
-  if (s.zero_stage < 3) ways.push_back("\"zero_optimization\": {\"stage\": 3} (parameters partitioned)");
-  if (!s.offload_optimizer)
-    ways.push_back("\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}} (the optimizer on the host)");
+  state_ways(s, ways);
   const std::string conf = s.allocator_conf ? s.allocator_conf : "";
   if (s.allocator_conf && conf.find("expandable_segments:True") == std::string::npos)
     ways.push_back("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (yours is '" + conf +

@@ -16,6 +16,7 @@ struct MemorySettings {
   int64_t micro_batch = 1;
   int zero_stage = 0;
   bool offload_optimizer = false;
+  bool offload_param = false;
   bool checkpointing = false;      // an "activation_checkpointing" section
   bool cpu_checkpointing = false;  // its cpu_checkpointing
   int64_t tiled_mlp_tokens = 0;
@@ -23,10 +24,15 @@ struct MemorySettings {
   const char* allocator_conf = nullptr;  // PYTORCH_CUDA_ALLOC_CONF as the rank saw it
 };
 
-// `where`: "step 12" or "evaluation after step 12"; `torch_message`: the
-// c10::OutOfMemoryError's text (its advice and link are left out: this says
-// what applies to Stratum).
+// When the allocation failed: at start-up the model states alone (what
+// activations take is not yet held, so only the states' settings are
+// named), in training the states and the activations.
+enum class MemoryPhase { start_up, training };
+
+// `where`: "building the engine", "step 12", "the evaluation after step 12";
+// `torch_message`: the c10::OutOfMemoryError's text (its advice and link are
+// left out: this says what applies to Stratum).
 std::string explain_out_of_memory(const std::string& where, const std::string& torch_message,
-                                  const MemorySettings& s);
+                                  const MemorySettings& s, MemoryPhase phase = MemoryPhase::training);
 
 }  // namespace stratum
