@@ -26,7 +26,7 @@ all=(
   "fp8_speed_gpt2=420=bash bench/run_matrix.sh 1gpu-fp8-gpt2-1.3b-seq2048"
   "main_job=330=bash scripts/device_main_job.sh"
   "moe_speed=560=WHEELS=.whl/moe PARTS=2 bash scripts/device_moe.sh"
-  "cp_longest_8b=560=DEADLINE_AT=\$QUEUE_DEADLINE_AT PARTS=2 LONG_MODELS=llama-8b FIRST_8B=\${FIRST_8B:-131072} bash scripts/device_long_context.sh"
+  "cp_longest_8b=560=DEADLINE_AT=\$QUEUE_DEADLINE_AT PARTS=2 LONG_MODELS=llama-8b FIRST_8B=\${FIRST_8B:-65536} bash scripts/device_long_context.sh"
   "cp_longest_1b=560=DEADLINE_AT=\$QUEUE_DEADLINE_AT PARTS=2 LONG_MODELS=llama-1b bash scripts/device_long_context.sh"
   "fp8_speed_llama=560=bash bench/run_matrix.sh \$(bash scripts/gpu_memory_gib.sh 100 1gpu-fp8-llama-8b-16l 1gpu-fp8-llama-8b-8l)"
   "fp8_quality_gpt2=480=PARTS=gpt2 bash scripts/device_fp8_quality.sh"

@@ -22,7 +22,9 @@
 #   PARTS="1 2 3" (default); MAX_SEQ caps part 2 (default 2097152);
 #   LONG_MODELS (default "llama-1b llama-8b") and FIRST_1B / FIRST_8B (the
 #   first length tried, default 4096 / 32768) pick part 2's runs, so that
-#   each model's doubling can have a device call of its own.
+#   each model's doubling can have a device call of its own. After the first
+#   length that does not train, the one halfway to the last that did is tried
+#   once.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -131,7 +133,7 @@ if [[ " $parts " == *" 2 "* ]]; then
   for model in ${LONG_MODELS:-llama-1b llama-8b}; do
     first=${FIRST_1B:-4096} host=true
     [ "$model" = llama-8b ] && first=${FIRST_8B:-32768} host=false
-    seq=$first predicted=0
+    seq=$first predicted=0 last_ok=0 halved=0
     [ "$model" = llama-8b ] && predicted=$((60 + 30 * first / 32768))  # its start-up and a first step
     while [ "$seq" -le "$max_seq" ]; do
       if [ $(( $(date +%s) + predicted )) -gt "$deadline" ]; then
@@ -139,12 +141,24 @@ if [[ " $parts " == *" 2 "* ]]; then
         break
       fi
       t0=$(date +%s)
-      long_run "$model" "$seq" 1 1 "$host" || { tail -4 "$work/$model-$seq-cp1.log" | sed 's/^/  /'; break; }
+      if ! long_run "$model" "$seq" 1 1 "$host"; then
+        tail -4 "$work/$model-$seq-cp1.log" | sed 's/^/  /'
+        # Once: the length halfway between the last that trained and this one
+        # (a multiple of 8192, as the tiles), so the longest is known to 25%.
+        mid=$(( (last_ok + seq) / 2 / 8192 * 8192 ))
+        if [ "$halved" = 0 ] && [ "$last_ok" -gt 0 ] && [ "$mid" -gt "$last_ok" ]; then
+          halved=1 seq=$mid
+          continue
+        fi
+        break
+      fi
+      last_ok=$seq
       # The next length: its start-up as this one's, its steps 4.2x as long (attention's S^2).
       step_s=$(cat "$work/$model-$seq-cp1/step_seconds" 2>/dev/null || echo 0)
       steps=2
       [ $((seq * 2)) -gt 65536 ] && steps=1
       predicted=$(( $(date +%s) - t0 + step_s * (42 * steps - 10 * (seq > 65536 ? 1 : 2)) / 10 ))
+      [ "$halved" = 1 ] && break  # the midpoint trained: the failed length is the bound
       seq=$((seq * 2))
     done
   done
