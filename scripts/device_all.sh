@@ -15,11 +15,12 @@
 # Each step's log and files come back in $OUT/queue-results.tar.gz (out/<step>/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-targets="stratum-train stratum-run stratum-estimate bench_engine bench_moe_gemm test_float8 test_float8_composition test_engine"
+targets="stratum-train stratum-run stratum-estimate bench_engine bench_moe_gemm bench_fp8_cast_bandwidth test_float8 test_float8_composition test_engine"
 all=(
   "build=600=build:set -o pipefail; bash scripts/device_build.sh --only-build --targets '$targets' | grep -vE '^\[[0-9]+/[0-9]+\] '"
   "fp8_tests=150=bash scripts/device_fp8_tests.sh"
   "fp8_gpu_cases=60=QUICK=1 bash scripts/device_fp8_tests.sh"
+  "fp8_cast_bw=40=build-device/bin/bench_fp8_cast_bandwidth | tee \$OUT/fp8_cast_bandwidth.jsonl"
   "fp8_layouts=150=bash scripts/device_fp8_layouts.sh"
   "fp8_profile=120=bash scripts/device_fp8_profile.sh"
   "moe_gemm=60=PARTS=3 bash scripts/device_moe.sh"
