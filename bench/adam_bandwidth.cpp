@@ -15,27 +15,9 @@
 #include <cuda_runtime_api.h>
 
 #include "stratum/optim/mixed_adam_cuda.h"
+#include "cuda_timing.h"
 
-namespace {
-
-template <typename F>
-double seconds_per_call(F&& call, int reps) {
-  call();  // warm-up
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  cudaEventRecord(a, c10::cuda::getCurrentCUDAStream().stream());
-  for (int i = 0; i < reps; ++i) call();
-  cudaEventRecord(b, c10::cuda::getCurrentCUDAStream().stream());
-  cudaEventSynchronize(b);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms / 1e3 / reps;
-}
-
-}  // namespace
+using stratum::bench::seconds_per_call;
 #endif
 
 int main(int argc, char** argv) {

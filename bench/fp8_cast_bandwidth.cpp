@@ -17,31 +17,11 @@
 
 #ifdef STRATUM_WITH_CUDA_KERNELS
 #include <ATen/ATen.h>
-#include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
 
 #include "stratum/nn/float8/cast.h"
+#include "cuda_timing.h"
 
-namespace {
-
-template <typename F>
-double seconds_per_call(F&& call, int reps) {
-  call();  // warm-up
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  cudaEventRecord(a, c10::cuda::getCurrentCUDAStream().stream());
-  for (int i = 0; i < reps; ++i) call();
-  cudaEventRecord(b, c10::cuda::getCurrentCUDAStream().stream());
-  cudaEventSynchronize(b);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms / 1e3 / reps;
-}
-
-}  // namespace
+using stratum::bench::seconds_per_call;
 #endif
 
 int main(int argc, char** argv) {

@@ -13,10 +13,12 @@ std::string torch_account(const std::string& message) {
   return m;
 }
 
+std::string preset_of(const MemorySettings& s) { return s.model.empty() ? std::string("<preset>") : s.model; }
+
 // The run's own shape and settings: the estimate beside this run's peak.
 std::string estimate_command(const MemorySettings& s) {
-  std::string c = "stratum-estimate --model " + (s.model.empty() ? std::string("<preset>") : s.model) + " --seq " +
-                  std::to_string(s.seq) + " --micro-batch " + std::to_string(s.micro_batch);
+  std::string c = "stratum-estimate --model " + preset_of(s) + " --seq " + std::to_string(s.seq) + " --micro-batch " +
+                  std::to_string(s.micro_batch);
   if (s.checkpointing) c += " --checkpointing";
   if (s.checkpointing && s.cpu_checkpointing) c += " --cpu-checkpointing";
   if (s.tiled_mlp_tokens > 0) c += " --set tiled_mlp_tokens=" + std::to_string(s.tiled_mlp_tokens);
@@ -33,6 +35,16 @@ void state_ways(const MemorySettings& s, std::vector<std::string>& ways) {
     ways.push_back("\"zero_optimization\": {\"offload_param\": {\"device\": \"cpu\"}} (the parameter shard on the host)");
 }
 
+// `ways` under `heading`, or `none_left` when the run uses them all.
+void append_ways(std::string& out, const std::vector<std::string>& ways, const char* heading, const char* none_left) {
+  if (ways.empty()) {
+    out += std::string("\n") + none_left;
+    return;
+  }
+  out += std::string("\n") + heading;
+  for (const std::string& w : ways) out += "\n  - " + w;
+}
+
 }  // namespace
 
 std::string explain_out_of_memory(const std::string& where, const std::string& torch_message,
@@ -41,15 +53,10 @@ std::string explain_out_of_memory(const std::string& where, const std::string& t
   if (phase == MemoryPhase::start_up) {
     state_ways(s, ways);
     std::string out = where + ": the GPU ran out of memory holding the model states: " + torch_account(torch_message);
-    if (ways.empty()) {
-      out += "\nEvery setting Stratum has for the model states is in use: more GPUs (ZeRO's data-parallel ranks, "
-             "pipeline stages or tensor parallelism).";
-    } else {
-      out += "\nWhat shrinks the model states on a GPU, not in use in this run:";
-      for (const std::string& w : ways) out += "\n  - " + w;
-    }
-    out += "\n`stratum-estimate --model " + (s.model.empty() ? std::string("<preset>") : s.model) +
-           "` gives a GPU's model states at each ZeRO stage and offload.";
+    append_ways(out, ways, "What shrinks the model states on a GPU, not in use in this run:",
+                "Every setting Stratum has for the model states is in use: more GPUs (ZeRO's data-parallel ranks, "
+                "pipeline stages or tensor parallelism).");
+    out += "\n`stratum-estimate --model " + preset_of(s) + "` gives a GPU's model states at each ZeRO stage and offload.";
     return out;
   }
   if (s.micro_batch > 1)
@@ -69,13 +76,9 @@ std::string explain_out_of_memory(const std::string& where, const std::string& t
                    "'; Stratum's default when unset, so that freed blocks are not stranded)");
 
   std::string out = where + ": the GPU ran out of memory: " + torch_account(torch_message);
-  if (ways.empty()) {
-    out += "\nEvery setting Stratum has for a rank's peak is in use: more GPUs (pipeline, tensor or context "
-           "parallelism) or a shorter sequence.";
-  } else {
-    out += "\nWhat lowers a rank's peak, not in use in this run:";
-    for (const std::string& w : ways) out += "\n  - " + w;
-  }
+  append_ways(out, ways, "What lowers a rank's peak, not in use in this run:",
+              "Every setting Stratum has for a rank's peak is in use: more GPUs (pipeline, tensor or context "
+              "parallelism) or a shorter sequence.");
   out += "\n`" + estimate_command(s) + "` estimates a rank's memory at each ZeRO stage and offload for this run.";
   return out;
 }
