@@ -15,16 +15,20 @@
 #     FP8 cast can turn into a whole FP8 step: the last step's loss and the
 #     held-out loss within twice the recipe's own distance from bf16 (at
 #     least 3e-3; measured on CPU ranks: 9.6e-4; on the H200 the tensorwise
-#     run's eval loss is 6.0e-3 from bf16's). Single steps may differ more:
+#     run's eval loss is 6.0e-3 from bf16's), plus, where the layout also
+#     runs in bf16 (bf16-pp2-tp2), that run's distance from bf16 on one rank:
+#     what the layout's own summation order moves without FP8 (on an H100
+#     FP8 PP 2 x TP 2's eval loss was 4.5e-3 from FP8's one rank, over the
+#     3.4e-3 of twice FP8's distance from bf16). Single steps may differ more:
 #     at lr 3e-3 every run, bf16 on one rank included, has a loss spike at
 #     steps 13-14 (bf16 on CPU ranks: 5.47 at step 14, gradient norm 55.7,
 #     back to 3.33 at step 15) whose size and step move with rounding: there
 #     a layout's loss was up to 15% from the reference's on CPU ranks and 29%
 #     on the H200, the curves together again a step later;
-#   - each recipe the GPU trains (tensorwise, rowwise; the engine refuses
-#     blockwise on a GPU until its dx matches fp32 there) on one rank
-#     against bf16 on one rank: the loss curves side by side (FP8 within a
-#     few percent of bf16 after 20 steps of a steeply falling loss).
+#   - tensorwise and rowwise on one rank against bf16 on one rank: the loss
+#     curves side by side (FP8 within a few percent of bf16 after 20 steps of
+#     a steeply falling loss). Blockwise is not here: this model's 128-wide
+#     projections are not the multiples of 512 it needs on a GPU.
 # A GPT-2 of hidden 128 on bytes (K and N multiples of 128, as blockwise
 # scales need; 256 tokens a micro-batch, dW's K). Prints PASS / FAIL a row.
 #   STEPS=20 (default), ROWS="name ..." to run some only.
@@ -50,12 +54,15 @@ rows=(
   "fp8-tp2-sp 2 fp8-tensorwise \"fp8\": {\"enabled\": true}, \"tensor_parallel\": {\"autotp_size\": 2, \"sequence_parallel\": true},"
   "fp8-rowwise-tp2 2 fp8-rowwise \"fp8\": {\"enabled\": true, \"recipe\": \"rowwise\"}, \"tensor_parallel\": {\"autotp_size\": 2},"
   "fp8-pp2 2 fp8-tensorwise \"fp8\": {\"enabled\": true}, \"pipeline\": {\"stages\": 2},"
+  "bf16-pp2-tp2 4 bf16 \"pipeline\": {\"stages\": 2}, \"tensor_parallel\": {\"autotp_size\": 2},"
   "fp8-pp2-tp2 4 fp8-tensorwise \"fp8\": {\"enabled\": true}, \"pipeline\": {\"stages\": 2}, \"tensor_parallel\": {\"autotp_size\": 2},"
 )
 
 for entry in "${rows[@]}"; do
   read -r name ranks ref extra <<< "$entry"
-  if [ -n "${ROWS:-}" ] && [[ " $ROWS bf16 fp8-tensorwise fp8-rowwise fp8-zero3-bf16-gather " != *" $name "* ]]; then
+  # The references always run, and a layout's bf16 run with its FP8 one.
+  if [ -n "${ROWS:-}" ] && [[ " $ROWS bf16 fp8-tensorwise fp8-rowwise fp8-zero3-bf16-gather " != *" $name "* ]] &&
+     [[ " $ROWS " != *" fp8-${name#bf16-} "* ]]; then
     continue
   fi
   cat > "$work/$name.json" <<EOF
@@ -97,7 +104,7 @@ eval_got, eval_want = losses(name, "eval_loss"), losses(ref, "eval_loss")
 eval_diff = (abs(eval_got[max(eval_got)] - eval_want[max(eval_want)]) / eval_want[max(eval_want)]
              if eval_got and eval_want else float("inf"))
 if ref == "bf16":
-    # A recipe against bf16: the curves side by side, no bound but divergence.
+    # A recipe, or a layout in bf16, against bf16: the curves side by side, no bound but divergence.
     ok = got[last] < got[min(got)] and diffs[last] < 0.1
     print(f"{'PASS' if ok else 'FAIL'} {line}; against bf16: last step {diffs[last]:.2e}, eval {eval_diff:.2e}")
 elif ref.endswith("bf16-gather"):
@@ -115,7 +122,14 @@ else:
     own_last = abs(want[last] - bf16[last]) / bf16[last] if last in bf16 else 0.0
     own_eval = (abs(eval_want[max(eval_want)] - bf16_eval[max(bf16_eval)]) / bf16_eval[max(bf16_eval)]
                 if eval_want and bf16_eval else 0.0)
-    bound_last, bound_eval = max(3e-3, 2 * own_last), max(3e-3, 2 * own_eval)
+    # The same layout in bf16 (bf16-<layout>), where it ran: its distance from bf16 on one rank.
+    twin = "bf16-" + name[len("fp8-"):]
+    twin_loss, twin_eval = losses(twin), losses(twin, "eval_loss")
+    layout_last = abs(twin_loss[last] - bf16[last]) / bf16[last] if last in twin_loss and last in bf16 else 0.0
+    layout_eval = (abs(twin_eval[max(twin_eval)] - bf16_eval[max(bf16_eval)]) / bf16_eval[max(bf16_eval)]
+                   if twin_eval and bf16_eval else 0.0)
+    bound_last = max(3e-3, 2 * own_last) + layout_last
+    bound_eval = max(3e-3, 2 * own_eval) + layout_eval
     ok = diffs[last] <= bound_last and eval_diff <= bound_eval
     print(f"{'PASS' if ok else 'FAIL'} {line}; against {ref}: last step {diffs[last]:.2e} (bound {bound_last:.1e}), "
           f"eval {eval_diff:.2e} (bound {bound_eval:.1e}), largest step {max(diffs.values()):.2e}")

@@ -304,18 +304,12 @@ struct Fp8Config {
   std::optional<bool> all_gather_fp8;
 };
 // For tests only: with this environment variable set to 1, FP8 training runs
-// on CPU ranks through the CPU's _scaled_mm (the same FP8 math, no speed), so
-// that its composition with the parallel layouts is tested under mpirun on
-// machines without a GPU; the recipe "blockwise", which no GPU trains yet, is
-// accepted only then. Read by float8_cpu_emulation alone.
+// on CPU ranks, the FP8 operands dequantized and multiplied in fp32 (the same
+// FP8 values, no speed), so that its composition with the parallel layouts is
+// tested under mpirun on machines without a GPU. Read by float8_cpu_emulation
+// alone.
 inline constexpr const char* kFloat8CpuEmulation = "STRATUM_FP8_CPU_EMULATION";
 bool float8_cpu_emulation();
-// Why "blockwise" is refused on a GPU (at config check, and at engine start
-// on a GPU even under the emulation switch).
-inline constexpr const char* kBlockwiseRefusal =
-    "\"blockwise\" does not train on a GPU yet: its input gradient dx = dy W (1x128 by 128x128 scales "
-    "through cuBLASLt) did not match fp32 on an H200 and cuBLASLt refused GPT-2's step; use \"tensorwise\" or "
-    "\"rowwise\"";
 
 // --- checkpoint (DeepSpeed's section; "async" is Stratum's key) -------------------
 struct CheckpointConfig {

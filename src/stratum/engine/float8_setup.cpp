@@ -35,7 +35,7 @@ class Float8StepObserver : public StepObserver {
 void check_float8_device(const Config& config, c10::Device device) {
   if (!config.fp8.enabled) return;
   if (device.is_cpu() && float8_cpu_emulation()) {
-    // Tests only: the FP8 GEMMs through the CPU's _scaled_mm, as slow as it is.
+    // Tests only: the FP8 GEMMs of dequantized operands on the CPU.
     log::warn(std::string("fp8: ") + kFloat8CpuEmulation +
               "=1: the FP8 GEMMs run emulated on the CPU (for tests of the FP8 path only; no speed)");
     return;
@@ -45,10 +45,6 @@ void check_float8_device(const Config& config, c10::Device device) {
   if (!why.empty())
     throw ConfigError(config.source, {"fp8.enabled: " + why + "; remove the fp8 section (or set enabled false) to "
                                       "train in bf16"});
-  // The config refuses it too, except under the tests' CPU emulation, which
-  // a GPU run does not make right (see config::kBlockwiseRefusal).
-  if (blockwise && device.is_cuda())
-    throw ConfigError(config.source, {std::string("fp8.recipe: ") + config::kBlockwiseRefusal});
 }
 
 void attach_float8(const Config& config, torch::nn::Module& model, EngineCore& core) {

@@ -1,6 +1,6 @@
 // The FP8 GEMMs (nn/float8/scaled_gemm.h) and the FP8 linear layer
 // (float8_linear.h) against the fp32 products: forward, dx and dW, both
-// recipes, on the CPU through _scaled_mm directly; the weight cache reused
+// recipes, on the CPU as dequantized products (scaled_gemm.cpp); the weight cache reused
 // across micro-batches and refreshed after a step.
 //
 // Tolerance: relative Frobenius error against fp32 of the same bf16 inputs.
@@ -239,9 +239,8 @@ TEST(Float8LinearGpu, ForwardAndBothGradientsNearFp32OnTheGpu) {
   const at::Tensor x = torch::randn({4, 128, 512}).to(torch::kBFloat16), w = (torch::randn({768, 512}) * 0.05).to(torch::kBFloat16),
                    b = torch::randn({768}).to(torch::kBFloat16), dy = (torch::randn({4, 128, 768}) * 1e-3).to(torch::kBFloat16);
   const Grads want = run_layer(x.to(torch::kFloat), w.to(torch::kFloat), b.to(torch::kFloat), dy.to(torch::kFloat), nullptr);
-  // Blockwise is not here: on an H200 (torch 2.11) its dx through cuBLASLt's
-  // 1x128 x 128x128 product was 170x off fp32 while y and dW were near it;
-  // the engine refuses it on a GPU (Float8Engine.BlockwiseIsRefusedOnAGpu).
+  // Blockwise is not here: its dx contracts over 768, not a multiple of 512
+  // (the next test).
   for (const Recipe& r : {tensorwise_recipe(), rowwise_recipe()}) {
     SCOPED_TRACE(recipe_name(r));
     auto cache = std::make_shared<WeightCache>();
@@ -261,13 +260,13 @@ TEST(Float8LinearGpu, ForwardAndBothGradientsNearFp32OnTheGpu) {
   }
 }
 
-// Blockwise's wrong dx on the H200: cuBLASLt reads a 128x128-scaled
-// operand's scales in groups of 4 blocks along the contraction (PyTorch
-// #166752: silent wrong answers where K / 128 is not a multiple of 4). In the
-// test above the weight [768, 512] has 4 blocks along the forward's
-// contraction (512) but 6 along dx's (768). Here a weight of 4 and 8: y, dx
-// and dW near fp32 would confirm it, and the engine's refusal of blockwise on
-// a GPU can become a rule on the projections' widths (multiples of 512).
+// cuBLASLt reads a 128x128-scaled operand's scales in groups of 4 blocks
+// along the contraction (PyTorch #166752: silent wrong answers where K / 128
+// is not a multiple of 4). A weight [1024, 512] (4 blocks along the
+// forward's contraction, 8 along dx's) gives y, dx and dW near fp32; one of
+// [768, 512] (6 along dx's) gave dx 0.69 off fp32 on an H100 (2026-12-05) and
+// is now refused at its forward, naming the layer and its widths, and by the
+// GEMM itself.
 TEST(Float8LinearGpu, BlockwiseNearFp32WhereBothContractionsAreFourBlocks) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU of compute capability >= 8.9 (FP8 GEMMs)";
   if (!unsupported_reason(torch::kCUDA, /*blockwise=*/true).empty())
@@ -279,15 +278,32 @@ TEST(Float8LinearGpu, BlockwiseNearFp32WhereBothContractionsAreFourBlocks) {
                      w = (torch::randn({out, 512}) * 0.05).to(torch::kBFloat16),
                      b = torch::randn({out}).to(torch::kBFloat16),
                      dy = (torch::randn({4, 128, out}) * 1e-3).to(torch::kBFloat16);
-    const Grads want = run_layer(x.to(torch::kFloat), w.to(torch::kFloat), b.to(torch::kFloat), dy.to(torch::kFloat), nullptr);
     auto cache = std::make_shared<WeightCache>();
     Float8Projection p("gpu.c_fc", blockwise_recipe(), cache);
+    if (out % 512 != 0) {
+      try {
+        run_layer(x.to(dev), w.to(dev), b.to(dev), dy.to(dev), &p);
+        ADD_FAILURE() << "weight [" << out << ", 512]: no error";
+      } catch (const stratum::Error& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("fp8 linear gpu.c_fc: recipe \"blockwise\" on a GPU needs the weight's widths to be "
+                            "multiples of 512, and this rank's is [768, 512]"),
+                  std::string::npos)
+            << what;
+      }
+      // The GEMM alone: dx = dy W with W in 128x128 blocks over K = 768.
+      const at::Tensor dy2 = dy.to(dev).reshape({-1, out}), wt = w.to(dev).t().contiguous();
+      const Float8Tensor a = cast(dy2, blockwise_recipe().forward(), false).rows,
+                         bt = cast(wt, blockwise_recipe().weight(), false).rows;
+      EXPECT_THROW(scaled_gemm(a, bt, torch::kBFloat16), stratum::Error);
+      continue;
+    }
+    const Grads want = run_layer(x.to(torch::kFloat), w.to(torch::kFloat), b.to(torch::kFloat), dy.to(torch::kFloat), nullptr);
     const Grads got = run_layer(x.to(dev), w.to(dev), b.to(dev), dy.to(dev), &p);
     const double ey = rel_err(got.y.cpu(), want.y), edx = rel_err(got.dx.cpu(), want.dx),
                  edw = rel_err(got.dw.cpu(), want.dw);
     std::printf("blockwise on the GPU, weight [%lld, 512]: y %.4f, dx %.4f, dW %.4f\n", static_cast<long long>(out), ey,
                 edx, edw);
-    if (out % 512 != 0) continue;  // reported only: the shape the rule would refuse
     EXPECT_LT(ey, kTolerance);
     EXPECT_LT(edx, kTolerance);
     EXPECT_LT(edw, kTolerance);
@@ -301,8 +317,8 @@ TEST(Float8LinearGpu, WeightGradIntoAnFp32SinkOnTheGpu) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU of compute capability >= 8.9 (FP8 GEMMs)";
   torch::manual_seed(14);
   const auto opts = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
-  const at::Tensor x = torch::randn({256, 512}, opts), w0 = torch::randn({384, 512}, opts) * 0.05,
-                   dy = torch::randn({256, 384}, opts) * 1e-2;
+  const at::Tensor x = torch::randn({256, 512}, opts), w0 = torch::randn({512, 512}, opts) * 0.05,
+                   dy = torch::randn({256, 512}, opts) * 1e-2;
   std::vector<Recipe> recipes{tensorwise_recipe(), rowwise_recipe()};
   if (unsupported_reason(torch::kCUDA, /*blockwise=*/true).empty()) recipes.push_back(blockwise_recipe());
   for (const Recipe& r : recipes) {
@@ -317,7 +333,7 @@ TEST(Float8LinearGpu, WeightGradIntoAnFp32SinkOnTheGpu) {
       return w.grad();
     };
     const at::Tensor plain = run(false, nullptr);
-    at::Tensor dest = torch::full({384, 512}, std::numeric_limits<float>::quiet_NaN(), opts.dtype(torch::kFloat));
+    at::Tensor dest = torch::full({512, 512}, std::numeric_limits<float>::quiet_NaN(), opts.dtype(torch::kFloat));
     run(true, &dest);
     EXPECT_FALSE(dest.isnan().any().item<bool>());
     EXPECT_LT(rel_err(dest.cpu(), plain.cpu()), 1e-2);

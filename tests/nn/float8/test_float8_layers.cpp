@@ -53,18 +53,11 @@ TEST(Fp8Config, ReadsTheSection) {
 TEST(Fp8Config, RefusesWhatItCannotRun) {
   const std::string no_bf16 = config_error(R"({"train_batch_size": 8, "fp8": {"enabled": true}})");
   EXPECT_TRUE(has(no_bf16, "fp8.enabled") && has(no_bf16, "needs bf16 training")) << no_bf16;
-  // Blockwise: refused (its dx did not match fp32 on an H200) except under
-  // the tests' CPU emulation, where it runs dequantized.
-  const char* blockwise =
-      R"({"train_batch_size": 8, "bf16": {"enabled": true}, "fp8": {"enabled": true, "recipe": "blockwise"}})";
-  unsetenv(config::kFloat8CpuEmulation);
-  const std::string refused = config_error(blockwise);
-  EXPECT_TRUE(has(refused, "fp8.recipe") && has(refused, "\"blockwise\" does not train on a GPU yet") &&
-              has(refused, "\"tensorwise\" or \"rowwise\""))
-      << refused;
-  setenv(config::kFloat8CpuEmulation, "1", 1);
-  EXPECT_EQ(config_error(blockwise), "");
-  unsetenv(config::kFloat8CpuEmulation);
+  // Blockwise: accepted; the widths a GPU needs (multiples of 512) are the
+  // model's, named at its first forward (Float8Engine.BlockwiseOnAGpu...).
+  EXPECT_EQ(config_error(
+                R"({"train_batch_size": 8, "bf16": {"enabled": true}, "fp8": {"enabled": true, "recipe": "blockwise"}})"),
+            "");
   const std::string unknown_recipe = config_error(
       R"({"train_batch_size": 8, "bf16": {"enabled": true}, "fp8": {"enabled": true, "recipe": "delayed"}})");
   EXPECT_TRUE(has(unknown_recipe, "fp8.recipe")) << unknown_recipe;
@@ -211,7 +204,7 @@ std::vector<std::vector<at::Tensor>> fp8_weight_sets() {
 // weight has a sink, dW = dyᵀ x is written (or added) into its fp32
 // destination, for stacked weights at once where their destinations lie
 // side by side. The fp32 product rounded to bf16 is autograd's bf16 dW bit
-// for bit (the CPU's _scaled_mm sums in fp32 and rounds at the end), and it
+// for bit (off the GPU the product is summed in fp32 and rounded at the end), and it
 // is kept in fp32 (not a bf16 gradient widened). Destinations apart:
 // autograd's path.
 TEST(Fp8Layers, WeightGradSinkTakesTheFp8Product) {

@@ -246,6 +246,15 @@ at::Tensor float8_linear(const at::Tensor& x, const std::vector<at::Tensor>& wei
   if (bias.defined() && (bias.dim() != 1 || bias.size(0) != n))
     throw Error("fp8 linear " + projection.name() + ": bias " + c10::str(bias.sizes()) + " for " +
                 std::to_string(n) + " outputs");
+  // The forward contracts over K and dx over N, each with W in 128x128
+  // blocks: named here, at the first forward, rather than by the GEMM.
+  const int64_t k = x.size(-1);
+  if (x.is_cuda() && is_blockwise(projection.recipe().scaling) && (n % kBlockwiseGpuK != 0 || k % kBlockwiseGpuK != 0))
+    throw Error("fp8 linear " + projection.name() + ": recipe \"blockwise\" on a GPU needs the weight's widths to "
+                "be multiples of " + std::to_string(kBlockwiseGpuK) + ", and this rank's is [" + std::to_string(n) +
+                ", " + std::to_string(k) + "] (cuBLASLt reads 128x128 weight scales four blocks at a time along "
+                "the forward's contraction, the input width, and dx's, the output width); name the layer in "
+                "fp8.exclude, or use \"tensorwise\" or \"rowwise\"");
   return Float8Linear::apply(x, at::TensorList(weights), bias.defined() ? bias : at::empty({0}, x.options()),
                              &projection, c10::GradMode::is_enabled(),
                              x_amax.defined() ? x_amax : at::empty({0}, x.options().dtype(at::kFloat)));

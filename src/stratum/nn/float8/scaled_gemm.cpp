@@ -22,9 +22,11 @@ std::pair<Scaling, Scaling> block_pair(const Float8Tensor& a, const Float8Tensor
   return {sa, sb};
 }
 
-// Row- and blockwise products off the GPU: the operands dequantized,
-// multiplied in fp32. The CPU's _scaled_mm takes tensorwise scales only in
-// the torch of the GPU machines (2.11); the emulation must not depend on it.
+// Every product off the GPU: the operands dequantized, multiplied in fp32.
+// The CPU's _scaled_mm takes tensorwise scales only in the torch of the GPU
+// machines (2.11), and on a CPU without FP8 instructions torch 2.13 runs it
+// through oneDNN's reference matmul, ~25x slower than this (the FP8
+// composition tests passed their time limit): the emulation depends on neither.
 at::Tensor dequantized_gemm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype,
                             const at::Tensor& bias) {
   at::Tensor y = dequantize(a).mm(dequantize(b).t());
@@ -58,7 +60,7 @@ Prepared prepare(const Float8Tensor& a, const Float8Tensor& b, bool fast_accum) 
   // cuBLASLt's FP8 kernels need 16-byte aligned leading dimensions.
   if (a.data.is_cuda() && (k % 16 != 0 || n % 16 != 0))
     throw Error("fp8 GEMM: " + shapes + ": K and N must be multiples of 16 on the GPU");
-  if (!tensorwise && !a.data.is_cuda()) {
+  if (!a.data.is_cuda()) {
     if (blockwise) block_pair(a, b);  // the pairs the GPU refuses are refused here too
     return {at::Tensor(), at::Tensor(), false, true};
   }
@@ -67,6 +69,10 @@ Prepared prepare(const Float8Tensor& a, const Float8Tensor& b, bool fast_accum) 
             fast_accum, false};
   const auto [sa, sb] = block_pair(a, b);
   if (k % kBlock != 0) throw Error("fp8 GEMM: " + shapes + ": blockwise scales need K a multiple of 128 on the GPU");
+  if ((sa == Scaling::blocks_128x128 || sb == Scaling::blocks_128x128) && k % kBlockwiseGpuK != 0)
+    throw Error("fp8 GEMM: " + shapes + ": an operand in 128x128 blocks needs K a multiple of " +
+                std::to_string(kBlockwiseGpuK) + " on the GPU (cuBLASLt reads its scales four blocks at a time "
+                "along K and gives wrong products otherwise)");
   // ATen's layouts: A's 1x128 scales outer-dim-major ([M, K/128], strides
   // (1, M)); B's passed for Bᵀ [K, N]: 1x128 as a contiguous [K/128, N],
   // 128x128 as the transpose of the contiguous [N/128, K/128]. Blockwise

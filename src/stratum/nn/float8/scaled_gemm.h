@@ -12,15 +12,23 @@
 
 namespace stratum::nn::float8 {
 
+// cuBLASLt reads a 128x128-scaled operand's scales in groups of four blocks
+// along K (its layout pads K / 128 up to a multiple of 4; PyTorch #166752):
+// with scales laid out unpadded, a K of 6 blocks gave dx 0.69 off fp32 on
+// an H100 where 4 and 8 blocks gave 0.037 (2026-12-05). So on the GPU such a
+// product's K is a multiple of 512: a blockwise layer's in and out widths.
+constexpr int64_t kBlockwiseGpuK = 4 * kBlock;
+
 // a: [M, K], b: [N, K], scaled alike (both tensorwise: 0-dim scales; both
 // rowwise: [M] and [N], one a row along K; both blockwise: 1x128 with
 // 128x128 or 1x128 blocks, or 128x128 with 1x128, nn/float8/cast.h).
 // `bias` [N] (out_dtype) or undefined. fast_accum: cuBLASLt's faster, less
 // exact accumulation (the forward GEMM only, as torchao; blockwise GEMMs
-// never). Off the GPU blockwise operands are multiplied dequantized, in
-// fp32 (the CPU's _scaled_mm has no block scales). Throws naming the shapes
+// never). Off the GPU the operands are multiplied dequantized, in fp32
+// (the same FP8 values; scaled_gemm.cpp says why not the CPU's _scaled_mm). Throws naming the shapes
 // where the GPU's kernels would refuse them (K and N multiples of 16; K of
-// 128 under blockwise scales).
+// 128 under blockwise scales) or give wrong products (K of kBlockwiseGpuK
+// where an operand is in 128x128 blocks).
 at::Tensor scaled_gemm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype,
                        const at::Tensor& bias = at::Tensor(), bool fast_accum = false);
 
