@@ -3,10 +3,13 @@
 # the same command line, called again on the still-warm machine, goes on where
 # the last call stopped. What has not run on a GPU yet first, then
 # measurements; goodput, moe_ep and cp_layouts ran on the H200 on 2026-12-05
-# (re-checks). The Llama-8B FP8 scenario needs an H200's memory (micro 4:
+# (re-checks); gpt2-350m's FP8 quality runs of seed 1 came back from an H100
+# (bench/results/fp8_quality/): fp8_quality_gpt2_seed2 adds bf16's second
+# seed. The Llama-8B FP8 scenario needs an H200's memory (micro 4:
 # 110 GiB); on a smaller GPU fp8_speed_llama runs its 8-layer version.
 # long_1m_start and long_1m (llama-1b at 1M tokens, ~15 minutes alone on the
-# GPU) go last: long_1m waits over as many calls as it takes.
+# GPU; trained on an H100 on 2026-12-05, a re-check now) go last: long_1m
+# waits over as many calls as it takes.
 #   Device call: command: bash scripts/device_all.sh   carry: [".deps", ".whl/fp8"]   timeout_s: 600
 # moe_speed needs transformers and numpy (.whl/lora_b and lora_a's numpy,
 # without hf_xet, linked into .whl/moe); within the 64 MiB carry that is
@@ -30,7 +33,7 @@ all=(
   "cp_longest_8b=560=DEADLINE_AT=\$QUEUE_DEADLINE_AT PARTS=2 LONG_MODELS=llama-8b FIRST_8B=\${FIRST_8B:-65536} bash scripts/device_long_context.sh"
   "cp_longest_1b=560=DEADLINE_AT=\$QUEUE_DEADLINE_AT PARTS=2 LONG_MODELS=llama-1b bash scripts/device_long_context.sh"
   "fp8_speed_llama=560=bash bench/run_matrix.sh \$(bash scripts/gpu_memory_gib.sh 100 1gpu-fp8-llama-8b-16l 1gpu-fp8-llama-8b-8l)"
-  "fp8_quality_gpt2=480=PARTS=gpt2 bash scripts/device_fp8_quality.sh"
+  "fp8_quality_gpt2_seed2=200=PARTS=gpt2-seed2 bash scripts/device_fp8_quality.sh"
   "fp8_quality_llama=510=PARTS=llama bash scripts/device_fp8_quality.sh"
   "goodput=330=bash scripts/device_goodput.sh"
   "moe_ep=60=PARTS=1 bash scripts/device_moe.sh"

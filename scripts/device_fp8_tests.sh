@@ -25,9 +25,11 @@ if [ "${QUICK:-0}" = 1 ]; then
   build-device/bin/test_float8 --gtest_filter='*Gpu*' --gtest_color=no > "$logs/fp8-ctest.log" 2>&1 || failed=1
   grep -E "^\[ +(PASSED|FAILED|SKIPPED) +\]" "$logs/fp8-ctest.log"
 else
-  # Not float8_composition_np2/np4: on a GPU machine their ranks share the GPU
-  # with the FP8 products emulated, which ran past CTest's 300 s (2026-12-05);
-  # CI runs them on CPU ranks, and device_fp8_layouts.sh the layouts in real FP8.
+  # Not float8_composition_np2/np4: on the GPU machine they ran past CTest's
+  # 300 s (2026-12-05), likely as on a CPU without FP8 instructions, where the
+  # CPU's _scaled_mm (since replaced by dequantized products) ran oneDNN's
+  # reference kernel; CI runs them on CPU ranks, and device_fp8_layouts.sh
+  # the layouts in real FP8.
   ctest --test-dir build-device -R "Float8|float8|Fp8" -E "float8_composition" --output-on-failure -j 4 \
     > "$logs/fp8-ctest.log" 2>&1 || failed=1
   grep -E "tests passed|\((Failed|Timeout|SEGFAULT|Subprocess aborted)\)$" "$logs/fp8-ctest.log"

@@ -16,6 +16,7 @@ For each model and FP8 recipe, against bf16 from the same seed:
 Prints one line per check, PASS or FAIL; exits 1 if any failed.
 
   python3 scripts/fp8_loss_curves.py DIR... [--svg docs/fp8_loss_curves.svg] [--tokens-per-step 16384]
+      [--device "one H100"]
 """
 import argparse
 import csv
@@ -167,14 +168,14 @@ def smoothed(rows, window=50):
     return pts
 
 
-def draw(runs, tokens_per_step):
+def draw(runs, tokens_per_step, device):
     models = sorted(runs)
     pw, ph, left, top, gap_x, gap_y = 420, 250, 70, 60, 110, 125
     width, height = left + 2 * pw + gap_x + 30, top + len(models) * (ph + gap_y)
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="12">', f'<rect width="{width}" height="{height}" fill="white"/>',
            f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="15" font-weight="bold">'
-           f'FP8 against bf16: loss by tokens trained (Stratum, one H200)</text>']
+           f'FP8 against bf16: loss by tokens trained (Stratum, {device})</text>']
     m_tok = tokens_per_step / 1e6
     for i, model in enumerate(models):
         rs, y = runs[model], top + i * (ph + gap_y)
@@ -219,6 +220,7 @@ def main():
     ap.add_argument("paths", nargs="+", help="folders of <model>-<run>.csv files, or the files")
     ap.add_argument("--svg", help="write the curves here")
     ap.add_argument("--tokens-per-step", type=int, default=16384, help="the runs' tokens a step (for the x axis)")
+    ap.add_argument("--device", default="one GPU", help="where the runs trained, for the picture's title")
     a = ap.parse_args()
     runs = read_runs(a.paths)
     if not runs:
@@ -230,7 +232,7 @@ def main():
             print(f"{'    ' if good is None else 'PASS' if good else 'FAIL'}  {text}")
     if a.svg:
         with open(a.svg, "w") as f:
-            f.write(draw(runs, a.tokens_per_step))
+            f.write(draw(runs, a.tokens_per_step, a.device))
         print(f"fp8_loss_curves: wrote {a.svg}")
     return 0 if ok else 1
 

@@ -334,7 +334,8 @@ TEST(PipelineEngine, PipelineTimesTensorParallel_MatchesSingleProcess) {
 
 // PP x TP = 2 x 2 with the optimizer offloaded at ZeRO-2, with
 // pipeline.activation_checkpoint_interval, and in bf16 (losses within 2%,
-// norms 15%, as the pipeline's bf16 test).
+// norms 15%, as the pipeline's bf16 test). fp32 norms 2e-5, as the other
+// PP x TP tests' (on a Xeon with AMX: 1.10e-5 at step 14).
 TEST(PipelineEngine, PipelineTimesTensorParallelOffloadCheckpointingBf16) {
   if (test::context().cpu_world->size() < 4) GTEST_SKIP() << "needs 4 ranks";
   const auto& world = test::context().cpu_world;
@@ -349,7 +350,7 @@ TEST(PipelineEngine, PipelineTimesTensorParallelOffloadCheckpointingBf16) {
     Layout plain = l;  // the single process checkpoints nothing
     plain.checkpoint_interval = 0;
     const TrainRun ref = train_reference(arch, plain);
-    expect_same_training(train_pipeline(arch, l, world), ref, 1e-5, describe(arch, l) + " checkpointed", true, 1e-5,
+    expect_same_training(train_pipeline(arch, l, world), ref, 1e-5, describe(arch, l) + " checkpointed", true, 2e-5,
                          2e-4);
     Layout half;
     half.pp = 2;

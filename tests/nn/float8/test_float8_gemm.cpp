@@ -1,7 +1,7 @@
 // The FP8 GEMMs (nn/float8/scaled_gemm.h) and the FP8 linear layer
 // (float8_linear.h) against the fp32 products: forward, dx and dW, both
-// recipes, on the CPU as dequantized products (scaled_gemm.cpp); the weight cache reused
-// across micro-batches and refreshed after a step.
+// recipes, on the CPU as dequantized products (scaled_gemm.cpp); the weight
+// cache reused across micro-batches and refreshed after a step.
 //
 // Tolerance: relative Frobenius error against fp32 of the same bf16 inputs.
 // Measured on these shapes (normal inputs, K = 256): forward about 0.03-0.04

@@ -204,9 +204,9 @@ std::vector<std::vector<at::Tensor>> fp8_weight_sets() {
 // weight has a sink, dW = dyᵀ x is written (or added) into its fp32
 // destination, for stacked weights at once where their destinations lie
 // side by side. The fp32 product rounded to bf16 is autograd's bf16 dW bit
-// for bit (off the GPU the product is summed in fp32 and rounded at the end), and it
-// is kept in fp32 (not a bf16 gradient widened). Destinations apart:
-// autograd's path.
+// for bit (off the GPU the product is summed in fp32 and rounded at the
+// end), and it is kept in fp32 (not a bf16 gradient widened). Destinations
+// apart: autograd's path.
 TEST(Fp8Layers, WeightGradSinkTakesTheFp8Product) {
   namespace f8 = nn::float8;
   for (const f8::Recipe& recipe : {f8::tensorwise_recipe(), f8::rowwise_recipe(), f8::blockwise_recipe()})

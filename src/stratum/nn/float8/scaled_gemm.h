@@ -24,11 +24,11 @@ constexpr int64_t kBlockwiseGpuK = 4 * kBlock;
 // 128x128 or 1x128 blocks, or 128x128 with 1x128, nn/float8/cast.h).
 // `bias` [N] (out_dtype) or undefined. fast_accum: cuBLASLt's faster, less
 // exact accumulation (the forward GEMM only, as torchao; blockwise GEMMs
-// never). Off the GPU the operands are multiplied dequantized, in fp32
-// (the same FP8 values; scaled_gemm.cpp says why not the CPU's _scaled_mm). Throws naming the shapes
-// where the GPU's kernels would refuse them (K and N multiples of 16; K of
-// 128 under blockwise scales) or give wrong products (K of kBlockwiseGpuK
-// where an operand is in 128x128 blocks).
+// never). Off the GPU the operands are multiplied dequantized, in fp32 (the
+// same FP8 values; scaled_gemm.cpp says why not the CPU's _scaled_mm).
+// Throws naming the shapes where the GPU's kernels would refuse them (K and
+// N multiples of 16; K of 128 under blockwise scales) or give wrong products
+// (K of kBlockwiseGpuK where an operand is in 128x128 blocks).
 at::Tensor scaled_gemm(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype,
                        const at::Tensor& bias = at::Tensor(), bool fast_accum = false);
 
