@@ -23,6 +23,26 @@ TEST(GradClip, CoefficientFormula) {
   EXPECT_EQ(clip_coefficient(std::nan(""), 1.0), 1.0);
 }
 
+// A bucket's norm does not depend on how the gradients are bucketed: on a CPU
+// the squares are summed in double, so a million-element bucket whole and in
+// 7 uneven pieces give the double-precision norm within fp32's rounding (an
+// fp32 lane-by-lane sum drifts by parts in a million at this size, which
+// showed as expert- and pipeline-parallel norms 1e-5 off one process's).
+TEST(GradClip, CpuNormOfALargeBucketIsItsDoublePrecisionNormWhateverTheSplit) {
+  torch::manual_seed(1);
+  const at::Tensor g = torch::rand({1 << 20}) + 0.5;  // all of one sign: rounding errors add up
+  const double exact = std::sqrt(g.to(at::kDouble).square().sum().item<double>());
+  EXPECT_NEAR(l2_norm(g).item<double>(), exact, 1e-7 * exact);
+  EXPECT_EQ(l2_norm(g).scalar_type(), at::kFloat);
+  std::vector<at::Tensor> pieces;
+  for (const at::Tensor& p : g.tensor_split({1, 1000, 70001, 300000, 300001, 777777})) pieces.push_back(p);
+  EXPECT_NEAR(std::sqrt(squared_norm(pieces).item<double>()), exact, 1e-7 * exact);
+  at::Tensor out = at::empty({}, at::kFloat);
+  l2_norm_out(out, g.to(at::kBFloat16));
+  EXPECT_NEAR(out.item<double>(), std::sqrt(g.to(at::kBFloat16).to(at::kDouble).square().sum().item<double>()),
+              1e-7 * exact);
+}
+
 TEST(GradClip, NormFromShardsAndClippedGradsMatchClipGradNorm) {
   torch::manual_seed(0);
   const double max_norm = 1.0;

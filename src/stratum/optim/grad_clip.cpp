@@ -13,13 +13,23 @@
 
 namespace stratum::optim {
 
+// linalg_vector_norm with a dtype upcasts inside the reduction: no fp32 copy
+// of an fp16 buffer, and no fp16 overflow of the squares.
+at::Tensor l2_norm(const at::Tensor& g) {
+  if (g.is_cpu()) return at::linalg_vector_norm(g, 2, std::nullopt, false, at::kDouble).to(at::kFloat);
+  return at::linalg_vector_norm(g, 2, std::nullopt, false, at::kFloat);
+}
+
+void l2_norm_out(at::Tensor& out, const at::Tensor& g) {
+  if (g.is_cpu()) out.copy_(at::linalg_vector_norm(g, 2, std::nullopt, false, at::kDouble));
+  else at::linalg_vector_norm_out(out, g, 2, std::nullopt, false, at::kFloat);
+}
+
 at::Tensor squared_norm(const std::vector<at::Tensor>& grads) {
   std::vector<at::Tensor> norms;
   norms.reserve(grads.size());
-  // linalg_vector_norm with dtype fp32 upcasts inside the reduction: no fp32
-  // copy of an fp16 buffer, and no fp16 overflow of the squares.
   for (const at::Tensor& g : grads)
-    if (g.numel() > 0) norms.push_back(at::linalg_vector_norm(g, 2, std::nullopt, false, at::kFloat));
+    if (g.numel() > 0) norms.push_back(l2_norm(g));
   if (norms.empty())
     return at::zeros({}, grads.empty() ? at::TensorOptions(at::kFloat) : grads.front().options().dtype(at::kFloat));
   return at::stack(norms).square().sum();

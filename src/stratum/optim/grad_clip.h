@@ -14,9 +14,19 @@
 
 namespace stratum::optim {
 
-// Sum of squares of every element of `grads`, accumulated in fp32 whatever the
-// grads' dtype: a 0-dim fp32 tensor on their device (inf or nan when a gradient
-// is). Empty `grads`: a CPU zero.
+// The L2 norm of `g` as a 0-dim fp32 tensor on its device, whatever its dtype.
+// On a CPU the squares are summed in double: ATen's CPU norm adds a vector
+// lane's squares one after another, which loses a few parts in a million over
+// a bucket of 1e5 elements and makes the norm depend on how the gradients are
+// bucketed (a rank's share at ZeRO or EP against one process's). GPU
+// reductions are trees and stay in fp32.
+at::Tensor l2_norm(const at::Tensor& g);
+// The same into `out` (a 0-dim fp32 tensor on g's device).
+void l2_norm_out(at::Tensor& out, const at::Tensor& g);
+
+// Sum of squares of every element of `grads` (their l2_norms squared):
+// a 0-dim fp32 tensor on their device (inf or nan when a gradient is).
+// Empty `grads`: a CPU zero.
 at::Tensor squared_norm(const std::vector<at::Tensor>& grads);
 
 // DeepSpeed's (and torch's clip_grad_norm_'s) factor: min(1, max_norm / (total_norm + 1e-6)).

@@ -1,10 +1,11 @@
 #include "stratum/zero/reduced_grad_norm.h"
 
 #include <ATen/ops/empty.h>
-#include <ATen/ops/linalg_vector_norm.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+
+#include "stratum/optim/grad_clip.h"
 
 namespace stratum::zero {
 namespace {
@@ -40,7 +41,7 @@ void ReducedGradNorm::add(const distributed::WorkPtr& work, const at::Tensor& re
     if (work) work->wait_in_background();
     else landed.block(*side_);
     at::Tensor slot = norms_.select(0, count_);
-    at::linalg_vector_norm_out(slot, reduced, 2, std::nullopt, false, at::kFloat);
+    optim::l2_norm_out(slot, reduced);
     done_.emplace(device_.type());
     done_->record(*side_);
     pieces_.push_back(reduced);
@@ -59,7 +60,7 @@ void ReducedGradNorm::renorm(const at::Tensor& piece) {
     c10::StreamGuard on_side(*side_);
     changed.block(*side_);
     at::Tensor slot = norms_.select(0, static_cast<int64_t>(i));
-    at::linalg_vector_norm_out(slot, piece, 2, std::nullopt, false, at::kFloat);
+    optim::l2_norm_out(slot, piece);
     done_.emplace(device_.type());
     done_->record(*side_);
     return;
@@ -80,7 +81,7 @@ at::Tensor ReducedGradNorm::take(int64_t expected_numel) {
     c10::AutoGradMode no_grad(false);
     for (size_t i = 0; i < deferred_.size(); ++i) {
       at::Tensor slot = norms_.select(0, static_cast<int64_t>(i));
-      at::linalg_vector_norm_out(slot, deferred_[i], 2, std::nullopt, false, at::kFloat);
+      optim::l2_norm_out(slot, deferred_[i]);
     }
     total = norms_.narrow(0, 0, count_).square().sum();
   }
