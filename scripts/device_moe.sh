@@ -4,7 +4,8 @@
 #   1. Expert parallelism on the CUDA path, its ranks sharing the one GPU (over
 #      MPI through the host): tiny Mixtral (4 experts, top 2, dropless) at
 #      EP = 2 and 4 (each also data parallel), EP 2 x 2 at ZeRO-3, with
-#      activation checkpointing, against the one-rank run: fp32, per-step
+#      activation checkpointing, and EP 2 under TP 2 with sequence
+#      parallelism (ZeRO-2), against the one-rank run: fp32, per-step
 #      losses within 1e-5 relative. The all-to-all's GPU path exercised.
 #   2. Throughput against transformers' own models: the scenarios
 #      1gpu-moe-mixtral and 1gpu-moe-qwen3 of bench/run_matrix.sh (Mixtral's
@@ -32,10 +33,12 @@ fi
 if [[ " $parts " == *" 1 "* ]]; then
   echo "=== expert parallelism on the shared GPU: tiny Mixtral, fp32, against one rank ==="
   model=(--model tiny-mixtral --set layers=2 --set max_seq_len=64)
-  for entry in "ref 1 1 0" "ep2 2 2 0" "ep4 4 4 0" "ep2-dp2-zero3 4 2 3" "ep2-checkpointed 2 2 1"; do
+  for entry in "ref 1 1 0" "ep2 2 2 0" "ep4 4 4 0" "ep2-dp2-zero3 4 2 3" "ep2-checkpointed 2 2 1" "tp2-sp-ep2 4 2 2"; do
     read -r name ranks ep zero <<< "$entry"
     ckpt=""
     [ "$name" = ep2-checkpointed ] && ckpt='"activation_checkpointing": {},' && zero=0
+    # Each tensor-parallel rank routes its half of every sequence (sequence parallelism).
+    [ "$name" = tp2-sp-ep2 ] && ckpt='"tensor_parallel": {"autotp_size": 2, "sequence_parallel": true},'
     cat > "$work/$name.json" <<JSON
 {"train_batch_size": 16, "gradient_accumulation_steps": 2, $ckpt
  "moe": {"expert_parallel_size": $ep, "aux_loss_coeff": 0, "z_loss_coeff": 0.001},

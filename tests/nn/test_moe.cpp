@@ -173,6 +173,42 @@ TEST(MoEBalancing, ZLossIsTheMeanSquaredLogSumExp) {
   EXPECT_NEAR(z_loss(logits).item<double>(), want / 6, 1e-5);
 }
 
+// Sequence parallelism's split: 3 sequences of 8 tokens cut into 2 slices of
+// 4 (rank r holds tokens [4 r, 4 r + 4) of every sequence). Each slice's
+// shares, from the whole micro-batch's counts, sum to the whole terms, and the
+// slices' gradients of the scores and logits are the whole terms' gradients.
+TEST(MoEBalancing, SharesOfASequenceSplitSumToTheWholeTermsAndTheirGradients) {
+  torch::manual_seed(6);
+  const int64_t S = 3, L = 8, n = 2, E = 4, k = 2;
+  const at::Tensor logits = (torch::randn({S * L, E}) * 2).requires_grad_();
+  const at::Tensor scores = torch::softmax(logits, -1);
+  const at::Tensor experts = std::get<1>(scores.detach().topk(k, -1));
+  const at::Tensor whole = aux_loss(scores, experts, E, false) + sequence_aux_loss(scores, experts, E, S, false) +
+                           z_loss(logits);
+  const at::Tensor want = torch::autograd::grad({whole}, {logits})[0];
+
+  const at::Tensor counts = tokens_per_expert(experts, E);
+  const at::Tensor per_sequence = tokens_per_sequence_and_expert(experts, E, S);
+  EXPECT_TRUE(per_sequence.sum(0).equal(counts));
+  double sum = 0;
+  at::Tensor got = torch::zeros_like(logits);
+  for (int64_t r = 0; r < n; ++r) {
+    // The slice's rows: tokens [r L / n, (r + 1) L / n) of each sequence, in sequence order.
+    const at::Tensor rows = (torch::arange(S).unsqueeze(1) * L + r * (L / n) + torch::arange(L / n)).reshape({-1});
+    const at::Tensor part = logits.detach().index_select(0, rows).requires_grad_();
+    const at::Tensor part_scores = torch::softmax(part, -1);
+    const at::Tensor share = aux_loss_share(part_scores, counts, S * L, k, false) +
+                             sequence_aux_loss_share(part_scores, per_sequence, L, k, false) +
+                             z_loss_share(part, S * L);
+    sum += share.item<double>();
+    got.index_add_(0, rows, torch::autograd::grad({share}, {part})[0]);
+  }
+  EXPECT_NEAR(sum, whole.item<double>(), 1e-6 * whole.item<double>());
+  EXPECT_LE((got - want).abs().max().item<double>(), 1e-6 * want.abs().max().item<double>());
+  EXPECT_THROW(aux_loss_share(scores, counts, S * L - 1, k, false), Error);  // fewer tokens in all than here
+  EXPECT_THROW(sequence_aux_loss_share(scores, per_sequence.narrow(1, 0, 3), L, k, false), Error);
+}
+
 TEST(MoEBalancing, AnAttachedTermGetsTheLossFactorAsItsGradient) {
   const at::Tensor x = torch::randn({3, 2}, torch::requires_grad());
   const at::Tensor w = torch::tensor({2.0}, torch::requires_grad());

@@ -60,7 +60,8 @@ class LlamaDecoderLayer : public nn::StackLayer {
         register_module("post_attention_layernorm", std::make_shared<nn::RMSNormImpl>(c.hidden, c.norm_eps, device));
     if (c.is_moe())
       moe = register_module(c.arch == "mixtral" ? "block_sparse_moe" : "mlp",
-                            std::make_shared<nn::moe::SparseMoEImpl>(moe_options(c), index, std::move(routing), device, ep));
+                            std::make_shared<nn::moe::SparseMoEImpl>(moe_options(c), index, std::move(routing),
+                                                                     device, ep, tp));
     else
       mlp = register_module("mlp", std::make_shared<nn::SwiGLUMLPImpl>(c.hidden, c.ffn_hidden,
                                                                         c.recompute_mlp_activation, tp, device));
@@ -123,10 +124,6 @@ std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& c, const nn::tp
                                               const nn::moe::ExpertParallel& ep) {
   validate(c);
   if (!c.llama_family()) throw Error("build_llama: model '" + c.name + "' is arch '" + c.arch + "'");
-  if (c.is_moe() && tp.enabled() && tp.sequence_parallel)
-    throw Error("model '" + c.name + "': a mixture of experts under sequence parallelism is not supported (each rank "
-                "would balance its experts over its slice of the sequence alone); turn "
-                "tensor_parallel.sequence_parallel off");
   auto model = std::make_shared<CausalLMImpl>(c, tp, default_init_seed());
   model->set_expert_parallel(ep);
   auto embedding = std::make_shared<LlamaEmbedding>(c, tp, device);

@@ -34,6 +34,26 @@ at::Tensor z_loss(const at::Tensor& logits);
 
 // Tokens routed to each expert: int64 [E] from experts [T, k].
 at::Tensor tokens_per_expert(const at::Tensor& experts, int64_t num_experts);
+// The same per sequence: int64 [S, E], rows of experts in sequence order.
+at::Tensor tokens_per_sequence_and_expert(const at::Tensor& experts, int64_t num_experts, int64_t sequences);
+
+// A rank's share of each term where a micro-batch's tokens are split over a
+// group of ranks (sequence parallelism: [B, T / n] of every sequence each):
+// computed from the whole micro-batch's counts and token count, over this
+// rank's tokens only, so the shares sum over the group to the whole
+// micro-batch's term and each rank's gradient reaches its own scores alone
+// (the router's gradients are then summed over the group, as every
+// parameter's that sequence parallelism reads a part of). With the whole
+// micro-batch on one rank each share is the term.
+//   counts: the whole micro-batch's assignments per expert, [E] (any dtype);
+//   total_tokens: its tokens (T above).
+at::Tensor aux_loss_share(const at::Tensor& scores, const at::Tensor& counts, int64_t total_tokens, int64_t top_k,
+                          bool normalize_scores);
+//   counts: per sequence, [S, E]; scores' rows: S sequences' slices of one
+//   length, in sequence order; sequence_length: a whole sequence's tokens.
+at::Tensor sequence_aux_loss_share(const at::Tensor& scores, const at::Tensor& counts, int64_t sequence_length,
+                                   int64_t top_k, bool normalize_scores);
+at::Tensor z_loss_share(const at::Tensor& logits, int64_t total_tokens);
 
 // x unchanged; `term` (a scalar) receives in backward the gradient `factor`
 // (a 0-dim tensor read then, not now; undefined: 1).

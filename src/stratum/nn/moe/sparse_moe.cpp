@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "stratum/core/error.h"
+#include "stratum/distributed/wait_context.h"
 #include "stratum/nn/linear.h"
 #include "stratum/nn/moe/grouped_linear.h"
 #include "stratum/nn/moe/load_balancing.h"
@@ -38,8 +39,13 @@ ExpertImpl::ExpertImpl(int64_t hidden, int64_t ffn_hidden, const ExpertNames& na
 }
 
 SparseMoEImpl::SparseMoEImpl(const MoEOptions& options, int64_t layer, std::shared_ptr<RoutingRecord> record,
-                             c10::Device device, ExpertParallel ep)
-    : torch::nn::Module("SparseMoE"), options_(options), layer_(layer), ep_(std::move(ep)), record_(std::move(record)) {
+                             c10::Device device, ExpertParallel ep, tp::TensorParallel tp)
+    : torch::nn::Module("SparseMoE"),
+      options_(options),
+      layer_(layer),
+      ep_(std::move(ep)),
+      tp_(std::move(tp)),
+      record_(std::move(record)) {
   check(options_);
   const int64_t e = options_.router.num_experts;
   if (e % ep_.size() != 0)
@@ -159,18 +165,21 @@ at::Tensor SparseMoEImpl::forward(const at::Tensor& x) {
   }
   const at::Tensor sorted_experts = flat_experts.index_select(0, order);
   const at::Tensor routed = tokens_per_expert(r.experts, e);
-  const at::Tensor routed_host = routed.cpu();  // the GEMMs' row counts: one synchronization
+  // The GEMMs' row counts on the host: the one synchronization. A training
+  // forward under sequence parallelism gathers the group's counts instead
+  // (every rank's, [n, E]), which the balancing terms need.
+  const bool training = is_training() && c10::GradMode::is_enabled();
+  const at::Tensor host_counts =
+      training && sequence_split() ? gather_counts(routed, tp_.group) : routed.cpu().unsqueeze(0);
+  const at::Tensor routed_host = host_counts[host_counts.size(0) > 1 ? tp_.rank() : 0].contiguous();
   std::vector<int64_t> counts(routed_host.data_ptr<int64_t>(), routed_host.data_ptr<int64_t>() + e);
-  int64_t dropped = 0;
+  int64_t capacity = -1;  // none: dropless
   if (o.capacity_factor > 0) {
-    const int64_t capacity =
+    capacity =
         static_cast<int64_t>(std::ceil(o.capacity_factor * static_cast<double>(tokens * k) / static_cast<double>(e)));
     const at::Tensor keep = within_capacity(sorted_experts, counts, capacity);
     order = order.masked_select(keep);
-    for (int64_t& n : counts) {
-      dropped += std::max<int64_t>(0, n - capacity);
-      n = std::min(n, capacity);
-    }
+    for (int64_t& n : counts) n = std::min(n, capacity);
   }
   const at::Tensor token_of = at::floor_divide(order, k);
   const at::Tensor rows = x2.index_select(0, token_of);  // grouped by expert, so by the expert's rank
@@ -180,25 +189,57 @@ at::Tensor SparseMoEImpl::forward(const at::Tensor& x) {
   if (shared_experts) out = out + shared_experts->forward(x2);
 
   // The balancing terms: their gradients joined to the output's backward.
-  const bool training = is_training() && c10::GradMode::is_enabled();
-  at::Tensor aux, z;
   if (training) {
-    const bool normalize = o.router.score == ScoreFunction::sigmoid;
-    if (o.balancing == Balancing::aux_loss) {
-      aux = aux_loss(r.scores, r.experts, e, normalize);
-    } else if (o.balancing == Balancing::sequence_aux_loss) {
-      const int64_t sequences = x.dim() == 3 ? x.size(0) : 1;
-      aux = sequence_aux_loss(r.scores, r.experts, e, sequences, normalize);
-    }
-    if (o.z_loss_coeff > 0) z = z_loss(logits);
-    if (aux.defined() && o.aux_loss_coeff > 0)
-      out = attach_aux_loss(out, aux * o.aux_loss_coeff, record_ ? record_->backward_factor() : at::Tensor());
-    if (z.defined()) out = attach_aux_loss(out, z * o.z_loss_coeff, record_ ? record_->backward_factor() : at::Tensor());
-    if (record_)
-      record_->add(layer_, routed, dropped, tokens * k, aux.defined() ? aux.detach() : at::Tensor(),
-                   z.defined() ? z.detach() : at::Tensor());
+    const Balance b = balance(x, logits, r, routed, host_counts, capacity);
+    const at::Tensor factor = record_ ? record_->backward_factor() : at::Tensor();
+    if (b.aux.defined() && o.aux_loss_coeff > 0) out = attach_aux_loss(out, b.aux * o.aux_loss_coeff, factor);
+    if (b.z.defined()) out = attach_aux_loss(out, b.z * o.z_loss_coeff, factor);
+    if (record_) record_->add(layer_, b.whole_routed, b.whole_dropped, b.whole_assigned, b.whole_aux, b.whole_z);
   }
   return out.view(x.sizes());
+}
+
+SparseMoEImpl::Balance SparseMoEImpl::balance(const at::Tensor& x, const at::Tensor& logits, const Routing& r,
+                                             const at::Tensor& routed, const at::Tensor& host_counts,
+                                             int64_t capacity) const {
+  const MoEOptions& o = options_;
+  const int64_t e = o.router.num_experts, k = o.router.top_k, tokens = logits.size(0);
+  // The ranks holding a slice of each of the micro-batch's sequences (1, or
+  // the group under sequence parallelism); their slices are of one size.
+  const int64_t n = host_counts.size(0);
+  const int64_t whole_tokens = tokens * n;
+  Balance b;
+  b.whole_routed = n > 1 ? host_counts.sum(0) : routed;
+  b.whole_assigned = whole_tokens * k;
+  if (capacity >= 0) b.whole_dropped = (host_counts - capacity).clamp_min(0).sum().item<int64_t>();
+  const bool normalize = o.router.score == ScoreFunction::sigmoid;
+  if (o.balancing == Balancing::aux_loss) {
+    b.aux = aux_loss_share(r.scores, n > 1 ? b.whole_routed.to(r.scores.device()) : routed, whole_tokens, k, normalize);
+  } else if (o.balancing == Balancing::sequence_aux_loss) {
+    const int64_t sequences = x.dim() == 3 ? x.size(0) : 1;
+    at::Tensor per_sequence = tokens_per_sequence_and_expert(r.experts, e, sequences);
+    if (n > 1) {
+      distributed::WaitContext waiting("MoE: each sequence's tokens per expert over the sequence-parallel ranks");
+      tp_.group->all_reduce(per_sequence, distributed::ReduceOp::sum)->wait();
+    }
+    b.aux = sequence_aux_loss_share(r.scores, per_sequence, tokens / sequences * n, k, normalize);
+  }
+  if (o.z_loss_coeff > 0) b.z = z_loss_share(logits, whole_tokens);
+  if (b.aux.defined()) b.whole_aux = b.aux.detach();
+  if (b.z.defined()) b.whole_z = b.z.detach();
+  if (n > 1 && record_ && (b.aux.defined() || b.z.defined())) {
+    // The record's values: the shares summed over the group (no wait on the host).
+    const auto opts = r.scores.options().dtype(at::kFloat);
+    at::Tensor both = at::stack({b.aux.defined() ? b.whole_aux.to(at::kFloat) : at::zeros({}, opts),
+                                 b.z.defined() ? b.whole_z.to(at::kFloat) : at::zeros({}, opts)});
+    {
+      distributed::WaitContext waiting("MoE: the balancing terms over the sequence-parallel ranks");
+      tp_.group->all_reduce(both, distributed::ReduceOp::sum)->wait();
+    }
+    if (b.aux.defined()) b.whole_aux = both[0];
+    if (b.z.defined()) b.whole_z = both[1];
+  }
+  return b;
 }
 
 }  // namespace stratum::nn::moe

@@ -18,6 +18,17 @@
 // its own tokens, sends each assignment's row to the rank of its expert and
 // gets the expert's output back (nn/moe/token_exchange.h); the router and the
 // shared experts are whole on every rank.
+//
+// Under tensor parallelism every rank holds every expert (of its expert-
+// parallel share). With sequence parallelism a rank's input is its slice
+// [B, T / n, C] of the micro-batch: it routes and computes its own tokens
+// (no rank repeats another's expert work), and the balancing terms and the
+// recorded load are the whole micro-batch's: the tokens per expert are
+// gathered over the group (one small all-gather a layer), each rank's terms
+// are its share (load_balancing.h), and the router's and experts' gradients
+// are summed over the group like every weight sequence parallelism reads a
+// part of. A capacity applies to each rank's tokens (as Megatron-Core's
+// token dispatchers under sequence parallelism).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +42,7 @@
 #include "stratum/nn/moe/routing_record.h"
 #include "stratum/nn/moe/token_exchange.h"
 #include "stratum/nn/parameter_modules.h"
+#include "stratum/nn/tensor_parallel/mappings.h"
 
 namespace stratum::nn::moe {
 
@@ -68,8 +80,9 @@ class ExpertImpl : public torch::nn::Module {
 class SparseMoEImpl : public torch::nn::Module {
  public:
   // `layer`: the block's index, under which its routing is recorded in `record`.
+  // `tp`: the model's tensor-parallel group (only its sequence parallelism matters here).
   SparseMoEImpl(const MoEOptions& options, int64_t layer, std::shared_ptr<RoutingRecord> record,
-                c10::Device device = c10::kCPU, ExpertParallel ep = {});
+                c10::Device device = c10::kCPU, ExpertParallel ep = {}, tp::TensorParallel tp = {});
   // [B, T, C] (or [tokens, C]) -> the same shape.
   at::Tensor forward(const at::Tensor& x);
 
@@ -100,9 +113,23 @@ class SparseMoEImpl : public torch::nn::Module {
   // The same for every expert of the layer, the rows sent to and back from their experts' ranks.
   at::Tensor remote_experts(const at::Tensor& rows, const std::vector<int64_t>& counts);
 
+  // The training terms and the record's load, from the routing of this
+  // rank's tokens and `host_counts`, every rank's tokens per expert [n, E]
+  // of the n ranks holding a slice of the micro-batch (n = 1 but under
+  // sequence parallelism). `capacity` < 0: dropless.
+  struct Balance {
+    at::Tensor aux, z;                            // this rank's shares (undefined: off)
+    at::Tensor whole_aux, whole_z, whole_routed;  // the micro-batch's, for the record
+    int64_t whole_dropped = 0, whole_assigned = 0;
+  };
+  Balance balance(const at::Tensor& x, const at::Tensor& logits, const Routing& r, const at::Tensor& routed,
+                  const at::Tensor& host_counts, int64_t capacity) const;
+  bool sequence_split() const { return tp_.enabled() && tp_.sequence_parallel; }
+
   MoEOptions options_;
   int64_t layer_;
   ExpertParallel ep_;
+  tp::TensorParallel tp_;
   int64_t first_expert_ = 0;
   std::shared_ptr<RoutingRecord> record_;
   at::Tensor expert_bias_;

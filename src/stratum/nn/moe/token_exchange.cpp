@@ -82,15 +82,17 @@ at::Tensor exchange_rows(const at::Tensor& x, const std::vector<int64_t>& send_s
                              static_cast<int64_t>(reinterpret_cast<intptr_t>(ep.group.get())));
 }
 
-at::Tensor gather_counts(const at::Tensor& counts, const ExpertParallel& ep) {
-  if (!ep.enabled()) return counts.to(at::kCPU, at::kLong).unsqueeze(0);
+at::Tensor gather_counts(const at::Tensor& counts, const ExpertParallel& ep) { return gather_counts(counts, ep.group); }
+
+at::Tensor gather_counts(const at::Tensor& counts, const std::shared_ptr<Communicator>& group) {
+  if (!group || group->size() == 1) return counts.to(at::kCPU, at::kLong).unsqueeze(0);
   at::Tensor mine = counts.to(at::kLong).contiguous();
-  at::Tensor all = at::empty({ep.size() * mine.numel()}, mine.options());
+  at::Tensor all = at::empty({group->size() * mine.numel()}, mine.options());
   {
     distributed::WaitContext waiting("MoE: every rank's tokens per expert");
-    ep.group->all_gather(all, mine)->wait();
+    group->all_gather(all, mine)->wait();
   }
-  return all.view({ep.size(), mine.numel()}).cpu();
+  return all.view({group->size(), mine.numel()}).cpu();
 }
 
 }  // namespace stratum::nn::moe

@@ -34,5 +34,8 @@ at::Tensor exchange_rows(const at::Tensor& x, const std::vector<int64_t>& send_s
 // int64 on the CPU out (one all-gather and one synchronization: the
 // transfers' sizes).
 at::Tensor gather_counts(const at::Tensor& counts, const ExpertParallel& ep);
+// The same over any group (null: this rank's alone), e.g. the ranks a
+// micro-batch's sequences are split over.
+at::Tensor gather_counts(const at::Tensor& counts, const std::shared_ptr<distributed::Communicator>& group);
 
 }  // namespace stratum::nn::moe
