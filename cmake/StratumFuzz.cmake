@@ -1,12 +1,12 @@
 # The fuzz targets (fuzz/): a clang ASan+UBSan build of its own in build/fuzz,
 # run as an external project so the main GCC build's flags never change, and
-# one CTest case per target (fuzz_NAME: 30 s on a copy of its seed corpus,
+# one CTest case per target (fuzz_NAME: 20 s on a copy of its seed corpus,
 # failing on a crash, a hang or a sanitizer report). Without a clang that
 # links libFuzzer the cases still exist and fail, saying why.
 include(ExternalProject)
 include(${PROJECT_SOURCE_DIR}/fuzz/targets.cmake)
 
-set(STRATUM_FUZZ_SECONDS 30 CACHE STRING "How long each fuzz_* CTest case fuzzes")
+set(STRATUM_FUZZ_SECONDS 20 CACHE STRING "How long each fuzz_* CTest case fuzzes")
 find_program(STRATUM_FUZZ_CXX NAMES clang++ clang++-19 clang++-18 clang++-17 clang++-16 clang++-15 clang++-14)
 
 # Can it build and link a libFuzzer target with both sanitizers? (A missing
