@@ -184,6 +184,53 @@ TEST(LayoutPlanner, ExpertParallelByHand) {
   EXPECT_TRUE(seen) << format_plan(r, plan, 5);
 }
 
+// Mixtral 8x7B over 8 GPUs as TP 2 x EP 4: a GPU holds its half of the
+// attention and embeddings, the router whole, and 1/4 of the experts (which
+// tensor parallelism replicates). Without sequence parallelism each GPU of a
+// pair runs every token's experts and sends every token to the experts'
+// GPUs; with it each routes its half of the tokens: the experts' compute and
+// the all-to-all halve, and a block has only the attention's collectives.
+TEST(LayoutPlanner, ExpertParallelWithTensorParallelismByHand) {
+  const ModelConfig mixtral = preset("mixtral-8x7b");
+  PlanRequest r = with_model(mixtral, 1, 8, 4096, 4);
+  Layout l = data_parallel(0, 4, 1, 1);
+  l.tp = 2;
+  l.ep = 4;
+  const LayoutEstimate plain = estimate_layout(r, l);
+  const double experts = 32.0 * 8 * 3 * 4096 * 14336;
+  const double held = static_cast<double>(stratum::models::tensor_parallel_param_count(mixtral, 2)) - experts +
+                      experts / 4;
+  EXPECT_NEAR(plain.states, (2 + 2 + 12) * held, 1e-3 * held);
+  l.sequence_parallel = true;
+  const LayoutEstimate split = estimate_layout(r, l);
+  EXPECT_NEAR(split.states, plain.states, 1e-3 * held);
+  const double expert_flops = 6.0 * 2 * 3 * 4096 * 14336;  // a token's 2 experts, trained
+  EXPECT_NEAR(plain.time.compute - split.time.compute, 4096.0 * 32 * expert_flops / 2 / 5e13, 1e-6);
+  EXPECT_NEAR(split.time.all_to_all, plain.time.all_to_all / 2, 1e-9);
+  EXPECT_LT(split.activations, plain.activations);
+  // One region a block (the attention's): its all-reduce forward, 1.5 of it in backward under SP.
+  const double all_reduce = 2.0 * (2 - 1) / 2.0 * 4096.0 * 4096 * 2 / 10e9;
+  EXPECT_NEAR(split.time.tensor_parallel, (32 * (1 + 1.5) + 2) * all_reduce, 1e-9);
+  // The optimizer on the host: each of the node's 8 GPUs' fp32 states and gradients of what it holds.
+  l.zero_stage = 1;
+  l.offload_optimizer = true;
+  EXPECT_NEAR(estimate_layout(r, l).host_bytes_per_node, 8 * 16 * held, 1e-3 * 8 * 16 * held);
+  l.zero_stage = 0;
+  l.offload_optimizer = false;
+  // Pipeline stages with experts are named as not planned.
+  l.tp = 1;
+  l.pp = 2;
+  l.dp = 4;
+  l.sequence_parallel = false;
+  EXPECT_NE(error_of(r, l).find("not planned yet"), std::string::npos) << error_of(r, l);
+  // The plan searches expert parallelism under tensor parallelism.
+  r.fixed.tp = 2;
+  const Plan plan = plan_layouts(r);
+  bool seen = false;
+  for (const auto& f : plan.fitting) seen = seen || (f.layout.ep > 1 && f.layout.tp == 2);
+  EXPECT_TRUE(seen) << format_plan(r, plan, 5);
+}
+
 // LLaMA 8B at 32768 tokens over 8 GPUs of one node, each sequence over all
 // 8 (one data replica: the batch of 2 is 1 x 2 micro-batches): a GPU
 // computes 1/8 of every token's work, keeps the activations of its 4096

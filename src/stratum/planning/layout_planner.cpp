@@ -126,9 +126,9 @@ void check_layout(const PlanRequest& r, const Layout& l) {
     if (!r.model || !r.model->is_moe()) throw Error("ep " + n(l.ep) + " needs a mixture-of-experts model (--model)");
     if (r.model->num_experts % l.ep != 0)
       throw Error("ep " + n(l.ep) + " does not divide the model's " + n(r.model->num_experts) + " experts");
-    if (l.pp > 1 || l.tp > 1)
-      throw Error("ep " + n(l.ep) + " with pp " + n(l.pp) + " x tp " + n(l.tp) +
-                  ": expert parallelism runs with data parallelism alone");
+    if (l.pp > 1)
+      throw Error("ep " + n(l.ep) + " with pp " + n(l.pp) +
+                  ": expert parallelism in pipeline stages trains but is not planned yet (plan pp 1)");
   }
   if (l.cp < 1 || l.dp % l.cp != 0)
     throw Error("cp " + n(l.cp) + " does not divide dp " + n(l.dp) +
@@ -188,6 +188,11 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
                s = static_cast<double>(in.seq_len) / static_cast<double>(l.cp), h = static_cast<double>(in.hidden);
   const double rate = hw.peak_flops * hw.mfu, tokens = b * s;
   const std::vector<double> flops = layer_flops(r);
+  // A token's routed experts' training FLOPs in one mixture-of-experts block.
+  const double expert_flops = r.model && r.model->is_moe()
+                                  ? models::kTrainingFlopsPerParameter *
+                                        static_cast<double>(r.model->top_k * 3 * r.model->hidden * r.model->moe_ffn_hidden)
+                                  : 0.0;
   Shared out;
   for (double f : flops) out.flops_per_token += f;
   const size_t n_layers = flops.size();
@@ -241,12 +246,19 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
       const int64_t part = chunk * p + rank;
       for (size_t i = cut.begin(static_cast<int>(part)); i < cut.end(static_cast<int>(part)); ++i) {
         const bool block = r.model && i >= 1 && i + 2 < n_layers;
-        const double f = tokens * flops[i] / 3.0 / static_cast<double>(t) / rate;
+        // A mixture of experts is replicated over tensor parallelism: without
+        // sequence parallelism each GPU of the group runs every token's experts.
+        const double repeated = block && !l.sequence_parallel ? expert_flops : 0.0;
+        const double f = tokens * ((flops[i] - repeated) / static_cast<double>(t) + repeated) / 3.0 / rate;
         fwd += f;
         if (block && l.checkpointing) recompute += f;
         if (block) {
-          tp_fwd += 2.0 * tp_all_reduce;
-          tp_bwd += 2.0 * tp_all_reduce * (l.sequence_parallel ? 1.5 : 1.0) + (l.checkpointing ? 2.0 * tp_all_reduce : 0.0);
+          // Two split regions a block (attention, MLP); a mixture of experts is
+          // none (replicated), so its block has the attention's alone.
+          const double regions = expert_flops > 0 ? 1.0 : 2.0;
+          tp_fwd += regions * tp_all_reduce;
+          tp_bwd += regions * tp_all_reduce * (l.sequence_parallel ? 1.5 : 1.0) +
+                    (l.checkpointing ? regions * tp_all_reduce : 0.0);
           cp_f += cp_fwd;
           cp_b += cp_bwd;
         }
@@ -278,11 +290,11 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
       // The received activation and gradient of the chunk running.
       st.buffers = 2.0 * unit / (l.sequence_parallel ? static_cast<double>(t) : 1.0) + sp_gather;
     } else if (l.ep > 1) {
-      st.params = static_cast<double>(in.params - in.expert_params) +
-                  static_cast<double>(in.expert_params) / static_cast<double>(l.ep);
+      const int64_t rest = (t > 1 && in.tp_params > 0 ? in.tp_params : in.params) - in.expert_params;
+      st.params = static_cast<double>(rest) + static_cast<double>(in.expert_params) / static_cast<double>(l.ep);
       st.states = estimate_model_states(in);
       st.activations = estimate_activation_bytes(in);
-      st.buffers = 0;
+      st.buffers = sp_gather;
     } else {
       st.params = static_cast<double>(t > 1 && in.tp_params > 0 ? in.tp_params : in.params);
       st.states = estimate_model_states(in);
@@ -351,7 +363,7 @@ LayoutEstimate finish(const PlanRequest& r, const Layout& l, const Shared& share
     }
     if (l.ep > 1) {  // the parameters outside the experts, summed over the expert-parallel GPUs at the step
       const models::ModelConfig& c = *r.model;  // check_layout: expert parallelism needs the model
-      const double dense = static_cast<double>(models::parameter_count(c) -
+      const double dense = static_cast<double>(models::tensor_parallel_param_count(c, t) -
                                                c.layers * c.num_experts * 3 * c.hidden * c.moe_ffn_hidden);
       const double fe = static_cast<double>(l.ep);
       exposed += 2.0 * (fe - 1.0) / fe * dense * wire / (l.ep <= g ? hw.node_bandwidth : hw.network_bandwidth);
@@ -370,7 +382,7 @@ LayoutEstimate finish(const PlanRequest& r, const Layout& l, const Shared& share
   for (int64_t node = 0; node < r.shape.nodes; ++node) {
     double host = 0;
     for (int64_t k = node * g; k < (node + 1) * g; ++k)
-      host += rows[static_cast<size_t>(k / (d * t))].cpu_bytes_per_node / static_cast<double>(g) + host_checkpoints;
+      host += rows[static_cast<size_t>(k / (l.dp * t))].cpu_bytes_per_node / static_cast<double>(g) + host_checkpoints;
     e.host_bytes_per_node = std::max(e.host_bytes_per_node, host);
   }
   e.time.total = e.time.pipeline + e.time.data_parallel + e.time.offload;
@@ -465,7 +477,7 @@ Plan plan_layouts(const PlanRequest& r) {
     for (int64_t pp : divisors(world / tp)) {
       if (!allowed(fx.pp, pp) || (pp > 1 && !r.model) || pp > layer_count) continue;
       const int64_t dp = world / (tp * pp);
-      const bool moe = r.model && r.model->is_moe() && tp == 1 && pp == 1;
+      const bool moe = r.model && r.model->is_moe() && pp == 1;
       for (int64_t ep : divisors(dp)) {
       if (!allowed(fx.ep, ep) || (ep > 1 && (!moe || r.model->num_experts % ep != 0))) continue;
       for (const auto& [cp, ulysses] : context_choices(r, dp, tp, ep)) {

@@ -121,10 +121,12 @@ double block_activation_bytes(const EstimateInput& in) {
   // A mixture of experts keeps, per assignment (top_k a token), its gathered
   // row (h), gate and up (2 F), the SwiGLU output (F) and the expert's output
   // (h); per token the combined output (h) and the router's fp32 scores and
-  // probabilities (2 E floats). Replicated over tensor parallelism.
+  // probabilities (2 E floats). Replicated over tensor parallelism, but for
+  // sequence parallelism, where each rank routes its 1/t slice of the tokens.
   const double moe = in.experts > 0
-                         ? static_cast<double>(in.top_k) * (2.0 * h + 3.0 * static_cast<double>(in.moe_ffn)) + h +
-                               2.0 * static_cast<double>(in.experts) * 4.0 / static_cast<double>(in.param_bytes)
+                         ? (static_cast<double>(in.top_k) * (2.0 * h + 3.0 * static_cast<double>(in.moe_ffn)) + h +
+                            2.0 * static_cast<double>(in.experts) * 4.0 / static_cast<double>(in.param_bytes)) /
+                               (in.sequence_parallel ? t : 1.0)
                          : 0.0;
   const double per_token = norms + h / t + 2.0 * kv + h / t + (in.experts > 0 ? moe : mlp * ffn / t);
   return w * s * b * per_token;
@@ -193,7 +195,10 @@ double checkpoint_bytes(const EstimateInput& in, double blocks) {
 double all_to_all_bytes(const EstimateInput& in) {
   const int64_t ep = std::max<int64_t>(1, in.expert_parallel);
   if (ep == 1 || in.experts == 0) return 0.0;
-  const double rows = static_cast<double>(in.micro_batch * in.seq_len * in.top_k);
+  // A tensor-parallel GPU sends the tokens it routes: all of them, or its 1/t
+  // slice under sequence parallelism.
+  const int64_t t = in.sequence_parallel ? std::max<int64_t>(1, in.tensor_parallel) : 1;
+  const double rows = static_cast<double>(in.micro_batch * in.seq_len * in.top_k) / static_cast<double>(t);
   const double off_rank = static_cast<double>(ep - 1) / static_cast<double>(ep);
   return 4.0 * static_cast<double>(in.layers) * rows * static_cast<double>(in.hidden) *
          static_cast<double>(in.param_bytes) * off_rank;
@@ -281,16 +286,18 @@ std::string context_parallel_problem(const EstimateInput& in) {
 
 std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
   const int64_t ep = std::max<int64_t>(1, in.expert_parallel);
+  const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
   if (ep > 1) {
-    // The experts split over ep GPUs; everything partitioned over the GPUs holding the same experts.
-    const double held = static_cast<double>(in.params - in.expert_params) +
-                        static_cast<double>(in.expert_params) / static_cast<double>(ep);
+    // The experts split over ep GPUs and replicated over tensor parallelism,
+    // whose GPUs split the rest; everything partitioned over the GPUs holding
+    // the same experts and tensor-parallel shard.
+    const int64_t rest = (t > 1 && in.tp_params > 0 ? in.tp_params : in.params) - in.expert_params;
+    const double held = static_cast<double>(rest) + static_cast<double>(in.expert_params) / static_cast<double>(ep);
     EstimateInput shard = in;
     const int64_t block_experts = in.layers > 0 ? in.expert_params / in.layers : 0;
-    shard.largest_layer_params = in.largest_layer_params - block_experts + block_experts / ep;
-    return model_states(shard, held, static_cast<double>(in.nodes * in.gpus_per_node / ep));
+    shard.largest_layer_params = (in.largest_layer_params - block_experts) / t + block_experts / ep;
+    return model_states(shard, held, static_cast<double>(in.nodes * in.gpus_per_node / (ep * t)));
   }
-  const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
   if (t == 1) return model_states(in, static_cast<double>(in.params), static_cast<double>(in.nodes * in.gpus_per_node));
   EstimateInput shard = in;
   shard.largest_layer_params = in.largest_layer_params / t;
@@ -413,17 +420,21 @@ std::string format_estimate(const EstimateInput& in) {
                 in.param_bytes == 2 ? "16-bit" : "fp32");
   out += line;
   if (in.expert_parallel > 1) {
-    const int64_t ep = in.expert_parallel;
+    const int64_t ep = in.expert_parallel, t = std::max<int64_t>(1, in.tensor_parallel);
+    const int64_t rest = (t > 1 && in.tp_params > 0 ? in.tp_params : in.params) - in.expert_params;
     std::snprintf(line, sizeof line,
                   "  expert parallel %lld: %.3gB parameters a GPU (1/%lld of the %.3gB in experts), ZeRO over %lld "
                   "data-parallel ranks; all-to-all %.3g GiB a micro-batch a GPU (micro-batch %lld, seq %lld)\n",
-                  (long long)ep,
-                  (static_cast<double>(in.params - in.expert_params) + static_cast<double>(in.expert_params) / ep) / 1e9,
-                  (long long)ep, in.expert_params / 1e9, (long long)(in.nodes * in.gpus_per_node / ep),
+                  (long long)ep, (static_cast<double>(rest) + static_cast<double>(in.expert_params) / ep) / 1e9,
+                  (long long)ep, in.expert_params / 1e9, (long long)(in.nodes * in.gpus_per_node / (ep * t)),
                   gib(all_to_all_bytes(in)), (long long)in.micro_batch, (long long)in.seq_len);
     out += line;
   }
-  if (in.tensor_parallel > 1) {
+  if (in.tensor_parallel > 1 && in.expert_parallel > 1) {
+    std::snprintf(line, sizeof line, "  tensor parallel %lld%s: the rest split, the experts replicated over it\n",
+                  (long long)in.tensor_parallel, in.sequence_parallel ? " with sequence parallelism" : "");
+    out += line;
+  } else if (in.tensor_parallel > 1) {
     std::snprintf(line, sizeof line,
                   "  tensor parallel %lld%s: %.3gB parameters a GPU, ZeRO over %lld data-parallel ranks\n",
                   (long long)in.tensor_parallel, in.sequence_parallel ? " with sequence parallelism" : "",
