@@ -763,6 +763,32 @@ TEST(MemoryEstimator, MatchesLongSequencePeaksMeasuredOnH100) {
   EXPECT_NEAR(gib_on_gpu(llama_8b) / 57.81, 1.0, 0.05);
 }
 
+// Mixtral 8x7B on 8 GPUs as TP 2 x EP 4: a GPU holds its half of the rest and
+// a quarter of the experts (12.1B); pipeline stages with experts are named as
+// not estimated, an expert-parallel size that does not divide the
+// data-parallel GPUs as such.
+TEST(MemoryEstimator, ProgramEstimatesExpertParallelismUnderTensorParallelism) {
+  int status = 0;
+  std::string out = run_estimate("--model mixtral-8x7b --num_gpus 8 --tp 2 --ep 4 --sequence-parallel", &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("expert parallel 4: 12.1B parameters a GPU (1/4 of the 45.1B in experts), ZeRO over 1 "),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("tensor parallel 2 with sequence parallelism: the rest split, the experts replicated"),
+            std::string::npos)
+      << out;
+  out = run_estimate("--model mixtral-8x7b --num_gpus 8 --tp 2 --ep 8", &status);
+  EXPECT_NE(status, 0) << out;
+  EXPECT_NE(out.find("--ep 8 must divide the model's 8 experts and the 4 data-parallel GPUs (GPUs / --tp)"),
+            std::string::npos)
+      << out;
+  out = run_estimate("--model mixtral-8x7b --num_gpus 8 --pp 2 --ep 2", &status);
+  EXPECT_NE(status, 0) << out;
+  EXPECT_NE(out.find("--ep with --pp: expert parallelism in pipeline stages trains, but its memory is not estimated"),
+            std::string::npos)
+      << out;
+}
+
 TEST(MemoryEstimator, ProgramPrintsTheHostCheckpoints) {
   int status = 0;
   std::string out = run_estimate(
