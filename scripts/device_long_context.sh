@@ -6,7 +6,8 @@
 #      with each sequence over CP = 2 and 4 ranks by ring, Ulysses and hybrid,
 #      against the one-rank run: fp32 (the ring's blocks by the math path;
 #      per-step losses within 1e-5 relative) and bf16 (FlashAttention-2's
-#      kernels for the ring's blocks; within 2e-2, bf16's own noise).
+#      kernels for the ring's blocks; within 2e-2, bf16's own noise); and
+#      tiny Mixtral (its balancing terms on) over CP = 2 by the ring (fp32).
 #   2. The longest sequence that trains a step on the one GPU, doubling:
 #      llama-1b from 4K, then llama-8b from 32K; ZeRO-3 with the optimizer on
 #      the host, the MLP and the LM head's loss tiled along the sequence,
@@ -78,6 +79,22 @@ JSON
         { echo "$precision-$name: exit $?"; tail -5 "$work/$precision-$name.log"; }
       [ "$name" = ref ] || compare "$work" "$precision-$name" "$precision-ref" "$tol"
     done
+  done
+  echo "=== a mixture of experts under context parallelism: tiny Mixtral, fp32, against one rank ==="
+  for entry in "moe-ref 1" "moe-ring2 2"; do
+    read -r name cp <<< "$entry"
+    section=""
+    [ "$cp" -gt 1 ] && section="\"context_parallel\": {\"size\": $cp, \"method\": \"ring\"},"
+    cat > "$work/$name.json" <<JSON
+{"train_batch_size": 4, "gradient_accumulation_steps": 2, $section
+ "moe": {"aux_loss_coeff": 0.01, "z_loss_coeff": 0.001, "load_balancing": "seq_aux_loss"},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}
+JSON
+    "$bin/stratum-run" --num_procs "$cp" "$bin/stratum-train" --config "$work/$name.json" --model tiny-mixtral \
+      --set layers=2 --set max_seq_len=256 --data default --cache-dir "$work/cache" --steps 12 --eval-every 100 \
+      --sample-tokens 0 --print-every 1000 --seed 7 --log-dir "$work/$name" > "$work/$name.log" 2>&1 ||
+      { echo "$name: exit $?"; tail -5 "$work/$name.log"; }
+    [ "$name" = moe-ref ] || compare "$work" "$name" moe-ref 1e-5
   done
 fi
 

@@ -7,7 +7,8 @@
 // the optimizer on the host and activation checkpointing, under tensor
 // parallelism (sequence parallel) and in pipeline stages, GPT-2's learned
 // positions too: losses and gradient norms within 1e-5 relative,
-// every parameter within 2e-4 of the single process's. A rank holds T / CP
+// every parameter within 2e-4 of the single process's; a mixture of experts
+// too, its balancing terms on. A rank holds T / CP
 // tokens of activations. Bad shapes fail by key and number.
 //
 // Runs under mpirun (CTest: 2 and 4 ranks); each layout runs on a group of
@@ -24,6 +25,7 @@
 #include "stratum/engine/engine.h"
 #include "stratum/engine/tensor_parallel_setup.h"
 #include "stratum/models/causal_lm.h"
+#include "stratum/models/moe_config.h"
 #include "stratum/models/tensor_parallel_plan.h"
 #include "stratum/nn/attention.h"
 #include "stratum/nn/deferred_init.h"
@@ -53,6 +55,7 @@ struct Layout {
   int kv_heads = 2;
   int gas = 2;
   int global_batch = 8;
+  std::string balancing;  // a mixture of experts' (tiny-mixtral): "aux_loss" or "seq_aux_loss"
 };
 
 std::string config_json(const Layout& l) {
@@ -66,8 +69,13 @@ std::string config_json(const Layout& l) {
                                                               : "") +
                                         "},"
                                   : "";
+  // The balancing terms all on: the auxiliary loss, the z-loss and the aux-loss-free bias.
+  const std::string moe = l.balancing.empty() ? "" : R"("moe": {"aux_loss_coeff": 0.01, "z_loss_coeff": 0.001, )"
+                                                     R"("expert_bias_update_rate": 0.001, "load_balancing": ")" +
+                                                         l.balancing + "\"},";
   return R"({"train_batch_size": )" + std::to_string(l.global_batch) + R"(, "gradient_accumulation_steps": )" +
          std::to_string(l.gas) + "," + (l.checkpointing ? R"("activation_checkpointing": {},)" : "") + pp + tp + cp +
+         moe +
          R"(
     "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
     "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0003, "warmup_max_lr": 0.003, "warmup_num_steps": 5}},
@@ -82,7 +90,8 @@ std::string describe(const Layout& l) {
          (l.method == "hybrid" ? " (ulysses " + std::to_string(l.ulysses) + ")" : "") + " of dp " +
          std::to_string(l.dp) + " pp " + std::to_string(l.pp) + " tp " + std::to_string(l.tp) +
          (l.sequence_parallel ? " sp" : "") + " zero " + std::to_string(l.zero) +
-         (l.checkpointing ? " checkpointed" : "") + (l.offload ? " offload" : "") + (l.packed ? " packed" : "") + " kv " + std::to_string(l.kv_heads);
+         (l.checkpointing ? " checkpointed" : "") + (l.offload ? " offload" : "") + (l.packed ? " packed" : "") +
+         " kv " + std::to_string(l.kv_heads) + (l.balancing.empty() ? "" : " " + l.balancing);
 }
 
 models::ModelConfig model_config(const Layout& l) {
@@ -124,7 +133,9 @@ TrainRun train(const Layout& l, const std::shared_ptr<distributed::Communicator>
   const distributed::DistContext ctx = sub_context(world);
   const distributed::ProcessGrid grid = distributed::ProcessGrid::create(config, ctx);
   at::manual_seed(42);
-  auto model = models::construct_model(model_config(l), tensor_parallel_group(config, grid), c10::kMeta);
+  models::ModelConfig mc = model_config(l);
+  if (config.moe.present) models::apply_moe_section(mc, config.moe, config.source);
+  auto model = models::construct_model(mc, tensor_parallel_group(config, grid), c10::kMeta);
   auto engine = initialize(config, model, grid);
   EXPECT_EQ(engine.core().data_parallel()->size(), l.dp) << describe(l);
   EXPECT_EQ(engine.context_parallel().size(), l.cp) << describe(l);
@@ -397,6 +408,26 @@ TEST(ContextParallelEngine, UnderTensorParallelismAndInPipelineStages) {
   pp.pp = 2;
   pp.method = "ulysses";
   expect_same_training(pp, train(pp, groups_of(4)), ref);
+}
+
+// A mixture of experts with each sequence over CP = 2 (and, on 4 ranks, 4)
+// ranks by the ring: each rank routes its part of every sequence, and the
+// balancing terms (the auxiliary loss per micro-batch and per sequence, the
+// z-loss, the aux-loss-free bias) are the whole micro-batch's from the counts
+// gathered over the group. It trains as one process.
+TEST(ContextParallelEngine, MixtureOfExperts_MatchesSingleProcess) {
+  const int world = test::context().cpu_world->size();
+  for (const std::string balancing : {"aux_loss", "seq_aux_loss"}) {
+    Layout base;
+    base.preset = "tiny-mixtral";
+    base.balancing = balancing;
+    const TrainRun ref = reference(base);
+    for (int cp = 2; cp <= world; cp *= 2) {
+      Layout l = base;
+      l.cp = l.dp = cp;
+      expect_same_training(l, train(l, groups_of(cp)), ref);
+    }
+  }
 }
 
 TEST(ContextParallelEngine, BadShapesNamed) {

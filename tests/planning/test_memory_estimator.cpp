@@ -643,7 +643,14 @@ TEST(MemoryEstimator, ContextParallelProblemsNameTheNumbers) {
   moe.seq_len = 4096;
   set_model_shape(moe, stratum::models::make_model_config("mixtral-8x7b"));
   moe.context_parallel = 2;
-  EXPECT_NE(context_parallel_problem(moe).find("mixture of experts"), std::string::npos);
+  EXPECT_EQ(context_parallel_problem(moe), "");
+  moe.expert_parallel = 2;
+  EXPECT_NE(context_parallel_problem(moe).find("a mixture of experts under context parallelism with expert parallelism"),
+            std::string::npos);
+  moe.expert_parallel = 1;
+  moe.tensor_parallel = 2;
+  moe.sequence_parallel = true;
+  EXPECT_NE(context_parallel_problem(moe).find("both context and sequence parallelism"), std::string::npos);
 }
 
 TEST(MemoryEstimator, ProgramEstimatesContextParallelism) {

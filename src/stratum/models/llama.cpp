@@ -137,6 +137,7 @@ std::shared_ptr<CausalLMImpl> construct_llama(const ModelConfig& c, const nn::tp
   for (int64_t i = 0; i < c.layers; ++i) {
     auto layer = std::make_shared<LlamaDecoderLayer>(c, i, rope, tp, model->routing_record(), device, ep);
     layer->self_attn->layout = model->sequence_layout();
+    if (layer->moe) layer->moe->layout = model->sequence_layout();  // its context-parallel group, if any
     model->append(layer, "model.layers." + std::to_string(i));
   }
   model->append(std::make_shared<LlamaFinalNorm>(c, device), "model");

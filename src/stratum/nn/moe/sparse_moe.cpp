@@ -9,6 +9,7 @@
 #include "stratum/distributed/wait_context.h"
 #include "stratum/nn/linear.h"
 #include "stratum/nn/moe/grouped_linear.h"
+#include "stratum/nn/context_parallel/context_parallel.h"
 #include "stratum/nn/moe/load_balancing.h"
 
 namespace stratum::nn::moe {
@@ -169,9 +170,10 @@ at::Tensor SparseMoEImpl::forward(const at::Tensor& x) {
   // forward under sequence parallelism gathers the group's counts instead
   // (every rank's, [n, E]), which the balancing terms need.
   const bool training = is_training() && c10::GradMode::is_enabled();
-  const at::Tensor host_counts =
-      training && sequence_split() ? gather_counts(routed, tp_.group) : routed.cpu().unsqueeze(0);
-  const at::Tensor routed_host = host_counts[host_counts.size(0) > 1 ? tp_.rank() : 0].contiguous();
+  bool context = false;
+  const std::shared_ptr<distributed::Communicator> split = training ? split_group(&context) : nullptr;
+  const at::Tensor host_counts = split ? gather_counts(routed, split) : routed.cpu().unsqueeze(0);
+  const at::Tensor routed_host = host_counts[split ? split->rank() : 0].contiguous();
   std::vector<int64_t> counts(routed_host.data_ptr<int64_t>(), routed_host.data_ptr<int64_t>() + e);
   int64_t capacity = -1;  // none: dropless
   if (o.capacity_factor > 0) {
@@ -190,18 +192,30 @@ at::Tensor SparseMoEImpl::forward(const at::Tensor& x) {
 
   // The balancing terms: their gradients joined to the output's backward.
   if (training) {
-    const Balance b = balance(x, logits, r, routed, host_counts, capacity);
+    const Balance b = balance(x, logits, r, routed, host_counts, capacity, split);
     const at::Tensor factor = record_ ? record_->backward_factor() : at::Tensor();
-    if (b.aux.defined() && o.aux_loss_coeff > 0) out = attach_aux_loss(out, b.aux * o.aux_loss_coeff, factor);
-    if (b.z.defined()) out = attach_aux_loss(out, b.z * o.z_loss_coeff, factor);
+    // Context-parallel ranks' gradients are averaged: a share enters n times.
+    const double n = context ? static_cast<double>(split->size()) : 1.0;
+    if (b.aux.defined() && o.aux_loss_coeff > 0) out = attach_aux_loss(out, b.aux * (o.aux_loss_coeff * n), factor);
+    if (b.z.defined()) out = attach_aux_loss(out, b.z * (o.z_loss_coeff * n), factor);
     if (record_) record_->add(layer_, b.whole_routed, b.whole_dropped, b.whole_assigned, b.whole_aux, b.whole_z);
   }
   return out.view(x.sizes());
 }
 
+std::shared_ptr<distributed::Communicator> SparseMoEImpl::split_group(bool* context) const {
+  *context = false;
+  if (tp_.enabled() && tp_.sequence_parallel) return tp_.group;
+  const SequenceLayout* rows = layout ? layout->get() : nullptr;
+  if (!rows || !rows->context || !rows->context->cp.enabled()) return nullptr;
+  *context = true;
+  return rows->context->cp.group;
+}
+
 SparseMoEImpl::Balance SparseMoEImpl::balance(const at::Tensor& x, const at::Tensor& logits, const Routing& r,
                                              const at::Tensor& routed, const at::Tensor& host_counts,
-                                             int64_t capacity) const {
+                                             int64_t capacity,
+                                             const std::shared_ptr<distributed::Communicator>& split) const {
   const MoEOptions& o = options_;
   const int64_t e = o.router.num_experts, k = o.router.top_k, tokens = logits.size(0);
   // The ranks holding a slice of each of the micro-batch's sequences (1, or
@@ -219,8 +233,8 @@ SparseMoEImpl::Balance SparseMoEImpl::balance(const at::Tensor& x, const at::Ten
     const int64_t sequences = x.dim() == 3 ? x.size(0) : 1;
     at::Tensor per_sequence = tokens_per_sequence_and_expert(r.experts, e, sequences);
     if (n > 1) {
-      distributed::WaitContext waiting("MoE: each sequence's tokens per expert over the sequence-parallel ranks");
-      tp_.group->all_reduce(per_sequence, distributed::ReduceOp::sum)->wait();
+      distributed::WaitContext waiting("MoE: each sequence's tokens per expert over the ranks splitting it");
+      split->all_reduce(per_sequence, distributed::ReduceOp::sum)->wait();
     }
     b.aux = sequence_aux_loss_share(r.scores, per_sequence, tokens / sequences * n, k, normalize);
   }
@@ -233,8 +247,8 @@ SparseMoEImpl::Balance SparseMoEImpl::balance(const at::Tensor& x, const at::Ten
     at::Tensor both = at::stack({b.aux.defined() ? b.whole_aux.to(at::kFloat) : at::zeros({}, opts),
                                  b.z.defined() ? b.whole_z.to(at::kFloat) : at::zeros({}, opts)});
     {
-      distributed::WaitContext waiting("MoE: the balancing terms over the sequence-parallel ranks");
-      tp_.group->all_reduce(both, distributed::ReduceOp::sum)->wait();
+      distributed::WaitContext waiting("MoE: the balancing terms over the ranks splitting the sequences");
+      split->all_reduce(both, distributed::ReduceOp::sum)->wait();
     }
     if (b.aux.defined()) b.whole_aux = both[0];
     if (b.z.defined()) b.whole_z = both[1];

@@ -28,7 +28,11 @@
 // are its share (load_balancing.h), and the router's and experts' gradients
 // are summed over the group like every weight sequence parallelism reads a
 // part of. A capacity applies to each rank's tokens (as Megatron-Core's
-// token dispatchers under sequence parallelism).
+// token dispatchers under sequence parallelism). Under context parallelism
+// (the stack's SequenceLayout holding a context shard) the same over the
+// context-parallel group, whose ranks' gradients are averaged as data-
+// parallel ranks' are: a share's gradient enters n times, so that the
+// average is the micro-batch's term's.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,6 +46,7 @@
 #include "stratum/nn/moe/routing_record.h"
 #include "stratum/nn/moe/token_exchange.h"
 #include "stratum/nn/parameter_modules.h"
+#include "stratum/nn/sequence_layout.h"
 #include "stratum/nn/tensor_parallel/mappings.h"
 
 namespace stratum::nn::moe {
@@ -104,6 +109,7 @@ class SparseMoEImpl : public torch::nn::Module {
 
   Linear gate{nullptr};
   std::shared_ptr<torch::nn::Module> experts;  // children named by their index in the layer
+  std::shared_ptr<const SequenceLayoutSlot> layout;  // the stack's (null: no context parallelism here)
   std::vector<std::shared_ptr<ExpertImpl>> expert_list;  // this rank's, in order
   std::shared_ptr<SwiGLUMLPImpl> shared_experts;
 
@@ -123,8 +129,12 @@ class SparseMoEImpl : public torch::nn::Module {
     int64_t whole_dropped = 0, whole_assigned = 0;
   };
   Balance balance(const at::Tensor& x, const at::Tensor& logits, const Routing& r, const at::Tensor& routed,
-                  const at::Tensor& host_counts, int64_t capacity) const;
-  bool sequence_split() const { return tp_.enabled() && tp_.sequence_parallel; }
+                  const at::Tensor& host_counts, int64_t capacity,
+                  const std::shared_ptr<distributed::Communicator>& split) const;
+  // The ranks holding a slice of each of this micro-batch's sequences, this
+  // one included (null: it holds them whole): the tensor-parallel group under
+  // sequence parallelism, or the context-parallel group.
+  std::shared_ptr<distributed::Communicator> split_group(bool* context) const;
 
   MoEOptions options_;
   int64_t layer_;
