@@ -11,8 +11,9 @@
 # GPU; trained on an H100 on 2026-12-05, a re-check now) go last: long_1m
 # waits over as many calls as it takes.
 #   Device call: command: bash scripts/device_all.sh   carry: [".deps", ".whl/fp8"]   timeout_s: 600
-# moe_speed needs transformers and numpy (.whl/lora_b and lora_a's numpy,
-# without hf_xet, linked into .whl/moe); within the 64 MiB carry that is
+# moe_speed (Mixtral's shape at 5 layers and Qwen3-MoE's at 8 on an H200; 2
+# and 4 on a smaller GPU) needs transformers and numpy (.whl/lora_b and
+# lora_a's numpy, without hf_xet and peft, linked into .whl/moe); within the 64 MiB carry that is
 #   carry: [".deps/usr", ".deps/corpus", ".whl/moe"]
 #   STEPS="name ..." runs those steps only (in this order); the names are below.
 # Each step's log and files come back in $OUT/queue-results.tar.gz (out/<step>/).
@@ -29,7 +30,7 @@ all=(
   "moe_gemm=60=PARTS=3 bash scripts/device_moe.sh"
   "fp8_speed_gpt2=420=bash bench/run_matrix.sh 1gpu-fp8-gpt2-1.3b-seq2048"
   "main_job=330=bash scripts/device_main_job.sh"
-  "moe_speed=560=WHEELS=.whl/moe PARTS=2 bash scripts/device_moe.sh"
+  "moe_speed=560=WHEELS=.whl/moe PARTS=2 SCENARIOS=\"\$(bash scripts/gpu_memory_gib.sh 100 '1gpu-moe-mixtral-5l 1gpu-moe-qwen3-8l' '1gpu-moe-mixtral 1gpu-moe-qwen3')\" bash scripts/device_moe.sh"
   "cp_longest_8b=560=DEADLINE_AT=\$QUEUE_DEADLINE_AT PARTS=2 LONG_MODELS=llama-8b FIRST_8B=\${FIRST_8B:-65536} bash scripts/device_long_context.sh"
   "cp_longest_1b=560=DEADLINE_AT=\$QUEUE_DEADLINE_AT PARTS=2 LONG_MODELS=llama-1b bash scripts/device_long_context.sh"
   "fp8_speed_llama=560=bash bench/run_matrix.sh \$(bash scripts/gpu_memory_gib.sh 100 1gpu-fp8-llama-8b-16l 1gpu-fp8-llama-8b-8l)"
