@@ -257,14 +257,11 @@ int main(int argc, char** argv) {
       if (!mc || !mc->is_moe())
         throw stratum::Error("--ep " + std::to_string(in.expert_parallel) + " needs a mixture-of-experts --model "
                              "(tiny-mixtral, mixtral-8x7b, qwen3-30b-a3b)");
-      if (in.pipeline_stages > 1)
-        throw stratum::Error("--ep with --pp: expert parallelism in pipeline stages trains, but its memory is not "
-                             "estimated yet");
-      const int64_t dp = gpus / in.tensor_parallel;  // --tp divides a node's GPUs (above)
+      const int64_t dp = gpus / (in.tensor_parallel * std::max<int64_t>(1, in.pipeline_stages));
       if (mc->num_experts % in.expert_parallel != 0 || dp % in.expert_parallel != 0)
         throw stratum::Error("--ep " + std::to_string(in.expert_parallel) + " must divide the model's " +
                              std::to_string(mc->num_experts) + " experts and the " + std::to_string(dp) +
-                             " data-parallel GPUs (GPUs / --tp)");
+                             " data-parallel GPUs (GPUs / (--tp x --pp))");
     }
     if (in.context_parallel > 1 || cp_method_opt->count() || cp_ulysses_opt->count()) {
       const std::string what = "--cp " + std::to_string(in.context_parallel);

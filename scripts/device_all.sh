@@ -2,8 +2,9 @@
 # Every device check and measurement in one ordered queue (scripts/device_queue.sh):
 # the same command line, called again on the still-warm machine, goes on where
 # the last call stopped. What has not run on a GPU yet first, then
-# measurements; goodput, moe_ep and cp_layouts ran on the H200 on 2026-12-05
-# (re-checks); gpt2-350m's FP8 quality runs of seed 1 came back from an H100
+# measurements; goodput ran on the H200 on 2026-12-05 (a re-check); moe_ep
+# and cp_layouts did too, before their mixture-of-experts rows under sequence
+# and context parallelism (not yet on a GPU); gpt2-350m's FP8 quality runs of seed 1 came back from an H100
 # (bench/results/fp8_quality/): fp8_quality_gpt2_seed2 adds bf16's second
 # seed. The Llama-8B FP8 scenario needs an H200's memory (micro 4:
 # 110 GiB); on a smaller GPU fp8_speed_llama runs its 8-layer version.
@@ -37,8 +38,8 @@ all=(
   "fp8_quality_gpt2_seed2=200=PARTS=gpt2-seed2 bash scripts/device_fp8_quality.sh"
   "fp8_quality_llama=510=PARTS=llama bash scripts/device_fp8_quality.sh"
   "goodput=330=bash scripts/device_goodput.sh"
-  "moe_ep=60=PARTS=1 bash scripts/device_moe.sh"
-  "cp_layouts=150=PARTS='1 3' bash scripts/device_long_context.sh"
+  "moe_ep=90=PARTS=1 bash scripts/device_moe.sh"
+  "cp_layouts=170=PARTS='1 3' bash scripts/device_long_context.sh"
   "long_1m_start=30=bash scripts/device_long_1m.sh start"
   "long_1m=60=bash scripts/device_long_1m.sh wait"
 )

@@ -79,6 +79,7 @@ struct ZeroChoice {
 // The figures of a layout that do not depend on its ZeRO stage and offload.
 struct StageFigures {
   double params = 0;       // parameters one GPU of the stage holds (its tensor-parallel shard)
+  double expert_params = 0;  // of them, a mixture of experts' routed experts
   std::vector<StateEstimate> states;  // every ZeRO and offload row over the stage's dp ranks
   double activations = 0, buffers = 0;
   double forward = 0, backward = 0;   // one micro-batch, all the stage's chunks (the collectives' windows)
@@ -126,9 +127,6 @@ void check_layout(const PlanRequest& r, const Layout& l) {
     if (!r.model || !r.model->is_moe()) throw Error("ep " + n(l.ep) + " needs a mixture-of-experts model (--model)");
     if (r.model->num_experts % l.ep != 0)
       throw Error("ep " + n(l.ep) + " does not divide the model's " + n(r.model->num_experts) + " experts");
-    if (l.pp > 1)
-      throw Error("ep " + n(l.ep) + " with pp " + n(l.pp) +
-                  ": expert parallelism in pipeline stages trains but is not planned yet (plan pp 1)");
   }
   if (l.cp < 1 || l.dp % l.cp != 0)
     throw Error("cp " + n(l.cp) + " does not divide dp " + n(l.dp) +
@@ -241,7 +239,7 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
   }
 
   std::vector<pipeline::Costs> costs;
-  std::vector<double> compute_of, tp_of, p2p_of, cp_of;
+  std::vector<double> compute_of, tp_of, p2p_of, cp_of, a2a_of;
   for (int64_t rank = 0; rank < p; ++rank) {
     double fwd = 0, recompute = 0, tp_fwd = 0, tp_bwd = 0, recv_f = 0, recv_b = 0, cp_f = 0, cp_b = 0;
     for (int64_t chunk = 0; chunk < v; ++chunk) {
@@ -271,8 +269,14 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
       if (part < p * v - 1) recv_b += receive((part + 1) % p, rank);
     }
     StageFigures st;
-    recv_f += a2a;
-    recv_b += a2a * (l.checkpointing ? 2.0 : 1.0);  // a recomputed forward exchanges its tokens again
+    // Expert parallelism's exchanges: the stage's blocks' share of the model's.
+    const double stage_a2a =
+        p > 1 && in.layers > 0
+            ? a2a * static_cast<double>(pipeline_stages[static_cast<size_t>(rank)].blocks) / static_cast<double>(in.layers)
+            : a2a;
+    a2a_of.push_back(stage_a2a);
+    recv_f += stage_a2a;
+    recv_b += stage_a2a * (l.checkpointing ? 2.0 : 1.0);  // a recomputed forward exchanges its tokens again
     st.forward = fwd + tp_fwd + recv_f + cp_f;
     st.backward = 2.0 * fwd + recompute + tp_bwd + recv_b + cp_b;
     const double dv = static_cast<double>(v);
@@ -287,13 +291,15 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
     if (p > 1) {
       const StageEstimate& e = pipeline_stages[static_cast<size_t>(rank)];
       st.params = static_cast<double>(e.params);
+      st.expert_params = static_cast<double>(e.expert_params);
       st.states = e.states;
       st.activations = e.activation_bytes;
       // The received activation and gradient of the chunk running.
       st.buffers = 2.0 * unit / (l.sequence_parallel ? static_cast<double>(t) : 1.0) + sp_gather;
     } else if (l.ep > 1) {
       const int64_t rest = (t > 1 && in.tp_params > 0 ? in.tp_params : in.params) - in.expert_params;
-      st.params = static_cast<double>(rest) + static_cast<double>(in.expert_params) / static_cast<double>(l.ep);
+      st.expert_params = static_cast<double>(in.expert_params) / static_cast<double>(l.ep);
+      st.params = static_cast<double>(rest) + st.expert_params;
       st.states = estimate_model_states(in);
       st.activations = estimate_activation_bytes(in);
       st.buffers = sp_gather;
@@ -321,7 +327,7 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
   out.time.compute = m * compute_of[busiest];
   out.time.tensor_parallel = m * tp_of[busiest];
   out.time.transfers = m * p2p_of[busiest];
-  out.time.all_to_all = m * a2a * (2.0 + (l.checkpointing ? 1.0 : 0.0));
+  out.time.all_to_all = m * a2a_of[busiest] * (2.0 + (l.checkpointing ? 1.0 : 0.0));
   out.time.context_parallel = m * cp_of[busiest];
   return out;
 }
@@ -363,10 +369,8 @@ LayoutEstimate finish(const PlanRequest& r, const Layout& l, const Shared& share
       case 2: exposed = m * std::max(0.0, reduce_scatter - st.backward) + gather; break;
       default: exposed = m * std::max(0.0, 2.0 * gather + reduce_scatter - st.forward - st.backward); break;
     }
-    if (l.ep > 1) {  // the parameters outside the experts, summed over the expert-parallel GPUs at the step
-      const models::ModelConfig& c = *r.model;  // check_layout: expert parallelism needs the model
-      const double dense = static_cast<double>(models::tensor_parallel_param_count(c, t) -
-                                               c.layers * c.num_experts * 3 * c.hidden * c.moe_ffn_hidden);
+    if (l.ep > 1) {  // the stage's parameters outside the experts, summed over the expert-parallel GPUs at the step
+      const double dense = st.params - st.expert_params;
       const double fe = static_cast<double>(l.ep);
       exposed += 2.0 * (fe - 1.0) / fe * dense * wire / (l.ep <= g ? hw.node_bandwidth : hw.network_bandwidth);
     }
@@ -479,7 +483,7 @@ Plan plan_layouts(const PlanRequest& r) {
     for (int64_t pp : divisors(world / tp)) {
       if (!allowed(fx.pp, pp) || (pp > 1 && !r.model) || pp > layer_count) continue;
       const int64_t dp = world / (tp * pp);
-      const bool moe = r.model && r.model->is_moe() && pp == 1;
+      const bool moe = r.model && r.model->is_moe();
       for (int64_t ep : divisors(dp)) {
       if (!allowed(fx.ep, ep) || (ep > 1 && (!moe || r.model->num_experts % ep != 0))) continue;
       for (const auto& [cp, ulysses] : context_choices(r, dp, tp, ep)) {

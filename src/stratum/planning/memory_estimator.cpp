@@ -603,7 +603,10 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
     return std::max<int64_t>(end - first, 0);
   };
 
-  const double dp = static_cast<double>(gpus / (p * t));
+  // ZeRO's group: the stage's GPUs holding the same experts (all of them without expert parallelism).
+  const int64_t ep = in.experts > 0 ? std::max<int64_t>(1, in.expert_parallel) : 1;
+  const double dp = static_cast<double>(gpus / (p * t * ep));
+  const int64_t block_experts = in.layers > 0 ? in.expert_params / in.layers : 0;
   std::vector<StageEstimate> out;
   for (int r = 0; r < p; ++r) {
     StageEstimate e;
@@ -612,11 +615,15 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
     for (int chunk = 0; chunk < v; ++chunk) {
       const int part = chunk * static_cast<int>(p) + r;
       for (size_t l = cut.begin(part); l < cut.end(part); ++l) e.params += in.layer_weights[l].parameters;
+      e.blocks += blocks_in(part);
       has_embedding = has_embedding || cut.begin(part) == 0;
       has_head = has_head || part == parts - 1;
       e.layers += (chunk ? " | " : "") + describe_layers(cut.begin(part), cut.end(part), in.layers);
     }
     if (has_head && !has_embedding) e.params += in.tied_embedding_params;
+    // The layer weights count a block's experts whole (tensor parallelism replicates them).
+    e.expert_params = e.blocks * block_experts / ep;
+    e.params -= e.blocks * block_experts - e.expert_params;
     e.in_flight = sim.peak_activations[r];
     // Walk the rank's computes in order: a forward keeps its chunk's activations
     // until the end of its backward (for a split one, the W: it reads them);
@@ -678,6 +685,13 @@ std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
                 in.activation_checkpointing ? "activation checkpointing" : "no checkpointing",
                 in.mlp_activation_recomputed ? ", MLP activation recomputed" : "");
   out += line;
+  if (in.experts > 0 && in.expert_parallel > 1) {
+    std::snprintf(line, sizeof line,
+                  "  expert parallel %lld: a GPU holds 1/%lld of its stage's experts, ZeRO over %lld GPUs of the "
+                  "stage\n",
+                  (long long)in.expert_parallel, (long long)in.expert_parallel, (long long)(dp / in.expert_parallel));
+    out += line;
+  }
   out += context_line(in);
   size_t width = 6;
   for (const auto& e : stages) width = std::max(width, e.layers.size());

@@ -179,13 +179,18 @@ struct StageEstimate {
   int stage = 0;
   std::string layers;   // "embedding, blocks 0-4"; an interleaved stage's chunks joined by " | "
   int64_t params = 0;   // its layers' own, plus the tied embedding on the head's stage
+  // Of them, a mixture of experts' routed experts a GPU holds (1/expert_parallel of its blocks').
+  int64_t expert_params = 0;
+  int64_t blocks = 0;   // the transformer blocks it runs
   int in_flight = 0;    // most micro-batch chunks held between a forward and the end of its backward
   double activation_bytes = 0;        // per GPU at the stage's peak over the step
   std::vector<StateEstimate> states;  // ZeRO 0-3 x offload over the stage's data-parallel ranks
 };
 
 // Every pipeline stage, the layers split by "parameters" as the engine does and
-// activations from the schedule's simulated order. Throws stratum::Error naming
+// activations from the schedule's simulated order. Under expert parallelism a
+// stage's GPU holds 1/expert_parallel of its blocks' experts, ZeRO over the
+// stage's GPUs holding the same experts. Throws stratum::Error naming
 // the numbers: stages not dividing the GPUs, more stages x virtual stages than
 // layers (or no layers: no model shape), and the schedule's own conditions
 // (virtual stages outside interleaved, interleaved micro-batches not a

@@ -7,9 +7,9 @@
 
 #include "stratum/core/error.h"
 #include "stratum/distributed/wait_context.h"
+#include "stratum/nn/context_parallel/context_parallel.h"
 #include "stratum/nn/linear.h"
 #include "stratum/nn/moe/grouped_linear.h"
-#include "stratum/nn/context_parallel/context_parallel.h"
 #include "stratum/nn/moe/load_balancing.h"
 
 namespace stratum::nn::moe {
@@ -167,8 +167,9 @@ at::Tensor SparseMoEImpl::forward(const at::Tensor& x) {
   const at::Tensor sorted_experts = flat_experts.index_select(0, order);
   const at::Tensor routed = tokens_per_expert(r.experts, e);
   // The GEMMs' row counts on the host: the one synchronization. A training
-  // forward under sequence parallelism gathers the group's counts instead
-  // (every rank's, [n, E]), which the balancing terms need.
+  // forward whose sequences are split over ranks (sequence or context
+  // parallelism) gathers the group's counts instead (every rank's, [n, E]),
+  // which the balancing terms need.
   const bool training = is_training() && c10::GradMode::is_enabled();
   bool context = false;
   const std::shared_ptr<distributed::Communicator> split = training ? split_group(&context) : nullptr;
@@ -219,7 +220,7 @@ SparseMoEImpl::Balance SparseMoEImpl::balance(const at::Tensor& x, const at::Ten
   const MoEOptions& o = options_;
   const int64_t e = o.router.num_experts, k = o.router.top_k, tokens = logits.size(0);
   // The ranks holding a slice of each of the micro-batch's sequences (1, or
-  // the group under sequence parallelism); their slices are of one size.
+  // the group splitting them); their slices are of one size.
   const int64_t n = host_counts.size(0);
   const int64_t whole_tokens = tokens * n;
   Balance b;
