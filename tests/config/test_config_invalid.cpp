@@ -233,10 +233,6 @@ const InvalidCase kCases[] = {
      R"({"train_batch_size": 8, "context_parallel": {"size": 2}, "moe": {"expert_parallel_size": 2}})",
      {"context_parallel.size: 2: a mixture of experts under context parallelism with expert parallelism "
       "(moe.expert_parallel_size 2) is not supported yet"}, 1},
-    {"ContextParallelWithSequenceParallelExperts",
-     R"({"train_batch_size": 8, "context_parallel": {"size": 2}, "moe": {},
-         "tensor_parallel": {"autotp_size": 2, "sequence_parallel": true}})",
-     {"context_parallel.size: 2: a mixture of experts under both context and sequence parallelism"}, 1},
     {"ManyProblemsAtOnce",
      R"({"train_batch_size": "auto", "zero_optimization": {"stage": 4, "overlap_com": true},
          "fp16": {"enabled": true, "loss_scale_windw": 100}, "bf16": {"enabled": "yes"},

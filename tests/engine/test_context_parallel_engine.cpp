@@ -411,10 +411,12 @@ TEST(ContextParallelEngine, UnderTensorParallelismAndInPipelineStages) {
 }
 
 // A mixture of experts with each sequence over CP = 2 (and, on 4 ranks, 4)
-// ranks by the ring: each rank routes its part of every sequence, and the
-// balancing terms (the auxiliary loss per micro-batch and per sequence, the
-// z-loss, the aux-loss-free bias) are the whole micro-batch's from the counts
-// gathered over the group. It trains as one process.
+// ranks by the ring, and on 4 ranks over CP 2 x TP 2 with sequence
+// parallelism (each rank a quarter of every sequence): each rank routes its
+// part, and the balancing terms (the auxiliary loss per micro-batch and per
+// sequence, the z-loss, the aux-loss-free bias) are the whole micro-batch's
+// from the counts gathered over the ranks splitting it. It trains as one
+// process.
 TEST(ContextParallelEngine, MixtureOfExperts_MatchesSingleProcess) {
   const int world = test::context().cpu_world->size();
   for (const std::string balancing : {"aux_loss", "seq_aux_loss"}) {
@@ -427,6 +429,12 @@ TEST(ContextParallelEngine, MixtureOfExperts_MatchesSingleProcess) {
       l.cp = l.dp = cp;
       expect_same_training(l, train(l, groups_of(cp)), ref);
     }
+    if (world < 4) continue;
+    Layout both = base;
+    both.cp = both.dp = 2;
+    both.tp = 2;
+    both.sequence_parallel = true;
+    expect_same_training(both, train(both, groups_of(4)), ref);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "../common/run_command.h"
@@ -67,6 +68,14 @@ Layout data_parallel(int zero, int64_t dp, int64_t micro, int64_t m) {
   l.micro_batch = micro;
   l.micro_batches = m;
   return l;
+}
+
+// Whether the plan of `r` fits a layout that `wanted` accepts (the plan's top printed where not).
+testing::AssertionResult plan_fits(const PlanRequest& r, const std::function<bool(const Layout&)>& wanted) {
+  const Plan plan = plan_layouts(r);
+  for (const auto& f : plan.fitting)
+    if (wanted(f.layout)) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << format_plan(r, plan, 5);
 }
 
 std::string error_of(const PlanRequest& r, const Layout& l) {
@@ -178,10 +187,7 @@ TEST(LayoutPlanner, ExpertParallelByHand) {
   EXPECT_NE(error_of(dense_model, l).find("needs a mixture-of-experts model"), std::string::npos);
   // The plan searches it: every expert-parallel size that divides both.
   r.fixed.zero_stage = 1;
-  const Plan plan = plan_layouts(r);
-  bool seen = false;
-  for (const auto& f : plan.fitting) seen = seen || f.layout.ep == 8;
-  EXPECT_TRUE(seen) << format_plan(r, plan, 5);
+  EXPECT_TRUE(plan_fits(r, [](const Layout& f) { return f.ep == 8; }));
 }
 
 // Mixtral 8x7B over 8 GPUs as TP 2 x EP 4: a GPU holds its half of the
@@ -219,10 +225,7 @@ TEST(LayoutPlanner, ExpertParallelWithTensorParallelismByHand) {
   l.offload_optimizer = false;
   // The plan searches expert parallelism under tensor parallelism.
   r.fixed.tp = 2;
-  const Plan plan = plan_layouts(r);
-  bool seen = false;
-  for (const auto& f : plan.fitting) seen = seen || (f.layout.ep > 1 && f.layout.tp == 2);
-  EXPECT_TRUE(seen) << format_plan(r, plan, 5);
+  EXPECT_TRUE(plan_fits(r, [](const Layout& f) { return f.ep > 1 && f.tp == 2; }));
 }
 
 // Mixtral 8x7B in 2 pipeline stages of 4 GPUs, its experts over 4 of them
@@ -251,10 +254,7 @@ TEST(LayoutPlanner, ExpertParallelInPipelineStagesByHand) {
   EXPECT_GT(split.time.all_to_all, 0.0);
   // The plan searches it.
   r.fixed.pp = 2;
-  const Plan plan = plan_layouts(r);
-  bool seen = false;
-  for (const auto& f : plan.fitting) seen = seen || f.layout.ep > 1;
-  EXPECT_TRUE(seen) << format_plan(r, plan, 5);
+  EXPECT_TRUE(plan_fits(r, [](const Layout& f) { return f.ep > 1; }));
 }
 
 // LLaMA 8B at 32768 tokens over 8 GPUs of one node, each sequence over all

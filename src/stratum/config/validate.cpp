@@ -64,12 +64,6 @@ void check_cross_field_rules(const Config& c, Diagnostics& diag) {
                                             "parallelism (moe.expert_parallel_size " +
                                             std::to_string(c.moe.expert_parallel_size) +
                                             ") is not supported yet; use one of them");
-  if (c.context_parallel.size > 1 && c.moe.present && c.tensor_parallel.size > 1 &&
-      c.tensor_parallel.sequence_parallel)
-    diag.error("context_parallel.size", std::to_string(c.context_parallel.size) +
-                                            ": a mixture of experts under both context and sequence parallelism is "
-                                            "not supported yet (each splits the sequences); turn "
-                                            "tensor_parallel.sequence_parallel off");
   if (p.schedule == PipelineSchedule::interleaved && p.virtual_stages < 2)
     diag.error("pipeline.schedule", "\"interleaved\" needs pipeline.virtual_stages >= 2");
   if (p.stages == 1 && p.schedule != PipelineSchedule::one_f_one_b)

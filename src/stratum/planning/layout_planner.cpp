@@ -514,7 +514,6 @@ Plan plan_layouts(const PlanRequest& r) {
               l.checkpointing = ckpt;
               // Sequence parallelism splits each GPU's part of the sequence again.
               if (sp && cp > 1 && (r.shape.seq_len / cp) % tp != 0) continue;
-              if (sp && cp > 1 && r.model && r.model->is_moe()) continue;  // not supported (context_parallel_problem)
               check_layout(r, l);
               const Shared shared = shared_figures(r, l);
               for (const ZeroChoice& z : zero_choices()) {

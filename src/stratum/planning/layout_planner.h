@@ -30,13 +30,17 @@
 //    link the group spans. They overlap the backward they follow (ZeRO-3: the
 //    forward and backward) and what exceeds it shows; the parameters'
 //    all-gather after the step (ZeRO-1/2) shows whole.
-//  - expert parallelism (a mixture of experts, cut from data parallelism,
-//    pp = tp = 1 as the engine runs it): the experts' share of the
-//    parameters 1/ep a GPU; each MoE layer's all-to-all of the assignments
+//  - expert parallelism (a mixture of experts, cut from data parallelism):
+//    the experts' share of the parameters 1/ep a GPU (of its stage's blocks
+//    in a pipeline); each MoE layer's all-to-all of the assignments
 //    (b·s·top_k rows of h, the share bound for other GPUs) there and back,
 //    forward and backward, over the node's link when ep GPUs fit a node, not
 //    overlapped; ZeRO's collectives over dp / ep GPUs, and the parameters
-//    outside the experts all-reduced over the ep GPUs once a step.
+//    outside the experts all-reduced over the ep GPUs once a step. Tensor
+//    parallelism replicates the experts: without sequence parallelism every
+//    GPU of the group computes and exchanges every token's (with it, its 1/t
+//    slice), and a mixture-of-experts block has one tensor-parallel region
+//    (the attention's).
 //  - context parallelism (cut from data parallelism: cp of the dp GPUs split
 //    each sequence, dp / cp data replicas read batches; ZeRO over all dp):
 //    a GPU computes and keeps 1/cp of every token's work (attention balanced
@@ -154,7 +158,8 @@ struct LayoutEstimate {
 // not the cluster's GPUs, tp not dividing a node's GPUs or the model's heads,
 // cp not dividing dp, the sequence not splitting over cp (a multiple of cp,
 // of 2 x cp with a ring), Ulysses not dividing the heads a tensor-parallel
-// GPU holds, cp without a model's shape or with a mixture of experts, the
+// GPU holds, cp without a model's shape or with a mixture of experts under
+// expert parallelism, the
 // batch not micro_batch x micro_batches x dp / cp, ZeRO-3 or offload_param
 // with a pipeline, a schedule's own conditions.
 LayoutEstimate estimate_layout(const PlanRequest& request, const Layout& layout);

@@ -268,8 +268,6 @@ std::string context_parallel_problem(const EstimateInput& in) {
   if (in.experts > 0 && in.expert_parallel > 1)
     return "a mixture of experts under context parallelism with expert parallelism is not supported yet "
            "(context-parallel size " + n(cp) + ", expert-parallel size " + n(in.expert_parallel) + ")";
-  if (in.experts > 0 && in.sequence_parallel && t > 1)
-    return "a mixture of experts under both context and sequence parallelism is not supported yet";
   const std::string split = nn::cp::split_problem(in.seq_len, nn::cp::ContextSplit{cp, u});
   if (!split.empty()) return split;
   if (in.sequence_parallel && (in.seq_len / cp) % t != 0)

@@ -171,10 +171,9 @@ at::Tensor SparseMoEImpl::forward(const at::Tensor& x) {
   // parallelism) gathers the group's counts instead (every rank's, [n, E]),
   // which the balancing terms need.
   const bool training = is_training() && c10::GradMode::is_enabled();
-  bool context = false;
-  const std::shared_ptr<distributed::Communicator> split = training ? split_group(&context) : nullptr;
-  const at::Tensor host_counts = split ? gather_counts(routed, split) : routed.cpu().unsqueeze(0);
-  const at::Tensor routed_host = host_counts[split ? split->rank() : 0].contiguous();
+  const SequenceSplit split = training ? sequence_split() : SequenceSplit{};
+  const at::Tensor host_counts = split.gather(routed);
+  const at::Tensor routed_host = host_counts[split.rank()].contiguous();
   std::vector<int64_t> counts(routed_host.data_ptr<int64_t>(), routed_host.data_ptr<int64_t>() + e);
   int64_t capacity = -1;  // none: dropless
   if (o.capacity_factor > 0) {
@@ -195,8 +194,8 @@ at::Tensor SparseMoEImpl::forward(const at::Tensor& x) {
   if (training) {
     const Balance b = balance(x, logits, r, routed, host_counts, capacity, split);
     const at::Tensor factor = record_ ? record_->backward_factor() : at::Tensor();
-    // Context-parallel ranks' gradients are averaged: a share enters n times.
-    const double n = context ? static_cast<double>(split->size()) : 1.0;
+    // Context-parallel ranks' gradients are averaged: a share enters cp times.
+    const double n = split.cp ? static_cast<double>(split.cp->size()) : 1.0;
     if (b.aux.defined() && o.aux_loss_coeff > 0) out = attach_aux_loss(out, b.aux * (o.aux_loss_coeff * n), factor);
     if (b.z.defined()) out = attach_aux_loss(out, b.z * (o.z_loss_coeff * n), factor);
     if (record_) record_->add(layer_, b.whole_routed, b.whole_dropped, b.whole_assigned, b.whole_aux, b.whole_z);
@@ -204,19 +203,39 @@ at::Tensor SparseMoEImpl::forward(const at::Tensor& x) {
   return out.view(x.sizes());
 }
 
-std::shared_ptr<distributed::Communicator> SparseMoEImpl::split_group(bool* context) const {
-  *context = false;
-  if (tp_.enabled() && tp_.sequence_parallel) return tp_.group;
+int64_t SparseMoEImpl::SequenceSplit::size() const {
+  return (tp ? tp->size() : 1) * (cp ? cp->size() : 1);
+}
+
+int64_t SparseMoEImpl::SequenceSplit::rank() const {
+  return (cp ? cp->rank() : 0) * (tp ? tp->size() : 1) + (tp ? tp->rank() : 0);
+}
+
+at::Tensor SparseMoEImpl::SequenceSplit::gather(const at::Tensor& counts) const {
+  const at::Tensor within = gather_counts(counts, tp);  // [tp, E] on the host
+  if (!cp) return within;
+  return gather_counts(within.reshape({-1}).to(counts.device()), cp).view({-1, counts.numel()});
+}
+
+void SparseMoEImpl::SequenceSplit::all_reduce(at::Tensor& t, const char* what) const {
+  for (const auto* group : {&tp, &cp}) {
+    if (!*group || (*group)->size() == 1) continue;
+    distributed::WaitContext waiting(what);
+    (*group)->all_reduce(t, distributed::ReduceOp::sum)->wait();
+  }
+}
+
+SparseMoEImpl::SequenceSplit SparseMoEImpl::sequence_split() const {
+  SequenceSplit out;
+  if (tp_.enabled() && tp_.sequence_parallel) out.tp = tp_.group;
   const SequenceLayout* rows = layout ? layout->get() : nullptr;
-  if (!rows || !rows->context || !rows->context->cp.enabled()) return nullptr;
-  *context = true;
-  return rows->context->cp.group;
+  if (rows && rows->context && rows->context->cp.enabled()) out.cp = rows->context->cp.group;
+  return out;
 }
 
 SparseMoEImpl::Balance SparseMoEImpl::balance(const at::Tensor& x, const at::Tensor& logits, const Routing& r,
                                              const at::Tensor& routed, const at::Tensor& host_counts,
-                                             int64_t capacity,
-                                             const std::shared_ptr<distributed::Communicator>& split) const {
+                                             int64_t capacity, const SequenceSplit& split) const {
   const MoEOptions& o = options_;
   const int64_t e = o.router.num_experts, k = o.router.top_k, tokens = logits.size(0);
   // The ranks holding a slice of each of the micro-batch's sequences (1, or
@@ -233,10 +252,7 @@ SparseMoEImpl::Balance SparseMoEImpl::balance(const at::Tensor& x, const at::Ten
   } else if (o.balancing == Balancing::sequence_aux_loss) {
     const int64_t sequences = x.dim() == 3 ? x.size(0) : 1;
     at::Tensor per_sequence = tokens_per_sequence_and_expert(r.experts, e, sequences);
-    if (n > 1) {
-      distributed::WaitContext waiting("MoE: each sequence's tokens per expert over the ranks splitting it");
-      split->all_reduce(per_sequence, distributed::ReduceOp::sum)->wait();
-    }
+    if (n > 1) split.all_reduce(per_sequence, "MoE: each sequence's tokens per expert over the ranks splitting it");
     b.aux = sequence_aux_loss_share(r.scores, per_sequence, tokens / sequences * n, k, normalize);
   }
   if (o.z_loss_coeff > 0) b.z = z_loss_share(logits, whole_tokens);
@@ -247,10 +263,7 @@ SparseMoEImpl::Balance SparseMoEImpl::balance(const at::Tensor& x, const at::Ten
     const auto opts = r.scores.options().dtype(at::kFloat);
     at::Tensor both = at::stack({b.aux.defined() ? b.whole_aux.to(at::kFloat) : at::zeros({}, opts),
                                  b.z.defined() ? b.whole_z.to(at::kFloat) : at::zeros({}, opts)});
-    {
-      distributed::WaitContext waiting("MoE: the balancing terms over the ranks splitting the sequences");
-      split->all_reduce(both, distributed::ReduceOp::sum)->wait();
-    }
+    split.all_reduce(both, "MoE: the balancing terms over the ranks splitting the sequences");
     if (b.aux.defined()) b.whole_aux = both[0];
     if (b.z.defined()) b.whole_z = both[1];
   }

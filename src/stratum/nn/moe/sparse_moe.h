@@ -30,9 +30,10 @@
 // part of. A capacity applies to each rank's tokens (as Megatron-Core's
 // token dispatchers under sequence parallelism). Under context parallelism
 // (the stack's SequenceLayout holding a context shard) the same over the
-// context-parallel group, whose ranks' gradients are averaged as data-
-// parallel ranks' are: a share's gradient enters n times, so that the
-// average is the micro-batch's term's.
+// context-parallel group (and its tensor-parallel ranks under sequence
+// parallelism too), whose ranks' gradients are averaged as data-parallel
+// ranks' are: a share's gradient enters cp times, so that the average is
+// the micro-batch's term's.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -128,13 +129,21 @@ class SparseMoEImpl : public torch::nn::Module {
     at::Tensor whole_aux, whole_z, whole_routed;  // the micro-batch's, for the record
     int64_t whole_dropped = 0, whole_assigned = 0;
   };
-  Balance balance(const at::Tensor& x, const at::Tensor& logits, const Routing& r, const at::Tensor& routed,
-                  const at::Tensor& host_counts, int64_t capacity,
-                  const std::shared_ptr<distributed::Communicator>& split) const;
   // The ranks holding a slice of each of this micro-batch's sequences, this
-  // one included (null: it holds them whole): the tensor-parallel group under
-  // sequence parallelism, or the context-parallel group.
-  std::shared_ptr<distributed::Communicator> split_group(bool* context) const;
+  // one included: the tensor-parallel group under sequence parallelism, the
+  // context-parallel group, or both (tensor-parallel ranks inside each
+  // context-parallel one). Neither: the rank holds them whole.
+  struct SequenceSplit {
+    std::shared_ptr<distributed::Communicator> tp, cp;  // null: not split that way
+    int64_t size() const;
+    int64_t rank() const;  // cp rank x tp size + tp rank
+    // Every rank's counts [size(), E] on the host, in rank() order (counts: [E] on the group's device).
+    at::Tensor gather(const at::Tensor& counts) const;
+    void all_reduce(at::Tensor& t, const char* what) const;  // summed over every rank
+  };
+  SequenceSplit sequence_split() const;
+  Balance balance(const at::Tensor& x, const at::Tensor& logits, const Routing& r, const at::Tensor& routed,
+                  const at::Tensor& host_counts, int64_t capacity, const SequenceSplit& split) const;
 
   MoEOptions options_;
   int64_t layer_;
