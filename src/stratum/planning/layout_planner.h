@@ -159,9 +159,8 @@ struct LayoutEstimate {
 // cp not dividing dp, the sequence not splitting over cp (a multiple of cp,
 // of 2 x cp with a ring), Ulysses not dividing the heads a tensor-parallel
 // GPU holds, cp without a model's shape or with a mixture of experts under
-// expert parallelism, the
-// batch not micro_batch x micro_batches x dp / cp, ZeRO-3 or offload_param
-// with a pipeline, a schedule's own conditions.
+// expert parallelism, the batch not micro_batch x micro_batches x dp / cp,
+// ZeRO-3 or offload_param with a pipeline, a schedule's own conditions.
 LayoutEstimate estimate_layout(const PlanRequest& request, const Layout& layout);
 
 struct Plan {

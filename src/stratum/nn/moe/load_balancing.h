@@ -38,12 +38,11 @@ at::Tensor tokens_per_expert(const at::Tensor& experts, int64_t num_experts);
 at::Tensor tokens_per_sequence_and_expert(const at::Tensor& experts, int64_t num_experts, int64_t sequences);
 
 // A rank's share of each term where a micro-batch's tokens are split over a
-// group of ranks (sequence parallelism: [B, T / n] of every sequence each):
-// computed from the whole micro-batch's counts and token count, over this
-// rank's tokens only, so the shares sum over the group to the whole
+// group of ranks (sequence or context parallelism: a part of every sequence
+// each): computed from the whole micro-batch's counts and token count, over
+// this rank's tokens only, so the shares sum over the group to the whole
 // micro-batch's term and each rank's gradient reaches its own scores alone
-// (the router's gradients are then summed over the group, as every
-// parameter's that sequence parallelism reads a part of). With the whole
+// (the ranks' gradients then summed: nn/moe/sparse_moe.h). With the whole
 // micro-batch on one rank each share is the term.
 //   counts: the whole micro-batch's assignments per expert, [E] (any dtype);
 //   total_tokens: its tokens (T above).

@@ -122,8 +122,8 @@ class SparseMoEImpl : public torch::nn::Module {
 
   // The training terms and the record's load, from the routing of this
   // rank's tokens and `host_counts`, every rank's tokens per expert [n, E]
-  // of the n ranks holding a slice of the micro-batch (n = 1 but under
-  // sequence parallelism). `capacity` < 0: dropless.
+  // of the n ranks holding a slice of the micro-batch (n = 1 unless its
+  // sequences are split). `capacity` < 0: dropless.
   struct Balance {
     at::Tensor aux, z;                            // this rank's shares (undefined: off)
     at::Tensor whole_aux, whole_z, whole_routed;  // the micro-batch's, for the record
