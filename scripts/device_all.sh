@@ -14,8 +14,10 @@
 #   Device call: command: bash scripts/device_all.sh   carry: [".deps", ".whl/fp8"]   timeout_s: 600
 # moe_speed (Mixtral's shape at 5 layers and Qwen3-MoE's at 8 on an H200; 2
 # and 4 on a smaller GPU) needs transformers and numpy (.whl/lora_b and
-# lora_a's numpy, without hf_xet and peft, linked into .whl/moe); within the 64 MiB carry that is
-#   carry: [".deps/usr", ".deps/corpus", ".whl/moe"]
+# lora_a's numpy, without hf_xet and peft, linked into .whl/moe); with the
+# tree that is over the 64 MiB a call carries, so moe_speed runs in a call of
+# its own on the warm machine (built), without the corpus:
+#   carry: [".deps/usr", ".whl/moe"]
 #   STEPS="name ..." runs those steps only (in this order); the names are below.
 # Each step's log and files come back in $OUT/queue-results.tar.gz (out/<step>/).
 set -uo pipefail
