@@ -297,9 +297,8 @@ Shared shared_figures(const PlanRequest& r, const Layout& l) {
       // The received activation and gradient of the chunk running.
       st.buffers = 2.0 * unit / (l.sequence_parallel ? static_cast<double>(t) : 1.0) + sp_gather;
     } else if (l.ep > 1) {
-      const int64_t rest = (t > 1 && in.tp_params > 0 ? in.tp_params : in.params) - in.expert_params;
       st.expert_params = static_cast<double>(in.expert_params) / static_cast<double>(l.ep);
-      st.params = static_cast<double>(rest) + st.expert_params;
+      st.params = expert_parallel_params(in);
       st.states = estimate_model_states(in);
       st.activations = estimate_activation_bytes(in);
       st.buffers = sp_gather;

@@ -285,6 +285,12 @@ std::string context_parallel_problem(const EstimateInput& in) {
   return "";
 }
 
+double expert_parallel_params(const EstimateInput& in) {
+  const int64_t t = std::max<int64_t>(1, in.tensor_parallel), ep = std::max<int64_t>(1, in.expert_parallel);
+  const int64_t rest = (t > 1 && in.tp_params > 0 ? in.tp_params : in.params) - in.expert_params;
+  return static_cast<double>(rest) + static_cast<double>(in.expert_params) / static_cast<double>(ep);
+}
+
 std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
   const int64_t ep = std::max<int64_t>(1, in.expert_parallel);
   const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
@@ -292,8 +298,7 @@ std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
     // The experts split over ep GPUs and replicated over tensor parallelism,
     // whose GPUs split the rest; everything partitioned over the GPUs holding
     // the same experts and tensor-parallel shard.
-    const int64_t rest = (t > 1 && in.tp_params > 0 ? in.tp_params : in.params) - in.expert_params;
-    const double held = static_cast<double>(rest) + static_cast<double>(in.expert_params) / static_cast<double>(ep);
+    const double held = expert_parallel_params(in);
     EstimateInput shard = in;
     const int64_t block_experts = in.layers > 0 ? in.expert_params / in.layers : 0;
     shard.largest_layer_params = (in.largest_layer_params - block_experts) / t + block_experts / ep;
@@ -422,11 +427,10 @@ std::string format_estimate(const EstimateInput& in) {
   out += line;
   if (in.expert_parallel > 1) {
     const int64_t ep = in.expert_parallel, t = std::max<int64_t>(1, in.tensor_parallel);
-    const int64_t rest = (t > 1 && in.tp_params > 0 ? in.tp_params : in.params) - in.expert_params;
     std::snprintf(line, sizeof line,
                   "  expert parallel %lld: %.3gB parameters a GPU (1/%lld of the %.3gB in experts), ZeRO over %lld "
                   "data-parallel ranks; all-to-all %.3g GiB a micro-batch a GPU (micro-batch %lld, seq %lld)\n",
-                  (long long)ep, (static_cast<double>(rest) + static_cast<double>(in.expert_params) / ep) / 1e9,
+                  (long long)ep, expert_parallel_params(in) / 1e9,
                   (long long)ep, in.expert_params / 1e9, (long long)(in.nodes * in.gpus_per_node / (ep * t)),
                   gib(all_to_all_bytes(in)), (long long)in.micro_batch, (long long)in.seq_len);
     out += line;

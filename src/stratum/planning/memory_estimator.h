@@ -149,6 +149,10 @@ struct StateEstimate {
 
 // Every stage (0-3) x offload choice Stratum supports, in a fixed order.
 std::vector<StateEstimate> estimate_model_states(const EstimateInput& in);
+// Under expert parallelism, the parameters one GPU holds: its tensor-parallel
+// shard of those outside the routed experts (which tensor parallelism
+// replicates) and 1/expert_parallel of the experts.
+double expert_parallel_params(const EstimateInput& in);
 // Activation bytes per GPU for one micro-batch at peak (forward done, backward starting),
 // including the logits and what the loss keeps, for the seq_len / context_parallel
 // tokens a GPU holds. 0 when the shape is unknown. Under cpu_checkpointing
