@@ -81,13 +81,14 @@ JSON
     done
   done
   echo "=== a mixture of experts under context parallelism: tiny Mixtral, fp32, against one rank ==="
-  for entry in "moe-ref 1" "moe-ring2 2"; do
-    read -r name cp <<< "$entry"
+  # moe-ring2-ep2: the experts split over the same two ranks as well.
+  for entry in "moe-ref 1 1" "moe-ring2 2 1" "moe-ring2-ep2 2 2"; do
+    read -r name cp ep <<< "$entry"
     section=""
     [ "$cp" -gt 1 ] && section="\"context_parallel\": {\"size\": $cp, \"method\": \"ring\"},"
     cat > "$work/$name.json" <<JSON
 {"train_batch_size": 4, "gradient_accumulation_steps": 2, $section
- "moe": {"aux_loss_coeff": 0.01, "z_loss_coeff": 0.001, "load_balancing": "seq_aux_loss"},
+ "moe": {"aux_loss_coeff": 0.01, "z_loss_coeff": 0.001, "load_balancing": "seq_aux_loss", "expert_parallel_size": $ep},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}
 JSON
     "$bin/stratum-run" --num_procs "$cp" "$bin/stratum-train" --config "$work/$name.json" --model tiny-mixtral \

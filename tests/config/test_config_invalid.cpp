@@ -229,10 +229,6 @@ const InvalidCase kCases[] = {
      {"context_parallel.ulysses_size: is 2 but method \"ring\" runs Ulysses over 1 ranks"}, 1},
     {"ContextParallelUnknownMethod", R"({"train_batch_size": 8, "context_parallel": {"size": 2, "method": "zigzag"}})",
      {"context_parallel.method"}, 1},
-    {"ContextParallelWithExpertParallelism",
-     R"({"train_batch_size": 8, "context_parallel": {"size": 2}, "moe": {"expert_parallel_size": 2}})",
-     {"context_parallel.size: 2: a mixture of experts under context parallelism with expert parallelism "
-      "(moe.expert_parallel_size 2) is not supported yet"}, 1},
     {"ManyProblemsAtOnce",
      R"({"train_batch_size": "auto", "zero_optimization": {"stage": 4, "overlap_com": true},
          "fp16": {"enabled": true, "loss_scale_windw": 100}, "bf16": {"enabled": "yes"},

@@ -18,6 +18,8 @@
 #include <ATen/ATen.h>
 #include <malloc.h>
 
+#include <array>
+
 #include "../common/error_of.h"
 #include "../distributed/distributed_test_context.h"
 #include "dp_groups.h"
@@ -56,6 +58,7 @@ struct Layout {
   int gas = 2;
   int global_batch = 8;
   std::string balancing;  // a mixture of experts' (tiny-mixtral): "aux_loss" or "seq_aux_loss"
+  int ep = 1;             // its experts over this many of the data-parallel ranks
 };
 
 std::string config_json(const Layout& l) {
@@ -72,7 +75,8 @@ std::string config_json(const Layout& l) {
   // The balancing terms all on: the auxiliary loss, the z-loss and the aux-loss-free bias.
   const std::string moe = l.balancing.empty() ? "" : R"("moe": {"aux_loss_coeff": 0.01, "z_loss_coeff": 0.001, )"
                                                      R"("expert_bias_update_rate": 0.001, "load_balancing": ")" +
-                                                         l.balancing + "\"},";
+                                                         l.balancing + "\", \"expert_parallel_size\": " +
+                                                         std::to_string(l.ep) + "},";
   return R"({"train_batch_size": )" + std::to_string(l.global_batch) + R"(, "gradient_accumulation_steps": )" +
          std::to_string(l.gas) + "," + (l.checkpointing ? R"("activation_checkpointing": {},)" : "") + pp + tp + cp +
          moe +
@@ -91,7 +95,8 @@ std::string describe(const Layout& l) {
          std::to_string(l.dp) + " pp " + std::to_string(l.pp) + " tp " + std::to_string(l.tp) +
          (l.sequence_parallel ? " sp" : "") + " zero " + std::to_string(l.zero) +
          (l.checkpointing ? " checkpointed" : "") + (l.offload ? " offload" : "") + (l.packed ? " packed" : "") +
-         " kv " + std::to_string(l.kv_heads) + (l.balancing.empty() ? "" : " " + l.balancing);
+         " kv " + std::to_string(l.kv_heads) + (l.balancing.empty() ? "" : " " + l.balancing) +
+         (l.ep > 1 ? " ep " + std::to_string(l.ep) : "");
 }
 
 models::ModelConfig model_config(const Layout& l) {
@@ -135,10 +140,12 @@ TrainRun train(const Layout& l, const std::shared_ptr<distributed::Communicator>
   at::manual_seed(42);
   models::ModelConfig mc = model_config(l);
   if (config.moe.present) models::apply_moe_section(mc, config.moe, config.source);
-  auto model = models::construct_model(mc, tensor_parallel_group(config, grid), c10::kMeta);
+  auto model = models::construct_model(mc, tensor_parallel_group(config, grid), c10::kMeta,
+                                       nn::moe::ExpertParallel{grid.ep_group()});
   auto engine = initialize(config, model, grid);
   EXPECT_EQ(engine.core().data_parallel()->size(), l.dp) << describe(l);
   EXPECT_EQ(engine.context_parallel().size(), l.cp) << describe(l);
+  EXPECT_EQ(engine.core().dp()->size(), l.dp / l.ep) << describe(l) << ": the ranks holding the same experts";
   // Every rank of a context-parallel group reads the same rows; the engine keeps its part.
   const int64_t n = grid.data_replicas(), r = grid.data_replica();
   const int64_t m = l.global_batch / (l.gas * n);
@@ -184,7 +191,7 @@ void expect_same_training(const Layout& l, const TrainRun& got, const TrainRun& 
 }
 
 TrainRun reference(Layout l) {
-  l.cp = l.dp = l.pp = l.tp = 1;
+  l.cp = l.dp = l.pp = l.tp = l.ep = 1;
   l.sequence_parallel = false;
   l.zero = 0;
   l.checkpointing = false;
@@ -435,6 +442,34 @@ TEST(ContextParallelEngine, MixtureOfExperts_MatchesSingleProcess) {
     both.tp = 2;
     both.sequence_parallel = true;
     expect_same_training(both, train(both, groups_of(4)), ref);
+  }
+}
+
+// A mixture of experts under context and expert parallelism together, both
+// cut from the data-parallel ranks: the experts' groups the context-parallel
+// ones (CP 2 x EP 2), inside them (CP 4 x EP 2), or across them (CP 2 x EP 4,
+// each expert group exchanging the tokens of two sequences' halves). Tokens
+// route to their experts' ranks whatever part of a sequence they are; the
+// balancing terms are the whole micro-batch's over the context-parallel group.
+TEST(ContextParallelEngine, MixtureOfExpertsWithExpertParallelism_MatchesSingleProcess) {
+  const int world = test::context().cpu_world->size();
+  Layout base;
+  base.preset = "tiny-mixtral";
+  base.balancing = "seq_aux_loss";
+  const TrainRun ref = reference(base);
+  std::vector<std::array<int, 5>> layouts{{2, 2, 2, 1, 1}};  // cp, ep, dp, tp, pp
+  if (world >= 4)
+    layouts.insert(layouts.end(), {{2, 2, 4, 1, 1}, {4, 2, 4, 1, 1}, {2, 4, 4, 1, 1}, {2, 2, 2, 2, 1}, {2, 2, 2, 1, 2}});
+  for (const auto& [cp, ep, dp, tp, pp] : layouts) {
+    Layout l = base;
+    l.cp = cp;
+    l.ep = ep;
+    l.dp = dp;
+    l.tp = tp;
+    l.sequence_parallel = tp > 1;
+    l.pp = pp;
+    l.zero = dp == 4 ? 2 : 0;
+    expect_same_training(l, train(l, groups_of(dp * tp * pp)), ref);
   }
 }
 

@@ -343,14 +343,11 @@ TEST(LayoutPlanner, BadContextParallelLayoutsNameTheirNumbers) {
   Layout two = data_parallel(0, 4, 1, 4);
   two.cp = 2;
   EXPECT_NE(error_of(p, two).find("cp 2 (ring) needs the model's shape"), std::string::npos) << error_of(p, two);
-  // A mixture of experts: under context parallelism alone it plans; with expert parallelism it is named.
+  // A mixture of experts under context parallelism plans, with expert parallelism too.
   PlanRequest moe = with_model(preset("mixtral-8x7b"), 1, 8, 4096, 4);
   EXPECT_EQ(error_of(moe, l), "no error");
   l.ep = 2;
-  EXPECT_NE(error_of(moe, l).find("cp 2 (ring) with ep 2: a mixture of experts under context parallelism with expert "
-                                  "parallelism is not supported yet"),
-            std::string::npos)
-      << error_of(moe, l);
+  EXPECT_EQ(error_of(moe, l), "no error");
 }
 
 // LLaMA 8B at 131072 tokens on 8 H200s, a batch of 8 sequences: without

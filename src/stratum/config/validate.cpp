@@ -58,12 +58,6 @@ void check_cross_field_rules(const Config& c, Diagnostics& diag) {
   if (!__builtin_mul_overflow(model_parallel, c.context_parallel.size, &replica) && replica > (int64_t{1} << 40))
     diag.error("context_parallel.size", std::to_string(c.context_parallel.size) + " x pipeline stages x tensor "
                                         "parallel size is over any job's ranks");
-  if (c.context_parallel.size > 1 && c.moe.present && c.moe.expert_parallel_size > 1)
-    diag.error("context_parallel.size", std::to_string(c.context_parallel.size) +
-                                            ": a mixture of experts under context parallelism with expert "
-                                            "parallelism (moe.expert_parallel_size " +
-                                            std::to_string(c.moe.expert_parallel_size) +
-                                            ") is not supported yet; use one of them");
   if (p.schedule == PipelineSchedule::interleaved && p.virtual_stages < 2)
     diag.error("pipeline.schedule", "\"interleaved\" needs pipeline.virtual_stages >= 2");
   if (p.stages == 1 && p.schedule != PipelineSchedule::one_f_one_b)

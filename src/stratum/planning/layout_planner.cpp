@@ -136,9 +136,6 @@ void check_layout(const PlanRequest& r, const Layout& l) {
     const std::string what = "cp " + n(l.cp) + " (" + context_method_name(m) +
                              (m == ContextMethod::hybrid ? ", Ulysses over " + n(l.cp_ulysses) : std::string()) + ")";
     if (!r.model) throw Error(what + " needs the model's shape (a preset): give --model");
-    if (l.ep > 1)
-      throw Error(what + " with ep " + n(l.ep) +
-                  ": a mixture of experts under context parallelism with expert parallelism is not supported yet");
     const std::string problem = context_parallel_problem(input_for(r, l));
     if (!problem.empty()) throw Error(what + ": " + problem);
   }
@@ -427,7 +424,7 @@ std::vector<std::pair<int64_t, int64_t>> context_choices(const PlanRequest& r, i
   const LayoutChoices& fx = r.fixed;
   std::vector<std::pair<int64_t, int64_t>> out;
   if (allowed(fx.cp, int64_t{1}) && allowed(fx.cp_ulysses, int64_t{1})) out.push_back({1, 1});
-  if (!context_parallel_searched(r) || !r.model || ep > 1) return out;
+  if (!context_parallel_searched(r) || !r.model) return out;
   const bool length_alone = !fx.cp && !fx.cp_method && !fx.cp_ulysses;
   EstimateInput in = r.shape;
   in.tensor_parallel = tp;

@@ -33,7 +33,8 @@
 //  - expert parallelism (a mixture of experts, cut from data parallelism):
 //    the experts' share of the parameters 1/ep a GPU (of its stage's blocks
 //    in a pipeline); each MoE layer's all-to-all of the assignments
-//    (b·s·top_k rows of h, the share bound for other GPUs) there and back,
+//    (b·s·top_k rows of h, s the tokens a GPU holds of a sequence: its 1/cp
+//    under context parallelism; the share bound for other GPUs) there and back,
 //    forward and backward, over the node's link when ep GPUs fit a node, not
 //    overlapped; ZeRO's collectives over dp / ep GPUs, and the parameters
 //    outside the experts all-reduced over the ep GPUs once a step. Tensor
@@ -158,8 +159,8 @@ struct LayoutEstimate {
 // not the cluster's GPUs, tp not dividing a node's GPUs or the model's heads,
 // cp not dividing dp, the sequence not splitting over cp (a multiple of cp,
 // of 2 x cp with a ring), Ulysses not dividing the heads a tensor-parallel
-// GPU holds, cp without a model's shape or with a mixture of experts under
-// expert parallelism, the batch not micro_batch x micro_batches x dp / cp,
+// GPU holds, cp without a model's shape, the batch not micro_batch x
+// micro_batches x dp / cp,
 // ZeRO-3 or offload_param with a pipeline, a schedule's own conditions.
 LayoutEstimate estimate_layout(const PlanRequest& request, const Layout& layout);
 

@@ -195,10 +195,11 @@ double checkpoint_bytes(const EstimateInput& in, double blocks) {
 double all_to_all_bytes(const EstimateInput& in) {
   const int64_t ep = std::max<int64_t>(1, in.expert_parallel);
   if (ep == 1 || in.experts == 0) return 0.0;
-  // A tensor-parallel GPU sends the tokens it routes: all of them, or its 1/t
-  // slice under sequence parallelism.
+  // A tensor-parallel GPU sends the tokens it routes: all it holds (its
+  // 1/cp part of each sequence), or its 1/t slice of them under sequence parallelism.
   const int64_t t = in.sequence_parallel ? std::max<int64_t>(1, in.tensor_parallel) : 1;
-  const double rows = static_cast<double>(in.micro_batch * in.seq_len * in.top_k) / static_cast<double>(t);
+  const double rows =
+      static_cast<double>(in.micro_batch * in.top_k) * held_tokens(in) / static_cast<double>(t);
   const double off_rank = static_cast<double>(ep - 1) / static_cast<double>(ep);
   return 4.0 * static_cast<double>(in.layers) * rows * static_cast<double>(in.hidden) *
          static_cast<double>(in.param_bytes) * off_rank;
@@ -265,9 +266,6 @@ std::string context_parallel_problem(const EstimateInput& in) {
   if (cp == 1) return "";
   if (u < 1 || cp % u != 0)
     return "Ulysses over " + n(u) + " GPUs does not divide the context-parallel group of " + n(cp);
-  if (in.experts > 0 && in.expert_parallel > 1)
-    return "a mixture of experts under context parallelism with expert parallelism is not supported yet "
-           "(context-parallel size " + n(cp) + ", expert-parallel size " + n(in.expert_parallel) + ")";
   const std::string split = nn::cp::split_problem(in.seq_len, nn::cp::ContextSplit{cp, u});
   if (!split.empty()) return split;
   if (in.sequence_parallel && (in.seq_len / cp) % t != 0)
@@ -403,12 +401,15 @@ std::string context_line(const EstimateInput& in) {
       m == ContextMethod::hybrid ? "hybrid, Ulysses over " + std::to_string(in.context_ulysses) : context_method_name(m);
   const ContextTraffic t = context_parallel_layer_bytes(in);
   const double L = static_cast<double>(in.layers);
+  // Under expert parallelism ZeRO's group is the one its line names.
+  const bool experts_split = in.experts > 0 && in.expert_parallel > 1;
   char line[512];
   std::snprintf(line, sizeof line,
-                "  context parallel %lld (%s): a GPU keeps %lld of the %lld tokens' activations, ZeRO over every "
-                "data-parallel GPU; a micro-batch a GPU sends %.3g GiB forward (Ulysses %.3g, ring %.3g over %lld "
-                "hops) and %.3g GiB backward, exchange buffers %.3g GiB\n",
+                "  context parallel %lld (%s): a GPU keeps %lld of the %lld tokens' activations%s; a micro-batch a "
+                "GPU sends %.3g GiB forward (Ulysses %.3g, ring %.3g over %lld hops) and %.3g GiB backward, exchange "
+                "buffers %.3g GiB\n",
                 (long long)cp, method.c_str(), (long long)(in.seq_len / cp), (long long)in.seq_len,
+                experts_split ? "" : ", ZeRO over every data-parallel GPU",
                 gib(L * t.forward()), gib(L * t.ulysses_forward), gib(L * t.ring_forward), (long long)t.ring_hops,
                 gib(L * t.backward()), gib(context_parallel_buffer_bytes(in)));
   return line;
@@ -429,10 +430,11 @@ std::string format_estimate(const EstimateInput& in) {
     const int64_t ep = in.expert_parallel, t = std::max<int64_t>(1, in.tensor_parallel);
     std::snprintf(line, sizeof line,
                   "  expert parallel %lld: %.3gB parameters a GPU (1/%lld of the %.3gB in experts), ZeRO over %lld "
-                  "data-parallel ranks; all-to-all %.3g GiB a micro-batch a GPU (micro-batch %lld, seq %lld)\n",
+                  "data-parallel ranks; all-to-all %.3g GiB a micro-batch a GPU (micro-batch %lld, %lld tokens of a "
+                  "sequence)\n",
                   (long long)ep, expert_parallel_params(in) / 1e9,
                   (long long)ep, in.expert_params / 1e9, (long long)(in.nodes * in.gpus_per_node / (ep * t)),
-                  gib(all_to_all_bytes(in)), (long long)in.micro_batch, (long long)in.seq_len);
+                  gib(all_to_all_bytes(in)), (long long)in.micro_batch, (long long)held_tokens(in));
     out += line;
   }
   if (in.tensor_parallel > 1 && in.expert_parallel > 1) {

@@ -128,8 +128,9 @@ double context_parallel_buffer_bytes(const EstimateInput& in);
 std::string context_parallel_problem(const EstimateInput& in);
 
 // Bytes one GPU sends (and receives) by all-to-all for one micro-batch,
-// forward and backward: each MoE layer's assignments (micro-batch x seq x
-// top_k rows of hidden) to the other expert-parallel ranks and back, twice
+// forward and backward: each MoE layer's assignments (micro-batch x the
+// tokens it holds of a sequence x top_k rows of hidden) to the other
+// expert-parallel ranks and back, twice
 // (the backward returns their gradients). 0 without expert parallelism.
 double all_to_all_bytes(const EstimateInput& in);
 
