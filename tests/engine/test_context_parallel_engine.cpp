@@ -451,16 +451,18 @@ TEST(ContextParallelEngine, MixtureOfExperts_MatchesSingleProcess) {
 // each expert group exchanging the tokens of two sequences' halves). Tokens
 // route to their experts' ranks whatever part of a sequence they are; the
 // balancing terms are the whole micro-batch's over the context-parallel group.
+// ZeRO 1, 2 and 3 (checkpointed) partition over the ranks holding the same experts.
 TEST(ContextParallelEngine, MixtureOfExpertsWithExpertParallelism_MatchesSingleProcess) {
   const int world = test::context().cpu_world->size();
   Layout base;
   base.preset = "tiny-mixtral";
   base.balancing = "seq_aux_loss";
   const TrainRun ref = reference(base);
-  std::vector<std::array<int, 5>> layouts{{2, 2, 2, 1, 1}};  // cp, ep, dp, tp, pp
+  std::vector<std::array<int, 6>> layouts{{2, 2, 2, 1, 1, 0}};  // cp, ep, dp, tp, pp, ZeRO
   if (world >= 4)
-    layouts.insert(layouts.end(), {{2, 2, 4, 1, 1}, {4, 2, 4, 1, 1}, {2, 4, 4, 1, 1}, {2, 2, 2, 2, 1}, {2, 2, 2, 1, 2}});
-  for (const auto& [cp, ep, dp, tp, pp] : layouts) {
+    layouts.insert(layouts.end(),
+                   {{2, 2, 4, 1, 1, 1}, {4, 2, 4, 1, 1, 2}, {2, 4, 4, 1, 1, 3}, {2, 2, 2, 2, 1, 0}, {2, 2, 2, 1, 2, 0}});
+  for (const auto& [cp, ep, dp, tp, pp, zero] : layouts) {
     Layout l = base;
     l.cp = cp;
     l.ep = ep;
@@ -468,7 +470,8 @@ TEST(ContextParallelEngine, MixtureOfExpertsWithExpertParallelism_MatchesSingleP
     l.tp = tp;
     l.sequence_parallel = tp > 1;
     l.pp = pp;
-    l.zero = dp == 4 ? 2 : 0;
+    l.zero = zero;
+    l.checkpointing = zero == 3;
     expect_same_training(l, train(l, groups_of(dp * tp * pp)), ref);
   }
 }
