@@ -8,7 +8,8 @@
 // parallelism (sequence parallel) and in pipeline stages, GPT-2's learned
 // positions too: losses and gradient norms within 1e-5 relative,
 // every parameter within 2e-4 of the single process's; a mixture of experts
-// too, its balancing terms on. A rank holds T / CP
+// too, its balancing terms on, its experts split by expert parallelism as
+// well. A rank holds T / CP
 // tokens of activations. Bad shapes fail by key and number.
 //
 // Runs under mpirun (CTest: 2 and 4 ranks); each layout runs on a group of
