@@ -3,8 +3,9 @@
 // model whose weights are W + scale·B·A (peft's merge), and the adapters'
 // gradients equal the chain rule through the merged weights' gradients
 // (dB = scale·G·Aᵀ, dA = scale·Bᵀ·G), within 1e-9 (relative; float64), for GPT-2
-// (c_attn, c_proj, c_fc: fused attention and MLP) and LLaMA (all seven
-// projections: stacked q/k/v, gate/up). The base gets no gradient. Also the
+// (c_attn, c_proj, c_fc: fused attention and MLP), LLaMA (all seven
+// projections: stacked q/k/v, gate/up) and the mixtures of experts Mixtral and
+// Qwen3-MoE (their experts' projections too). The base gets no gradient. Also the
 // adapters' tensor-parallel specs and every refusal by name.
 #include <gtest/gtest.h>
 
@@ -36,7 +37,11 @@ config::LoraConfig lora_config(std::vector<std::string> targets, int64_t r = 4, 
 }
 
 ModelConfig tiny(const std::string& arch) {
-  return make_model_config(arch == "gpt2" ? "tiny-gpt2" : "tiny-llama",
+  const std::string preset = arch == "gpt2"       ? "tiny-gpt2"
+                             : arch == "mixtral"   ? "tiny-mixtral"
+                             : arch == "qwen3_moe" ? "tiny-qwen3-moe"
+                                                   : "tiny-llama";
+  return make_model_config(preset,
                            {{"layers", "2"}, {"max_seq_len", "16"}, {"vocab_size", "96"}, {"tie_embeddings", "false"}});
 }
 
@@ -125,6 +130,17 @@ TEST(LoraModel, LlamaAllLinearWithRsLoraMatchesTheMergedDenseModel) {
 TEST(LoraModel, LlamaSomeProjectionsMatchTheMergedDenseModel) {
   // k without q and v (the stacked GEMM's middle part), up without gate, down.
   expect_matches_merged({"llama", {"k_proj", "up_proj", "down_proj"}, false, 6});
+}
+
+// A mixture of experts: attention and every expert's projections (Mixtral's
+// w1/w3/w2 on 4 experts; Qwen3-MoE's gate/up/down on 8 by all-linear, the
+// router left alone), each expert's adapters through its own GEMMs.
+TEST(LoraModel, MixtralExpertsMatchTheMergedDenseModel) {
+  expect_matches_merged({"mixtral", {"q_proj", "w1", "w3", "w2"}, false, 2 * (1 + 4 * 3)});
+}
+
+TEST(LoraModel, Qwen3MoeAllLinearMatchesTheMergedDenseModel) {
+  expect_matches_merged({"qwen3_moe", {"all-linear"}, false, 2 * (4 + 8 * 3)});
 }
 
 TEST(LoraModel, AdaptersStartAtZeroAndAreDrawnByName) {

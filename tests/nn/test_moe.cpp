@@ -15,10 +15,12 @@
 
 #include "stratum/core/error.h"
 #include "stratum/nn/linear.h"
+#include "stratum/nn/lora_linear.h"
 #include "stratum/nn/moe/grouped_linear.h"
 #include "stratum/nn/moe/load_balancing.h"
 #include "stratum/nn/moe/router.h"
 #include "stratum/nn/moe/sparse_moe.h"
+#include "stratum/quant/nf4.h"
 
 using namespace stratum;
 using namespace stratum::nn::moe;
@@ -278,6 +280,13 @@ MoEOptions small_options(int64_t experts, int64_t k) {
   return o;
 }
 
+// A layer's weight as a plain matrix: its 4-bit base dequantized, plus
+// scale·B·A where it has an adapter (LoRA merged, with A's and B's gradients).
+at::Tensor effective_weight(const stratum::nn::LinearImpl& l) {
+  const at::Tensor base = l.nf4_base ? stratum::quant::dequantize_nf4(*l.nf4) : l.weight;
+  return l.has_lora() ? base + l.lora_scale * torch::mm(l.lora_B->weight, l.lora_A->weight) : base;
+}
+
 // The layer token by token: each token's chosen experts (the same router),
 // weighted; dropped assignments (keep[t][j] false) add nothing.
 at::Tensor token_by_token(SparseMoEImpl& moe, const at::Tensor& x2, const std::vector<std::vector<bool>>* keep = nullptr) {
@@ -288,8 +297,9 @@ at::Tensor token_by_token(SparseMoEImpl& moe, const at::Tensor& x2, const std::v
     for (int64_t j = 0; j < r.experts.size(1); ++j) {
       if (keep && !(*keep)[t][j]) continue;
       const auto& ex = *moe.expert_list[r.experts[t][j].item<int64_t>()];
-      const at::Tensor h = torch::silu(torch::mv(ex.gate->weight, x2[t])) * torch::mv(ex.up->weight, x2[t]);
-      acc = acc + r.weights[t][j] * torch::mv(ex.down->weight, h);
+      const at::Tensor h =
+          torch::silu(torch::mv(effective_weight(*ex.gate), x2[t])) * torch::mv(effective_weight(*ex.up), x2[t]);
+      acc = acc + r.weights[t][j] * torch::mv(effective_weight(*ex.down), h);
     }
     rows.push_back(acc);
   }
@@ -316,6 +326,49 @@ TEST(SparseMoE, DroplessMatchesTheTokenByTokenLayerWithGradients) {
   ASSERT_EQ(loads.count(0), 1u);
   EXPECT_EQ(loads.at(0).tokens.sum().item<int64_t>(), 20);
   EXPECT_EQ(loads.at(0).dropped, 0);
+}
+
+// LoRA on the experts (Mixtral's w1/w3/w2 as peft adapts them): each
+// expert's adapted projections add scale·x·Aᵀ·Bᵀ, as the merged weight
+// W + scale·B·A would; only the adapters and the input get gradients; an
+// expert no token chose runs on no rows and gets a zero gradient. With the
+// experts' bases in NF4 (QLoRA) the same against the dequantized weights.
+TEST(SparseMoE, ExpertAdaptersAddTheirLowRankTermsAsMergedWeightsWould) {
+  for (const bool nf4 : {false, true}) {
+    torch::manual_seed(12);
+    MoEOptions o = small_options(4, 1);
+    o.hidden = 64, o.ffn_hidden = 32;  // NF4's blocks of 64
+    o.expert_bias_rate = 0.001;        // a choice bias: expert 3 is never chosen
+    SparseMoEImpl moe(o, 0, nullptr);
+    moe.gate->weight.data().mul_(5);
+    moe.set_expert_bias(torch::tensor({0.0f, 0.0f, 0.0f, -1e4f}));
+    for (auto& ex : moe.expert_list)
+      for (auto* l : {ex->gate.get(), ex->up.get(), ex->down.get()}) {
+        l->weight.set_requires_grad(false);
+        if (nf4) {
+          l->nf4 = std::make_shared<const stratum::quant::Nf4Tensor>(stratum::quant::quantize_nf4(l->weight.detach()));
+          l->nf4_base = true;
+        }
+        if (l == ex->up.get()) continue;  // adapters on gate and down only
+        l->add_lora(2, 1.5, 0.0);
+        l->lora_A->weight.set_data(torch::randn(l->lora_A->weight.sizes()) * 0.3);
+        l->lora_B->weight.set_data(torch::randn(l->lora_B->weight.sizes()) * 0.3);
+      }
+    const at::Tensor x = torch::randn({3, 5, 64}, torch::requires_grad());
+    const at::Tensor y = moe.forward(x);
+    const at::Tensor ref = token_by_token(moe, x.view({15, 64})).view({3, 5, 64});
+    EXPECT_LT(max_diff(y, ref), 1e-5) << (nf4 ? "nf4" : "dense");
+    const at::Tensor g = torch::randn_like(ref);
+    const auto& e0 = *moe.expert_list[0];
+    const auto& e3 = *moe.expert_list[3];
+    const std::vector<at::Tensor> wrt{x, e0.gate->lora_A->weight, e0.down->lora_B->weight, e3.gate->lora_A->weight};
+    auto got = torch::autograd::grad({y}, wrt, {g}, true, false, /*allow_unused=*/true);
+    auto want = torch::autograd::grad({ref}, wrt, {g}, true, false, /*allow_unused=*/true);
+    for (size_t i = 0; i < 3; ++i) EXPECT_LT(max_diff(got[i], want[i]), 1e-5) << "gradient " << i;
+    ASSERT_TRUE(got[3].defined()) << "an expert without tokens still gives its adapters a gradient";
+    EXPECT_EQ(got[3].abs().max().item<double>(), 0.0);
+    EXPECT_GT(got[1].abs().max().item<double>(), 0.0);
+  }
 }
 
 TEST(SparseMoE, SharedExpertsAddTheirMlpForEveryToken) {

@@ -18,10 +18,14 @@ const std::vector<std::string>& lora_target_names(const std::string& arch) {
   static const std::vector<std::string> gpt2 = {"c_attn", "c_proj", "c_fc"};
   static const std::vector<std::string> llama = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                  "gate_proj", "up_proj", "down_proj"};
-  // A mixture of experts' attention; its experts are not adapted.
-  static const std::vector<std::string> attention = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  // A mixture of experts: attention and each expert's three projections (the
+  // router, "gate", trains whole through modules_to_save if at all).
+  static const std::vector<std::string> mixtral = {"q_proj", "k_proj", "v_proj", "o_proj", "w1", "w2", "w3"};
   static const std::vector<std::string> none;
-  return arch == "gpt2" ? gpt2 : arch == "llama" ? llama : arch == "mixtral" || arch == "qwen3_moe" ? attention : none;
+  return arch == "gpt2"                          ? gpt2
+         : arch == "llama" || arch == "qwen3_moe" ? llama
+         : arch == "mixtral"                      ? mixtral
+                                                  : none;
 }
 
 namespace {
@@ -83,16 +87,17 @@ void parse_lora(KeyReader& root, Config& config) {
     const std::string tail = t.substr(t.rfind('.') == std::string::npos ? 0 : t.rfind('.') + 1);
     bool known = false;
     std::vector<std::string> all;
-    for (const char* arch : {"llama", "gpt2"})
+    for (const char* arch : {"llama", "gpt2", "mixtral"})
       for (const auto& n : lora_target_names(arch)) {
         known = known || n == tail;
         all.push_back(n);
       }
     if (!known)
       diag.error(lora.path_of("target_modules") + "[" + std::to_string(i) + "]",
-                 "'" + t + "' is not a linear layer LoRA adapts (LLaMA: q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                 "up_proj, down_proj; GPT-2: c_attn, c_proj, c_fc); the LM head and embeddings train whole through "
-                 "modules_to_save" + did_you_mean(tail, all));
+                 "'" + t + "' is not a linear layer LoRA adapts (LLaMA and Qwen3-MoE: q_proj, k_proj, v_proj, o_proj, "
+                 "gate_proj, up_proj, down_proj; Mixtral: q_proj, k_proj, v_proj, o_proj, w1, w2, w3; GPT-2: c_attn, "
+                 "c_proj, c_fc); the LM head, embeddings and a router train whole through modules_to_save" +
+                     did_you_mean(tail, all));
   }
   l.modules_to_save = module_list(lora, "modules_to_save");
   l.use_rslora = lora.get_bool("use_rslora", false);

@@ -9,6 +9,7 @@
 #include "stratum/distributed/wait_context.h"
 #include "stratum/nn/context_parallel/context_parallel.h"
 #include "stratum/nn/linear.h"
+#include "stratum/nn/lora_linear.h"
 #include "stratum/nn/moe/grouped_linear.h"
 #include "stratum/nn/moe/load_balancing.h"
 
@@ -101,7 +102,32 @@ at::Tensor within_capacity(const at::Tensor& sorted_experts, const std::vector<i
 
 }  // namespace
 
+bool SparseMoEImpl::experts_adapted() const {
+  for (const auto& ex : expert_list)
+    for (const LinearImpl* l : {ex->gate.get(), ex->up.get(), ex->down.get()})
+      if (l->has_lora() || l->nf4_base) return true;
+  return false;
+}
+
+at::Tensor SparseMoEImpl::run_adapted_experts(const at::Tensor& rows, const std::vector<int64_t>& counts) {
+  const bool training = is_training();
+  std::vector<at::Tensor> out;
+  int64_t first = 0;
+  for (size_t j = 0; j < expert_list.size(); ++j) {
+    // An expert without rows runs too (on none): its adapters get their zero gradient.
+    const ExpertImpl& ex = *expert_list[j];
+    const at::Tensor x = rows.narrow(0, first, counts[j]);
+    first += counts[j];
+    const std::vector<const LinearImpl*> gate_and_up{ex.gate.get(), ex.up.get()};
+    const at::Tensor gate_up = add_lora_terms(frozen_linear_stacked(x, gate_and_up), x, gate_and_up, training);
+    const at::Tensor act = nn::swiglu(gate_up);
+    out.push_back(add_lora_terms(frozen_linear(act, *ex.down), act, {ex.down.get()}, training));
+  }
+  return out.empty() ? rows.narrow(0, 0, 0) : at::cat(out);
+}
+
 at::Tensor SparseMoEImpl::run_experts(const at::Tensor& rows, const std::vector<int64_t>& counts) {
+  if (experts_adapted()) return run_adapted_experts(rows, counts);
   std::vector<std::vector<at::Tensor>> gate_up(2), down(1);
   for (const auto& ex : expert_list) {
     gate_up[0].push_back(ex->gate->weight);

@@ -117,6 +117,11 @@ class SparseMoEImpl : public torch::nn::Module {
  private:
   // The experts' output for rows sorted by expert, counts[e] for this rank's expert e.
   at::Tensor run_experts(const at::Tensor& rows, const std::vector<int64_t>& counts);
+  // Experts with LoRA adapters or a 4-bit (NF4) base: one expert at a time,
+  // each as a LoRA SwiGLU MLP (nn/lora_linear.h: gate and up in one GEMM,
+  // their adapters in one each way, NF4 weights dequantized per GEMM).
+  bool experts_adapted() const;
+  at::Tensor run_adapted_experts(const at::Tensor& rows, const std::vector<int64_t>& counts);
   // The same for every expert of the layer, the rows sent to and back from their experts' ranks.
   at::Tensor remote_experts(const at::Tensor& rows, const std::vector<int64_t>& counts);
 
