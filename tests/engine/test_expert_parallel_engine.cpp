@@ -10,7 +10,8 @@
 // rank's parameters (its experts by their names) within 2e-4. A rank holds its experts only:
 // its parameter count is the dense part plus 1/EP of the experts'.
 // Checkpoints resume at another expert-parallel size, expert biases
-// included. Mismatched shapes fail by key.
+// included. LoRA on the experts trains as one process. Mismatched shapes
+// fail by key.
 //
 // Runs under mpirun (CTest: 2 and 4 ranks); each layout runs on a group of
 // the world's ranks, the reference on every rank by itself.
@@ -28,6 +29,7 @@
 #include "stratum/engine/moe_routing.h"
 #include "stratum/engine/tensor_parallel_setup.h"
 #include "stratum/models/causal_lm.h"
+#include "stratum/models/lora.h"
 #include "stratum/models/moe_config.h"
 #include "stratum/models/tensor_parallel_plan.h"
 #include "stratum/nn/deferred_init.h"
@@ -57,6 +59,7 @@ struct Layout {
   bool tied = false;     // the LM head reads the token embedding
   int gas = 2;
   int global_batch = 8;
+  std::string lora;  // a lora section (JSON), or none
 };
 
 std::string config_json(const Layout& l) {
@@ -72,7 +75,7 @@ std::string config_json(const Layout& l) {
          c10::str(l.z_loss) + R"(, "expert_bias_update_rate": )" + c10::str(l.bias_rate) + R"(},
     "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
     "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0003, "warmup_max_lr": 0.003, "warmup_num_steps": 5}},
-    "gradient_clipping": 0.3,
+    "gradient_clipping": 0.3,)" + (l.lora.empty() ? "" : R"("lora": )" + l.lora + ",") + R"(
     "zero_optimization": {"stage": )" + std::to_string(l.zero) + R"(, "reduce_bucket_size": 2000}})";
 }
 
@@ -81,7 +84,8 @@ std::string describe(const Layout& l) {
          std::to_string(l.tp) + (l.sequence_parallel ? " sp" : "") + " zero " + std::to_string(l.zero) +
          (l.checkpointing ? " checkpointed" : "") + (l.z_loss > 0 ? " z-loss" : "") +
          (l.aux_loss > 0 ? " " + l.balancing : "") +
-         (l.bias_rate > 0 ? " expert bias" : "") + (l.tied ? " tied" : "") + " " + l.precision;
+         (l.bias_rate > 0 ? " expert bias" : "") + (l.tied ? " tied" : "") + " " + l.precision +
+         (l.lora.empty() ? "" : " lora");
 }
 
 models::ModelConfig model_config(const Config& config, bool tied) {
@@ -112,6 +116,7 @@ TrainRun train(const Layout& l, const std::shared_ptr<distributed::Communicator>
   at::manual_seed(42);
   auto model = models::construct_model(model_config(config, l.tied), tensor_parallel_group(config, grid), c10::kMeta,
                                        nn::moe::ExpertParallel{grid.ep_group()});
+  if (config.lora.enabled) models::apply_lora(*model, config.lora);
   auto engine = initialize(config, model, grid);
   if (!span.load_dir.empty()) load_checkpoint(engine.core(), span.load_dir);
   EXPECT_EQ(engine.core().data_parallel()->size(), l.dp) << describe(l);
@@ -137,6 +142,8 @@ TrainRun train(const Layout& l, const std::shared_ptr<distributed::Communicator>
   engine.core().sync_params();
   for (auto& p : model->named_parameters()) {
     if (nn::is_unmaterialized(p.value())) continue;  // another pipeline stage's
+    // A frozen base (LoRA) is not trained; under ZeRO-3 it stays partitioned.
+    if (!p.value().requires_grad()) continue;
     run.weights[p.key()] = p.value().detach().to(at::kFloat).clone();
     run.numel += p.value().numel();
   }
@@ -344,6 +351,33 @@ TEST(ExpertParallelEngine, ExpertParallelInPipelineStages) {
     l.zero = zero;
     expect_same_training(l, train(l, groups_of(4)), ref);
   }
+}
+
+// LoRA on the experts (and q_proj), the base frozen: each rank trains the
+// adapters of its own experts, at EP 2, at EP 2 x DP 2 under ZeRO-3 with
+// checkpointed layers, and at EP 2 x TP 2 with sequence parallelism (the
+// replicated experts' adapters summed over the group).
+TEST(ExpertParallelEngine, ExpertAdaptersTrainAsOneProcess) {
+  const int world = test::context().cpu_world->size();
+  Layout base;
+  base.lora = R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "w1", "w3", "w2"]})";
+  const TrainRun ref = reference(base);
+  EXPECT_LT(ref.losses.back(), ref.losses.front()) << "the adapters must learn";
+  // The adapters moved from peft's zero B; the base did not.
+  const at::Tensor& b = ref.weights.at("model.layers.1.block_sparse_moe.experts.3.w2.lora_B.weight");
+  EXPECT_GT(b.abs().max().item<double>(), 0.0);
+  std::vector<Layout> layouts;
+  Layout ep = base;
+  ep.ep = ep.dp = 2;
+  layouts.push_back(ep);
+  if (world >= 4) {
+    Layout zero3 = base;
+    zero3.ep = 2, zero3.dp = 4, zero3.zero = 3, zero3.checkpointing = true;
+    Layout tp = base;
+    tp.ep = tp.dp = 2, tp.tp = 2, tp.sequence_parallel = true;
+    layouts.insert(layouts.end(), {zero3, tp});
+  }
+  for (const Layout& l : layouts) expect_same_training(l, train(l, groups_of(l.dp * l.tp)), ref);
 }
 
 // bf16 (fp32 masters): EP = 2 against one process within bf16's tolerances.
