@@ -7,6 +7,8 @@
 #      activation checkpointing, and EP 2 under TP 2 with sequence
 #      parallelism (ZeRO-2), against the one-rank run: fp32, per-step
 #      losses within 1e-5 relative. The all-to-all's GPU path exercised.
+#      Then LoRA on the experts (and q_proj), the base frozen, at EP 2
+#      against its one-rank run: each expert's adapters through its own GEMMs.
 #   2. Throughput against transformers' own models: the scenarios
 #      1gpu-moe-mixtral and 1gpu-moe-qwen3 of bench/run_matrix.sh (Mixtral's
 #      shape at 2 layers, Qwen3-30B-A3B's at 4, to fit an H100; seq 4096, micro-batch 1, bf16;
@@ -33,14 +35,20 @@ fi
 if [[ " $parts " == *" 1 "* ]]; then
   echo "=== expert parallelism on the shared GPU: tiny Mixtral, fp32, against one rank ==="
   model=(--model tiny-mixtral --set layers=2 --set max_seq_len=64)
-  for entry in "ref 1 1 0" "ep2 2 2 0" "ep4 4 4 0" "ep2-dp2-zero3 4 2 3" "ep2-checkpointed 2 2 1" "tp2-sp-ep2 4 2 2"; do
+  for entry in "ref 1 1 0" "ep2 2 2 0" "ep4 4 4 0" "ep2-dp2-zero3 4 2 3" "ep2-checkpointed 2 2 1" "tp2-sp-ep2 4 2 2" \
+               "lora-ref 1 1 0" "lora-ep2 2 2 0"; do
     read -r name ranks ep zero <<< "$entry"
+    ref=ref lora=""
+    if [[ $name == lora-* ]]; then
+      ref=lora-ref
+      lora='"lora": {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "w1", "w3", "w2"]},'
+    fi
     ckpt=""
     [ "$name" = ep2-checkpointed ] && ckpt='"activation_checkpointing": {},' && zero=0
     # Each tensor-parallel rank routes its half of every sequence (sequence parallelism).
     [ "$name" = tp2-sp-ep2 ] && ckpt='"tensor_parallel": {"autotp_size": 2, "sequence_parallel": true},'
     cat > "$work/$name.json" <<JSON
-{"train_batch_size": 16, "gradient_accumulation_steps": 2, $ckpt
+{"train_batch_size": 16, "gradient_accumulation_steps": 2, $ckpt $lora
  "moe": {"expert_parallel_size": $ep, "aux_loss_coeff": 0, "z_loss_coeff": 0.001},
  "zero_optimization": {"stage": $zero},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}
@@ -48,14 +56,14 @@ JSON
     "$bin/stratum-run" --num_procs "$ranks" "$bin/stratum-train" --config "$work/$name.json" "${model[@]}" \
       --data default --cache-dir "$work/cache" --steps 12 --eval-every 100 --sample-tokens 0 --print-every 1000 \
       --seed 7 --log-dir "$work/$name" > "$work/$name.log" 2>&1 || { echo "$name: exit $?"; tail -5 "$work/$name.log"; }
-    [ "$name" = ref ] && continue
-    python3 - "$work" "$name" <<'PY'
+    [ "$name" = "$ref" ] && continue
+    python3 - "$work" "$name" "$ref" <<'PY'
 import csv, sys
-work, name = sys.argv[1:]
+work, name, ref = sys.argv[1:]
 def losses(n):
     with open(f"{work}/{n}/metrics.csv") as f:
         return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(f)}
-a, b = losses(name), losses("ref")
+a, b = losses(name), losses(ref)
 worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in b)
 print(f"{name:20s} {'PASS' if worst <= 1e-5 else 'FAIL'}  largest relative difference {worst:.2e}; "
       f"loss {b[min(b)]:.4f} -> {a[max(a)]:.4f}")
