@@ -391,6 +391,32 @@ TEST(ExpertParallelEngine, ExpertParallelInBf16) {
   expect_same_training(l, train(l, groups_of(2)), ref, 5e-2, 2e-2, 0);
 }
 
+// A peft adapter of the whole model fits each expert-parallel rank: the
+// adapters of the experts another rank holds are that rank's to load, while
+// an expert no rank holds, or a wrong shape, is still named.
+TEST(ExpertParallelEngine, AWholeAdapterFitsEachExpertParallelRank) {
+  Config config = Config::from_string(R"({"train_batch_size": 4, "moe": {"expert_parallel_size": 2},
+      "lora": {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "w1", "w3", "w2"]}})", "ep-lora.json");
+  const distributed::ProcessGrid grid = distributed::ProcessGrid::create(config, sub_context(groups_of(2)));
+  auto split = models::construct_model(model_config(config, false), {}, c10::kMeta,
+                                       nn::moe::ExpertParallel{grid.ep_group()});
+  models::apply_lora(*split, config.lora);
+  Config one = config;
+  one.moe.expert_parallel_size = 1;
+  auto whole = models::construct_model(model_config(one, false), {}, c10::kMeta);
+  models::apply_lora(*whole, one.lora);
+  std::vector<std::pair<std::string, at::Tensor>> adapter;
+  for (const auto& item : whole->named_parameters())
+    if (models::is_lora_parameter(item.key())) adapter.emplace_back(item.key(), at::zeros(item.value().sizes()));
+  EXPECT_EQ(models::adapter_mismatches(*split, config.lora, config.lora, adapter), std::vector<std::string>{});
+  adapter.emplace_back("model.layers.0.block_sparse_moe.experts.9.w1.lora_A.weight", at::zeros({4, 64}));
+  adapter.front().second = at::zeros({3, 3});
+  const auto problems = models::adapter_mismatches(*split, config.lora, config.lora, adapter);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_NE(problems[0].find("is [3, 3], the model's"), std::string::npos) << problems[0];
+  EXPECT_NE(problems[1].find("experts.9.w1.lora_A.weight' is not a parameter"), std::string::npos) << problems[1];
+}
+
 TEST(ExpertParallelEngine, ShapesThatDoNotSplitAreNamed) {
   const std::string bad = test::error_of([] {
     Config config = Config::from_string(R"({"train_batch_size": 4, "moe": {"num_experts": 4, "expert_parallel_size": 3}})",

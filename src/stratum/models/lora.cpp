@@ -9,6 +9,7 @@
 #include "stratum/core/error.h"
 #include "stratum/nn/deferred_init.h"
 #include "stratum/nn/lora_linear.h"
+#include "stratum/nn/moe/sparse_moe.h"
 #include "stratum/nn/parameter_modules.h"
 
 namespace stratum::models {
@@ -16,6 +17,38 @@ namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Under expert parallelism a rank holds some of each layer's experts: for
+// every mixture-of-experts layer, "<path>.experts.", the indices here and
+// the layer's number of experts.
+struct HeldExperts {
+  std::string prefix;
+  int64_t first = 0, end = 0, experts = 0;
+};
+
+std::vector<HeldExperts> held_experts(const CausalLMImpl& model) {
+  std::vector<HeldExperts> out;
+  for (const auto& item : model.named_modules("", /*include_self=*/false))
+    if (const auto* moe = dynamic_cast<const nn::moe::SparseMoEImpl*>(item.value().get()))
+      out.push_back({item.key() + ".experts.", moe->first_expert(),
+                     moe->first_expert() + static_cast<int64_t>(moe->expert_list.size()),
+                     moe->options().router.num_experts});
+  return out;
+}
+
+// Whether `name` is a parameter of an expert of the layer that another
+// expert-parallel rank holds (one the layer does not have is no rank's).
+bool another_ranks_expert(const std::vector<HeldExperts>& held, const std::string& name) {
+  for (const HeldExperts& h : held) {
+    if (name.compare(0, h.prefix.size(), h.prefix) != 0) continue;
+    const size_t dot = name.find('.', h.prefix.size());
+    const std::string index = name.substr(h.prefix.size(), dot - h.prefix.size());
+    if (index.empty() || index.size() > 18 || index.find_first_not_of("0123456789") != std::string::npos) return false;
+    const int64_t e = std::stoll(index);
+    return e < h.experts && (e < h.first || e >= h.end);
+  }
+  return false;
 }
 
 // peft's rule (check_target_module_exists): the key is the whole path or its tail after a dot.
@@ -160,8 +193,10 @@ std::vector<std::string> adapter_mismatches(const CausalLMImpl& model, const con
     const auto spec = tp.enabled() ? model.shard_spec(item.key(), tp.rank()) : std::nullopt;
     trained[item.key()] = spec ? nn::tp::whole_shape(item.value().sizes().vec(), *spec) : item.value().sizes().vec();
   }
+  const std::vector<HeldExperts> held = held_experts(model);
   for (const auto& [name, t] : tensors) {
     auto it = trained.find(name);
+    if (it == trained.end() && another_ranks_expert(held, name)) continue;  // that rank's to load
     if (it == trained.end()) {
       out.push_back("'" + name + "' is not a parameter the config's lora section trains");
     } else {

@@ -43,7 +43,8 @@ std::vector<std::string> apply_lora(CausalLMImpl& model, const config::LoraConfi
 // Why the adapter `adapter` (its config and tensors by Stratum's names, whole)
 // cannot load into `model` as apply_lora(model, run) adapted it: the scale
 // differs (r, lora_alpha, use_rslora), or its tensors are not exactly the
-// model's trainable parameters with their whole shapes. Empty: it fits.
+// model's trainable parameters with their whole shapes (under expert
+// parallelism, the experts another rank holds are that rank's). Empty: it fits.
 std::vector<std::string> adapter_mismatches(const CausalLMImpl& model, const config::LoraConfig& run,
                                             const config::LoraConfig& adapter,
                                             const std::vector<std::pair<std::string, at::Tensor>>& tensors);
