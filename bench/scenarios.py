@@ -12,6 +12,8 @@ The top-level "defaults" give each kind's keys that a scenario leaves out.
   step_timeout_s  seconds any one program may run (default 420)
 kind matrix (bench_engine against bench/peers/gpt_peers.py):
   model, seq, micro  the preset, sequence length and micro-batch per GPU of every row
+  gas        micro-batches an optimizer step (1): bench_engine's --gas and moe_peers.py's (the other
+             peers take none: a scenario with gas > 1 lists only transformers peers)
   stratum    ZeRO stages, or {"stage": N, "flags": [bench_engine flags]} for a row with more flags
   stratum_flags  bench_engine flags of every Stratum row (e.g. ["--set", "max_seq_len=2048"])
   peers      gpt_peers.py systems: single, ddp, fsdp2, each also "-compile"; deepspeed-zero1/2/3;
@@ -87,6 +89,9 @@ def check(name, spec, targets):
         for p in run.get("peers", []):
             if p not in PEERS:
                 raise ValueError(f"scenario {name}: unknown peer {p} (one of {', '.join(PEERS)})")
+            if run.get("gas", 1) > 1 and not p.startswith("transformers"):
+                raise ValueError(f"scenario {name}: peer {p} takes no gradient accumulation (gas "
+                                 f"{run['gas']}); only the transformers peers do")
 
 
 def runs(spec):
@@ -163,6 +168,7 @@ def plan_matrix(run, build, work, gpus_available):
     gpus = run["gpus"]
     common = ["--model", run["model"], "--seq", str(run["seq"]), "--micro", str(run["micro"]),
               "--steps", str(run.get("steps", 8)), "--warmup", str(run.get("warmup", 3))]
+    gas = ["--gas", str(run["gas"])] if run.get("gas", 1) > 1 else []
     # One GPU of a machine of two: Stratum's rows on GPU 0 while the peers' run on GPU 1.
     side_by_side = gpus == 1 and gpus_available >= 2
     label = run_label(run)
@@ -170,7 +176,7 @@ def plan_matrix(run, build, work, gpus_available):
     for rnd in range(1, run.get("rounds", 1) + 1):
         for stage, flags in stratum_rows(run):
             env = {"CUDA_VISIBLE_DEVICES": "0"} if side_by_side else {}
-            argv = (mpirun(gpus, list(env) + passed_through()) + [f"{build}/bin/bench_engine"] + common +
+            argv = (mpirun(gpus, list(env) + passed_through()) + [f"{build}/bin/bench_engine"] + common + gas +
                     ["--stage", str(stage)] + flags)
             steps.append(Step(f"stratum-zero{stage}", argv, env=env, phase=rnd, lane=0,
                               fields={"run": label, "flags": shlex.join(flags), "round": rnd}))
@@ -220,6 +226,8 @@ def moe_peer(run, peer, rnd, label, side_by_side):
     argv = ["python3", "bench/peers/moe_peers.py", "--arch", run["moe_arch"], "--layers", layers,
             "--seq", str(run["seq"]), "--micro", str(run["micro"]), "--steps", str(run.get("steps", 8)),
             "--warmup", str(run.get("warmup", 3))] + (["--compile"] if peer.endswith("-compile") else [])
+    if run.get("gas", 1) > 1:
+        argv += ["--gas", str(run["gas"])]
     env = {"PYTHONPATH": ".pylib"}
     if side_by_side:
         env["CUDA_VISIBLE_DEVICES"] = "1"

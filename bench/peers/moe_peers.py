@@ -2,8 +2,8 @@
 transformers' own MixtralForCausalLM and Qwen3MoeForCausalLM at the same
 shape as Stratum's run (bench_engine --model mixtral-8x7b / qwen3-30b-a3b
 with --set layers=N), bf16 parameters, torch's fused AdamW (lr 3e-4, betas
-0.9/0.95, weight decay 0.1, clipping 1.0), random tokens, micro-batch and
-sequence as given; eager, or under torch.compile (--compile). The router's
+0.9/0.95, weight decay 0.1, clipping 1.0), random tokens, micro-batch,
+sequence and micro-batches an optimizer step (--gas) as given; eager, or under torch.compile (--compile). The router's
 auxiliary loss is off on both sides (transformers computes it only with
 output_router_logits).
 
@@ -49,6 +49,7 @@ def main():
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--micro", type=int, default=1)
+    p.add_argument("--gas", type=int, default=1, help="micro-batches an optimizer step (their mean loss's gradient)")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--compile", action="store_true")
@@ -74,20 +75,21 @@ def main():
     for step in range(args.warmup + args.steps):
         sync()
         t0 = time.perf_counter()
-        out = step_model(input_ids=tokens, labels=tokens)  # transformers shifts the labels itself
-        out.loss.backward()
+        for _ in range(args.gas):
+            out = step_model(input_ids=tokens, labels=tokens)  # transformers shifts the labels itself
+            (out.loss / args.gas).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         sync()
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
-    tok_s = args.micro * args.seq * len(times) / sum(times)
+    tok_s = args.micro * args.gas * args.seq * len(times) / sum(times)
     head_width = cfg.num_attention_heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
     flops = 6 * active + 12 * cfg.num_hidden_layers * head_width * args.seq
     # The keys of bench_engine's and gpt_peers.py's rows (bench/report.py reads them alike).
     print(json.dumps({"system": "transformers" + ("-compile" if args.compile else ""), "arch": args.arch,
-                      "layers": args.layers, "gpus": 1, "seq": args.seq, "micro": args.micro,
+                      "layers": args.layers, "gpus": 1, "seq": args.seq, "micro": args.micro, "gas": args.gas,
                       "tokens_per_s_per_gpu": round(tok_s, 1), "tflops_per_gpu": round(tok_s * flops / 1e12, 2),
                       "mfu": round(tok_s * flops / 989e12, 4),
                       "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
