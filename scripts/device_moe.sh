@@ -8,7 +8,9 @@
 #      parallelism (ZeRO-2), against the one-rank run: fp32, per-step
 #      losses within 1e-5 relative. The all-to-all's GPU path exercised.
 #      Then LoRA on the experts (and q_proj), the base frozen, at EP 2
-#      against its one-rank run: each expert's adapters through its own GEMMs.
+#      against its one-rank run: each expert's adapters through its own GEMMs;
+#      and QLoRA (the base in NF4, bf16 training) the same way, within 1e-4
+#      (an H100 measured 8.5e-6 on 2026-12-06).
 #   2. Throughput against transformers' own models: the scenarios
 #      1gpu-moe-mixtral and 1gpu-moe-qwen3 of bench/run_matrix.sh (Mixtral's
 #      shape at 2 layers, Qwen3-30B-A3B's at 4, to fit an H100; seq 4096, micro-batch 1, bf16;
@@ -36,12 +38,15 @@ if [[ " $parts " == *" 1 "* ]]; then
   echo "=== expert parallelism on the shared GPU: tiny Mixtral, fp32, against one rank ==="
   model=(--model tiny-mixtral --set layers=2 --set max_seq_len=64)
   for entry in "ref 1 1 0" "ep2 2 2 0" "ep4 4 4 0" "ep2-dp2-zero3 4 2 3" "ep2-checkpointed 2 2 1" "tp2-sp-ep2 4 2 2" \
-               "lora-ref 1 1 0" "lora-ep2 2 2 0"; do
+               "lora-ref 1 1 0" "lora-ep2 2 2 0" "qlora-ref 1 1 0" "qlora-ep2 2 2 0"; do
     read -r name ranks ep zero <<< "$entry"
-    ref=ref lora=""
+    ref=ref lora="" tol=1e-5
     if [[ $name == lora-* ]]; then
       ref=lora-ref
       lora='"lora": {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "w1", "w3", "w2"]},'
+    elif [[ $name == qlora-* ]]; then
+      ref=qlora-ref tol=1e-4
+      lora='"bf16": {"enabled": true}, "lora": {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "w1", "w3", "w2"], "base_dtype": "nf4"},'
     fi
     ckpt=""
     [ "$name" = ep2-checkpointed ] && ckpt='"activation_checkpointing": {},' && zero=0
@@ -57,15 +62,16 @@ JSON
       --data default --cache-dir "$work/cache" --steps 12 --eval-every 100 --sample-tokens 0 --print-every 1000 \
       --seed 7 --log-dir "$work/$name" > "$work/$name.log" 2>&1 || { echo "$name: exit $?"; tail -5 "$work/$name.log"; }
     [ "$name" = "$ref" ] && continue
-    python3 - "$work" "$name" "$ref" <<'PY'
+    python3 - "$work" "$name" "$ref" "$tol" <<'PY'
 import csv, sys
-work, name, ref = sys.argv[1:]
+work, name, ref, tol = sys.argv[1:]
+tol = float(tol)
 def losses(n):
     with open(f"{work}/{n}/metrics.csv") as f:
         return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(f)}
 a, b = losses(name), losses(ref)
 worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in b)
-print(f"{name:20s} {'PASS' if worst <= 1e-5 else 'FAIL'}  largest relative difference {worst:.2e}; "
+print(f"{name:20s} {'PASS' if worst <= tol else 'FAIL'}  largest relative difference {worst:.2e} (bound {tol:g}); "
       f"loss {b[min(b)]:.4f} -> {a[max(a)]:.4f}")
 PY
     grep -m1 -E "experts max/mean" "$work/$name.log" | sed 's/^/  /'
