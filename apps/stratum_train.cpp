@@ -482,13 +482,19 @@ PeftAdapter read_lora_from(const Options& o, const Config& config, const models:
   throw Error(m);
 }
 
-// "LoRA r 16, alpha 32 (scale 2): 112 layers adapted, 42.0M of 8.07B parameters train".
-std::string lora_summary(const config::LoraConfig& l, const models::CausalLMImpl& model, size_t layers) {
-  int64_t trained = 0, all = 0;
+// "LoRA r 16, alpha 32 (scale 2): 112 layers adapted, 42.0M of 8.07B parameters train",
+// the whole model's (a tensor-parallel rank's pieces whole, an expert-parallel
+// rank's experts as many times as the ranks splitting them: the experts of a
+// layer are alike).
+std::string lora_summary(const config::LoraConfig& l, const models::CausalLMImpl& model,
+                         const std::vector<std::string>& adapted, int64_t ep) {
+  auto in_expert = [](const std::string& name) { return name.find(".experts.") != std::string::npos; };
+  int64_t trained = 0, all = 0, layers = 0;
+  for (const auto& path : adapted) layers += in_expert(path) ? ep : 1;
   const nn::tp::TensorParallel& tp = model.tensor_parallel();
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     const auto spec = tp.enabled() ? model.shard_spec(item.key(), tp.rank()) : std::nullopt;
-    int64_t n = 1;
+    int64_t n = in_expert(item.key()) ? ep : 1;
     for (int64_t d : spec ? nn::tp::whole_shape(item.value().sizes().vec(), *spec) : item.value().sizes().vec()) n *= d;
     all += n;
     if (item.value().requires_grad()) trained += n;
@@ -496,7 +502,7 @@ std::string lora_summary(const config::LoraConfig& l, const models::CausalLMImpl
   char line[256];
   std::snprintf(line, sizeof line, "LoRA r %lld, alpha %g (scale %g%s): %zu layers adapted, %.2fM of %.2fM parameters train",
                 static_cast<long long>(l.r), l.lora_alpha, nn::lora_scale(l.r, l.lora_alpha, l.use_rslora),
-                l.use_rslora ? ", rsLoRA" : "", layers, trained / 1e6, all / 1e6);
+                l.use_rslora ? ", rsLoRA" : "", static_cast<size_t>(layers), trained / 1e6, all / 1e6);
   return line;
 }
 
@@ -590,7 +596,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
       adapted_layers = models::apply_lora(*model, config.lora);
       if (!o.lora_from.empty()) adapter = read_lora_from(o, config, *model);
     });
-    if (lead) log::info(lora_summary(config.lora, *model, adapted_layers.size()));
+    if (lead) log::info(lora_summary(config.lora, *model, adapted_layers, grid->ep()));
   }
   // --init-from: the Hugging Face weights replace the drawn ones once the
   // engine holds its parts. A resumed checkpoint holds what trains; a frozen

@@ -11,7 +11,9 @@
 // f, expert e takes at most ceil(f T k / E) of the T tokens' k assignments,
 // those with the highest router weight ("probs") or the first in order
 // ("position"); a dropped assignment adds nothing to its token (the residual
-// carries it), and the drops are counted (routing_record.h).
+// carries it), and the drops are counted (routing_record.h). Experts with
+// LoRA adapters or a 4-bit base (QLoRA, models/lora.h) run one at a time
+// instead, each through nn/lora_linear.h's GEMMs.
 //
 // Under expert parallelism over a group of P ranks, rank r holds experts
 // [r E / P, (r + 1) E / P) (named by their index in the whole layer), routes
