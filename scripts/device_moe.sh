@@ -9,8 +9,9 @@
 #      losses within 1e-5 relative. The all-to-all's GPU path exercised.
 #      Then LoRA on the experts (and q_proj), the base frozen, at EP 2
 #      against its one-rank run: each expert's adapters through its own GEMMs;
-#      and QLoRA (the base in NF4, bf16 training) the same way, within 1e-4
-#      (an H100 measured 8.5e-6 on 2026-12-06).
+#      and QLoRA (the base in NF4, bf16 training) the same way, and at ZeRO-3
+#      over 2 data-parallel ranks (each layer's 4-bit experts gathered as
+#      bytes), within 1e-4 (an H100 measured 8.5e-6 at EP 2 on 2026-12-06).
 #   2. Throughput against transformers' own models: the scenarios
 #      1gpu-moe-mixtral and 1gpu-moe-qwen3 of bench/run_matrix.sh (Mixtral's
 #      shape at 2 layers, Qwen3-30B-A3B's at 4, to fit an H100; seq 4096, micro-batch 1, bf16;
@@ -38,7 +39,8 @@ if [[ " $parts " == *" 1 "* ]]; then
   echo "=== expert parallelism on the shared GPU: tiny Mixtral, fp32, against one rank ==="
   model=(--model tiny-mixtral --set layers=2 --set max_seq_len=64)
   for entry in "ref 1 1 0" "ep2 2 2 0" "ep4 4 4 0" "ep2-dp2-zero3 4 2 3" "ep2-checkpointed 2 2 1" "tp2-sp-ep2 4 2 2" \
-               "lora-ref 1 1 0" "lora-ep2 2 2 0" "qlora-ref 1 1 0" "qlora-ep2 2 2 0"; do
+               "lora-ref 1 1 0" "lora-ep2 2 2 0" "qlora-ref 1 1 0" "qlora-ep2 2 2 0" \
+               "qlora-dp2-zero3 2 1 3"; do
     read -r name ranks ep zero <<< "$entry"
     ref=ref lora="" tol=1e-5
     if [[ $name == lora-* ]]; then
