@@ -25,7 +25,8 @@
 #   first length tried, default 4096 / 32768) pick part 2's runs, so that
 #   each model's doubling can have a device call of its own. After the first
 #   length that does not train, the one halfway to the last that did is tried
-#   once.
+#   once; KNOWN_8B names a length that trained in an earlier call, so that a
+#   first length that fails still has its halfway retry.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -152,7 +153,7 @@ if [[ " $parts " == *" 2 "* ]]; then
     first=${FIRST_1B:-4096} host=true
     [ "$model" = llama-8b ] && first=${FIRST_8B:-32768} host=false
     seq=$first predicted=0 last_ok=0 halved=0
-    [ "$model" = llama-8b ] && predicted=$((60 + 30 * first / 32768))  # its start-up and a first step
+    [ "$model" = llama-8b ] && predicted=$((60 + 30 * first / 32768)) last_ok=${KNOWN_8B:-0}  # start-up and a first step
     while [ "$seq" -le "$max_seq" ]; do
       if [ $(( $(date +%s) + predicted )) -gt "$deadline" ]; then
         echo "$model seq $seq: not tried (predicted ${predicted} s, past DEADLINE_AT)"
