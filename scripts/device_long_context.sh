@@ -26,7 +26,9 @@
 #   each model's doubling can have a device call of its own. After the first
 #   length that does not train, the one halfway to the last that did is tried
 #   once; KNOWN_8B names a length that trained in an earlier call, so that a
-#   first length that fails still has its halfway retry.
+#   first length that fails still has its halfway retry. OFFLOAD_PARAM=1 puts
+#   the 16-bit parameter shard on the host too (offload_param): the GPU keeps
+#   the gradient shard, the gathered layers and the activations.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -108,13 +110,15 @@ long_corpus() { python3 scripts/licence_corpus.py "$1" "$2"; }
 # checkpoints on the host when $5 is true (default); prints a line.
 long_run() {
   local model=$1 seq=$2 ranks=$3 cp=$4 host=${5:-true} name="$1-$2-cp$4"
+  local params=""
+  [ "${OFFLOAD_PARAM:-0}" = 1 ] && params=', "offload_param": {"device": "cpu", "pin_memory": true}'
   local steps=2
   [ "$seq" -gt 65536 ] && steps=1
   local cpjson=""
   [ "$cp" -gt 1 ] && cpjson="\"context_parallel\": {\"size\": $cp, \"method\": \"ring\"},"
   cat > "$work/$name.json" <<JSON
 {"train_batch_size": 1, "bf16": {"enabled": true}, $cpjson
- "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true}},
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true}$params},
  "activation_checkpointing": {"cpu_checkpointing": $host},
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}}
 JSON
@@ -125,7 +129,7 @@ JSON
     --sample-tokens 0 --print-every 1 --log-dir "$work/$name" > "$work/$name.log" 2>&1
   local rc=$?
   python3 - "$work/$name" "$model" "$seq" "$rc" "$cp" <<'PY'
-import csv, sys
+import csv, os, sys
 d, model, seq, rc, cp = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 shape = {"llama-1b": (16, 2048, 1.24e9), "llama-8b": (32, 4096, 8.03e9)}[model]
 layers, hidden, params = shape
@@ -140,7 +144,8 @@ if rc != 0 or not rows:
 r = rows[-1]
 open(f"{d}/step_seconds", "w").write(f"{seq / float(r['tokens_per_s']):.0f}\n")
 keys = {k: r.get(k, "") for k in ("tokens_per_s", "mfu", "memory_gib")}
-print(f"{model:9s} seq {seq:>8d} cp {cp}: " + ", ".join(f"{k} {v}" for k, v in keys.items() if v) +
+where = " (parameters on the host)" if os.environ.get("OFFLOAD_PARAM") == "1" else ""
+print(f"{model:9s} seq {seq:>8d} cp {cp}{where}: " + ", ".join(f"{k} {v}" for k, v in keys.items() if v) +
       f", attention {attention:.0%} of the FLOPs, loss {r['loss']}")
 PY
 }

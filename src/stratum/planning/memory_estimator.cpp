@@ -28,8 +28,11 @@ std::vector<StateEstimate> model_states(const EstimateInput& in, double psi, dou
   // ZeRO-3 holds one gathered layer and the prefetched next one, plus that layer's full gradient.
   const double working_set = 3.0 * w * static_cast<double>(in.largest_layer_params);
   const double per_node = static_cast<double>(in.gpus_per_node);
-  // Offloaded optimizer: fp32 master + m + v and the fp32 gradient shard the CPU step reads.
-  const double offloaded = 16.0 * psi / n;
+  // Offloaded optimizer: fp32 master + m + v on the host, and with 16-bit training the
+  // 16-bit copy the host Adam writes (pinned, for the copy up; with offload_param it is
+  // the parameter shard itself). The gradients stay on the GPU: the host Adam streams
+  // them down in chunks (optim::HostAdam), as no fp32 gradient shard is held there.
+  const double offloaded = (12.0 + (w < 4.0 ? w : 0.0)) * psi / n;
   std::vector<StateEstimate> out;
   auto add = [&](int stage, bool opt, bool param, double gpu, double cpu_per_gpu) {
     out.push_back(StateEstimate{stage, opt, param, gpu, cpu_per_gpu * per_node});
@@ -43,7 +46,7 @@ std::vector<StateEstimate> model_states(const EstimateInput& in, double psi, dou
   const double g3 = in.grad_accum_fp32 ? 4.0 : w;  // ZeRO-3's gradient shard
   add(3, false, false, (w + g3 + k1) * psi / n + working_set, 0);
   add(3, true, false, (w + g3) * psi / n + working_set, offloaded);
-  add(3, true, true, working_set, offloaded + w * psi / n);
+  add(3, true, true, g3 * psi / n + working_set, offloaded);
   return out;
 }
 
