@@ -40,6 +40,8 @@
 #   llama    llama-1b (6 layers): the same three runs                     ~490 s
 #   rowwise  FP8 rowwise seed 1 of both models                           ~300 s
 #   gpt2-seed2  gpt2-350m's bf16 seed 2 alone                            ~170 s
+#   llama-seed2 llama-1b's bf16 seed 2 alone, where the llama part's call
+#               ran out of time after seed 1's two runs
 #     (on an H100 the gpt2 part's runs took 166 s, 200 s and more than the
 #     call had left; seed 1's two came back and are kept in
 #     bench/results/fp8_quality/: this part completes the verdict, over
@@ -134,14 +136,16 @@ for part in $parts; do
       train "$model" bf16-seed1 1
       train "$model" fp8-tensorwise-seed1 1 tensorwise
       train "$model" bf16-seed2 2 ;;
-    gpt2-seed2)
-      echo "=== gpt2-350m: bf16 from seed 2 (seed 1's runs in bench/results/fp8_quality/) ==="
-      train gpt2-350m bf16-seed2 2 ;;
+    gpt2-seed2|llama-seed2)
+      model=gpt2-350m
+      [ "$part" = llama-seed2 ] && model=llama-1b
+      echo "=== $model: bf16 from seed 2 (seed 1's runs in bench/results/fp8_quality/) ==="
+      train "$model" bf16-seed2 2 ;;
     rowwise)
       echo "=== FP8 rowwise from seed 1 ==="
       train gpt2-350m fp8-rowwise-seed1 1 rowwise
       train llama-1b fp8-rowwise-seed1 1 rowwise ;;
-    *) echo "device_fp8_quality: unknown part '$part' (gpt2, gpt2-seed2, llama, rowwise)" >&2 ;;
+    *) echo "device_fp8_quality: unknown part '$part' (gpt2, gpt2-seed2, llama, llama-seed2, rowwise)" >&2 ;;
   esac
 done
 echo "=== the verdict over the runs in $keep ==="
