@@ -49,8 +49,19 @@ void HostAdam::for_each_grad_chunk(const at::Tensor& grad,
   const int64_t n = grad.numel();
   if (n == 0) return;
   if (!grad.is_cuda()) {  // CPU training: the gradients are here already
-    const at::Tensor g = grad.scalar_type() == at::kFloat ? grad.contiguous() : grad.to(at::kFloat).contiguous();
-    fn(0, n, g.const_data_ptr<float>());
+    if (grad.scalar_type() == at::kFloat) {
+      const at::Tensor g = grad.contiguous();
+      fn(0, n, g.const_data_ptr<float>());
+      return;
+    }
+    // 16-bit gradients widen a chunk at a time: never an fp32 copy of the whole shard.
+    const int64_t chunk = std::min(chunk_elems_, n);
+    const at::Tensor buf = at::empty({chunk}, at::TensorOptions().dtype(at::kFloat));
+    for (int64_t off = 0; off < n; off += chunk) {
+      const int64_t len = std::min(chunk, n - off);
+      buf.narrow(0, 0, len).copy_(grad.narrow(0, off, len));
+      fn(off, len, buf.const_data_ptr<float>());
+    }
     return;
   }
   // Two chunks in flight: chunk k + 2 is copied into k's buffer once k is updated.
