@@ -172,6 +172,21 @@ double straggler_fault_seconds(int rank) {
   return r == rank ? seconds : 0;
 }
 
+std::string fmt_gib(double gib) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", gib);
+  return text;
+}
+
+// The process's resident high-water mark (VmHWM) in GiB: on a GPU run, the
+// host memory the offloaded optimizer, pinned buffers and host checkpoints took.
+double resident_high_water_gib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / (1024.0 * 1024.0);  // kB
+  return 0.0;
+}
+
 // The start-up peak, once the engine holds the model: the GPU allocator's
 // peak, or on CPU ranks the process's resident high-water mark (VmHWM), the
 // largest rank's and the smallest; then the GPU's peak starts afresh, so the
@@ -181,11 +196,7 @@ void report_startup_peak(const distributed::DistContext& ctx, bool lead) {
 #ifdef STRATUM_WITH_CUDA
   if (ctx.cuda_device >= 0) mine = memory_gib(ctx);
 #endif
-  if (ctx.cuda_device < 0) {
-    std::ifstream status("/proc/self/status");
-    for (std::string line; std::getline(status, line);)
-      if (line.rfind("VmHWM:", 0) == 0) mine = std::stod(line.substr(6)) / (1024.0 * 1024.0);  // kB
-  }
+  if (ctx.cuda_device < 0) mine = resident_high_water_gib();
   const RankExtremes e = rank_extremes(ctx, mine);
   char text[200];
   if (e.rank)
@@ -407,10 +418,14 @@ ResumePoint resume_point(const Options& o, bool lead) {
   return newest_verified(o.save_dir, point, lead);
 }
 
-// What summary.json says of the run besides its figures: the model and the layout.
+// What summary.json says of the run besides its figures: the model, the layout,
+// and the largest rank's host memory high-water mark (collective).
 json run_about(const models::ModelConfig& mcfg, const Config& config, const distributed::DistContext& ctx,
                const config::BatchSizes& batch, int64_t seq) {
+  const RankExtremes host = rank_extremes(ctx, resident_high_water_gib());
   return {{"model", mcfg.name},
+          {"host_peak_gib", host.largest},
+          {"host_peak_rank", host.rank.value_or(0)},
           {"parameters", models::parameter_count(mcfg)},
           {"ranks", ctx.world_size},
           {"pipeline_stages", config.pipeline.stages},
@@ -797,7 +812,11 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   if (!o.save_dir.empty()) save();
   saver.finish();  // the end of training waits for the last save
   if (lead) progress.finish();
-  records.finish(run_about(mcfg, config, ctx, batch, seq), mcfg.name + ", " + std::to_string(ctx.world_size) + " ranks",
+  const json about = run_about(mcfg, config, ctx, batch, seq);
+  if (lead && ctx.on_gpu())  // on CPU ranks the memory column is this already
+    log::info("host memory high-water mark " + fmt_gib(about["host_peak_gib"].get<double>()) +
+              (ctx.world_size > 1 ? " (rank " + std::to_string(about["host_peak_rank"].get<int>()) + ")" : ""));
+  records.finish(about, mcfg.name + ", " + std::to_string(ctx.world_size) + " ranks",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 
   // Every rank generates (the same tokens: same seed): ZeRO-3's gathers and the stages' forwards are collective.

@@ -12,9 +12,10 @@
 #      llama-1b from 4K, then llama-8b from 32K; ZeRO-3 with the optimizer on
 #      the host, the MLP and the LM head's loss tiled along the sequence,
 #      bf16, micro-batch 1; llama-1b's activation checkpoints on the host
-#      (cpu_checkpointing), llama-8b's on the GPU (its optimizer's 96 GB
-#      already fill most of the host's 128 GiB). Each length's tokens/s, MFU
-#      and peak GPU memory, and attention's share of the FLOPs (causal:
+#      (cpu_checkpointing), llama-8b's on the GPU (its optimizer's states
+#      and 16-bit copy, 105 GiB, fill most of the host's 128 GiB). Each
+#      length's tokens/s, MFU, peak GPU memory, the host's high-water mark
+#      (summary.json), and attention's share of the FLOPs (causal:
 #      6 L d S against 6 N a token). Two steps (the second timed) up to 64K,
 #      one beyond. A length whose predicted time (4.2x the previous one's)
 #      would pass DEADLINE_AT (epoch seconds) is not tried, saying so.
@@ -129,7 +130,7 @@ JSON
     --sample-tokens 0 --print-every 1 --log-dir "$work/$name" > "$work/$name.log" 2>&1
   local rc=$?
   python3 - "$work/$name" "$model" "$seq" "$rc" "$cp" <<'PY'
-import csv, os, sys
+import csv, json, os, sys
 d, model, seq, rc, cp = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 shape = {"llama-1b": (16, 2048, 1.24e9), "llama-8b": (32, 4096, 8.03e9)}[model]
 layers, hidden, params = shape
@@ -144,6 +145,10 @@ if rc != 0 or not rows:
 r = rows[-1]
 open(f"{d}/step_seconds", "w").write(f"{seq / float(r['tokens_per_s']):.0f}\n")
 keys = {k: r.get(k, "") for k in ("tokens_per_s", "mfu", "memory_gib")}
+try:  # the host's high-water mark: the offloaded optimizer and host checkpoints
+    keys["host_peak_gib"] = f"{json.load(open(f'{d}/summary.json'))['host_peak_gib']:.1f}"
+except (OSError, KeyError, ValueError):
+    pass
 where = " (parameters on the host)" if os.environ.get("OFFLOAD_PARAM") == "1" else ""
 print(f"{model:9s} seq {seq:>8d} cp {cp}{where}: " + ", ".join(f"{k} {v}" for k, v in keys.items() if v) +
       f", attention {attention:.0%} of the FLOPs, loss {r['loss']}")

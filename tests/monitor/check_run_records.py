@@ -59,6 +59,8 @@ summary = json.load(open(os.path.join(work, "log", "summary.json")))
 assert summary["steps"] == steps and summary["model"] == "gpt2-tiny-bytes" and summary["ranks"] == 2, summary
 assert abs(summary["final_loss"] - float(rows[-1]["loss"])) < 1e-6, summary
 assert "best_eval_loss" in summary and summary["wall_seconds"] > 0, summary
+# The host high-water mark (VmHWM) of the largest rank bounds every resident size the memory column sampled.
+assert summary["host_peak_gib"] >= summary["peak_memory_gib"] > 0 and summary["host_peak_rank"] in (0, 1), summary
 svg = ET.parse(os.path.join(work, "log", "loss_curve.svg")).getroot()
 lines = [p for p in svg.iter("{http://www.w3.org/2000/svg}polyline")]
 assert len(lines) == 2 and len(lines[0].get("points").split()) == steps, [p.get("points") for p in lines]
