@@ -172,12 +172,6 @@ double straggler_fault_seconds(int rank) {
   return r == rank ? seconds : 0;
 }
 
-std::string fmt_gib(double gib) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", gib);
-  return text;
-}
-
 // The process's resident high-water mark (VmHWM) in GiB: on a GPU run, the
 // host memory the offloaded optimizer, pinned buffers and host checkpoints took.
 double resident_high_water_gib() {
@@ -813,9 +807,11 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   saver.finish();  // the end of training waits for the last save
   if (lead) progress.finish();
   const json about = run_about(mcfg, config, ctx, batch, seq);
-  if (lead && ctx.on_gpu())  // on CPU ranks the memory column is this already
-    log::info("host memory high-water mark " + fmt_gib(about["host_peak_gib"].get<double>()) +
-              (ctx.world_size > 1 ? " (rank " + std::to_string(about["host_peak_rank"].get<int>()) + ")" : ""));
+  if (lead && ctx.on_gpu()) {  // on CPU ranks the memory column is this already
+    char text[96];
+    std::snprintf(text, sizeof text, "host memory high-water mark %.2f GiB", about["host_peak_gib"].get<double>());
+    log::info(text + (ctx.world_size > 1 ? " (rank " + std::to_string(about["host_peak_rank"].get<int>()) + ")" : ""));
+  }
   records.finish(about, mcfg.name + ", " + std::to_string(ctx.world_size) + " ranks",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 
