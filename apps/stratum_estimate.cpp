@@ -14,7 +14,7 @@
 //   stratum-estimate --model llama-8b --seq 262144 --checkpointing --cpu-checkpointing \
 //     --set tiled_mlp_tokens=8192 --set tiled_loss_tokens=8192
 //   stratum-estimate --model llama-8b --longest --gpu h200 --host-memory 128GiB --checkpointing \
-//     --set tiled_mlp_tokens=8192 --set tiled_loss_tokens=8192
+//     --cpu-checkpointing --set tiled_mlp_tokens=8192 --set tiled_loss_tokens=8192
 //   stratum-estimate --plan --model llama-8b --num_gpus 8 --gpu h200 --seq 131072 --global-batch 8
 //   stratum-estimate --plan --model gpt3-175b --nodes 8 --gpus-per-node 8 --gpu a100-80gb --seq 2048 --global-batch 1536
 #include <CLI/CLI.hpp>
@@ -60,6 +60,12 @@ int main(int argc, char** argv) {
   auto* cpu_checkpointing =
       app.add_flag("--cpu-checkpointing", in.cpu_checkpointing,
                    "with --checkpointing: the checkpointed inputs in pinned host memory (cpu_checkpointing)");
+  int64_t host_blocks = 0;
+  auto* host_blocks_opt =
+      app.add_option("--cpu-checkpointing-layers", host_blocks,
+                     "with --cpu-checkpointing: only the first N blocks' inputs on the host, the rest on the GPU "
+                     "(cpu_checkpointing_layers; --longest chooses the fewest that fit when not given)")
+          ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   auto* fp32_flag = app.add_flag("--fp32", fp32, "fp32 training (default: bf16/fp16 with fp32 masters)");
   auto* pp = app.add_option("--pp", in.pipeline_stages, "pipeline stages (dividing the GPUs; needs --model)")
                  ->check(CLI::Range(1, 1 << 16));
@@ -178,6 +184,10 @@ int main(int argc, char** argv) {
     if (model.empty() == (params <= 0)) throw stratum::Error("give exactly one of --params and --model");
     if (cpu_checkpointing->count() && !plan && !in.activation_checkpointing)
       throw stratum::Error("--cpu-checkpointing keeps the checkpointed inputs on the host: it needs --checkpointing");
+    if (host_blocks_opt->count() && !cpu_checkpointing->count())
+      throw stratum::Error("--cpu-checkpointing-layers counts the blocks whose inputs go to the host: it needs "
+                           "--cpu-checkpointing");
+    if (host_blocks_opt->count()) in.host_checkpoint_blocks = host_blocks;
     std::optional<stratum::models::ModelConfig> mc;
     if (!model.empty()) {
       std::vector<std::pair<std::string, std::string>> kv;

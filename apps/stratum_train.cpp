@@ -622,6 +622,7 @@ int train(const Options& o, const distributed::DistContext& ctx) {
   memory.offload_param = config.zero_optimization.offload_param.device != config::OffloadDevice::none;
   memory.checkpointing = config.activation_checkpointing.enabled;
   memory.cpu_checkpointing = config.activation_checkpointing.cpu_checkpointing;
+  memory.host_checkpoint_blocks = config.activation_checkpointing.cpu_checkpointing_layers.value_or(-1);
   memory.tiled_mlp_tokens = mcfg.tiled_mlp_tokens;
   memory.tiled_loss_tokens = mcfg.tiled_loss_tokens;
   memory.allocator_conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");

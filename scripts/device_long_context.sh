@@ -30,6 +30,9 @@
 #   first length that fails still has its halfway retry. OFFLOAD_PARAM=1 puts
 #   the 16-bit parameter shard on the host too (offload_param): the GPU keeps
 #   the gradient shard, the gathered layers and the activations.
+#   HOST_BLOCKS_8B=N puts llama-8b's first N blocks' checkpoints on the host
+#   and the rest on the GPU (cpu_checkpointing_layers; stratum-estimate
+#   --longest --cpu-checkpointing gives the N for the longest).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -108,19 +111,22 @@ fi
 long_corpus() { python3 scripts/licence_corpus.py "$1" "$2"; }
 
 # Steps of $1 at sequence $2 on $3 ranks with context parallelism $4, activation
-# checkpoints on the host when $5 is true (default); prints a line.
+# checkpoints on the host when $5 is true (default), on the GPU when false,
+# the first $5 blocks' on the host when a number; prints a line.
 long_run() {
   local model=$1 seq=$2 ranks=$3 cp=$4 host=${5:-true} name="$1-$2-cp$4"
   local params=""
   [ "${OFFLOAD_PARAM:-0}" = 1 ] && params=', "offload_param": {"device": "cpu", "pin_memory": true}'
   local steps=2
   [ "$seq" -gt 65536 ] && steps=1
+  local checkpoints="\"cpu_checkpointing\": $host"
+  [[ "$host" =~ ^[0-9]+$ ]] && checkpoints="\"cpu_checkpointing\": true, \"cpu_checkpointing_layers\": $host"
   local cpjson=""
   [ "$cp" -gt 1 ] && cpjson="\"context_parallel\": {\"size\": $cp, \"method\": \"ring\"},"
   cat > "$work/$name.json" <<JSON
 {"train_batch_size": 1, "bf16": {"enabled": true}, $cpjson
  "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true}$params},
- "activation_checkpointing": {"cpu_checkpointing": $host},
+ "activation_checkpointing": {$checkpoints},
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}}
 JSON
   local tile=$((seq < 8192 ? seq : 8192))
@@ -150,6 +156,8 @@ try:  # the host's high-water mark: the offloaded optimizer and host checkpoints
 except (OSError, KeyError, ValueError):
     pass
 where = " (parameters on the host)" if os.environ.get("OFFLOAD_PARAM") == "1" else ""
+if model == "llama-8b" and os.environ.get("HOST_BLOCKS_8B"):
+    where += f" (the first {os.environ['HOST_BLOCKS_8B']} blocks' checkpoints on the host)"
 print(f"{model:9s} seq {seq:>8d} cp {cp}{where}: " + ", ".join(f"{k} {v}" for k, v in keys.items() if v) +
       f", attention {attention:.0%} of the FLOPs, loss {r['loss']}")
 PY
@@ -161,7 +169,7 @@ if [[ " $parts " == *" 2 "* ]]; then
   deadline=${DEADLINE_AT:-$(( $(date +%s) + 100000 ))}
   for model in ${LONG_MODELS:-llama-1b llama-8b}; do
     first=${FIRST_1B:-4096} host=true
-    [ "$model" = llama-8b ] && first=${FIRST_8B:-32768} host=false
+    [ "$model" = llama-8b ] && first=${FIRST_8B:-32768} host=${HOST_BLOCKS_8B:-false}
     seq=$first predicted=0 last_ok=0 halved=0
     [ "$model" = llama-8b ] && predicted=$((60 + 30 * first / 32768)) last_ok=${KNOWN_8B:-0}  # start-up and a first step
     while [ "$seq" -le "$max_seq" ]; do

@@ -254,7 +254,7 @@ TEST(ConfigValid, ParallelismAndDiagnosticsSections) {
       "pipeline": {"stages": 2, "partition_method": "type:TransformerBlock", "schedule": "interleaved",
                    "virtual_stages": 2},
       "tensor_parallel": {"autotp_size": 2, "sequence_parallel": true}, "topology": {"order": "pp-tp-dp"},
-      "activation_checkpointing": {"number_checkpoints": 4, "cpu_checkpointing": true},
+      "activation_checkpointing": {"number_checkpoints": 4, "cpu_checkpointing": true, "cpu_checkpointing_layers": 3},
       "comms_logger": {"enabled": true, "verbose": true, "prof_all": false, "prof_ops": ["all_reduce", "all_gather"],
                        "debug": true},
       "csv_monitor": {"enabled": true, "output_path": "logs/", "job_name": "run1"},
@@ -269,6 +269,7 @@ TEST(ConfigValid, ParallelismAndDiagnosticsSections) {
   EXPECT_EQ(c.model_parallel_size(), 4);
   EXPECT_EQ(c.activation_checkpointing.number_checkpoints, 4);
   EXPECT_TRUE(c.activation_checkpointing.cpu_checkpointing);
+  EXPECT_EQ(c.activation_checkpointing.cpu_checkpointing_layers, 3);
   EXPECT_EQ(c.comms_logger.prof_ops, (std::vector<std::string>{"all_reduce", "all_gather"}));
   EXPECT_TRUE(c.comms_logger.debug);
   EXPECT_TRUE(c.monitor.csv_monitor.enabled);

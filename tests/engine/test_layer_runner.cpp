@@ -30,7 +30,8 @@ TEST(ActivationCheckpointing, SameTrainingAsStoredActivations) {
       for (const std::string ac :
            {R"({})", R"({"cpu_checkpointing": true})", R"({"number_checkpoints": 1})",
             R"({"contiguous_memory_optimization": true, "synchronize_checkpoint_boundary": true, "profile": true})",
-            R"({"contiguous_memory_optimization": true, "cpu_checkpointing": true})"}) {
+            R"({"contiguous_memory_optimization": true, "cpu_checkpointing": true})",
+            R"({"contiguous_memory_optimization": true, "cpu_checkpointing": true, "cpu_checkpointing_layers": 1})"}) {
         Options o = ref_opts;
         o.stage = stage;
         o.checkpointing = ac;
@@ -50,6 +51,32 @@ TEST(ActivationCheckpointing, ChoosesTheRepeatedLayers) {
   EXPECT_EQ(checkpointed_layers(*model, ac), (std::vector<bool>{false, true, true, true, false, false}));
   ac.number_checkpoints = 2;
   EXPECT_EQ(checkpointed_layers(*model, ac), (std::vector<bool>{false, true, true, false, false, false}));
+}
+
+// cpu_checkpointing's inputs on the host: every checkpointed block's, or the
+// first cpu_checkpointing_layers' (more than there are: all); none without it.
+TEST(ActivationCheckpointing, KeepsTheFirstBlocksInputsOnTheHost) {
+  const std::vector<bool> checkpointed{false, true, true, true, false, false};
+  config::ActivationCheckpointingConfig ac;
+  ac.enabled = true;
+  EXPECT_EQ(host_checkpointed_layers(checkpointed, ac), std::vector<bool>(6, false));
+  ac.cpu_checkpointing = true;
+  EXPECT_EQ(host_checkpointed_layers(checkpointed, ac), checkpointed);
+  ac.cpu_checkpointing_layers = 2;
+  EXPECT_EQ(host_checkpointed_layers(checkpointed, ac), (std::vector<bool>{false, true, true, false, false, false}));
+  ac.cpu_checkpointing_layers = 0;
+  EXPECT_EQ(host_checkpointed_layers(checkpointed, ac), std::vector<bool>(6, false));
+  ac.cpu_checkpointing_layers = 9;
+  EXPECT_EQ(host_checkpointed_layers(checkpointed, ac), checkpointed);
+
+  // The engine's runner follows it, with a buffer of its own for the host's
+  // inputs under contiguous_memory_optimization.
+  ac.cpu_checkpointing_layers = 1;
+  ac.contiguous_memory_optimization = true;
+  EngineLayerRunner runner(nullptr, nullptr, checkpointed, ac);
+  EXPECT_EQ(runner.host_checkpointed(), (std::vector<bool>{false, true, false, false, false, false}));
+  EXPECT_NE(runner.contiguous_inputs(), nullptr);
+  EXPECT_NE(runner.contiguous_host_inputs(), nullptr);
 }
 
 TEST(Zero3, ModelThatIsNotALayerStackIsAClearError) {

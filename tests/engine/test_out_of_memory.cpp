@@ -63,6 +63,11 @@ TEST(OutOfMemory, LeavesOutWhatTheRunUsesAndSaysWhenNothingIsLeft) {
   m = explain_out_of_memory("step 1", kTorch, s);
   EXPECT_TRUE(has(m, "Every setting Stratum has for a rank's peak is in use")) << m;
   EXPECT_TRUE(has(m, "--checkpointing --cpu-checkpointing")) << m;
+  // Only the first blocks' checkpoints on the host: more of them is the way left.
+  s.host_checkpoint_blocks = 20;
+  m = explain_out_of_memory("step 1", kTorch, s);
+  EXPECT_TRUE(has(m, "a larger \"activation_checkpointing\": {\"cpu_checkpointing_layers\"} (now 20;")) << m;
+  EXPECT_TRUE(has(m, "--cpu-checkpointing --cpu-checkpointing-layers 20 --set")) << m;
 }
 
 TEST(OutOfMemory, NamesTheUsersAllocatorSettingsWithoutExpandableSegments) {

@@ -813,7 +813,19 @@ TEST(MemoryEstimator, ProgramPrintsTheHostCheckpoints) {
       &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("MLP tiled by 8192, loss tiled by 8192)"), std::string::npos) << out;
-  EXPECT_NE(out.find("in host memory (cpu_checkpointing): 64.00 GiB per GPU"), std::string::npos) << out;
+  EXPECT_NE(out.find("in host memory (cpu_checkpointing, 32 of 32 blocks): 64.00 GiB per GPU"), std::string::npos)
+      << out;
+  out = run_estimate(
+      "--model llama-8b --seq 262144 --checkpointing --cpu-checkpointing --cpu-checkpointing-layers 8", &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("in host memory (cpu_checkpointing, 8 of 32 blocks): 16.00 GiB per GPU"), std::string::npos)
+      << out;
+  out = run_estimate("--model llama-8b --seq 262144 --checkpointing --cpu-checkpointing-layers 8", &status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("--cpu-checkpointing-layers counts the blocks whose inputs go to the host: it needs "
+                     "--cpu-checkpointing"),
+            std::string::npos)
+      << out;
   out = run_estimate("--model llama-8b --seq 262144 --cpu-checkpointing", &status);
   EXPECT_EQ(status, 2) << out;
   EXPECT_NE(out.find("--cpu-checkpointing keeps the checkpointed inputs on the host: it needs --checkpointing"),
@@ -838,9 +850,10 @@ TEST(MemoryEstimator, LongestSequenceIsTheLastThatFits) {
   };
   EXPECT_LE(gpu_bytes(in, on_gpu), gpu);
   EXPECT_GT(gpu_bytes(in, on_gpu + 1024), gpu);
-  // The checkpoints on the host: longer, until the host's 128 GiB bind.
+  // Every block's checkpoint on the host: longer, until the host's 128 GiB bind.
   EstimateInput hosted = in;
   hosted.cpu_checkpointing = true;
+  hosted.host_checkpoint_blocks = hosted.layers;
   const int64_t on_host = longest_sequence(hosted, 3, true, false, gpu, host);
   EXPECT_GT(on_host, on_gpu);
   hosted.seq_len = on_host + 1024;
@@ -856,6 +869,41 @@ TEST(MemoryEstimator, LongestSequenceIsTheLastThatFits) {
   const int64_t split = longest_sequence(cp2, 3, true, false, gpu, 0);
   EXPECT_EQ(split % 2048, 0);
   EXPECT_GT(split, on_gpu);
+}
+
+// Where neither the GPU nor the host holds every checkpoint beside its
+// states (llama-8b on an H200 and 128 GiB of host, ZeRO-3 with the optimizer
+// and parameters on the host), the first blocks' go to the host and the rest
+// stay on the GPU: the fewest on the host that leave the GPU room.
+TEST(MemoryEstimator, LongestSequenceSplitsTheCheckpointsBetweenHostAndGpu) {
+  const double gib = double(1ull << 30), gpu = 126 * gib, host = 128 * gib;
+  EstimateInput in = long_llama_1b(1024, 1);
+  set_model_shape(in, stratum::models::make_model_config(
+                          "llama-8b", {{"tiled_mlp_tokens", "8192"}, {"tiled_loss_tokens", "8192"}}));
+  EstimateInput on_gpu = in, on_host = in;
+  on_gpu.cpu_checkpointing = false;
+  on_host.host_checkpoint_blocks = 32;
+  const int64_t gpu_only = longest_sequence(on_gpu, 3, true, true, gpu, host),
+                host_only = longest_sequence(on_host, 3, true, true, gpu, host);
+  int64_t blocks = -1;
+  const int64_t split = longest_sequence(in, 3, true, true, gpu, host, &blocks);
+  EXPECT_GT(split, std::max(gpu_only, host_only));
+  ASSERT_GT(blocks, 0);
+  ASSERT_LT(blocks, 32);
+  auto fits = [&](int64_t seq, int64_t host_blocks) {
+    EstimateInput at = in;
+    at.seq_len = seq;
+    at.host_checkpoint_blocks = host_blocks;
+    const auto row = find(estimate_model_states(at), 3, true, true);
+    return row.gpu_bytes + estimate_activation_bytes(at) <= gpu &&
+           row.cpu_bytes_per_node + estimate_host_checkpoint_bytes(at) <= host;
+  };
+  EXPECT_TRUE(fits(split, blocks));
+  EXPECT_FALSE(fits(split, blocks - 1)) << "one block fewer on the host overflows the GPU";
+  for (int64_t n = 0; n <= 32; ++n) EXPECT_FALSE(fits(split + 1024, n)) << n << " blocks on the host";
+  // Given the split, the same length.
+  in.host_checkpoint_blocks = blocks;
+  EXPECT_EQ(longest_sequence(in, 3, true, true, gpu, host), split);
 }
 
 TEST(MemoryEstimator, ProgramPrintsTheLongestSequences) {

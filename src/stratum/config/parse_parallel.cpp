@@ -132,6 +132,11 @@ void parse_activation_checkpointing(KeyReader& root, Config& config) {
   config.activation_checkpointing.number_checkpoints = ac.get_opt_int("number_checkpoints", 1, kMax);
   config.activation_checkpointing.cpu_checkpointing = ac.get_bool("cpu_checkpointing", false);
   ActivationCheckpointingConfig& a = config.activation_checkpointing;
+  a.cpu_checkpointing_layers = ac.get_opt_int("cpu_checkpointing_layers", 0, kMax);
+  if (a.cpu_checkpointing_layers && !a.cpu_checkpointing)
+    ac.diagnostics().error(ac.path_of("cpu_checkpointing_layers"),
+                           "counts the checkpointed blocks whose inputs go to the host; it needs "
+                           "\"cpu_checkpointing\": true beside it");
   a.contiguous_memory_optimization = ac.get_bool("contiguous_memory_optimization", false);
   a.synchronize_checkpoint_boundary = ac.get_bool("synchronize_checkpoint_boundary", false);
   a.profile = ac.get_bool("profile", false);

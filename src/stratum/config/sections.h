@@ -149,6 +149,11 @@ struct ActivationCheckpointingConfig {
   bool enabled = false;                       // the section is present
   std::optional<int64_t> number_checkpoints;  // unset: every repeated layer (transformer block)
   bool cpu_checkpointing = false;
+  // Stratum's: under cpu_checkpointing, only the first this many checkpointed
+  // blocks keep their inputs on the host, the rest on the GPU (unset: all on
+  // the host, DeepSpeed's). The first blocks' inputs are held longest; a split
+  // fits sequences that neither the GPU nor the host holds alone.
+  std::optional<int64_t> cpu_checkpointing_layers;
   // The saved layer inputs of a step go into one preallocated buffer (reused
   // while no older graph holds it) instead of one allocation per layer.
   bool contiguous_memory_optimization = false;

@@ -156,6 +156,7 @@ nlohmann::json to_json(const Config& c, std::optional<int64_t> world_size) {
     j["activation_checkpointing"] = {
         {"number_checkpoints", opt(c.activation_checkpointing.number_checkpoints)},
         {"cpu_checkpointing", c.activation_checkpointing.cpu_checkpointing},
+        {"cpu_checkpointing_layers", opt(c.activation_checkpointing.cpu_checkpointing_layers)},
         {"contiguous_memory_optimization", c.activation_checkpointing.contiguous_memory_optimization},
         {"synchronize_checkpoint_boundary", c.activation_checkpointing.synchronize_checkpoint_boundary},
         {"profile", c.activation_checkpointing.profile}};

@@ -89,19 +89,30 @@ EngineLayerRunner::EngineLayerRunner(zero::LayerParamGatherer* gatherer, zero::F
     : gatherer_(gatherer),
       frozen_(frozen),
       checkpointed_(std::move(checkpointed)),
+      host_checkpointed_(host_checkpointed_layers(checkpointed_, ac)),
       first_checkpointed_(std::find(checkpointed_.begin(), checkpointed_.end(), true) - checkpointed_.begin()),
       lead_(lead),
       print_every_(std::max<int64_t>(1, print_every)),
       global_steps_(global_steps),
       next_print_(print_every_) {
-  options_.offload_input = ac.cpu_checkpointing;
   options_.synchronize = ac.synchronize_checkpoint_boundary;
   if (ac.profile) options_.profile = std::make_shared<nn::CheckpointTimes>();
+  host_options_ = options_;
+  host_options_.offload_input = true;
   if (ac.contiguous_memory_optimization) {
-    const size_t n = std::count(checkpointed_.begin(), checkpointed_.end(), true);
-    contiguous_ = std::make_unique<ContiguousCheckpointInputs>(n);
-    ContiguousCheckpointInputs* inputs = contiguous_.get();
-    options_.store = [inputs](const at::Tensor& x) { return inputs->store(x); };
+    // One buffer for the inputs kept on the device and one for the host's:
+    // a slot takes only inputs of its buffer's device.
+    const size_t n = std::count(checkpointed_.begin(), checkpointed_.end(), true),
+                 host = std::count(host_checkpointed_.begin(), host_checkpointed_.end(), true);
+    auto attach = [](std::unique_ptr<ContiguousCheckpointInputs>& buffer, nn::CheckpointOptions& options,
+                     size_t slots) {
+      if (slots == 0) return;
+      buffer = std::make_unique<ContiguousCheckpointInputs>(slots);
+      ContiguousCheckpointInputs* inputs = buffer.get();
+      options.store = [inputs](const at::Tensor& x) { return inputs->store(x); };
+    };
+    attach(contiguous_, options_, n - host);
+    attach(contiguous_host_, host_options_, host);
   }
 }
 
@@ -136,9 +147,11 @@ at::Tensor EngineLayerRunner::run_layer(size_t index, nn::StackLayer& layer, con
     if (index == first_checkpointed_ && grad_mode) {
       report_profile();
       if (contiguous_) contiguous_->begin_forward();
+      if (contiguous_host_) contiguous_host_->begin_forward();
     }
     nn::StackLayer* l = &layer;  // the stack owns its layers for as long as the graph can run
-    y = nn::checkpoint([l](const at::Tensor& v) { return l->forward(v); }, in, options_);
+    y = nn::checkpoint([l](const at::Tensor& v) { return l->forward(v); }, in,
+                       host_checkpointed_[index] ? host_options_ : options_);
   } else {
     y = layer.forward(in);
   }
@@ -161,6 +174,16 @@ std::vector<bool> checkpointed_layers(const nn::LayerStackImpl& stack, const con
   int64_t left = ac.number_checkpoints.value_or(most);
   for (size_t i = 0; i < stack.size() && left > 0; ++i)
     if (stack.layer(i).name() == kind) out[i] = true, --left;
+  return out;
+}
+
+std::vector<bool> host_checkpointed_layers(const std::vector<bool>& checkpointed,
+                                           const config::ActivationCheckpointingConfig& ac) {
+  std::vector<bool> out(checkpointed.size(), false);
+  if (!ac.cpu_checkpointing) return out;
+  int64_t left = ac.cpu_checkpointing_layers.value_or(static_cast<int64_t>(checkpointed.size()));
+  for (size_t i = 0; i < checkpointed.size() && left > 0; ++i)
+    if (checkpointed[i]) out[i] = true, --left;
   return out;
 }
 

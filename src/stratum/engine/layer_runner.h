@@ -45,7 +45,12 @@ class EngineLayerRunner : public nn::LayerRunner {
                     const config::ActivationCheckpointingConfig& ac, bool lead = false, int64_t print_every = 10,
                     const int64_t* global_steps = nullptr);
   at::Tensor run_layer(size_t index, nn::StackLayer& layer, const at::Tensor& x) override;
+  // contiguous_memory_optimization's buffer of the inputs kept on the device
+  // (null without it), and of those on the host (null without a split).
   const ContiguousCheckpointInputs* contiguous_inputs() const { return contiguous_.get(); }
+  const ContiguousCheckpointInputs* contiguous_host_inputs() const { return contiguous_host_.get(); }
+  // Layer i's checkpointed input is kept on the host (cpu_checkpointing).
+  const std::vector<bool>& host_checkpointed() const { return host_checkpointed_; }
 
  private:
   // activation_checkpointing.profile: prints and resets the times at each print step.
@@ -53,10 +58,10 @@ class EngineLayerRunner : public nn::LayerRunner {
 
   zero::LayerParamGatherer* gatherer_;
   zero::FrozenUnits* frozen_;
-  std::vector<bool> checkpointed_;
+  std::vector<bool> checkpointed_, host_checkpointed_;
   size_t first_checkpointed_;
-  nn::CheckpointOptions options_;
-  std::unique_ptr<ContiguousCheckpointInputs> contiguous_;
+  nn::CheckpointOptions options_, host_options_;  // inputs kept on the device; on the host
+  std::unique_ptr<ContiguousCheckpointInputs> contiguous_, contiguous_host_;
   bool lead_;
   int64_t print_every_;
   const int64_t* global_steps_;
@@ -67,6 +72,12 @@ class EngineLayerRunner : public nn::LayerRunner {
 // layers (those of the most frequent kind: the transformer blocks), all of
 // them, or the first `number_checkpoints`. None when the section is absent.
 std::vector<bool> checkpointed_layers(const nn::LayerStackImpl& stack, const config::ActivationCheckpointingConfig& ac);
+
+// Of the `checkpointed` layers, those whose inputs cpu_checkpointing keeps on
+// the host: all of them, or the first cpu_checkpointing_layers (the inputs
+// held longest, brought back last); none without cpu_checkpointing.
+std::vector<bool> host_checkpointed_layers(const std::vector<bool>& checkpointed,
+                                           const config::ActivationCheckpointingConfig& ac);
 
 // Which trainable parameters (indices into `params`) each layer owns and borrows.
 zero::LayerParams layer_params(const nn::LayerStackImpl& stack, const std::vector<at::Tensor>& params);

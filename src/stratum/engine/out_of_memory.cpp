@@ -21,6 +21,8 @@ std::string estimate_command(const MemorySettings& s) {
                   std::to_string(s.micro_batch);
   if (s.checkpointing) c += " --checkpointing";
   if (s.checkpointing && s.cpu_checkpointing) c += " --cpu-checkpointing";
+  if (s.checkpointing && s.cpu_checkpointing && s.host_checkpoint_blocks >= 0)
+    c += " --cpu-checkpointing-layers " + std::to_string(s.host_checkpoint_blocks);
   if (s.tiled_mlp_tokens > 0) c += " --set tiled_mlp_tokens=" + std::to_string(s.tiled_mlp_tokens);
   if (s.tiled_loss_tokens > 0) c += " --set tiled_loss_tokens=" + std::to_string(s.tiled_loss_tokens);
   return c;
@@ -68,7 +70,12 @@ std::string explain_out_of_memory(const std::string& where, const std::string& t
   if (long_sequence && (s.tiled_mlp_tokens <= 0 || s.tiled_loss_tokens <= 0))
     ways.push_back("--set tiled_mlp_tokens=8192 --set tiled_loss_tokens=8192 (no full-sequence MLP or logits)");
   if (s.checkpointing && !s.cpu_checkpointing && long_sequence)
-    ways.push_back("\"activation_checkpointing\": {\"cpu_checkpointing\": true} (the checkpoints in host memory)");
+    ways.push_back("\"activation_checkpointing\": {\"cpu_checkpointing\": true} (the checkpoints in host memory; "
+                   "with \"cpu_checkpointing_layers\": N only the first N blocks')");
+  if (s.checkpointing && s.cpu_checkpointing && s.host_checkpoint_blocks >= 0 && long_sequence)
+    ways.push_back("a larger \"activation_checkpointing\": {\"cpu_checkpointing_layers\"} (now " +
+                   std::to_string(s.host_checkpoint_blocks) + "; more blocks' checkpoints in host memory), or none "
+                   "to put every block's there");
   state_ways(s, ways);
   const std::string conf = s.allocator_conf ? s.allocator_conf : "";
   if (s.allocator_conf && conf.find("expandable_segments:True") == std::string::npos)

@@ -19,6 +19,7 @@ struct MemorySettings {
   bool offload_param = false;
   bool checkpointing = false;      // an "activation_checkpointing" section
   bool cpu_checkpointing = false;  // its cpu_checkpointing
+  int64_t host_checkpoint_blocks = -1;  // its cpu_checkpointing_layers (-1: unset, every block's)
   int64_t tiled_mlp_tokens = 0;
   int64_t tiled_loss_tokens = 0;
   const char* allocator_conf = nullptr;  // PYTORCH_CUDA_ALLOC_CONF as the rank saw it

@@ -135,6 +135,13 @@ double block_activation_bytes(const EstimateInput& in) {
   return w * s * b * per_token;
 }
 
+// Of `blocks` checkpointed blocks, those whose inputs cpu_checkpointing keeps
+// on the host: all, or the first host_checkpoint_blocks.
+double host_blocks_of(const EstimateInput& in, double blocks) {
+  if (!in.activation_checkpointing || !in.cpu_checkpointing) return 0.0;
+  return in.host_checkpoint_blocks ? std::min(blocks, static_cast<double>(*in.host_checkpoint_blocks)) : blocks;
+}
+
 // Per token on this rank: the incoming gradient, the residual's and the
 // block's output, kept until its backward returns (3h; a 1/t slice under
 // sequence parallelism); the attention output's gradient and the query, key
@@ -150,7 +157,7 @@ double block_backward_bytes(const EstimateInput& in) {
                w = static_cast<double>(in.param_bytes), t = static_cast<double>(std::max<int64_t>(1, in.tensor_parallel));
   const RankHeads r = rank_heads(in);
   const double q = in.heads > 0 ? r.heads * r.head_dim : h / t, kv = in.heads > 0 ? r.kv * r.head_dim : h / t;
-  const double whole = (3.0 + (in.activation_checkpointing && in.cpu_checkpointing ? 1.0 : 0.0)) * h /
+  const double whole = (3.0 + (host_blocks_of(in, static_cast<double>(in.layers)) > 0 ? 1.0 : 0.0)) * h /
                        (in.sequence_parallel ? t : 1.0);
   const double split = 2.0 * q + 2.0 * kv + q * 4.0 / w + (in.gated_mlp ? q + kv : 0.0);
   return w * s * b * (whole + split);
@@ -192,6 +199,7 @@ double checkpoint_bytes(const EstimateInput& in, double blocks) {
   return blocks * static_cast<double>(in.param_bytes) * held_tokens(in) * static_cast<double>(in.micro_batch) *
          static_cast<double>(in.hidden) / (in.sequence_parallel ? t : 1.0);
 }
+
 
 }  // namespace
 
@@ -370,9 +378,10 @@ double estimate_activation_bytes(const EstimateInput& in) {
   if (in.layers <= 0 || in.hidden <= 0) return 0.0;
   const double L = static_cast<double>(in.layers), tokens = held_tokens(in) * static_cast<double>(in.micro_batch);
   const double per_layer = block_activation_bytes(in);
-  // Checkpointed: each block's input (on the host under cpu_checkpointing),
-  // and in backward one recomputed block at a time.
-  const double kept = in.activation_checkpointing ? (in.cpu_checkpointing ? 0.0 : checkpoint_bytes(in, L)) : L * per_layer;
+  // Checkpointed: each block's input (on the host under cpu_checkpointing,
+  // those of its first blocks with a split), and in backward one recomputed
+  // block at a time.
+  const double kept = in.activation_checkpointing ? checkpoint_bytes(in, L - host_blocks_of(in, L)) : L * per_layer;
   const double recomputed =
       (in.activation_checkpointing ? per_layer : 0.0) + block_backward_bytes(in) + mlp_tile_bytes(in);
   // Untiled, the logits live from the head's forward through the backward of
@@ -388,8 +397,8 @@ double estimate_block_backward_bytes(const EstimateInput& in) {
 }
 
 double estimate_host_checkpoint_bytes(const EstimateInput& in) {
-  if (!in.activation_checkpointing || !in.cpu_checkpointing || in.layers <= 0 || in.hidden <= 0) return 0.0;
-  return checkpoint_bytes(in, static_cast<double>(in.layers));
+  if (in.layers <= 0 || in.hidden <= 0) return 0.0;
+  return checkpoint_bytes(in, host_blocks_of(in, static_cast<double>(in.layers)));
 }
 
 namespace {
@@ -471,9 +480,10 @@ std::string format_estimate(const EstimateInput& in) {
     out += line;
     if (const double host = estimate_host_checkpoint_bytes(in); host > 0) {
       std::snprintf(line, sizeof line,
-                    "  checkpointed block inputs in host memory (cpu_checkpointing): %.2f GiB per GPU, %.2f GiB "
-                    "per node beside the offloaded states\n",
-                    gib(host), gib(host * static_cast<double>(in.gpus_per_node)));
+                    "  checkpointed block inputs in host memory (cpu_checkpointing, %lld of %lld blocks): %.2f GiB "
+                    "per GPU, %.2f GiB per node beside the offloaded states\n",
+                    (long long)host_blocks_of(in, static_cast<double>(in.layers)), (long long)in.layers, gib(host),
+                    gib(host * static_cast<double>(in.gpus_per_node)));
       out += line;
     }
   }
@@ -501,21 +511,37 @@ Footprint footprint(const EstimateInput& in, const StateEstimate& row) {
 }  // namespace
 
 int64_t longest_sequence(EstimateInput in, int stage, bool offload_optimizer, bool offload_param, double gpu_limit,
-                         double host_limit) {
+                         double host_limit, int64_t* host_blocks) {
   const int64_t step = 1024 * std::max<int64_t>(1, in.context_parallel), cap = int64_t{1} << 24;
   const StateEstimate row = state_row(in, stage, offload_optimizer, offload_param);  // the states do not depend on it
-  auto fits = [&](int64_t seq) {
+  // The split to try: the one given, or (cpu_checkpointing with none given) every one.
+  const bool choose_split = in.activation_checkpointing && in.cpu_checkpointing && !in.host_checkpoint_blocks;
+  const std::optional<int64_t> given = in.host_checkpoint_blocks;
+  auto fits_with = [&](int64_t seq, std::optional<int64_t> blocks) {
     in.seq_len = seq;
+    in.host_checkpoint_blocks = blocks;
     const Footprint f = footprint(in, row);
     return f.gpu <= gpu_limit && (host_limit <= 0 || f.host <= host_limit);
   };
+  // The GPU's need falls and the host's grows with the blocks on the host:
+  // the fewest that fit the GPU is the split to check against the host.
+  auto split_for = [&](int64_t seq) -> std::optional<int64_t> {
+    if (!choose_split) return fits_with(seq, given) ? std::optional<int64_t>(given.value_or(in.layers)) : std::nullopt;
+    for (int64_t n = 0; n <= in.layers; ++n)
+      if (fits_with(seq, n)) return n;
+    return std::nullopt;
+  };
+  auto fits = [&](int64_t seq) { return split_for(seq).has_value(); };
   int64_t lo = 0, hi = cap / step;  // in steps: lo fits (0: nothing), hi + 1 does not
-  if (fits(hi * step)) return hi * step;
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (fits(mid * step) ? lo : hi) = mid;
+  if (!fits(hi * step)) {
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (fits(mid * step) ? lo : hi) = mid;
+    }
+    hi = lo;
   }
-  return lo * step;
+  if (host_blocks) *host_blocks = hi > 0 ? split_for(hi * step).value_or(in.layers) : in.layers;
+  return hi * step;
 }
 
 std::string format_longest(const EstimateInput& in, double gpu_limit, double host_limit) {
@@ -529,20 +555,31 @@ std::string format_longest(const EstimateInput& in, double gpu_limit, double hos
                                             : "no checkpointing",
                 gib(gpu_limit), host);
   std::string out = line;
-  out += "  ZeRO  offload_optimizer  offload_param    longest seq   per GPU (GiB)   per node CPU (GiB)\n";
+  // Under cpu_checkpointing, the blocks whose inputs go to the host (chosen when not given).
+  const bool host_column = in.activation_checkpointing && in.cpu_checkpointing;
+  out += "  ZeRO  offload_optimizer  offload_param    longest seq   per GPU (GiB)   per node CPU (GiB)";
+  out += host_column ? "   blocks on host\n" : "\n";
   for (const StateEstimate& e : estimate_model_states(in)) {
     EstimateInput at = in;
-    at.seq_len = longest_sequence(in, e.stage, e.offload_optimizer, e.offload_param, gpu_limit, host_limit);
+    int64_t host_blocks = in.layers;
+    at.seq_len = longest_sequence(in, e.stage, e.offload_optimizer, e.offload_param, gpu_limit, host_limit, &host_blocks);
+    if (host_column) at.host_checkpoint_blocks = host_blocks;
     const Footprint f = footprint(at, e);
     if (at.seq_len == 0)
       std::snprintf(line, sizeof line, "  %4d  %-17s  %-13s   %12s\n", e.stage, e.offload_optimizer ? "cpu" : "none",
                     e.offload_param ? "cpu" : "none", "none fits");
+    else if (host_column)
+      std::snprintf(line, sizeof line, "  %4d  %-17s  %-13s   %12lld   %13.2f   %18.2f   %8lld of %lld\n", e.stage,
+                    e.offload_optimizer ? "cpu" : "none", e.offload_param ? "cpu" : "none", (long long)at.seq_len,
+                    gib(f.gpu), gib(f.host), (long long)host_blocks, (long long)in.layers);
     else
       std::snprintf(line, sizeof line, "  %4d  %-17s  %-13s   %12lld   %13.2f   %18.2f\n", e.stage,
                     e.offload_optimizer ? "cpu" : "none", e.offload_param ? "cpu" : "none", (long long)at.seq_len,
                     gib(f.gpu), gib(f.host));
     out += line;
   }
+  if (host_column && !in.host_checkpoint_blocks)
+    out += "  blocks on host: activation_checkpointing.cpu_checkpointing_layers, the fewest that leave the GPU room\n";
   return out;
 }
 
@@ -594,9 +631,9 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
   // A tiled MLP's tile in flight rides on the block being run.
   const double block = block_activation_bytes(in) + mlp_tile_bytes(in);
   // Checkpointing keeps each block's input (on the host under
-  // cpu_checkpointing) and recomputes one block at a time in backward.
-  const double kept_per_block =
-      in.activation_checkpointing ? (in.cpu_checkpointing ? 0.0 : checkpoint_bytes(in, 1.0)) : block;
+  // cpu_checkpointing, those of a chunk's first blocks with a split) and
+  // recomputes one block at a time in backward.
+  const double kept_per_block = in.activation_checkpointing ? checkpoint_bytes(in, 1.0) : block;
   // The last virtual stage keeps its logits (a rank's padded columns under TP)
   // from forward to its backward, which adds their gradient; a tiled loss
   // keeps a float a token and holds one tile's logits in backward.
@@ -608,6 +645,10 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
     const int64_t first = std::max<int64_t>(static_cast<int64_t>(cut.begin(part)), 1),
                   end = std::min<int64_t>(static_cast<int64_t>(cut.end(part)), in.layers + 1);
     return std::max<int64_t>(end - first, 0);
+  };
+  auto kept_in = [&](int64_t part) {
+    const double n = static_cast<double>(blocks_in(part));
+    return (n - host_blocks_of(in, n)) * kept_per_block;
   };
 
   // ZeRO's group: the stage's GPUs holding the same experts (all of them without expert parallelism).
@@ -639,7 +680,7 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
     for (const auto& slot : sim.timeline[r]) {
       const pipeline::Action& a = slot.action;
       const int64_t part = a.chunk * p + r;
-      const double chunk_bytes = static_cast<double>(blocks_in(part)) * kept_per_block;
+      const double chunk_bytes = kept_in(part);
       const double chunk_logits = part == parts - 1 ? logits_kept : 0.0;
       if (a.op == pipeline::Op::forward) {
         held += chunk_bytes + chunk_logits;

@@ -7,6 +7,7 @@
 // keeps in flight (from the schedule simulator). Pure code; `stratum-estimate`
 // prints it.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,8 +82,11 @@ struct EstimateInput {
   // over tiles, keeping a float a token and no logits (0: untiled).
   int64_t tiled_mlp_tokens = 0, tiled_loss_tokens = 0;
   // activation_checkpointing.cpu_checkpointing: the checkpointed blocks'
-  // inputs kept in pinned host memory rather than on the GPU.
+  // inputs kept in pinned host memory rather than on the GPU; with
+  // cpu_checkpointing_layers only the first this many blocks' (of a GPU's
+  // layers, a pipeline stage's), the rest on the GPU. Unset: every block's.
   bool cpu_checkpointing = false;
+  std::optional<int64_t> host_checkpoint_blocks;
 };
 
 // Context parallelism's methods (the config's context_parallel.method): ring
@@ -175,8 +179,12 @@ std::string format_estimate(const EstimateInput& in);
 // GPU, and the node's offloaded states and host checkpoints within
 // `host_limit` (<= 0: not checked). 0 when not even one such step fits;
 // in.seq_len is ignored. Capped at 2^24 tokens.
+// Under cpu_checkpointing with in.host_checkpoint_blocks unset, the blocks
+// whose inputs go to the host are chosen too: the fewest that let the GPU
+// hold the rest, as activation_checkpointing.cpu_checkpointing_layers would
+// set them (written to *host_blocks when given; the layers when no split fits).
 int64_t longest_sequence(EstimateInput in, int stage, bool offload_optimizer, bool offload_param, double gpu_limit,
-                         double host_limit);
+                         double host_limit, int64_t* host_blocks = nullptr);
 // The table of longest_sequence for every stage and offload choice.
 std::string format_longest(const EstimateInput& in, double gpu_limit, double host_limit);
 

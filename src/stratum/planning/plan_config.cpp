@@ -99,6 +99,8 @@ void apply_plan_config(PlanRequest& r, const std::string& path) {
     fix(fx.checkpointing, true, path,
         c.activation_checkpointing.enabled ? "activation_checkpointing" : "pipeline.activation_checkpoint_interval", "on");
   r.shape.cpu_checkpointing = r.shape.cpu_checkpointing || c.activation_checkpointing.cpu_checkpointing;
+  if (c.activation_checkpointing.cpu_checkpointing_layers)
+    r.shape.host_checkpoint_blocks = c.activation_checkpointing.cpu_checkpointing_layers;
 }
 
 double parse_byte_size(const std::string& text, const std::string& what) {
