@@ -138,6 +138,25 @@ TEST(Checkpoint, OffloadedInputGivesSameGradients) {
   expect_same_step(train_step(model, false), train_step(model, true, /*offload=*/true));
 }
 
+// The host copy goes down in pieces (the caching host allocator rounds each
+// block to a power of two) and comes back whole, the last piece short.
+TEST(Checkpoint, HostPiecesHoldTheInputExactly) {
+  const at::Tensor x = at::randn({3, 5, 7}).to(at::kBFloat16);  // 105 elements, 210 bytes
+  const std::vector<at::Tensor> pieces = stratum::nn::to_host_pieces(x, 64);
+  ASSERT_EQ(pieces.size(), 4u);  // 32 + 32 + 32 + 9 elements
+  EXPECT_EQ(pieces.back().numel(), 9);
+  for (const at::Tensor& p : pieces) EXPECT_NE(p.data_ptr(), x.data_ptr());  // copies, not views
+  EXPECT_TRUE(at::equal(stratum::nn::from_host_pieces(pieces, x.sizes(), at::kCPU), x));
+  EXPECT_THROW(stratum::nn::from_host_pieces(pieces, {3, 5, 8}, at::kCPU), stratum::Error);
+  EXPECT_THROW(stratum::nn::to_host_pieces(x, 1), stratum::Error);
+  if (at::hasCUDA()) {
+    const at::Tensor g = x.to(at::kCUDA);
+    const std::vector<at::Tensor> host = stratum::nn::to_host_pieces(g, 64);
+    EXPECT_TRUE(host.front().is_pinned());
+    EXPECT_TRUE(at::equal(stratum::nn::from_host_pieces(host, g.sizes(), g.device()), g));
+  }
+}
+
 TEST(Checkpoint, CudaOffloadAndCudaRngReplay) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA";
   auto model = tiny_gpt2();

@@ -1,5 +1,6 @@
 #include "stratum/nn/checkpoint.h"
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <ATen/Context.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/accumulate.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -60,6 +62,8 @@ class RngRestore {
   std::vector<at::Tensor> states_;
 };
 
+// The whole input in one pinned block (for contiguous_memory_optimization's
+// store, which copies it into its own buffer).
 at::Tensor to_host(const at::Tensor& x) {
   if (!x.is_cuda()) return x.to(at::kCPU);
   // Pinned, so the copy is asynchronous; later work on the stream is ordered after it.
@@ -98,7 +102,8 @@ struct State : torch::CustomClassHolder {
   bool synchronize = false;
   std::shared_ptr<CheckpointTimes> profile;
   std::vector<at::Tensor> rng_states;
-  std::vector<int64_t> out_sizes;
+  std::vector<int64_t> in_sizes, out_sizes;
+  bool in_pieces = false;  // the saved input is to_host_pieces' pieces
 };
 
 at::Tensor run_fn(const Fn& fn, const at::Tensor& x, const char* phase) {
@@ -125,9 +130,15 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     at::Tensor out = run_fn(fn, x, "forward");
     state->out_sizes = out.sizes().vec();
     // Saving x itself (not offloaded or stored) lets autograd catch in-place changes to it before backward.
-    at::Tensor saved = o->offload_input ? to_host(x) : x;
-    if (o->store) saved = o->store(saved);
-    ctx->save_for_backward({saved});
+    state->in_sizes = x.sizes().vec();
+    if (o->offload_input && x.is_cuda() && !o->store) {
+      state->in_pieces = true;
+      ctx->save_for_backward(to_host_pieces(x));
+    } else {
+      at::Tensor saved = o->offload_input ? to_host(x) : x;
+      if (o->store) saved = o->store(saved);
+      ctx->save_for_backward({saved});
+    }
     ctx->saved_data["state"] = at::IValue::make_capsule(std::move(state));
     if (timer) {
       o->profile->forward_s += timer->seconds();
@@ -142,8 +153,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     if (s.synchronize) synchronize(s.device);
     std::optional<SyncedTimer> timer;
     if (s.profile) timer.emplace(s.device);
-    at::Tensor x = ctx->get_saved_variables().at(0);
-    if (s.offloaded) x = x.to(s.device);
+    const variable_list saved = ctx->get_saved_variables();
+    at::Tensor x = s.in_pieces ? from_host_pieces(saved, s.in_sizes, s.device) : saved.at(0);
+    if (s.offloaded && !s.in_pieces) x = x.to(s.device);
     x = x.detach().requires_grad_(true);
     at::Tensor out;
     {
@@ -178,6 +190,37 @@ at::Tensor checkpoint(const Fn& fn, const at::Tensor& x, const CheckpointOptions
   if (!x.defined()) throw Error("checkpoint: the input is an undefined tensor");
   if (!c10::GradMode::is_enabled() || !x.requires_grad()) return run_fn(fn, x, "forward");
   return CheckpointFunction::apply(x, fn, &options);
+}
+
+std::vector<at::Tensor> to_host_pieces(const at::Tensor& x, int64_t piece_bytes) {
+  if (piece_bytes < static_cast<int64_t>(x.element_size()))
+    throw Error("to_host_pieces: a piece of " + std::to_string(piece_bytes) + " bytes holds no element");
+  const at::Tensor flat = x.contiguous().view(-1);
+  const int64_t per_piece = piece_bytes / static_cast<int64_t>(x.element_size()), n = flat.numel();
+  const at::TensorOptions host = x.options().device(at::kCPU).pinned_memory(x.is_cuda());
+  std::vector<at::Tensor> pieces;
+  for (int64_t offset = 0; offset < n; offset += per_piece) {
+    const int64_t len = std::min(per_piece, n - offset);
+    pieces.push_back(at::empty({len}, host));
+    pieces.back().copy_(flat.narrow(0, offset, len), /*non_blocking=*/x.is_cuda());
+  }
+  return pieces;
+}
+
+at::Tensor from_host_pieces(const std::vector<at::Tensor>& pieces, at::IntArrayRef sizes, const at::Device& device) {
+  int64_t total = 0;
+  for (const at::Tensor& p : pieces) total += p.numel();
+  if (pieces.empty() || total != c10::multiply_integers(sizes))
+    throw Error("from_host_pieces: " + std::to_string(pieces.size()) + " pieces of " + std::to_string(total) +
+                " elements do not hold the shape " + c10::str(sizes));
+  at::Tensor x = at::empty(sizes, pieces.front().options().pinned_memory(false).device(device));
+  at::Tensor flat = x.view(-1);
+  int64_t offset = 0;
+  for (const at::Tensor& p : pieces) {
+    flat.narrow(0, offset, p.numel()).copy_(p, /*non_blocking=*/p.is_pinned());
+    offset += p.numel();
+  }
+  return x;
 }
 
 at::Tensor checkpoint(const Fn& fn, const at::Tensor& x, bool offload_input) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -46,5 +47,16 @@ struct CheckpointOptions {
 };
 at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x,
                       const CheckpointOptions& options);
+
+// cpu_checkpointing's copy of a layer input in host memory. Pinned host
+// memory comes from the caching host allocator, which rounds each block up
+// to a power of two: a 1.125 GiB input (llama-8b at 144K tokens) would hold
+// 2 GiB of pinned memory, and 32 of them pass the host's RAM. So the input
+// goes down in pieces of at most `piece_bytes` (a power of two), pinned when
+// x is on a CUDA device: a copy holds less than one piece beyond its size.
+std::vector<at::Tensor> to_host_pieces(const at::Tensor& x, int64_t piece_bytes = int64_t{64} << 20);
+// The pieces joined again on `device` (a CUDA copy is asynchronous: later
+// work on the stream is ordered after it), shaped `sizes`.
+at::Tensor from_host_pieces(const std::vector<at::Tensor>& pieces, at::IntArrayRef sizes, const at::Device& device);
 
 }  // namespace stratum::nn
