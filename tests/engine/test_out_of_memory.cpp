@@ -107,3 +107,31 @@ TEST(OutOfMemory, AtStartUpNamesOnlyWhatShrinksTheModelStates) {
   EXPECT_TRUE(has(explain_out_of_memory("building the engine", kTorch, s, MemoryPhase::start_up),
                   "Every setting Stratum has for the model states is in use"));
 }
+
+// cpu_checkpointing past the host's RAM: named before the inputs go down
+// (else the kernel's out-of-memory killer ends the rank with no word), with
+// the cpu_checkpointing_layers that fits. llama-8b at 192K tokens on the H100
+// machine: 15 inputs of 1.5 GiB against the 17.7 GiB left beside its states.
+TEST(OutOfMemory, HostCheckpointsPastTheHostsMemoryAreNamed) {
+  const int64_t gib = int64_t{1} << 30;
+  stratum::HostCheckpointNeed n;
+  n.blocks = 15;
+  n.bytes_per_block = 3 * gib / 2;
+  n.tokens = 196608;
+  n.available = 17 * gib + 7 * gib / 10;
+  const std::string m = stratum::host_checkpoint_shortfall(n);
+  EXPECT_TRUE(has(m, "the first 15 blocks' inputs take 22.50 GiB more pinned host memory a rank (1.500 GiB each at "
+                     "196608 tokens), 22.50 GiB for the 1 rank(s) on this host, but the host has 17.70 GiB available"))
+      << m;
+  EXPECT_TRUE(has(m, "{\"cpu_checkpointing_layers\": 11} (the rest on the GPU)")) << m;  // 11 x 1.5 <= 16.7
+  n.blocks = 11;
+  EXPECT_EQ(stratum::host_checkpoint_shortfall(n), "");
+  n.local_ranks = 2;  // two ranks of the host each keep theirs
+  EXPECT_TRUE(has(stratum::host_checkpoint_shortfall(n), "\"cpu_checkpointing_layers\": 5}"));
+  n.held_per_block = n.bytes_per_block;  // held since an earlier step: nothing more
+  EXPECT_EQ(stratum::host_checkpoint_shortfall(n), "");
+  n.available = 0;  // unknown: not checked
+  n.held_per_block = 0;
+  EXPECT_EQ(stratum::host_checkpoint_shortfall(n), "");
+  EXPECT_GT(stratum::host_memory_available(), 0) << "/proc/meminfo's MemAvailable";
+}

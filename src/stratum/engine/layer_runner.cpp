@@ -9,7 +9,10 @@
 #include <map>
 #include <unordered_map>
 
+#include "stratum/core/error.h"
 #include "stratum/core/log.h"
+#include "stratum/distributed/init.h"
+#include "stratum/engine/out_of_memory.h"
 #include "stratum/nn/checkpoint.h"
 
 namespace stratum {
@@ -95,6 +98,8 @@ EngineLayerRunner::EngineLayerRunner(zero::LayerParamGatherer* gatherer, zero::F
       print_every_(std::max<int64_t>(1, print_every)),
       global_steps_(global_steps),
       next_print_(print_every_) {
+  host_blocks_ = std::count(host_checkpointed_.begin(), host_checkpointed_.end(), true);
+  local_ranks_ = distributed::local_world_size_from_env();
   options_.synchronize = ac.synchronize_checkpoint_boundary;
   if (ac.profile) options_.profile = std::make_shared<nn::CheckpointTimes>();
   host_options_ = options_;
@@ -132,6 +137,22 @@ void EngineLayerRunner::report_profile() {
   t = nn::CheckpointTimes{};
 }
 
+void EngineLayerRunner::check_host_room(const at::Tensor& x) {
+  const int64_t bytes = x.numel() * static_cast<int64_t>(x.element_size());
+  const int64_t held = (bytes + nn::kHostPieceBytes - 1) / nn::kHostPieceBytes * nn::kHostPieceBytes;
+  if (held <= host_block_bytes_) return;
+  HostCheckpointNeed need;
+  need.blocks = host_blocks_;
+  // After the first check the earlier inputs' pinned blocks are held (cached): only the growth is new.
+  need.bytes_per_block = held;
+  need.held_per_block = host_block_bytes_;
+  need.tokens = x.dim() > 0 && x.size(-1) > 0 ? x.numel() / x.size(-1) : 0;
+  need.local_ranks = local_ranks_;
+  need.available = host_memory_available();
+  if (const std::string short_of = host_checkpoint_shortfall(need); !short_of.empty()) throw Error(short_of);
+  host_block_bytes_ = held;
+}
+
 at::Tensor EngineLayerRunner::run_layer(size_t index, nn::StackLayer& layer, const at::Tensor& x) {
   if (gatherer_) gatherer_->before_forward(index);
   const bool grad_mode = c10::GradMode::is_enabled();
@@ -149,6 +170,8 @@ at::Tensor EngineLayerRunner::run_layer(size_t index, nn::StackLayer& layer, con
       if (contiguous_) contiguous_->begin_forward();
       if (contiguous_host_) contiguous_host_->begin_forward();
     }
+    // Only a CUDA input goes down to pinned memory (a CPU one is kept as is).
+    if (host_checkpointed_[index] && grad_mode && in.is_cuda() && in.requires_grad()) check_host_room(in);
     nn::StackLayer* l = &layer;  // the stack owns its layers for as long as the graph can run
     y = nn::checkpoint([l](const at::Tensor& v) { return l->forward(v); }, in,
                        host_checkpointed_[index] ? host_options_ : options_);

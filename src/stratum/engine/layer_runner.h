@@ -55,11 +55,18 @@ class EngineLayerRunner : public nn::LayerRunner {
  private:
   // activation_checkpointing.profile: prints and resets the times at each print step.
   void report_profile();
+  // cpu_checkpointing: throws Error naming the shortfall when the host
+  // checkpoints of a forward whose block inputs look like x would not fit
+  // the host's available memory (checked when the inputs first grow).
+  void check_host_room(const at::Tensor& x);
 
   zero::LayerParamGatherer* gatherer_;
   zero::FrozenUnits* frozen_;
   std::vector<bool> checkpointed_, host_checkpointed_;
   size_t first_checkpointed_;
+  int64_t host_blocks_ = 0;        // checkpointed blocks whose inputs go to the host
+  int64_t host_block_bytes_ = 0;   // the pinned bytes of one such input, last checked
+  int local_ranks_ = 1;            // ranks sharing this host
   nn::CheckpointOptions options_, host_options_;  // inputs kept on the device; on the host
   std::unique_ptr<ContiguousCheckpointInputs> contiguous_, contiguous_host_;
   bool lead_;

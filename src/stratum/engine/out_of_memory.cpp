@@ -1,5 +1,9 @@
 #include "stratum/engine/out_of_memory.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 namespace stratum {
@@ -88,6 +92,40 @@ std::string explain_out_of_memory(const std::string& where, const std::string& t
               "parallelism) or a shorter sequence.");
   out += "\n`" + estimate_command(s) + "` estimates a rank's memory at each ZeRO stage and offload for this run.";
   return out;
+}
+
+std::string host_checkpoint_shortfall(const HostCheckpointNeed& n) {
+  if (n.available <= 0 || n.blocks <= 0 || n.bytes_per_block <= 0) return "";
+  // Kept free: the process's own growth and the pinned staging buffers.
+  const int64_t reserve = int64_t{1} << 30, room = std::max<int64_t>(0, n.available - reserve);
+  const int64_t ranks = std::max(1, n.local_ranks), more = n.bytes_per_block - n.held_per_block;
+  if (more <= 0) return "";
+  const int64_t need = n.blocks * more * ranks;
+  if (need <= room) return "";
+  auto gib = [](int64_t b) { return static_cast<double>(b) / double(1ull << 30); };
+  const int64_t fits = std::min(n.blocks - 1, room / (more * ranks));
+  char text[640];
+  std::snprintf(text, sizeof text,
+                "cpu_checkpointing: the first %lld blocks' inputs take %.2f GiB more pinned host memory a rank "
+                "(%.3f GiB each at %lld tokens), %.2f GiB for the %lld rank(s) on this host, but the host has "
+                "%.2f GiB available (MemAvailable, beside what is already held; %.0f GiB kept free). Set "
+                "\"activation_checkpointing\": {\"cpu_checkpointing_layers\": %lld} (the rest on the GPU), or a "
+                "shorter sequence",
+                (long long)n.blocks, gib(n.blocks * more), gib(n.bytes_per_block), (long long)n.tokens,
+                gib(need), (long long)ranks, gib(n.available), gib(reserve), (long long)fits);
+  return text;
+}
+
+int64_t host_memory_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream fields(line.substr(13));
+    int64_t kib = 0;
+    return fields >> kib ? kib * 1024 : 0;
+  }
+  return 0;
 }
 
 }  // namespace stratum

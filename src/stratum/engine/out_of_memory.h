@@ -36,4 +36,21 @@ enum class MemoryPhase { start_up, training };
 std::string explain_out_of_memory(const std::string& where, const std::string& torch_message,
                                   const MemorySettings& s, MemoryPhase phase = MemoryPhase::training);
 
+// cpu_checkpointing's pinned host memory, checked before a step's inputs go
+// down: past the host's RAM the kernel's out-of-memory killer would end the
+// rank with no word of why. `blocks` inputs of `bytes_per_block` each (as
+// held: nn::to_host_pieces' pieces), of which `held_per_block` are held
+// already (an earlier, shorter step's, cached), on each of `local_ranks`
+// ranks of the host, against `available` bytes (host_memory_available) less
+// a reserve.
+struct HostCheckpointNeed {
+  int64_t blocks = 0, bytes_per_block = 0, held_per_block = 0, tokens = 0;
+  int local_ranks = 1;
+  int64_t available = 0;  // 0: unknown, nothing checked
+};
+// "" when it fits; else what is short and the cpu_checkpointing_layers that fits.
+std::string host_checkpoint_shortfall(const HostCheckpointNeed& need);
+// The host's MemAvailable (/proc/meminfo) in bytes; 0 when unknown.
+int64_t host_memory_available();
+
 }  // namespace stratum

@@ -54,7 +54,8 @@ at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, co
 // 2 GiB of pinned memory, and 32 of them pass the host's RAM. So the input
 // goes down in pieces of at most `piece_bytes` (a power of two), pinned when
 // x is on a CUDA device: a copy holds less than one piece beyond its size.
-std::vector<at::Tensor> to_host_pieces(const at::Tensor& x, int64_t piece_bytes = int64_t{64} << 20);
+constexpr int64_t kHostPieceBytes = int64_t{64} << 20;
+std::vector<at::Tensor> to_host_pieces(const at::Tensor& x, int64_t piece_bytes = kHostPieceBytes);
 // The pieces joined again on `device` (a CUDA copy is asynchronous: later
 // work on the stream is ordered after it), shaped `sizes`.
 at::Tensor from_host_pieces(const std::vector<at::Tensor>& pieces, at::IntArrayRef sizes, const at::Device& device);
