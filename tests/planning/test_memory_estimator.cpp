@@ -466,6 +466,30 @@ TEST(PipelineEstimate, OneFOneBHoldsPMinusSMicroBatches) {
   for (int s = 0; s < 4; ++s) EXPECT_EQ(few[s].in_flight, std::min(4 - s, 2));
 }
 
+// cpu_checkpointing_layers on a pipeline: each stage's runner puts the first
+// N of its blocks' inputs on the host and keeps the rest, for each micro-batch
+// in flight, on the GPU (stage 1 of 4: blocks 4-10, 3 micro-batches in flight).
+TEST(PipelineEstimate, HostCheckpointBlocksCountPerStage) {
+  EstimateInput in = pipelined("gpt2-1.3b", 8, 4, 8);
+  in.activation_checkpointing = in.cpu_checkpointing = true;
+  const double all_on_host = estimate_pipeline_stages(in)[1].activation_bytes;
+  const double checkpoint = 2.0 * 1024 * 2048;  // a block's input: seq 1024 x d 2048 in bf16
+  in.host_checkpoint_blocks = 2;
+  EXPECT_DOUBLE_EQ(estimate_pipeline_stages(in)[1].activation_bytes, all_on_host + 3 * 5 * checkpoint);
+  in.host_checkpoint_blocks = 9;  // more than the stage's 7: all of them
+  EXPECT_DOUBLE_EQ(estimate_pipeline_stages(in)[1].activation_bytes, all_on_host);
+  // Interleaved: the first chunk's blocks go first.
+  EstimateInput chunks = pipelined("gpt2-1.3b", 8, 2, 4, stratum::pipeline::ScheduleKind::interleaved, 2);
+  chunks.activation_checkpointing = chunks.cpu_checkpointing = true;
+  const double none_kept = estimate_pipeline_stages(chunks)[0].activation_bytes;
+  chunks.host_checkpoint_blocks = 0;
+  const double all_kept = estimate_pipeline_stages(chunks)[0].activation_bytes;
+  chunks.host_checkpoint_blocks = 6;
+  const double some_kept = estimate_pipeline_stages(chunks)[0].activation_bytes;
+  EXPECT_LT(none_kept, some_kept);
+  EXPECT_LT(some_kept, all_kept);
+}
+
 // GPipe holds every micro-batch on every stage until the backwards; ZB-H1 min(p, m).
 TEST(PipelineEstimate, GPipeHoldsEveryMicroBatchAndZbH1AtMostP) {
   const auto gpipe = estimate_pipeline_stages(pipelined("gpt2-1.3b", 8, 4, 6, stratum::pipeline::ScheduleKind::gpipe));

@@ -646,10 +646,6 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
                   end = std::min<int64_t>(static_cast<int64_t>(cut.end(part)), in.layers + 1);
     return std::max<int64_t>(end - first, 0);
   };
-  auto kept_in = [&](int64_t part) {
-    const double n = static_cast<double>(blocks_in(part));
-    return (n - host_blocks_of(in, n)) * kept_per_block;
-  };
 
   // ZeRO's group: the stage's GPUs holding the same experts (all of them without expert parallelism).
   const int64_t ep = in.experts > 0 ? std::max<int64_t>(1, in.expert_parallel) : 1;
@@ -673,6 +669,15 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
     e.expert_params = e.blocks * block_experts / ep;
     e.params -= e.blocks * block_experts - e.expert_params;
     e.in_flight = sim.peak_activations[r];
+    // A stage's runner puts the first host_checkpoint_blocks of its blocks
+    // (its chunks in order) on the host: what each chunk keeps on the GPU.
+    std::vector<double> chunk_kept(static_cast<size_t>(v));
+    double host_left = host_blocks_of(in, static_cast<double>(e.blocks));
+    for (int chunk = 0; chunk < v; ++chunk) {
+      const double n = static_cast<double>(blocks_in(chunk * p + r)), host = std::min(n, host_left);
+      host_left -= host;
+      chunk_kept[static_cast<size_t>(chunk)] = (n - host) * kept_per_block;
+    }
     // Walk the rank's computes in order: a forward keeps its chunk's activations
     // until the end of its backward (for a split one, the W: it reads them);
     // the logits only until the backward of the input gradient.
@@ -680,7 +685,7 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
     for (const auto& slot : sim.timeline[r]) {
       const pipeline::Action& a = slot.action;
       const int64_t part = a.chunk * p + r;
-      const double chunk_bytes = kept_in(part);
+      const double chunk_bytes = chunk_kept[static_cast<size_t>(a.chunk)];
       const double chunk_logits = part == parts - 1 ? logits_kept : 0.0;
       if (a.op == pipeline::Op::forward) {
         held += chunk_bytes + chunk_logits;
