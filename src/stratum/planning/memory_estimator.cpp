@@ -524,7 +524,7 @@ int64_t longest_sequence(EstimateInput in, int stage, bool offload_optimizer, bo
     return f.gpu <= gpu_limit && (host_limit <= 0 || f.host <= host_limit);
   };
   // The GPU's need falls and the host's grows with the blocks on the host:
-  // the fewest that fit the GPU is the split to check against the host.
+  // the first split that fits both is the fewest blocks on the host.
   auto split_for = [&](int64_t seq) -> std::optional<int64_t> {
     if (!choose_split) return fits_with(seq, given) ? std::optional<int64_t>(given.value_or(in.layers)) : std::nullopt;
     for (int64_t n = 0; n <= in.layers; ++n)
