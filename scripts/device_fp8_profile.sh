@@ -6,7 +6,8 @@
 # time per kind of kernel (matrix products, casts, elementwise...), the
 # longest kernels, and the compute stream's longest idle gaps (the host
 # holding the GPU back). The traces come back gzipped in $OUT.
-#   MODEL, SEQ, MICRO, RECIPES ("tensorwise rowwise") override the defaults.
+#   MODEL, SEQ, MICRO, RECIPES ("tensorwise rowwise") override the defaults;
+#   SET adds model settings (SET="layers=8": --set layers=8).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -18,6 +19,7 @@ traces=()
 for recipe in bf16 ${RECIPES:-tensorwise rowwise}; do
   flags=()
   [ "$recipe" != bf16 ] && flags=(--fp8 "$recipe")
+  for kv in ${SET:-}; do flags+=(--set "$kv"); done
   trace=/tmp/fp8-profile-$recipe.json
   mpirun --bind-to none -np 1 -x NCCL_NVLS_ENABLE "$bin/bench_engine" --model "$model" --seq "$seq" --micro "$micro" \
     --stage 0 --steps 6 --warmup 3 --profile "$trace" "${flags[@]}" 2>&1 | grep -E '^\{"system"|rror'
