@@ -12,8 +12,8 @@ The top-level "defaults" give each kind's keys that a scenario leaves out.
   step_timeout_s  seconds any one program may run (default 420)
 kind matrix (bench_engine against bench/peers/gpt_peers.py):
   model, seq, micro  the preset, sequence length and micro-batch per GPU of every row
-  gas        micro-batches an optimizer step (1): bench_engine's --gas and moe_peers.py's (the other
-             peers take none: a scenario with gas > 1 lists only transformers peers)
+  gas        micro-batches an optimizer step (1): bench_engine's --gas, moe_peers.py's and fp8_peers.py's
+             (gpt_peers.py takes none: a scenario with gas > 1 lists only transformers and torchao peers)
   stratum    ZeRO stages, or {"stage": N, "flags": [bench_engine flags]} for a row with more flags
   stratum_flags  bench_engine flags of every Stratum row (e.g. ["--set", "max_seq_len=2048"])
   peers      gpt_peers.py systems: single, ddp, fsdp2, each also "-compile"; deepspeed-zero1/2/3;
@@ -89,9 +89,9 @@ def check(name, spec, targets):
         for p in run.get("peers", []):
             if p not in PEERS:
                 raise ValueError(f"scenario {name}: unknown peer {p} (one of {', '.join(PEERS)})")
-            if run.get("gas", 1) > 1 and not p.startswith("transformers"):
+            if run.get("gas", 1) > 1 and not p.startswith(("transformers", "torchao-float8")):
                 raise ValueError(f"scenario {name}: peer {p} takes no gradient accumulation (gas "
-                                 f"{run['gas']}); only the transformers peers do")
+                                 f"{run['gas']}); only the transformers and torchao peers do")
 
 
 def runs(spec):
@@ -213,7 +213,8 @@ def fp8_peer(run, peer, common, rnd, label, side_by_side):
     env = {"PYTHONPATH": ".pylib"}
     if side_by_side:
         env["CUDA_VISIBLE_DEVICES"] = "1"
-    return Step(peer, ["python3", "bench/peers/fp8_peers.py", "--recipe", recipe] + common + layers_flag(run),
+    gas = ["--gas", str(run["gas"])] if run.get("gas", 1) > 1 else []
+    return Step(peer, ["python3", "bench/peers/fp8_peers.py", "--recipe", recipe] + common + gas + layers_flag(run),
                 env=env, phase=rnd, lane=1 if side_by_side else 0, fields={"run": label, "flags": "", "round": rnd})
 
 

@@ -44,11 +44,13 @@ all=(
   "cp_past_host_8b=300=PARTS=2 LONG_MODELS=llama-8b OFFLOAD_PARAM=1 HOST_BLOCKS_8B=15 FIRST_8B=196608 MAX_SEQ=196608 bash scripts/device_long_context.sh"
   "cp_longest_1b=560=DEADLINE_AT=\$QUEUE_DEADLINE_AT PARTS=2 LONG_MODELS=llama-1b bash scripts/device_long_context.sh"
   "fp8_speed_llama=560=bash bench/run_matrix.sh \$(bash scripts/gpu_memory_gib.sh 100 1gpu-fp8-llama-8b-16l 1gpu-fp8-llama-8b-8l)"
+  "fp8_speed_llama_gas8=240=bash bench/run_matrix.sh 1gpu-fp8-llama-8b-8l-gas8"
   "fp8_quality_gpt2_seed2=200=PARTS=gpt2-seed2 bash scripts/device_fp8_quality.sh"
   "fp8_quality_llama=510=PARTS=llama bash scripts/device_fp8_quality.sh"
   "goodput=330=bash scripts/device_goodput.sh"
   "moe_ep=90=PARTS=1 bash scripts/device_moe.sh"
   "cp_layouts=170=PARTS='1 3' bash scripts/device_long_context.sh"
+  "multi_gpu_shared=330=SHARED=1 DEADLINE_AT=\$QUEUE_DEADLINE_AT bash scripts/device_multi_gpu.sh"
   "long_1m_start=30=bash scripts/device_long_1m.sh start"
   "long_1m=60=bash scripts/device_long_1m.sh wait"
 )

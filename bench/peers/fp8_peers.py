@@ -3,8 +3,8 @@
 
 The model is gpt_peers.py's (the same shapes, initialization and tied or untied
 head as Stratum's presets; --layers for fewer blocks), fp32 parameters under
-bf16 autocast, torch's fused AdamW (lr 3e-4, betas 0.9/0.95, weight decay 0.1,
-clipping 1.0), random tokens. torchao's convert_to_float8_training swaps the
+bf16 autocast, --gas micro-batches an optimizer step, torch's fused AdamW (lr
+3e-4, betas 0.9/0.95, weight decay 0.1, clipping 1.0), random tokens. torchao's convert_to_float8_training swaps the
 blocks' projections (attention QKV and output, MLP) for Float8Linear with the
 recipe's scaling (tensorwise: dynamic per tensor; rowwise: per row, powers of
 two), as Stratum's fp8 section does; the LM head (tied: not an nn.Linear;
@@ -55,6 +55,7 @@ def main():
     ap.add_argument("--layers", type=int, help="fewer blocks than the preset's (Stratum's --set layers=N)")
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--micro", type=int, default=4)
+    ap.add_argument("--gas", type=int, default=1, help="micro-batches an optimizer step (gradient accumulation)")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-compile", action="store_true", help="eager (torchao's float8 is slow without compile)")
@@ -73,23 +74,24 @@ def main():
     gen = torch.Generator(device=a.device).manual_seed(1000)
     times = []
     for step in range(a.warmup + a.steps):
-        tokens = torch.randint(0, model.vocab, (a.micro, a.seq + 1), generator=gen, device=a.device)
+        tokens = torch.randint(0, model.vocab, (a.gas, a.micro, a.seq + 1), generator=gen, device=a.device)
         sync()
         t0 = time.perf_counter()
-        with torch.autocast(torch.device(a.device).type, dtype=torch.bfloat16):
-            loss = step_model(tokens[:, :-1], tokens[:, 1:])
-        loss.backward()
+        for micro in tokens:
+            with torch.autocast(torch.device(a.device).type, dtype=torch.bfloat16):
+                loss = step_model(micro[:, :-1], micro[:, 1:])
+            (loss / a.gas).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         sync()
         if step >= a.warmup:
             times.append(time.perf_counter() - t0)
-    tok_s = a.micro * a.seq * len(times) / sum(times)
+    tok_s = a.gas * a.micro * a.seq * len(times) / sum(times)
     flops = 6 * n_params + 12 * model.layers * model.hidden * a.seq
     system = f"torchao-float8-{a.recipe}" + ("" if a.no_compile else "-compile")
     print(json.dumps({"system": system, "model": a.model, "layers": model.layers, "gpus": 1, "seq": a.seq,
-                      "micro": a.micro, "params": n_params, "float8_linears": converted,
+                      "micro": a.micro, "gas": a.gas, "params": n_params, "float8_linears": converted,
                       "tokens_per_s_per_gpu": round(tok_s, 1), "tflops_per_gpu": round(tok_s * flops / 1e12, 2),
                       "mfu": round(tok_s * flops / (a.peak_tflops * 1e12), 4),
                       "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,

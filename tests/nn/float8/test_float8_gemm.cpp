@@ -459,6 +459,11 @@ TEST(Float8LinearGpu, RMSNormsAmaxFromItsOwnPassGivesTheSameLayer) {
                            (torch::randn({8, 5000, 512}) * 3 + 1).to(torch::kBFloat16));
   expect_norm_amax_matches("gpu.layers.0.unaligned", rms_norm_of(100),
                            (torch::randn({3, 1000, 100}) * 3).to(torch::kBFloat16), /*fp8_layer=*/false);
+  // Rows held in registers at up to 4, 8 and 16 packs a lane (1000: the last
+  // pack masked on some lanes), and 8192 through the loop over a wider row.
+  for (const int64_t width : {1000, 2048, 4096, 8192})
+    expect_norm_amax_matches("gpu.layers.0.width" + std::to_string(width), rms_norm_of(width),
+                             (torch::randn({2, 300, width}) * 3 + 1).to(torch::kBFloat16), /*fp8_layer=*/false);
   if (!torch::cuda::is_available()) return;
   at::Tensor x = torch::randn({64, 512}, torch::dtype(torch::kBFloat16).device(torch::kCUDA));
   x[3][7] = std::numeric_limits<float>::quiet_NaN();
@@ -488,6 +493,14 @@ TEST(Float8LinearGpu, LayerNormsAmaxFromItsOwnPassGivesTheSameLayer) {
                              return stratum::nn::add_layer_norm(in, branch.to(in.device()), w, b, 1e-5, amax).second;
                            },
                            x);
+  // gpt2-1.3b's width: 8 packs a lane, held in registers.
+  at::Tensor w2 = (torch::rand({2048}) + 0.5).to(torch::kBFloat16), b2 = (torch::randn({2048}) * 0.1).to(torch::kBFloat16);
+  expect_norm_amax_matches("gpu.h.0.ln_1.width2048",
+                           [&](const at::Tensor& in, at::Tensor* amax) {
+                             on(w2, in), on(b2, in);
+                             return stratum::nn::layer_norm(in, w2, b2, 1e-5, amax);
+                           },
+                           (torch::randn({2, 300, 2048}) * 3 + 1).to(torch::kBFloat16), /*fp8_layer=*/false);
 }
 
 // Which casts take their input's amax from the kernel before: tensorwise
