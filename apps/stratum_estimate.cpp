@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
                      "(cpu_checkpointing_layers; --longest chooses the fewest that fit when not given)")
           ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   auto* fp32_flag = app.add_flag("--fp32", fp32, "fp32 training (default: bf16/fp16 with fp32 masters)");
+  app.add_flag("--fp8", in.fp8,
+               "the projections' GEMMs in FP8 (the config's fp8 section; bf16): their weights' FP8 copies, W and its "
+               "transpose, kept at ZeRO 0-2 (needs --model)");
   auto* pp = app.add_option("--pp", in.pipeline_stages, "pipeline stages (dividing the GPUs; needs --model)")
                  ->check(CLI::Range(1, 1 << 16));
   auto* schedule_opt = app.add_option("--schedule", schedule, "pipeline schedule: gpipe, 1f1b (default), interleaved, zb-h1")
@@ -194,6 +197,13 @@ int main(int argc, char** argv) {
       for (const auto& s : overrides) kv.push_back(stratum::models::parse_override(s));
       mc = stratum::models::make_model_config(model, kv);
     }
+    if (in.fp8) {  // as the config check refuses fp8
+      if (!mc) throw stratum::Error("--fp8 needs --model: the FP8 weight copies follow the projections' shapes");
+      if (fp32) throw stratum::Error("--fp8 with --fp32: FP8 projections train with bf16; drop one");
+      if (mc->is_moe())
+        throw stratum::Error("--fp8 with " + model + ": FP8 projections do not run in a mixture of experts (the config "
+                             "check refuses fp8 with a moe section)");
+    }
     if (plan) {
       namespace mon = stratum::planning;
       mon::PlanRequest request;
@@ -247,6 +257,9 @@ int main(int argc, char** argv) {
         if (fp32_flag->count())
           throw stratum::Error("--fp32 with --config: the config's fp16/bf16 sections say the precision; drop --fp32");
         mon::apply_plan_config(request, config_path);
+        if (request.shape.fp8 && mc && mc->is_moe())
+          throw stratum::Error(config_path + ": fp8 with " + model +
+                               ": FP8 projections do not run in a mixture of experts");
       }
       const mon::Plan result = mon::plan_layouts(request);
       std::cout << mon::format_plan(request, result, rows);

@@ -602,6 +602,11 @@ TEST(LayoutPlanner, SeedConfigFixesWhatItSays) {
   }
   PlanRequest batch = with_model(preset("gpt2-1.3b"), 1, 8, 2048, 16);
   EXPECT_THROW(apply_plan_config(batch, path), stratum::Error);  // train_batch_size 32 against 16
+  // fp8.enabled: the plan counts the projections' FP8 weight copies.
+  std::ofstream(path) << R"({"train_batch_size": 16, "bf16": {"enabled": true}, "fp8": {"enabled": true}})";
+  PlanRequest fp8 = with_model(preset("gpt2-1.3b"), 1, 8, 2048, 0);
+  apply_plan_config(fp8, path);
+  EXPECT_TRUE(fp8.shape.fp8);
   std::ofstream(path) << R"({"train_batch_size": 32, "topology": {"order": "dp-tp-pp"}})";
   try {
     apply_plan_config(fp32, path);

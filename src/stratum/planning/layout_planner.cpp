@@ -595,10 +595,11 @@ std::string format_plan(const PlanRequest& r, const Plan& plan, size_t rows) {
   const std::string name = r.model ? r.model->name : "a model";
   std::snprintf(line, sizeof line,
                 "Layouts for %s (%.4gB parameters) on %lld node(s) x %lld GPU(s), %s (%.0f GiB, %.0f TFLOP/s), "
-                "seq %lld, global batch %lld, %s training\n",
+                "seq %lld, global batch %lld, %s training%s\n",
                 name.c_str(), r.shape.params / 1e9, (long long)r.shape.nodes, (long long)r.shape.gpus_per_node,
                 hw.gpu.c_str(), gib(hw.gpu_memory), hw.peak_flops / 1e12, (long long)r.shape.seq_len,
-                (long long)r.global_batch, r.shape.param_bytes == 2 ? "16-bit" : "fp32");
+                (long long)r.global_batch, r.shape.param_bytes == 2 ? "16-bit" : "fp32",
+                r.shape.fp8 ? " (FP8 projections: their weight copies in the states; step times as bf16's)" : "");
   out += line;
   std::snprintf(line, sizeof line,
                 "  fits: the busiest stage's GPUs within %.0f%% of %.0f GiB; host memory %s\n",

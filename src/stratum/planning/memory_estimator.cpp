@@ -18,8 +18,16 @@ double gradient_bytes(const EstimateInput& in, double n) {
   return in.grad_bytes > 0 ? static_cast<double>(in.grad_bytes) : n > 1 ? std::max(w, 4.0) : w;
 }
 
-// Every stage x offload choice for `psi` parameters over `n` data-parallel ranks.
-std::vector<StateEstimate> model_states(const EstimateInput& in, double psi, double n) {
+// FP8's weight copies (W and Wᵀ, a byte each) of `blocks` blocks a GPU holds;
+// 0 without fp8. Measured peaks were 2.0-2.5% above the estimate with them
+// (MemoryEstimator.MatchesFp8PeaksMeasuredOnH100AndH200).
+double fp8_weight_copy_bytes(const EstimateInput& in, double blocks) {
+  return in.fp8 ? 2.0 * blocks * static_cast<double>(in.block_projection_params) : 0.0;
+}
+
+// Every stage x offload choice for `psi` parameters over `n` data-parallel
+// ranks, a GPU holding `blocks` transformer blocks (FP8's weight copies).
+std::vector<StateEstimate> model_states(const EstimateInput& in, double psi, double n, double blocks) {
   const double w = static_cast<double>(in.param_bytes);  // bytes of a parameter as trained
   const double g = gradient_bytes(in, n);
   // fp32 master + Adam m + v: 12 bytes a parameter; with 16-bit training the master is a
@@ -33,8 +41,11 @@ std::vector<StateEstimate> model_states(const EstimateInput& in, double psi, dou
   // the parameter shard itself). The gradients stay on the GPU: the host Adam streams
   // them down in chunks (optim::HostAdam), as no fp32 gradient shard is held there.
   const double offloaded = (12.0 + (w < 4.0 ? w : 0.0)) * psi / n;
+  // FP8: every block's copies kept at stages 0-2; at stage 3 the gathered layer's only.
+  const double fp8_kept = fp8_weight_copy_bytes(in, blocks), fp8_layer = fp8_weight_copy_bytes(in, std::min(blocks, 1.0));
   std::vector<StateEstimate> out;
   auto add = [&](int stage, bool opt, bool param, double gpu, double cpu_per_gpu) {
+    gpu += stage < 3 ? fp8_kept : fp8_layer;
     out.push_back(StateEstimate{stage, opt, param, gpu, cpu_per_gpu * per_node});
   };
   add(0, false, false, (w + g) * psi + k * psi, 0);
@@ -303,6 +314,7 @@ double expert_parallel_params(const EstimateInput& in) {
 std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
   const int64_t ep = std::max<int64_t>(1, in.expert_parallel);
   const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
+  const double blocks = static_cast<double>(std::max<int64_t>(0, in.layers));
   if (ep > 1) {
     // The experts split over ep GPUs and replicated over tensor parallelism,
     // whose GPUs split the rest; everything partitioned over the GPUs holding
@@ -311,14 +323,32 @@ std::vector<StateEstimate> estimate_model_states(const EstimateInput& in) {
     EstimateInput shard = in;
     const int64_t block_experts = in.layers > 0 ? in.expert_params / in.layers : 0;
     shard.largest_layer_params = (in.largest_layer_params - block_experts) / t + block_experts / ep;
-    return model_states(shard, held, static_cast<double>(in.nodes * in.gpus_per_node / (ep * t)));
+    return model_states(shard, held, static_cast<double>(in.nodes * in.gpus_per_node / (ep * t)), blocks);
   }
-  if (t == 1) return model_states(in, static_cast<double>(in.params), static_cast<double>(in.nodes * in.gpus_per_node));
+  if (t == 1)
+    return model_states(in, static_cast<double>(in.params), static_cast<double>(in.nodes * in.gpus_per_node), blocks);
   EstimateInput shard = in;
   shard.largest_layer_params = in.largest_layer_params / t;
   return model_states(shard, static_cast<double>(in.tp_params > 0 ? in.tp_params : in.params / t),
-                      static_cast<double>(in.nodes * in.gpus_per_node / t));
+                      static_cast<double>(in.nodes * in.gpus_per_node / t), blocks);
 }
+
+namespace {
+
+// One block's projection weights on one of `t` tensor-parallel ranks (FP8's
+// casts): GPT-2's c_attn, attn.c_proj, c_fc, mlp.c_proj; LLaMA's q, k, v, o
+// (key/value heads fewer than the ranks: one head a rank) and, dense, gate,
+// up, down. A mixture of experts' experts are not FP8 projections.
+int64_t projection_params_per_block(const models::ModelConfig& c, int64_t t) {
+  const int64_t C = c.hidden, F = c.ffn_hidden;
+  if (c.arch == "gpt2") return (4 * C * C + 2 * C * F) / t;
+  const int64_t q = C * c.heads * c.head_dim() / t;
+  const int64_t kv_heads = c.kv_heads > 0 ? c.kv_heads : c.heads;
+  const int64_t kv = C * (kv_heads % t == 0 ? kv_heads / t : 1) * c.head_dim();
+  return 2 * q + 2 * kv + (c.is_moe() ? 0 : 3 * C * F / t);
+}
+
+}  // namespace
 
 void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
   in.params = models::parameter_count(c);
@@ -360,6 +390,7 @@ void set_model_shape(EstimateInput& in, const models::ModelConfig& c) {
   in.tied_embedding_params = c.tie_embeddings ? c.vocab_size * c.hidden : 0;
   in.tp_params = models::tensor_parallel_param_count(c, in.tensor_parallel);
   const int64_t t = std::max<int64_t>(1, in.tensor_parallel);
+  in.block_projection_params = projection_params_per_block(c, t);
   if (t > 1) {  // each stage's layers as one tensor-parallel rank holds them (what the engine cuts)
     const int64_t rows = nn::tp::vocab_rows_per_rank(c.vocab_size, t);
     models::ModelConfig one = c, none = c;
@@ -461,6 +492,14 @@ std::string format_estimate(const EstimateInput& in) {
     out += line;
   }
   out += context_line(in);
+  if (in.fp8) {
+    std::snprintf(line, sizeof line,
+                  "  fp8: the projections' weights cast, W and its transpose: %.2f GiB a GPU at ZeRO 0-2, %.2f at "
+                  "ZeRO-3 (the layer in use), in the rows below\n",
+                  gib(fp8_weight_copy_bytes(in, static_cast<double>(std::max<int64_t>(0, in.layers)))),
+                  gib(fp8_weight_copy_bytes(in, 1.0)));
+    out += line;
+  }
   out += "  ZeRO  offload_optimizer  offload_param   per GPU (GiB)   per node CPU (GiB)\n";
   for (const auto& e : estimate_model_states(in)) {
     std::snprintf(line, sizeof line, "  %4d  %-17s  %-13s   %13.2f   %18.2f\n", e.stage, e.offload_optimizer ? "cpu" : "none",
@@ -700,7 +739,7 @@ std::vector<StageEstimate> estimate_pipeline_stages(const EstimateInput& in) {
         held -= chunk_bytes;
       }
     }
-    e.states = model_states(in, static_cast<double>(e.params), dp);
+    e.states = model_states(in, static_cast<double>(e.params), dp, static_cast<double>(e.blocks));
     if (in.schedule == pipeline::ScheduleKind::zb_h1) held_window_gradients(in, static_cast<double>(e.params), dp, e.states);
     out.push_back(std::move(e));
   }
@@ -738,6 +777,7 @@ std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
                 in.activation_checkpointing ? "activation checkpointing" : "no checkpointing",
                 in.mlp_activation_recomputed ? ", MLP activation recomputed" : "");
   out += line;
+  if (in.fp8) out += "  fp8: each stage's model states hold its blocks' FP8 weight copies, W and its transpose (at ZeRO-3 the layer in use's)\n";
   if (in.experts > 0 && in.expert_parallel > 1) {
     std::snprintf(line, sizeof line,
                   "  expert parallel %lld: a GPU holds 1/%lld of its stage's experts, ZeRO over %lld GPUs of the "

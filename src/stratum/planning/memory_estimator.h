@@ -87,6 +87,14 @@ struct EstimateInput {
   // layers, a pipeline stage's), the rest on the GPU. Unset: every block's.
   bool cpu_checkpointing = false;
   std::optional<int64_t> host_checkpoint_blocks;
+  // FP8 projections (the config's fp8 section, nn/float8): at ZeRO 0-2 each
+  // projection keeps its weight cast for the optimizer step, W and its
+  // transposed copy, a byte each; at ZeRO-3 only the layer in use is cast.
+  // `block_projection_params`: one block's projection weights on one
+  // tensor-parallel rank (set_model_shape). Excluded projections are counted
+  // too (an upper bound).
+  bool fp8 = false;
+  int64_t block_projection_params = 0;
 };
 
 // Context parallelism's methods (the config's context_parallel.method): ring

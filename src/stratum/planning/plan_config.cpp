@@ -98,6 +98,7 @@ void apply_plan_config(PlanRequest& r, const std::string& path) {
   if (c.activation_checkpointing.enabled || c.pipeline.activation_checkpoint_interval > 0)
     fix(fx.checkpointing, true, path,
         c.activation_checkpointing.enabled ? "activation_checkpointing" : "pipeline.activation_checkpoint_interval", "on");
+  r.shape.fp8 = r.shape.fp8 || c.fp8.enabled;
   r.shape.cpu_checkpointing = r.shape.cpu_checkpointing || c.activation_checkpointing.cpu_checkpointing;
   if (c.activation_checkpointing.cpu_checkpointing_layers)
     r.shape.host_checkpoint_blocks = c.activation_checkpointing.cpu_checkpointing_layers;

@@ -15,10 +15,11 @@ namespace stratum::planning {
 // parallelism, the expert-parallel size, context parallelism (its size, method
 // and Ulysses size), and activation checkpointing (its section, or
 // pipeline.activation_checkpoint_interval; its cpu_checkpointing puts the
-// checkpointed inputs in host memory). Throws ConfigError for an invalid
-// config and Error naming the key when it contradicts a choice already fixed
-// (the command line's) or asks for what the plan does not model (a topology
-// order other than tp-dp-pp).
+// checkpointed inputs in host memory), and FP8 projections (fp8.enabled:
+// their weights' FP8 copies; fp8.exclude is not subtracted). Throws
+// ConfigError for an invalid config and Error naming the key when it
+// contradicts a choice already fixed (the command line's) or asks for what
+// the plan does not model (a topology order other than tp-dp-pp).
 void apply_plan_config(PlanRequest& request, const std::string& path);
 
 // "80GiB", "80 GB", "141e9", "1.5TiB" in bytes (KB ... PB powers of 1000,
