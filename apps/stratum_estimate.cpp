@@ -197,12 +197,18 @@ int main(int argc, char** argv) {
       for (const auto& s : overrides) kv.push_back(stratum::models::parse_override(s));
       mc = stratum::models::make_model_config(model, kv);
     }
-    if (in.fp8) {  // as the config check refuses fp8
+    // FP8 where the config check or the engine refuses it (models/float8_layers.h).
+    auto refuse_fp8_model = [&](const std::string& what) {
+      if (mc->is_moe())
+        throw stratum::Error(what + " with " + model + ": FP8 projections do not run in a mixture of experts");
+      if (mc->tiled_mlp_tokens > 0 || mc->recompute_mlp_activation)
+        throw stratum::Error(what + " with tiled_mlp_tokens or recompute_mlp_activation: FP8 MLPs with those are "
+                             "not built");
+    };
+    if (in.fp8) {
       if (!mc) throw stratum::Error("--fp8 needs --model: the FP8 weight copies follow the projections' shapes");
       if (fp32) throw stratum::Error("--fp8 with --fp32: FP8 projections train with bf16; drop one");
-      if (mc->is_moe())
-        throw stratum::Error("--fp8 with " + model + ": FP8 projections do not run in a mixture of experts (the config "
-                             "check refuses fp8 with a moe section)");
+      refuse_fp8_model("--fp8");
     }
     if (plan) {
       namespace mon = stratum::planning;
@@ -257,9 +263,7 @@ int main(int argc, char** argv) {
         if (fp32_flag->count())
           throw stratum::Error("--fp32 with --config: the config's fp16/bf16 sections say the precision; drop --fp32");
         mon::apply_plan_config(request, config_path);
-        if (request.shape.fp8 && mc && mc->is_moe())
-          throw stratum::Error(config_path + ": fp8 with " + model +
-                               ": FP8 projections do not run in a mixture of experts");
+        if (request.shape.fp8 && mc) refuse_fp8_model(config_path + ": fp8");
       }
       const mon::Plan result = mon::plan_layouts(request);
       std::cout << mon::format_plan(request, result, rows);

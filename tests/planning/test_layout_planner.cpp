@@ -607,6 +607,16 @@ TEST(LayoutPlanner, SeedConfigFixesWhatItSays) {
   PlanRequest fp8 = with_model(preset("gpt2-1.3b"), 1, 8, 2048, 0);
   apply_plan_config(fp8, path);
   EXPECT_TRUE(fp8.shape.fp8);
+  EXPECT_TRUE(fp8.notes.empty());
+  // An exclude list is not subtracted, and the plan says so.
+  std::ofstream(path) << R"({"train_batch_size": 16, "bf16": {"enabled": true},
+    "fp8": {"enabled": true, "exclude": ["h.0.*"]}})";
+  PlanRequest excluded = with_model(preset("gpt2-1.3b"), 1, 8, 2048, 0);
+  apply_plan_config(excluded, path);
+  ASSERT_EQ(excluded.notes.size(), 1u);
+  EXPECT_NE(format_plan(excluded, plan_layouts(excluded), 1).find("note: " + path + ": fp8.exclude (1 pattern(s)) is "
+                                                                  "not subtracted"),
+            std::string::npos);
   std::ofstream(path) << R"({"train_batch_size": 32, "topology": {"order": "dp-tp-pp"}})";
   try {
     apply_plan_config(fp32, path);

@@ -1012,15 +1012,17 @@ TEST(MemoryEstimator, ProgramPrintsTheLongestSequences) {
   }
 }
 
-// --fp8 is refused where the config check refuses the fp8 section (no model
-// shape to count, fp32 training, a mixture of experts); accepted, the pipeline
+// --fp8 is refused where the config check or the engine refuses the fp8
+// section (no model shape to count, fp32 training, a mixture of experts, a
+// tiled MLP); accepted, the pipeline
 // table and the plan say their states hold the copies.
 TEST(MemoryEstimator, ProgramEstimatesFp8WhereTheConfigAllowsIt) {
   int status = 0;
   for (const auto& [flags, error] : std::vector<std::pair<std::string, std::string>>{
            {"--params 7e9 --fp8", "--fp8 needs --model"},
            {"--model llama-8b --fp8 --fp32", "--fp8 with --fp32"},
-           {"--model tiny-mixtral --fp8", "mixture of experts"}}) {
+           {"--model tiny-mixtral --fp8", "mixture of experts"},
+           {"--model llama-8b --fp8 --set tiled_mlp_tokens=8192", "FP8 MLPs with those are not built"}}) {
     const std::string out = run_program(flags, status);
     EXPECT_EQ(status, 2) << flags << ": " << out;
     EXPECT_NE(out.find(error), std::string::npos) << flags << ": " << out;

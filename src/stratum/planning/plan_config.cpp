@@ -99,6 +99,9 @@ void apply_plan_config(PlanRequest& r, const std::string& path) {
     fix(fx.checkpointing, true, path,
         c.activation_checkpointing.enabled ? "activation_checkpointing" : "pipeline.activation_checkpoint_interval", "on");
   r.shape.fp8 = r.shape.fp8 || c.fp8.enabled;
+  if (c.fp8.enabled && !c.fp8.exclude.empty())
+    r.notes.push_back(path + ": fp8.exclude (" + std::to_string(c.fp8.exclude.size()) +
+                      " pattern(s)) is not subtracted: every projection's FP8 weight copies are counted, an upper bound");
   r.shape.cpu_checkpointing = r.shape.cpu_checkpointing || c.activation_checkpointing.cpu_checkpointing;
   if (c.activation_checkpointing.cpu_checkpointing_layers)
     r.shape.host_checkpoint_blocks = c.activation_checkpointing.cpu_checkpointing_layers;
