@@ -19,8 +19,11 @@ double gradient_bytes(const EstimateInput& in, double n) {
 }
 
 // FP8's weight copies (W and Wᵀ, a byte each) of `blocks` blocks a GPU holds;
-// 0 without fp8. Measured peaks were 2.0-2.5% above the estimate with them
-// (MemoryEstimator.MatchesFp8PeaksMeasuredOnH100AndH200).
+// 0 without fp8. Measured GPU peaks were 2.0-2.5% above the estimate with
+// them (MemoryEstimator.MatchesFp8PeaksMeasuredOnH100AndH200). The bytes the
+// projections' FP8 inputs save on the activations (measured on the CPU:
+// Fp8Layers.KeepTheirWeightCopiesAndTheirInputsAsFp8Bytes) are not
+// subtracted: on the GPU FP8 held more, not less, than bf16 beside the copies.
 double fp8_weight_copy_bytes(const EstimateInput& in, double blocks) {
   return in.fp8 ? 2.0 * blocks * static_cast<double>(in.block_projection_params) : 0.0;
 }

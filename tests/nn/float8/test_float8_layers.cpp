@@ -1,13 +1,16 @@
 // The "fp8" section: its parse-time rules, the engine's refusal on a device
 // without FP8 GEMMs (the CPU), and the built-in models' projections in FP8
-// (models/float8_layers.h) with exclude patterns, and the FP8 weight
-// gradient written into a gradient sink or deferred to W (nn/linear.h), run
-// on the CPU reference path directly (the engine would refuse the CPU).
+// (models/float8_layers.h) with exclude patterns, what they keep for
+// backward, and the FP8 weight gradient written into a gradient sink or
+// deferred to W (nn/linear.h), run on the CPU reference path directly (the
+// engine would refuse the CPU).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <limits>
 #include <optional>
 
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -355,6 +358,76 @@ TEST(Fp8Layers, LlamaProjectionsInFp8NearBf16) {
   // Excluding k_proj keeps the stacked q/k/v GEMM in bf16 (all three or none).
   expect_fp8_model_near_bf16("llama", nn::float8::rowwise_recipe(), {"k_proj"}, 6, 2);
   expect_fp8_model_near_bf16("llama", nn::float8::tensorwise_recipe(), {}, 8, 0);
+}
+
+// The CPU allocator's bytes in use, as it reports them to a memory profiler
+// at each allocation and free (of those made while this is installed).
+struct CpuBytesInUse : c10::MemoryReportingInfoBase {
+  std::atomic<int64_t> bytes{0};
+  void reportMemoryUsage(void*, int64_t, size_t total_allocated, size_t, c10::Device device) override {
+    if (device.type() == c10::DeviceType::CPU) bytes = static_cast<int64_t>(total_allocated);
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  // Now: a one-byte allocation makes the allocator report its count.
+  int64_t now() {
+    const at::Tensor probe = at::empty({1}, at::kByte);
+    return bytes - 1;
+  }
+};
+
+// What a model keeps: its weights' FP8 copies (W and Wᵀ, a byte each a
+// projection parameter), and what the forward keeps for backward. Each
+// projection keeps its input as FP8 bytes (its transposed copy, for dW)
+// where bf16 keeps the input itself: a byte less an element where nothing
+// else keeps that input (the norms' outputs, the activation's output), a
+// byte more where attention keeps it anyway (o_proj's and c_proj's input).
+// Per token and layer: LLaMA -(h + ffn) bytes, GPT-2 -5h (ffn 4h). The
+// memory estimator counts the copies only (planning/memory_estimator.h).
+TEST(Fp8Layers, KeepTheirWeightCopiesAndTheirInputsAsFp8Bytes) {
+  const int64_t h = 512, batch = 2, seq = 256, layers = 2;
+  for (const std::string arch : {"llama", "gpt2"}) {
+    SCOPED_TRACE(arch);
+    const int64_t ffn = arch == "gpt2" ? 4 * h : 1536, kv = arch == "gpt2" ? h : 128;
+    const models::ModelConfig config = models::make_model_config(
+        arch == "gpt2" ? "tiny-gpt2" : "tiny-llama",
+        {{"layers", std::to_string(layers)}, {"max_seq_len", std::to_string(seq)}, {"vocab_size", "96"},
+         {"hidden", std::to_string(h)}, {"heads", "8"}, {"kv_heads", std::to_string(kv / 64)},
+         {"ffn_hidden", std::to_string(ffn)}});
+    const at::Tensor tokens = torch::randint(0, 96, {batch, seq}, torch::kLong);
+    // What a first pass leaves held at the second's start (the FP8 copies:
+    // gradients are freed by zero_grad) and what the second's forward keeps.
+    // Differences within one run: the reporter's count starts with it.
+    auto measure = [&](bool fp8) {
+      torch::manual_seed(4);
+      auto model = models::build_model(config);
+      model->to(torch::kBFloat16);
+      model->train();
+      models::Float8Layers fp8_layers;
+      if (fp8) fp8_layers = models::apply_float8(*model, nn::float8::tensorwise_recipe(), {});
+      auto in_use = std::make_shared<CpuBytesInUse>();
+      c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, in_use);
+      int64_t first_start = 0;
+      std::pair<int64_t, int64_t> out;
+      for (int pass = 0; pass < 2; ++pass) {
+        model->zero_grad();
+        const int64_t start = in_use->now();
+        if (pass == 0) first_start = start;
+        const at::Tensor loss = model->forward(tokens, tokens);
+        out = {start - first_start, in_use->now() - start};
+        loss.backward();
+      }
+      return out;
+    };
+    const auto [bf16_held, bf16_kept] = measure(false);
+    const auto [fp8_held, fp8_kept] = measure(true);
+    const int64_t projections = layers * (arch == "gpt2" ? 4 * h * h + 2 * h * ffn : 2 * h * h + 2 * h * kv + 3 * h * ffn);
+    EXPECT_NEAR(static_cast<double>(fp8_held - bf16_held), 2.0 * projections, 0.02 * 2.0 * projections)
+        << "held after a pass: bf16 " << bf16_held << " bytes, FP8 " << fp8_held;
+    const int64_t tokens_layers = batch * seq * layers;
+    const double saved = static_cast<double>(tokens_layers * (arch == "gpt2" ? 5 * h : h + ffn));
+    EXPECT_NEAR(static_cast<double>(bf16_kept - fp8_kept), saved, 0.01 * saved)
+        << "bf16 keeps " << bf16_kept << " bytes, FP8 " << fp8_kept;
+  }
 }
 
 TEST(Fp8Layers, RefusesWhatItIsNotBuiltFor) {
