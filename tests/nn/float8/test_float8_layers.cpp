@@ -7,12 +7,16 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <limits>
 #include <optional>
 
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#ifdef STRATUM_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include "stratum/config/config.h"
 #include "stratum/core/error.h"
@@ -360,6 +364,61 @@ TEST(Fp8Layers, LlamaProjectionsInFp8NearBf16) {
   expect_fp8_model_near_bf16("llama", nn::float8::tensorwise_recipe(), {}, 8, 0);
 }
 
+// What a model keeps: its weights' FP8 copies (W and Wᵀ, a byte each a
+// projection parameter), and what the forward keeps for backward. Each
+// projection keeps its input as FP8 bytes (its transposed copy, for dW)
+// where bf16 keeps the input itself: a byte less an element where nothing
+// else keeps that input (the norms' outputs, the activation's output), a
+// byte more where attention keeps it anyway (o_proj's and c_proj's input).
+// Per token and layer: LLaMA -(h + ffn) bytes, GPT-2 -5h (ffn 4h). The
+// memory estimator counts the copies only (planning/memory_estimator.h).
+// `allocated`: the device's bytes in use now; `device` CPU or CUDA.
+void expect_fp8_keeps_copies_and_fp8_inputs(const c10::Device device, const std::function<int64_t()>& allocated) {
+  const int64_t h = 512, batch = 2, seq = 256, layers = 2;
+  for (const std::string arch : {"llama", "gpt2"}) {
+    SCOPED_TRACE(arch + " on " + device.str());
+    const int64_t ffn = arch == "gpt2" ? 4 * h : 1536, kv = arch == "gpt2" ? h : 128;
+    const models::ModelConfig config = models::make_model_config(
+        arch == "gpt2" ? "tiny-gpt2" : "tiny-llama",
+        {{"layers", std::to_string(layers)}, {"max_seq_len", std::to_string(seq)}, {"vocab_size", "96"},
+         {"hidden", std::to_string(h)}, {"heads", "8"}, {"kv_heads", std::to_string(kv / 64)},
+         {"ffn_hidden", std::to_string(ffn)}});
+    const at::Tensor tokens = torch::randint(0, 96, {batch, seq}, torch::kLong).to(device);
+    // What a first pass leaves held at the second's start (the FP8 copies:
+    // gradients are freed by zero_grad) and what the second's forward keeps
+    // (its loss, a scalar, included).
+    auto measure = [&](bool fp8) {
+      torch::manual_seed(4);
+      auto model = models::build_model(config);
+      model->to(device, torch::kBFloat16);
+      model->train();
+      models::Float8Layers fp8_layers;
+      if (fp8) fp8_layers = models::apply_float8(*model, nn::float8::tensorwise_recipe(), {});
+      int64_t first_start = 0;
+      std::pair<int64_t, int64_t> out;
+      for (int pass = 0; pass < 2; ++pass) {
+        model->zero_grad();
+        const int64_t start = allocated();
+        if (pass == 0) first_start = start;
+        const at::Tensor loss = model->forward(tokens, tokens);
+        out = {start - first_start, allocated() - start};
+        loss.backward();
+      }
+      return out;
+    };
+    const auto [bf16_held, bf16_kept] = measure(false);
+    const auto [fp8_held, fp8_kept] = measure(true);
+    std::printf("%s on %s: a pass leaves %lld bytes held (bf16 %lld); the forward keeps %lld (bf16 %lld)\n",
+                arch.c_str(), device.str().c_str(), (long long)fp8_held, (long long)bf16_held, (long long)fp8_kept,
+                (long long)bf16_kept);
+    const int64_t projections = layers * (arch == "gpt2" ? 4 * h * h + 2 * h * ffn : 2 * h * h + 2 * h * kv + 3 * h * ffn);
+    EXPECT_NEAR(static_cast<double>(fp8_held - bf16_held), 2.0 * projections, 0.02 * 2.0 * projections);
+    const int64_t tokens_layers = batch * seq * layers;
+    const double saved = static_cast<double>(tokens_layers * (arch == "gpt2" ? 5 * h : h + ffn));
+    EXPECT_NEAR(static_cast<double>(bf16_kept - fp8_kept), saved, 0.01 * saved);
+  }
+}
+
 // The CPU allocator's bytes in use, as it reports them to a memory profiler
 // at each allocation and free (of those made while this is installed).
 struct CpuBytesInUse : c10::MemoryReportingInfoBase {
@@ -375,60 +434,23 @@ struct CpuBytesInUse : c10::MemoryReportingInfoBase {
   }
 };
 
-// What a model keeps: its weights' FP8 copies (W and Wᵀ, a byte each a
-// projection parameter), and what the forward keeps for backward. Each
-// projection keeps its input as FP8 bytes (its transposed copy, for dW)
-// where bf16 keeps the input itself: a byte less an element where nothing
-// else keeps that input (the norms' outputs, the activation's output), a
-// byte more where attention keeps it anyway (o_proj's and c_proj's input).
-// Per token and layer: LLaMA -(h + ffn) bytes, GPT-2 -5h (ffn 4h). The
-// memory estimator counts the copies only (planning/memory_estimator.h).
 TEST(Fp8Layers, KeepTheirWeightCopiesAndTheirInputsAsFp8Bytes) {
-  const int64_t h = 512, batch = 2, seq = 256, layers = 2;
-  for (const std::string arch : {"llama", "gpt2"}) {
-    SCOPED_TRACE(arch);
-    const int64_t ffn = arch == "gpt2" ? 4 * h : 1536, kv = arch == "gpt2" ? h : 128;
-    const models::ModelConfig config = models::make_model_config(
-        arch == "gpt2" ? "tiny-gpt2" : "tiny-llama",
-        {{"layers", std::to_string(layers)}, {"max_seq_len", std::to_string(seq)}, {"vocab_size", "96"},
-         {"hidden", std::to_string(h)}, {"heads", "8"}, {"kv_heads", std::to_string(kv / 64)},
-         {"ffn_hidden", std::to_string(ffn)}});
-    const at::Tensor tokens = torch::randint(0, 96, {batch, seq}, torch::kLong);
-    // What a first pass leaves held at the second's start (the FP8 copies:
-    // gradients are freed by zero_grad) and what the second's forward keeps.
-    // Differences within one run: the reporter's count starts with it.
-    auto measure = [&](bool fp8) {
-      torch::manual_seed(4);
-      auto model = models::build_model(config);
-      model->to(torch::kBFloat16);
-      model->train();
-      models::Float8Layers fp8_layers;
-      if (fp8) fp8_layers = models::apply_float8(*model, nn::float8::tensorwise_recipe(), {});
-      auto in_use = std::make_shared<CpuBytesInUse>();
-      c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, in_use);
-      int64_t first_start = 0;
-      std::pair<int64_t, int64_t> out;
-      for (int pass = 0; pass < 2; ++pass) {
-        model->zero_grad();
-        const int64_t start = in_use->now();
-        if (pass == 0) first_start = start;
-        const at::Tensor loss = model->forward(tokens, tokens);
-        out = {start - first_start, in_use->now() - start};
-        loss.backward();
-      }
-      return out;
-    };
-    const auto [bf16_held, bf16_kept] = measure(false);
-    const auto [fp8_held, fp8_kept] = measure(true);
-    const int64_t projections = layers * (arch == "gpt2" ? 4 * h * h + 2 * h * ffn : 2 * h * h + 2 * h * kv + 3 * h * ffn);
-    EXPECT_NEAR(static_cast<double>(fp8_held - bf16_held), 2.0 * projections, 0.02 * 2.0 * projections)
-        << "held after a pass: bf16 " << bf16_held << " bytes, FP8 " << fp8_held;
-    const int64_t tokens_layers = batch * seq * layers;
-    const double saved = static_cast<double>(tokens_layers * (arch == "gpt2" ? 5 * h : h + ffn));
-    EXPECT_NEAR(static_cast<double>(bf16_kept - fp8_kept), saved, 0.01 * saved)
-        << "bf16 keeps " << bf16_kept << " bytes, FP8 " << fp8_kept;
-  }
+  auto in_use = std::make_shared<CpuBytesInUse>();
+  c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, in_use);
+  expect_fp8_keeps_copies_and_fp8_inputs(torch::kCPU, [&] { return in_use->now(); });
 }
+
+#ifdef STRATUM_WITH_CUDA
+// The same on a GPU, where the norms and activations run Stratum's kernels
+// that hand their amax to the casts, and the casts run as kernels.
+TEST(Fp8LayersGpu, KeepTheirWeightCopiesAndTheirInputsAsFp8Bytes) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU of compute capability >= 8.9 (FP8 GEMMs)";
+  expect_fp8_keeps_copies_and_fp8_inputs(torch::kCUDA, [] {
+    torch::cuda::synchronize();
+    return static_cast<int64_t>(c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current);
+  });
+}
+#endif
 
 TEST(Fp8Layers, RefusesWhatItIsNotBuiltFor) {
   auto model = models::build_model(tiny("gpt2"));
