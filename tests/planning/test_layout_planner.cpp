@@ -607,16 +607,32 @@ TEST(LayoutPlanner, SeedConfigFixesWhatItSays) {
   PlanRequest fp8 = with_model(preset("gpt2-1.3b"), 1, 8, 2048, 0);
   apply_plan_config(fp8, path);
   EXPECT_TRUE(fp8.shape.fp8);
-  EXPECT_TRUE(fp8.notes.empty());
-  // An exclude list is not subtracted, and the plan says so.
+  EXPECT_DOUBLE_EQ(fp8.shape.fp8_share, 1.0);
+  // What fp8.exclude keeps in bf16 is not counted: gpt2-1.3b's attention
+  // output projections (c_proj, 2048 x 2048) are a twelfth of its projections.
   std::ofstream(path) << R"({"train_batch_size": 16, "bf16": {"enabled": true},
-    "fp8": {"enabled": true, "exclude": ["h.0.*"]}})";
+    "fp8": {"enabled": true, "exclude": ["attn.c_proj"]}})";
   PlanRequest excluded = with_model(preset("gpt2-1.3b"), 1, 8, 2048, 0);
   apply_plan_config(excluded, path);
-  ASSERT_EQ(excluded.notes.size(), 1u);
-  EXPECT_NE(format_plan(excluded, plan_layouts(excluded), 1).find("note: " + path + ": fp8.exclude (1 pattern(s)) is "
-                                                                  "not subtracted"),
-            std::string::npos);
+  EXPECT_DOUBLE_EQ(excluded.shape.fp8_share, 11.0 / 12.0);
+  // A pattern naming no projection is refused as the engine refuses it; fp8 needs the model's shape.
+  std::ofstream(path) << R"({"train_batch_size": 16, "bf16": {"enabled": true},
+    "fp8": {"enabled": true, "exclude": ["attn.qkv_typo"]}})";
+  PlanRequest typo = with_model(preset("gpt2-1.3b"), 1, 8, 2048, 0);
+  try {
+    apply_plan_config(typo, path);
+    ADD_FAILURE() << "an exclude pattern naming nothing was accepted";
+  } catch (const stratum::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attn.qkv_typo"), std::string::npos) << e.what();
+  }
+  PlanRequest shapeless = parameters_only();  // global batch 8
+  std::ofstream(path) << R"({"train_batch_size": 8, "bf16": {"enabled": true}, "fp8": {"enabled": true}})";
+  try {
+    apply_plan_config(shapeless, path);
+    ADD_FAILURE() << "fp8 without the model's shape was accepted";
+  } catch (const stratum::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("give --model"), std::string::npos) << e.what();
+  }
   std::ofstream(path) << R"({"train_batch_size": 32, "topology": {"order": "dp-tp-pp"}})";
   try {
     apply_plan_config(fp32, path);

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "stratum/core/error.h"
+#include "stratum/models/causal_lm.h"
 #include "stratum/nn/attention.h"
 #include "stratum/nn/mlp.h"
 #include "stratum/nn/tensor_parallel/float8_parallel_linear.h"
@@ -135,6 +136,19 @@ Float8Layers apply_float8(torch::nn::Module& model, nn::float8::Recipe recipe,
                   "\" names no attention or MLP projection of the model (names look like " +
                   (a.out.fp8.empty() ? std::string("layers.0.attn.c_attn") : a.out.fp8.front()) + ")");
   return std::move(a.out);
+}
+
+Fp8Coverage fp8_coverage(const ModelConfig& config, const std::vector<std::string>& exclude) {
+  auto params_of = [&](const std::vector<std::string>& patterns) {
+    const std::shared_ptr<CausalLMImpl> skeleton = construct_model(config, {}, c10::kMeta);
+    const Float8Layers layers = apply_float8(*skeleton, nn::float8::tensorwise_recipe(), patterns);
+    const auto named = skeleton->named_parameters();
+    int64_t n = 0;
+    for (const Float8Layers::Site& site : layers.sites)
+      for (const std::string& weight : site.weights) n += named[weight].numel();
+    return n;
+  };
+  return {params_of(exclude), params_of({})};
 }
 
 }  // namespace stratum::models

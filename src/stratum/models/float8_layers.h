@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "stratum/config/sections.h"
+#include "stratum/models/model_config.h"
 #include "stratum/nn/float8/float8_projection.h"
 
 namespace stratum::models {
@@ -47,6 +48,16 @@ struct Float8Layers {
 // pattern matches no layer. Does not check the device (nn/float8/device_support.h).
 Float8Layers apply_float8(torch::nn::Module& model, nn::float8::Recipe recipe,
                           const std::vector<std::string>& exclude);
+
+// Of a model's attention and MLP projections' weight parameters, those that
+// `exclude` leaves in FP8, and all of them; counted on a skeleton of the
+// model (the meta device: nothing allocated). Throws as apply_float8 does for
+// a pattern that names no projection. The memory estimator's share of the
+// projections cast (planning/plan_config.h).
+struct Fp8Coverage {
+  int64_t fp8_params = 0, projection_params = 0;
+};
+Fp8Coverage fp8_coverage(const ModelConfig& config, const std::vector<std::string>& exclude);
 
 // The recipe the config names (tensorwise, rowwise or blockwise).
 nn::float8::Recipe fp8_recipe(const config::Fp8Config& fp8);

@@ -614,7 +614,6 @@ std::string format_plan(const PlanRequest& r, const Plan& plan, size_t rows) {
                 hw.host_updates_per_s);
   out += line;
   if (!r.model) out += "  (parameters only: data parallelism alone, activations not counted; give --model for the shape)\n";
-  for (const std::string& note : r.notes) out += "  note: " + note + "\n";
   if (context_parallel_searched(r)) {
     std::snprintf(line, sizeof line,
                   "  context parallelism (cp: each sequence over cp of the dp GPUs, dp / cp data replicas) searched%s\n",

@@ -128,9 +128,6 @@ struct PlanRequest {
   Hardware hardware;
   int64_t global_batch = 0;  // sequences a step (train_batch_size)
   LayoutChoices fixed;
-  // Printed under the plan's header: what a config says that the plan counts
-  // only in part (apply_plan_config).
-  std::vector<std::string> notes;
 };
 
 struct StepTime {

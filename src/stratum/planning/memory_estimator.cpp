@@ -25,7 +25,7 @@ double gradient_bytes(const EstimateInput& in, double n) {
 // Fp8Layers.KeepTheirWeightCopiesAndTheirInputsAsFp8Bytes) are not
 // subtracted: on the GPU FP8 held more, not less, than bf16 beside the copies.
 double fp8_weight_copy_bytes(const EstimateInput& in, double blocks) {
-  return in.fp8 ? 2.0 * blocks * static_cast<double>(in.block_projection_params) : 0.0;
+  return in.fp8 ? 2.0 * blocks * static_cast<double>(in.block_projection_params) * in.fp8_share : 0.0;
 }
 
 // Every stage x offload choice for `psi` parameters over `n` data-parallel

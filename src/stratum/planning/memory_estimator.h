@@ -91,10 +91,12 @@ struct EstimateInput {
   // projection keeps its weight cast for the optimizer step, W and its
   // transposed copy, a byte each; at ZeRO-3 only the layer in use is cast.
   // `block_projection_params`: one block's projection weights on one
-  // tensor-parallel rank (set_model_shape). Excluded projections are counted
-  // too (an upper bound).
+  // tensor-parallel rank (set_model_shape); `fp8_share`: the share of them
+  // cast (fp8.exclude keeps the rest in bf16; models::fp8_coverage), as an
+  // average over the blocks.
   bool fp8 = false;
   int64_t block_projection_params = 0;
+  double fp8_share = 1.0;
 };
 
 // Context parallelism's methods (the config's context_parallel.method): ring

@@ -8,6 +8,7 @@
 #include "stratum/config/config.h"
 #include "stratum/config/json_source.h"
 #include "stratum/core/error.h"
+#include "stratum/models/float8_layers.h"
 
 namespace stratum::planning {
 namespace {
@@ -98,10 +99,17 @@ void apply_plan_config(PlanRequest& r, const std::string& path) {
   if (c.activation_checkpointing.enabled || c.pipeline.activation_checkpoint_interval > 0)
     fix(fx.checkpointing, true, path,
         c.activation_checkpointing.enabled ? "activation_checkpointing" : "pipeline.activation_checkpoint_interval", "on");
-  r.shape.fp8 = r.shape.fp8 || c.fp8.enabled;
-  if (c.fp8.enabled && !c.fp8.exclude.empty())
-    r.notes.push_back(path + ": fp8.exclude (" + std::to_string(c.fp8.exclude.size()) +
-                      " pattern(s)) is not subtracted: every projection's FP8 weight copies are counted, an upper bound");
+  if (c.fp8.enabled) {
+    if (!r.model)
+      throw Error(path + ": fp8 is enabled; its weight copies follow the projections' shapes: give --model");
+    r.shape.fp8 = true;
+    if (!c.fp8.exclude.empty()) {
+      const models::Fp8Coverage cover = models::fp8_coverage(*r.model, c.fp8.exclude);
+      r.shape.fp8_share = cover.projection_params > 0 ? static_cast<double>(cover.fp8_params) /
+                                                            static_cast<double>(cover.projection_params)
+                                                      : 0.0;
+    }
+  }
   r.shape.cpu_checkpointing = r.shape.cpu_checkpointing || c.activation_checkpointing.cpu_checkpointing;
   if (c.activation_checkpointing.cpu_checkpointing_layers)
     r.shape.host_checkpoint_blocks = c.activation_checkpointing.cpu_checkpointing_layers;

@@ -15,9 +15,9 @@ namespace stratum::planning {
 // parallelism, the expert-parallel size, context parallelism (its size, method
 // and Ulysses size), and activation checkpointing (its section, or
 // pipeline.activation_checkpoint_interval; its cpu_checkpointing puts the
-// checkpointed inputs in host memory), and FP8 projections (fp8.enabled:
-// their weights' FP8 copies; an fp8.exclude is not subtracted, which a note
-// in request.notes says). Throws
+// checkpointed inputs in host memory), and FP8 projections (fp8.enabled,
+// with a --model: their weights' FP8 copies, less those fp8.exclude keeps in
+// bf16, averaged over the blocks). Throws
 // ConfigError for an invalid config and Error naming the key when it
 // contradicts a choice already fixed (the command line's) or asks for what
 // the plan does not model (a topology order other than tp-dp-pp).
