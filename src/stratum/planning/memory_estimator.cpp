@@ -45,7 +45,8 @@ std::vector<StateEstimate> model_states(const EstimateInput& in, double psi, dou
   // them down in chunks (optim::HostAdam), as no fp32 gradient shard is held there.
   const double offloaded = (12.0 + (w < 4.0 ? w : 0.0)) * psi / n;
   // FP8: every block's copies kept at stages 0-2; at stage 3 the gathered layer's only.
-  const double fp8_kept = fp8_weight_copy_bytes(in, blocks), fp8_layer = fp8_weight_copy_bytes(in, std::min(blocks, 1.0));
+  const double fp8_kept = fp8_weight_copy_bytes(in, blocks),
+               fp8_layer = fp8_weight_copy_bytes(in, std::min(blocks, 1.0));
   std::vector<StateEstimate> out;
   auto add = [&](int stage, bool opt, bool param, double gpu, double cpu_per_gpu) {
     gpu += stage < 3 ? fp8_kept : fp8_layer;
@@ -213,7 +214,6 @@ double checkpoint_bytes(const EstimateInput& in, double blocks) {
   return blocks * static_cast<double>(in.param_bytes) * held_tokens(in) * static_cast<double>(in.micro_batch) *
          static_cast<double>(in.hidden) / (in.sequence_parallel ? t : 1.0);
 }
-
 
 }  // namespace
 
@@ -780,7 +780,9 @@ std::string format_pipeline_estimate(const EstimateInput& in, int zero_stage) {
                 in.activation_checkpointing ? "activation checkpointing" : "no checkpointing",
                 in.mlp_activation_recomputed ? ", MLP activation recomputed" : "");
   out += line;
-  if (in.fp8) out += "  fp8: each stage's model states hold its blocks' FP8 weight copies, W and its transpose (at ZeRO-3 the layer in use's)\n";
+  if (in.fp8)
+    out += "  fp8: each stage's model states hold its blocks' FP8 weight copies, W and its transpose (at ZeRO-3 "
+           "the layer in use's)\n";
   if (in.experts > 0 && in.expert_parallel > 1) {
     std::snprintf(line, sizeof line,
                   "  expert parallel %lld: a GPU holds 1/%lld of its stage's experts, ZeRO over %lld GPUs of the "
